@@ -1,0 +1,208 @@
+#include "engine/autograd.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/error.h"
+
+namespace adjoint {
+
+const char* to_string(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::Gradient: return "gradient";
+    case TransportKind::Pullback: return "pullback";
+    case TransportKind::SoftPullback: return "soft_pullback";
+  }
+  return "?";
+}
+
+namespace {
+thread_local bool recording = true;
+
+// Sums b into a (allocating a when it is empty). Plain loop: the engine's own add op
+// would record, and this runs with recording off anyway.
+void accumulate(Tensor& a, const Tensor& b) {
+  if (!a.defined()) {
+    a = b.is_contiguous() ? b : b.contiguous();
+    return;
+  }
+  if (a.impl()->storage.use_count() > 1) a = a.clone();  // never write into shared storage
+  Tensor bc = b.contiguous();
+  float* pa = a.data();
+  const float* pb = bc.data();
+  for (int64_t i = 0, n = a.numel(); i < n; ++i) pa[i] += pb[i];
+}
+
+// Where a tensor's cotangent is kept: its node for op outputs, its impl for leaves.
+const void* key_of(const Tensor& t) {
+  return t.grad_fn() ? static_cast<const void*>(t.grad_fn().get()) : static_cast<const void*>(t.impl());
+}
+
+// Runs the transport. `wanted` holds the keys whose cotangents the caller needs (leaves
+// or nodes); `deliver` receives each as soon as it is final.
+void run(const Tensor& output, const Tensor& cotangent, const Transport& transport,
+         const std::unordered_set<const void*>& wanted,
+         const std::function<void(const void*, const Tensor&)>& deliver) {
+  check(output.defined(), "backward: the output tensor is undefined");
+  Tensor seed = cotangent;
+  if (!seed.defined()) {
+    check(output.numel() == 1, "backward: an output of shape ", output.shape(),
+          " needs an explicit cotangent (only one-element outputs default to 1)");
+    seed = Tensor::ones(output.shape());
+  }
+  check(seed.shape() == output.shape(), "backward: cotangent shape ", seed.shape(),
+        " differs from output shape ", output.shape());
+  if (!output.grad_fn()) {  // the output is itself a leaf
+    if (wanted.count(output.impl())) deliver(output.impl(), seed);
+    return;
+  }
+
+  // Reverse topological order by iterative depth-first search.
+  std::vector<Node*> order;
+  std::unordered_set<Node*> seen;
+  std::vector<std::pair<Node*, size_t>> stack{{output.grad_fn().get(), 0}};
+  seen.insert(output.grad_fn().get());
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      const Tensor& in = node->inputs[next++];
+      Node* child = in.defined() ? in.grad_fn().get() : nullptr;
+      if (child && seen.insert(child).second) stack.push_back({child, 0});
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  // `order` is post-order (inputs before users); a node reaches a wanted key when it is
+  // wanted itself or any input does.
+  std::unordered_set<const void*> reaches;
+  for (Node* node : order) {
+    bool any = wanted.count(node) > 0;
+    node->needs.assign(node->inputs.size(), false);
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      const Tensor& in = node->inputs[i];
+      if (!in.defined() || !in.requires_grad()) continue;
+      const void* k = key_of(in);
+      if (wanted.count(k) || reaches.count(k)) node->needs[i] = any = true;
+    }
+    if (any) reaches.insert(node);
+  }
+
+  NoGrad no_grad;
+  std::unordered_map<const void*, Tensor> pending{{output.grad_fn().get(), seed}};
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* node = *it;
+    auto found = pending.find(node);
+    if (found == pending.end()) continue;  // nothing flows through this node
+    Tensor cot = std::move(found->second);
+    pending.erase(found);
+    if (wanted.count(node)) deliver(node, cot);
+    if (!reaches.count(node)) continue;
+    bool any_need = std::any_of(node->needs.begin(), node->needs.end(), [](bool b) { return b; });
+    if (!any_need) continue;
+    std::vector<Tensor> cots = node->vjp(cot, transport);
+    check(cots.size() == node->inputs.size(), "backward: ", node->name(), " returned ", cots.size(),
+          " cotangents for ", node->inputs.size(), " inputs");
+    for (size_t i = 0; i < cots.size(); ++i) {
+      if (!node->needs[i] || !cots[i].defined()) continue;
+      const Tensor& in = node->inputs[i];
+      check(cots[i].shape() == in.shape(), "backward: ", node->name(), " returned a cotangent of shape ",
+            cots[i].shape(), " for input ", i, " of shape ", in.shape());
+      const void* k = key_of(in);
+      if (in.grad_fn()) accumulate(pending[k], cots[i]);
+      else deliver(k, cots[i]);
+    }
+  }
+}
+
+}  // namespace
+
+bool grad_enabled() { return recording; }
+NoGrad::NoGrad() : previous_(recording) { recording = false; }
+NoGrad::~NoGrad() { recording = previous_; }
+
+bool needs_grad(std::initializer_list<Tensor> inputs) {
+  if (!recording) return false;
+  for (const Tensor& t : inputs)
+    if (t.requires_grad()) return true;
+  return false;
+}
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!recording) return false;
+  for (const Tensor& t : inputs)
+    if (t.requires_grad()) return true;
+  return false;
+}
+
+void attach(Tensor& out, std::shared_ptr<Node> node, std::vector<Tensor> inputs) {
+  node->inputs = std::move(inputs);
+  out.impl()->grad_fn = std::move(node);
+}
+
+void backward(const Tensor& output, const Tensor& cotangent, const Transport& transport) {
+  // Every leaf that requires grad is wanted; collect them from the graph.
+  std::unordered_set<const void*> leaves;
+  std::unordered_map<const void*, TensorImpl*> impl_of;
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+  if (output.defined() && output.grad_fn()) {
+    stack.push_back(output.grad_fn().get());
+    seen.insert(stack.back());
+  } else if (output.defined() && output.requires_grad()) {
+    leaves.insert(output.impl());
+    impl_of[output.impl()] = output.impl();
+  }
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const Tensor& in : node->inputs) {
+      if (!in.defined()) continue;
+      if (in.grad_fn()) {
+        if (seen.insert(in.grad_fn().get()).second) stack.push_back(in.grad_fn().get());
+      } else if (in.requires_grad()) {
+        leaves.insert(in.impl());
+        impl_of[in.impl()] = in.impl();
+      }
+    }
+  }
+  run(output, cotangent, transport, leaves, [&](const void* key, const Tensor& cot) {
+    TensorImpl* leaf = impl_of.at(key);
+    Tensor g(leaf->grad);
+    accumulate(g, cot);
+    leaf->grad = g.impl_ptr();
+  });
+}
+
+std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent,
+                         const Transport& transport) {
+  std::unordered_set<const void*> wanted;
+  for (const Tensor& t : wrt) {
+    check(t.defined(), "grad: an undefined tensor among the inputs to differentiate");
+    wanted.insert(key_of(t));
+  }
+  std::unordered_map<const void*, Tensor> got;
+  run(output, cotangent, transport, wanted,
+      [&](const void* key, const Tensor& cot) { accumulate(got[key], cot); });
+  std::vector<Tensor> result;
+  for (const Tensor& t : wrt) {
+    auto it = got.find(key_of(t));
+    result.push_back(it == got.end() ? Tensor::zeros(t.shape()) : it->second);
+  }
+  return result;
+}
+
+std::vector<Tensor> vjp(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                        const std::vector<Tensor>& primals, const Tensor& cotangent,
+                        const Transport& transport) {
+  std::vector<Tensor> leaves;
+  for (const Tensor& p : primals) {
+    Tensor leaf = p.detach();
+    leaf.requires_grad_();
+    leaves.push_back(leaf);
+  }
+  Tensor out = f(leaves);
+  return grad(out, leaves, cotangent, transport);
+}
+
+}  // namespace adjoint

@@ -1,0 +1,197 @@
+#include "engine/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+
+namespace adjoint {
+
+namespace {
+
+std::shared_ptr<TensorImpl> fresh(const Shape& shape) {
+  for (int64_t d : shape) check(d >= 0, "Tensor: negative extent in shape ", shape);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<std::vector<float>>(static_cast<size_t>(numel(shape)));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  return impl;
+}
+
+// The identity on values; exists so that a strided view made dense keeps its history.
+class ContiguousNode : public Node {
+public:
+  std::string name() const override { return "contiguous"; }
+  std::vector<Tensor> vjp(const Tensor& cotangent, const Transport&) override { return {cotangent}; }
+};
+
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape) { return Tensor(fresh(shape)); }
+Tensor Tensor::zeros(const Shape& shape) { return Tensor(fresh(shape)); }  // vector zero-fills
+Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
+Tensor Tensor::full(const Shape& shape, float value) {
+  Tensor t = empty(shape);
+  t.fill_(value);
+  return t;
+}
+Tensor Tensor::scalar(float value) { return full({}, value); }
+Tensor Tensor::from_vector(const Shape& shape, std::vector<float> values) {
+  check(static_cast<int64_t>(values.size()) == adjoint::numel(shape), "Tensor::from_vector: ",
+        values.size(), " values do not fill shape ", shape);
+  auto impl = fresh({});
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  *impl->storage = std::move(values);
+  return Tensor(impl);
+}
+
+TensorImpl& Tensor::checked() const {
+  check(impl_ != nullptr, "Tensor: use of an undefined tensor");
+  return *impl_;
+}
+
+const Shape& Tensor::shape() const { return checked().shape; }
+const Shape& Tensor::strides() const { return checked().strides; }
+int64_t Tensor::size(int64_t axis) const { return shape()[normalize_axis(axis, dim(), "Tensor::size")]; }
+int64_t Tensor::numel() const { return adjoint::numel(shape()); }
+
+bool Tensor::is_contiguous() const {
+  const TensorImpl& t = checked();
+  int64_t expected = 1;
+  for (size_t i = t.shape.size(); i-- > 0;) {
+    if (t.shape[i] != 1 && t.strides[i] != expected) return false;
+    expected *= t.shape[i];
+  }
+  return true;
+}
+
+void copy_to_dense(const Tensor& src, float* dst) {
+  const TensorImpl& t = *src.impl();
+  const float* base = t.storage->data() + t.offset;
+  const int64_t rank = static_cast<int64_t>(t.shape.size());
+  const int64_t n = numel(t.shape);
+  if (n == 0) return;
+  if (src.is_contiguous()) {
+    std::memcpy(dst, base, sizeof(float) * static_cast<size_t>(n));
+    return;
+  }
+  // Walk the index like an odometer; the innermost axis is a strided run.
+  const int64_t inner = rank ? t.shape[rank - 1] : 1;
+  const int64_t inner_stride = rank ? t.strides[rank - 1] : 0;
+  std::vector<int64_t> index(static_cast<size_t>(std::max<int64_t>(rank - 1, 0)), 0);
+  int64_t pos = 0;  // offset of the current run
+  for (int64_t done = 0; done < n; done += inner) {
+    const float* run = base + pos;
+    for (int64_t j = 0; j < inner; ++j) *dst++ = run[j * inner_stride];
+    for (int64_t a = rank - 2; a >= 0; --a) {
+      pos += t.strides[a];
+      if (++index[a] < t.shape[a]) break;
+      pos -= t.strides[a] * t.shape[a];
+      index[a] = 0;
+    }
+  }
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  Tensor out = empty(shape());
+  copy_to_dense(*this, out.data());
+  if (needs_grad({*this})) attach(out, std::make_shared<ContiguousNode>(), {*this});
+  return out;
+}
+
+float* Tensor::data() {
+  TensorImpl& t = checked();
+  check(is_contiguous(), "Tensor::data: tensor of shape ", t.shape, " is not contiguous");
+  return t.storage->data() + t.offset;
+}
+const float* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
+
+float Tensor::at(std::initializer_list<int64_t> index) const {
+  const TensorImpl& t = checked();
+  check(static_cast<int64_t>(index.size()) == dim(), "Tensor::at: ", index.size(),
+        " indices for a tensor of shape ", t.shape);
+  int64_t pos = t.offset, a = 0;
+  for (int64_t i : index) {
+    check(i >= 0 && i < t.shape[a], "Tensor::at: index ", i, " out of range on axis ", a,
+          " of shape ", t.shape);
+    pos += i * t.strides[a++];
+  }
+  return (*t.storage)[static_cast<size_t>(pos)];
+}
+
+float Tensor::item() const {
+  check(numel() == 1, "Tensor::item: tensor of shape ", shape(), " has ", numel(), " elements");
+  return (*impl_->storage)[static_cast<size_t>(impl_->offset)];
+}
+
+std::vector<float> Tensor::to_vector() const {
+  std::vector<float> v(static_cast<size_t>(numel()));
+  copy_to_dense(*this, v.data());
+  return v;
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl& t = checked();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage;
+  impl->shape = t.shape;
+  impl->strides = t.strides;
+  impl->offset = t.offset;
+  return Tensor(impl);
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape());
+  copy_to_dense(*this, out.data());
+  return out;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  check(src.shape() == shape(), "Tensor::copy_from: source shape ", src.shape(),
+        " differs from destination shape ", shape());
+  if (is_contiguous()) {
+    copy_to_dense(src, data());
+    return;
+  }
+  throw Error(cat("Tensor::copy_from: destination of shape ", shape(), " is not contiguous"));
+}
+
+void Tensor::fill_(float value) {
+  float* p = data();
+  std::fill(p, p + numel(), value);
+}
+
+bool Tensor::requires_grad() const {
+  return defined() && (impl_->requires_grad || impl_->grad_fn != nullptr);
+}
+Tensor& Tensor::requires_grad_(bool on) {
+  check(is_leaf(), "Tensor::requires_grad_: only leaves (tensors made outside autograd) can ask for grads");
+  checked().requires_grad = on;
+  return *this;
+}
+bool Tensor::is_leaf() const { return checked().grad_fn == nullptr; }
+const std::shared_ptr<Node>& Tensor::grad_fn() const { return checked().grad_fn; }
+Tensor Tensor::grad() const { return Tensor(checked().grad); }
+void Tensor::zero_grad() { checked().grad.reset(); }
+void Tensor::set_grad(const Tensor& g) {
+  check(!g.defined() || g.shape() == shape(), "Tensor::set_grad: gradient shape ", g.shape(),
+        " differs from tensor shape ", shape());
+  checked().grad = g.impl_ptr();
+}
+
+Tensor Tensor::view_as_strided(const Shape& new_shape, const Shape& new_strides, int64_t new_offset) const {
+  const TensorImpl& t = checked();
+  check(new_shape.size() == new_strides.size(), "Tensor::view_as_strided: shape ", new_shape,
+        " and strides ", new_strides, " differ in rank");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = t.storage;
+  impl->shape = new_shape;
+  impl->strides = new_strides;
+  impl->offset = new_offset;
+  return Tensor(impl);
+}
+
+}  // namespace adjoint

@@ -1,0 +1,40 @@
+// Transports: the three ways a cotangent can be carried backwards (METHODS.md §1.2).
+//
+//   Gradient      the exact vector-Jacobian product Jᵀu; training always uses it.
+//   Pullback      the adjoint of the input-conditioned linear map W(x)ᵀu: gates, routing,
+//                 normalisation statistics and attention patterns are held fixed.
+//   SoftPullback  the pullback with every hard gate softened at a per-layer-kind
+//                 temperature; the forward pass is never changed.
+//
+// Ops whose map is affine in the input (linear, conv, BN in eval, pooling by averaging,
+// add, reshape, concat...) implement one rule for all three.
+#pragma once
+
+namespace adjoint {
+
+enum class TransportKind { Gradient, Pullback, SoftPullback };
+
+// Soft-pullback temperatures per layer kind, with the published defaults.
+struct Temperatures {
+  float relu = 0.6f;       // Φ(z/τ)·u
+  float gelu = 1.0f;       // Φ(z/τ)·u
+  float silu = 1.6f;       // σ(z/τ)·u
+  float max_pool = 0.3f;   // softmax(window/τ) spread
+  float attention = 1.0f;  // softmax(QKᵀ·s/τ), through V only
+};
+
+struct Transport {
+  TransportKind kind = TransportKind::Gradient;
+  Temperatures tau;
+
+  static Transport gradient() { return {TransportKind::Gradient, {}}; }
+  static Transport pullback() { return {TransportKind::Pullback, {}}; }
+  static Transport soft_pullback(Temperatures t = {}) { return {TransportKind::SoftPullback, t}; }
+
+  bool is_gradient() const { return kind == TransportKind::Gradient; }
+  bool is_soft() const { return kind == TransportKind::SoftPullback; }
+};
+
+const char* to_string(TransportKind kind);
+
+}  // namespace adjoint

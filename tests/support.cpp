@@ -1,0 +1,111 @@
+#include "tests/support.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/random.h"
+
+namespace adjoint::testing {
+
+Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
+  Generator gen(seed);
+  return uniform(shape, lo, hi, gen);
+}
+
+namespace {
+// ⟨u, f(x)⟩ in double.
+double project(const Fn& f, const std::vector<Tensor>& inputs, const std::vector<float>& u) {
+  Tensor out = f(inputs);
+  std::vector<float> v = out.to_vector();
+  double s = 0;
+  for (size_t i = 0; i < v.size(); ++i) s += double(u[i]) * double(v[i]);
+  return s;
+}
+}  // namespace
+
+void check_gradients(const Fn& f, const std::vector<Tensor>& inputs, GradCheckOptions options,
+                     std::vector<bool> check_input) {
+  if (check_input.empty()) check_input.assign(inputs.size(), true);
+  Tensor probe;
+  {
+    NoGrad no_grad;
+    probe = f(inputs);
+  }
+  Tensor u = random_tensor(probe.shape(), options.seed);
+  std::vector<float> uv = u.to_vector();
+  std::vector<Tensor> analytic = vjp(f, inputs, u, Transport::gradient());
+
+  NoGrad no_grad;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!check_input[k]) continue;
+    Tensor x = inputs[k].clone();
+    std::vector<Tensor> args = inputs;
+    args[k] = x;
+    float* p = x.data();
+    std::vector<float> a = analytic[k].to_vector();
+    double numeric_norm = 0, worst = 0;
+    int64_t worst_at = -1, bad = 0;
+    double worst_num = 0, worst_ana = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const float saved = p[i];
+      p[i] = static_cast<float>(saved + options.eps);
+      const double plus = project(f, args, uv);
+      p[i] = static_cast<float>(saved - options.eps);
+      const double minus = project(f, args, uv);
+      p[i] = saved;
+      const double numeric = (plus - minus) / (2 * options.eps);
+      numeric_norm += numeric * numeric;
+      const double err = std::abs(a[i] - numeric);
+      const double allowed = options.atol + options.rtol * std::abs(numeric);
+      if (err > allowed) ++bad;
+      if (err - allowed > worst) worst = err - allowed, worst_at = i, worst_num = numeric, worst_ana = a[i];
+    }
+    INFO("input ", k, " of shape ", to_string(x.shape()), ": ", bad, " mismatches; worst at ", worst_at,
+         " analytic ", worst_ana, " numeric ", worst_num);
+    CHECK(bad == 0);
+    CHECK_MESSAGE(numeric_norm > 0, "numerical gradient of input ", k, " is identically zero");
+  }
+}
+
+const SafetensorsFile& fixture(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, SafetensorsFile> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(name);
+  if (it == cache.end())
+    it = cache.emplace(name, read_safetensors(std::string(ADJOINT_SOURCE_DIR) + "/tests/goldens/" + name +
+                                              ".safetensors"))
+             .first;
+  return it->second;
+}
+
+Tensor golden(const std::string& fixture_name, const std::string& tensor_name) {
+  const SafetensorsFile& file = fixture(fixture_name);
+  auto it = file.tensors.find(tensor_name);
+  check(it != file.tensors.end(), "fixture ", fixture_name, ": no tensor named '", tensor_name, "'");
+  return it->second;
+}
+
+void check_close(const Tensor& actual, const Tensor& expected, double rtol, double atol, const std::string& what) {
+  INFO(what, ": shapes ", to_string(actual.shape()), " vs expected ", to_string(expected.shape()));
+  REQUIRE(actual.shape() == expected.shape());
+  std::vector<float> a = actual.to_vector(), e = expected.to_vector();
+  int64_t bad = 0, worst_at = -1;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double err = std::abs(double(a[i]) - double(e[i]));
+    const double allowed = atol + rtol * std::abs(double(e[i]));
+    if (!(err <= allowed)) ++bad;  // NaN counts as bad
+    if (!(err - allowed <= worst)) worst = std::isnan(err) ? INFINITY : err - allowed, worst_at = int64_t(i);
+  }
+  INFO(what, ": ", bad, " of ", a.size(), " elements differ; worst at ", worst_at,
+       worst_at >= 0 ? cat(" (actual ", a[worst_at], ", expected ", e[worst_at], ")") : std::string());
+  CHECK(bad == 0);
+}
+
+}  // namespace adjoint::testing

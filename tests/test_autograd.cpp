@@ -1,0 +1,112 @@
+// The autograd core, tested with tiny ops defined here so that it stands on its own.
+#include <doctest/doctest.h>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/random.h"
+#include "engine/threads.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+
+namespace {
+// y = a * x elementwise (both recorded), with a transport-dependent rule so the tests
+// can see which transport ran: the pullback freezes `a` (no cotangent for it).
+class ScaleNode : public Node {
+public:
+  std::string name() const override { return "test_scale"; }
+  std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
+    Tensor gx = Tensor::empty(u.shape()), ga = Tensor::empty(u.shape());
+    const float *pu = u.data(), *pa = inputs[0].data(), *px = inputs[1].data();
+    for (int64_t i = 0; i < u.numel(); ++i) gx.data()[i] = pu[i] * pa[i], ga.data()[i] = pu[i] * px[i];
+    if (!t.is_gradient()) return {Tensor(), gx};
+    return {ga, gx};
+  }
+};
+Tensor scale(const Tensor& a, const Tensor& x) {
+  Tensor out = Tensor::empty(x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) out.data()[i] = a.data()[i] * x.data()[i];
+  if (needs_grad({a, x})) attach(out, std::make_shared<ScaleNode>(), {a, x});
+  return out;
+}
+}  // namespace
+
+TEST_CASE("tensor views share storage and contiguous() copies only when needed") {
+  Tensor t = Tensor::from_vector({2, 3}, {0, 1, 2, 3, 4, 5});
+  CHECK(t.is_contiguous());
+  Tensor tt = t.view_as_strided({3, 2}, {1, 3}, 0);  // the transpose
+  CHECK_FALSE(tt.is_contiguous());
+  CHECK(tt.at({2, 1}) == 5.0f);
+  CHECK(tt.to_vector() == std::vector<float>{0, 3, 1, 4, 2, 5});
+  Tensor c = tt.contiguous();
+  CHECK(c.is_contiguous());
+  CHECK(c.impl()->storage != t.impl()->storage);
+  CHECK(t.contiguous().impl() == t.impl());
+  Tensor b = t.view_as_strided({4, 3}, {0, 1}, 3);  // broadcast of the second row
+  CHECK(b.to_vector() == std::vector<float>{3, 4, 5, 3, 4, 5, 3, 4, 5, 3, 4, 5});
+  CHECK_THROWS_WITH_AS(tt.data(), doctest::Contains("not contiguous"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::from_vector({2, 2}, {1, 2, 3}), doctest::Contains("[2, 2]"), Error);
+  CHECK_THROWS_WITH_AS(t.at({0, 3}), doctest::Contains("out of range"), Error);
+}
+
+TEST_CASE("backward accumulates over shared uses and into leaves") {
+  Tensor a = Tensor::from_vector({3}, {1, 2, 3}).requires_grad_();
+  Tensor x = Tensor::from_vector({3}, {4, 5, 6}).requires_grad_();
+  // y = a*(a*x): dy/da = 2 a x, dy/dx = a².
+  Tensor y = scale(a, scale(a, x));
+  backward(y, Tensor::ones({3}));
+  CHECK(a.grad().to_vector() == std::vector<float>{8, 20, 36});
+  CHECK(x.grad().to_vector() == std::vector<float>{1, 4, 9});
+  backward(y, Tensor::ones({3}));  // a second pass accumulates
+  CHECK(a.grad().to_vector() == std::vector<float>{16, 40, 72});
+  a.zero_grad();
+  CHECK_FALSE(a.grad().defined());
+}
+
+TEST_CASE("grad and vjp return cotangents without touching .grad, per transport") {
+  Tensor a = Tensor::from_vector({2}, {2, 3}).requires_grad_();
+  Tensor x = Tensor::from_vector({2}, {5, 7}).requires_grad_();
+  Tensor h = scale(a, x);
+  Tensor y = scale(a, h);
+  auto g = grad(y, {a, x, h}, Tensor::ones({2}));
+  CHECK(g[0].to_vector() == std::vector<float>{20, 42});  // 2 a x
+  CHECK(g[1].to_vector() == std::vector<float>{4, 9});
+  CHECK(g[2].to_vector() == std::vector<float>{2, 3});  // an intermediate tensor
+  CHECK_FALSE(a.grad().defined());
+  // Under the pullback `a` is a frozen gate: nothing reaches it.
+  auto p = grad(y, {a, x}, Tensor::ones({2}), Transport::pullback());
+  CHECK(p[0].to_vector() == std::vector<float>{0, 0});
+  CHECK(p[1].to_vector() == std::vector<float>{4, 9});
+  auto v = vjp([&](const std::vector<Tensor>& in) { return scale(a, in[0]); }, {x}, Tensor::ones({2}));
+  CHECK(v[0].to_vector() == std::vector<float>{2, 3});
+  CHECK_FALSE(a.grad().defined());
+}
+
+TEST_CASE("NoGrad stops recording; shape errors name the shapes") {
+  Tensor a = Tensor::ones({2}).requires_grad_();
+  {
+    NoGrad off;
+    CHECK_FALSE(scale(a, a).requires_grad());
+  }
+  CHECK(scale(a, a).requires_grad());
+  CHECK_THROWS_WITH_AS(backward(scale(a, a)), doctest::Contains("needs an explicit cotangent"), Error);
+  CHECK_THROWS_WITH_AS(backward(scale(a, a), Tensor::ones({3})), doctest::Contains("[3]"), Error);
+}
+
+TEST_CASE("Philox draws do not depend on the thread count") {
+  set_num_threads(1);
+  Generator g1(42);
+  std::vector<float> one = normal({100000}, 0, 1, g1).to_vector();
+  set_num_threads(2);
+  Generator g2(42);
+  std::vector<float> two = normal({100000}, 0, 1, g2).to_vector();
+  CHECK(one == two);
+  double mean = 0, sq = 0;
+  for (float v : one) mean += v, sq += double(v) * v;
+  mean /= one.size();
+  CHECK(std::abs(mean) < 0.02);
+  CHECK(std::abs(sq / one.size() - 1.0) < 0.02);
+  Generator g3(43);
+  CHECK(normal({4}, 0, 1, g3).to_vector() != std::vector<float>(one.begin(), one.begin() + 4));
+  set_num_threads(0);
+}
