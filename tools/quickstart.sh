@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Fresh-machine set-up for adjoint (Debian bookworm, as root or with sudo).
+#   tools/quickstart.sh demo   install what is missing, build, run the main job
+#   tools/quickstart.sh test   install what is missing, build, run the whole test suite
+# Options through the environment: BUILD_DIR (default build), THREADS (default all cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-demo}
+build=${BUILD_DIR:-build}
+
+packages=(g++ meson ninja-build pkg-config cmake libopenblas-dev libtbb-dev libstb-dev doctest-dev
+          zlib1g-dev dataset-fashion-mnist)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+[ -d "$build" ] || meson setup "$build" --buildtype=release
+ninja -C "$build" -j"$(nproc)"
+
+threads=()
+[ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
+
+case "$mode" in
+  demo)
+    "$build"/tools/adjoint "${threads[@]}" bench --quick
+    if "$build"/tools/adjoint --help | grep -q '^  train'; then
+      "$build"/tools/adjoint "${threads[@]}" train --model resnet18 --data fashion-mnist --quick --out runs/quickstart
+    fi
+    ;;
+  test)
+    log=$(mktemp)
+    set +e
+    "$build"/tests/adjoint_tests --no-version 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    set -e
+    # doctest's totals as the plain closing line CI reads.
+    line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -n 1)
+    passed=$(echo "$line" | sed -E 's/.*\| *([0-9]+) passed.*/\1/')
+    failed=$(echo "$line" | sed -E 's/.*\| *([0-9]+) failed.*/\1/')
+    rm -f "$log"
+    echo "${passed:-0} passed, ${failed:-1} failed"
+    exit "$status"
+    ;;
+  *)
+    echo "usage: tools/quickstart.sh demo|test" >&2
+    exit 2
+    ;;
+esac
