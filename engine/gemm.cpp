@@ -3,12 +3,53 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 #include "engine/threads.h"
+
+// OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels from the CPU model when
+// the library loads. Models newer than the library (e.g. Emerald Rapids, family 6 model
+// 207, with OpenBLAS 0.3.21) fall back to the generic "Prescott" SSE3 kernels, five times
+// slower than the AVX-512 ones on the same chip. These two entry points re-run that choice;
+// they are weak so that an OpenBLAS built for one fixed CPU (without them) still links.
+extern "C" {
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+char* openblas_get_corename(void) __attribute__((weak));
+}
 
 namespace adjoint {
 
 namespace {
+
+// Re-selects OpenBLAS's kernels once, before the first product, when it fell back to a
+// generic core on a CPU that has AVX-512 or AVX2. A user's OPENBLAS_CORETYPE is respected.
+void select_blas_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit || !openblas_get_corename) return;
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+    const char* core = openblas_get_corename();
+    const bool generic = core == nullptr || std::strcmp(core, "Prescott") == 0 || std::strcmp(core, "Core2") == 0 ||
+                         std::strcmp(core, "Nehalem") == 0 || std::strcmp(core, "Sandybridge") == 0;
+    if (!generic) return;
+    __builtin_cpu_init();
+    const char* wanted = nullptr;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+      wanted = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      wanted = "Haswell";
+    if (wanted == nullptr || std::strcmp(core, wanted) == 0) return;
+    // The library reads the variable only inside gotoblas_dynamic_init; unset it after so
+    // that child processes choose for themselves.
+    setenv("OPENBLAS_CORETYPE", wanted, 1);
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+  });
+}
 
 // One single-threaded sgemm (OpenBLAS is pinned to one thread by engine/threads.cpp).
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -18,28 +59,60 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
               static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
 }
 
-// Work below which a product is not worth splitting (flops).
-constexpr double kSplitFlops = 4.0e6;
-// Panel width: wide enough to keep sgemm near peak, narrow enough to feed 2+ cores.
-constexpr int64_t kPanel = 256;
+// Work below which a product is not worth splitting (flops): about 100 µs of one core.
+constexpr double kSplitFlops = 1.6e7;
+// Target panel extent. Narrower panels repack the other operand more often and lose
+// 5-10% of sgemm's rate (measured: 256 wide vs 512 wide at K=576..4608).
+constexpr int64_t kPanel = 512;
+// No panel narrower than this (the packing of the other operand would dominate).
+constexpr int64_t kMinPanel = 128;
+// Panels are multiples of the kernels' register tile.
+constexpr int64_t kTile = 16;
+
+// Splits `extent` into panels of about kPanel, as equal as the tile allows, and into an even
+// number of them (so that two or four cores share evenly), never narrower than kMinPanel.
+// Depends only on the extent, so the split (and thus every bit of the result) is the same
+// at any thread count.
+int64_t panel_width(int64_t extent) {
+  int64_t count = std::max<int64_t>(1, (extent + kPanel / 2) / kPanel);
+  if (count % 2 == 1 && extent >= (count + 1) * kMinPanel) ++count;
+  const int64_t width = (extent + count - 1) / count;
+  return (width + kTile - 1) / kTile * kTile;
+}
+
+// C = beta · C, the whole product when K = 0 (BLAS rejects a zero leading dimension).
+void scale(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    float* row = C + i * ldc;
+    if (beta == 0.0f) std::fill(row, row + N, 0.0f);
+    else
+      for (int64_t j = 0; j < N; ++j) row[j] *= beta;
+  }
+}
 
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  if (K == 0) return scale(M, N, beta, C, ldc);
+  select_blas_kernels();
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  if (flops < kSplitFlops || num_threads() == 1 || (M <= kPanel && N <= kPanel)) {
+  const int64_t split = N >= M ? N : M;
+  const int64_t width = panel_width(split);
+  // The split is decided by the shape alone (never by the thread count): a single-threaded
+  // run executes the same panels one after the other.
+  if (flops < kSplitFlops || width >= split) {
     sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   if (N >= M) {  // column panels: C[:, j0:j1] = op(A) · op(B)[:, j0:j1]
-    parallel_for(N, kPanel, [&](int64_t j0, int64_t j1) {
+    parallel_for(N, width, [&](int64_t j0, int64_t j1) {
       const float* Bj = tb ? B + j0 * ldb : B + j0;
       sgemm(ta, tb, M, j1 - j0, K, alpha, A, lda, Bj, ldb, beta, C + j0, ldc);
     });
   } else {  // row panels: C[i0:i1, :] = op(A)[i0:i1, :] · op(B)
-    parallel_for(M, kPanel, [&](int64_t i0, int64_t i1) {
+    parallel_for(M, width, [&](int64_t i0, int64_t i1) {
       const float* Ai = ta ? A + i0 : A + i0 * lda;
       sgemm(ta, tb, i1 - i0, N, K, alpha, Ai, lda, B, ldb, beta, C + i0 * ldc, ldc);
     });
@@ -49,16 +122,29 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 void gemm_batched(int64_t count, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C,
                   int64_t ldc, int64_t stride_c) {
+  if (count == 0 || M == 0 || N == 0) return;
+  if (K == 0) {
+    for (int64_t b = 0; b < count; ++b) scale(M, N, beta, C + b * stride_c, ldc);
+    return;
+  }
+  select_blas_kernels();
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  if (flops >= 8 * kSplitFlops) {  // each product is big: split inside it
+  if (flops >= kSplitFlops) {  // each product is big: split inside it
     for (int64_t b = 0; b < count; ++b)
       gemm(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
     return;
   }
-  parallel_for(count, 1, [&](int64_t b0, int64_t b1) {
+  // Small products: several per task, about kSplitFlops of work each.
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kSplitFlops / std::max(flops, 1.0)));
+  parallel_for(count, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
       sgemm(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
   });
+}
+
+const char* blas_kernels() {
+  select_blas_kernels();
+  return openblas_get_corename ? openblas_get_corename() : "unknown";
 }
 
 }  // namespace adjoint

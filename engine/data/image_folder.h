@@ -1,0 +1,41 @@
+// A folder of images, one sub-folder per class: root/<class>/<file>.{png,jpg,jpeg,bmp}.
+//
+// Classes are the sub-folder names sorted bytewise (label = position in that order);
+// files are sorted by name inside each class. Images are decoded on demand by stb_image
+// (so a loader decodes a batch in parallel), converted to the requested channel count
+// (1 grey, 3 RGB, 4 RGBA) and resized bilinearly to height × width when their size
+// differs. Every file's header is checked when the folder is opened, so an unreadable
+// image is reported up front, by name, rather than in the middle of training.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+
+namespace adjoint {
+
+class ImageFolder : public Dataset {
+public:
+  ImageFolder(const std::string& root, int64_t channels, int64_t height, int64_t width);
+
+  std::string name() const override { return "image-folder:" + root_; }
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  Shape shape() const override { return {channels_, height_, width_}; }
+  int64_t num_classes() const override { return static_cast<int64_t>(classes_.size()); }
+  using Dataset::get;  // keeps the classification shorthand visible
+  void get(int64_t index, float* input, int64_t* targets) const override;
+  int64_t label(int64_t index) const override;
+
+  const std::vector<std::string>& classes() const { return classes_; }
+  const std::string& file(int64_t index) const;
+
+private:
+  std::string root_;
+  int64_t channels_, height_, width_;
+  std::vector<std::string> classes_;
+  std::vector<std::string> files_;
+  std::vector<int64_t> labels_;
+};
+
+}  // namespace adjoint

@@ -1,0 +1,572 @@
+// The data layer: file formats (IDX, CIFAR-10, image folders), synthetic datasets,
+// transforms and the Loader's reproducibility guarantees. Every file is written here,
+// into a temporary folder; only the Fashion-MNIST check reads an installed dataset.
+#include <doctest/doctest.h>
+#include <stb/stb_image_write.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/data/cifar.h"
+#include "engine/data/dataset.h"
+#include "engine/data/idx.h"
+#include "engine/data/image_folder.h"
+#include "engine/data/loader.h"
+#include "engine/data/synthetic.h"
+#include "engine/data/transform.h"
+#include "engine/error.h"
+#include "engine/threads.h"
+
+using namespace adjoint;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh folder under the system temp dir, removed with everything in it at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() / ("adjoint_data_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<uint8_t> bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Deterministic byte pattern so every pixel is distinguishable.
+std::vector<uint8_t> pattern(size_t n, int salt) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>((i * 37 + static_cast<size_t>(salt) * 11) % 256);
+  return v;
+}
+
+std::vector<float> example_input(const Dataset& d, int64_t i, int64_t* label = nullptr) {
+  std::vector<float> x(static_cast<size_t>(numel(d.shape())));
+  std::vector<int64_t> t(static_cast<size_t>(d.target_length()));
+  d.get(i, x.data(), t.data());
+  if (label) *label = t[0];
+  return x;
+}
+
+// Images whose pixels encode (index, position): lets loader tests see every example.
+class IndexedImages : public Dataset {
+public:
+  IndexedImages(int64_t n, Shape shape) : n_(n), shape_(std::move(shape)) {}
+  std::string name() const override { return "indexed-images"; }
+  int64_t size() const override { return n_; }
+  Shape shape() const override { return shape_; }
+  int64_t num_classes() const override { return 3; }
+  void get(int64_t index, float* input, int64_t* targets) const override {
+    check_index(index);
+    for (int64_t p = 0; p < numel(shape_); ++p) input[p] = static_cast<float>(index) + 0.001f * static_cast<float>(p);
+    targets[0] = index % 3;
+  }
+
+private:
+  int64_t n_;
+  Shape shape_;
+};
+
+// doctest's matcher wants its own string type.
+doctest::Contains contains(const std::string& text) { return doctest::Contains(text.c_str()); }
+
+}  // namespace
+
+TEST_CASE("data: IDX files round trip, gzipped and raw") {
+  TempDir dir;
+  IdxArray images{{3, 2, 4}, pattern(24, 1)};
+  IdxArray labels{{3}, {7, 0, 9}};
+  for (const std::string suffix : {"", ".gz"}) {
+    CAPTURE(suffix);
+    write_idx(dir / ("img" + suffix), images);
+    write_idx(dir / ("lab" + suffix), labels);
+    const IdxArray back = read_idx(dir / ("img" + suffix));
+    CHECK(back.dims == images.dims);
+    CHECK(back.data == images.data);
+    // The gzipped file really is compressed (zlib's magic), the raw one starts with the IDX magic.
+    const std::vector<uint8_t> head = bytes_of(dir / ("img" + suffix));
+    if (suffix.empty()) CHECK((head[0] == 0 && head[2] == 0x08 && head[3] == 3));
+    else CHECK((head[0] == 0x1f && head[1] == 0x8b));
+
+    IdxDataset d(dir / ("img" + suffix), dir / ("lab" + suffix), "tiny");
+    CHECK(d.size() == 3);
+    CHECK(d.shape() == Shape{1, 2, 4});
+    CHECK(d.num_classes() == 10);
+    for (int64_t i = 0; i < 3; ++i) {
+      int64_t label = -1;
+      const std::vector<float> x = example_input(d, i, &label);
+      CHECK(label == labels.data[static_cast<size_t>(i)]);
+      CHECK(d.label(i) == label);
+      for (int64_t p = 0; p < 8; ++p) CHECK(x[static_cast<size_t>(p)] == images.data[static_cast<size_t>(i * 8 + p)] / 255.0f);
+    }
+  }
+  // The split layout: gzipped train files, raw test files, found by name.
+  write_idx(dir / "train-images-idx3-ubyte.gz", images);
+  write_idx(dir / "train-labels-idx1-ubyte.gz", labels);
+  write_idx(dir / "t10k-images-idx3-ubyte", IdxArray{{1, 2, 4}, pattern(8, 2)});
+  write_idx(dir / "t10k-labels-idx1-ubyte", IdxArray{{1}, {4}});
+  const auto train = fashion_mnist("train", dir.path.string());
+  const auto test = mnist("test", dir.path.string());
+  CHECK(train->size() == 3);
+  CHECK(train->name() == "fashion-mnist/train");
+  CHECK(test->size() == 1);
+  CHECK(test->label(0) == 4);
+  CHECK_THROWS_WITH_AS(fashion_mnist("valid", dir.path.string()), doctest::Contains("unknown split 'valid'"), Error);
+  CHECK_THROWS_WITH_AS(fashion_mnist("train", dir / "nowhere"), doctest::Contains("no such file"), Error);
+}
+
+TEST_CASE("data: corrupt IDX files are errors naming the file and the fault") {
+  TempDir dir;
+  const IdxArray images{{2, 3, 3}, pattern(18, 3)};
+  const IdxArray labels{{2}, {1, 2}};
+  write_idx(dir / "good-img", images);
+  write_idx(dir / "good-lab", labels);
+  write_idx(dir / "good-img.gz", images);
+  const std::vector<uint8_t> raw = bytes_of(dir / "good-img");
+
+  auto expect = [&](const std::string& name, const std::vector<uint8_t>& bytes, const std::string& what) {
+    CAPTURE(name);
+    write_bytes(dir / name, bytes);
+    CHECK_THROWS_WITH_AS(read_idx(dir / name), contains(dir / name), Error);
+    CHECK_THROWS_WITH_AS(read_idx(dir / name), contains(what), Error);
+  };
+  std::vector<uint8_t> bad = raw;
+  bad[0] = 0x12;
+  expect("wrong-magic", bad, "not an IDX file");
+  bad = raw;
+  bad[2] = 0x0D;  // float type code
+  expect("wrong-type", bad, "type code");
+  expect("truncated-data", std::vector<uint8_t>(raw.begin(), raw.end() - 5), "truncated IDX data");
+  expect("truncated-header", std::vector<uint8_t>(raw.begin(), raw.begin() + 9), "truncated IDX header");
+  expect("tiny", std::vector<uint8_t>(raw.begin(), raw.begin() + 2), "no header");
+  bad = raw;
+  bad.push_back(0);
+  expect("trailing", bad, "unexpected bytes");
+
+  // A gzip stream cut in half: zlib notices the missing end.
+  const std::vector<uint8_t> gz = bytes_of(dir / "good-img.gz");
+  write_bytes(dir / "cut.gz", std::vector<uint8_t>(gz.begin(), gz.begin() + static_cast<long>(gz.size() / 2)));
+  CHECK_THROWS_WITH_AS(read_idx(dir / "cut.gz"), contains(dir / "cut.gz"), Error);
+  // Corrupted compressed bytes (past the gzip header): a data or CRC error.
+  bad = gz;
+  for (size_t i = 12; i < bad.size() - 8; ++i) bad[i] ^= 0x5A;
+  write_bytes(dir / "garbled.gz", bad);
+  CHECK_THROWS_WITH_AS(read_idx(dir / "garbled.gz"), contains(dir / "garbled.gz"), Error);
+
+  // Consistency between the two files of a dataset.
+  write_idx(dir / "three-lab", IdxArray{{3}, {0, 1, 2}});
+  CHECK_THROWS_WITH_AS(IdxDataset(dir / "good-img", dir / "three-lab", "x"),
+                       doctest::Contains("3 labels for 2 images"), Error);
+  write_idx(dir / "big-lab", IdxArray{{2}, {1, 10}});
+  CHECK_THROWS_WITH_AS(IdxDataset(dir / "good-img", dir / "big-lab", "x"),
+                       doctest::Contains("label 10 of example 1"), Error);
+  CHECK_THROWS_WITH_AS(IdxDataset(dir / "good-lab", dir / "good-lab", "x"),
+                       doctest::Contains("images must have 3 dimensions"), Error);
+  CHECK_THROWS_WITH_AS(read_idx(dir / "absent"), doctest::Contains("absent: no such file"), Error);
+  IdxDataset good(dir / "good-img", dir / "good-lab", "good");
+  std::vector<float> x(9);
+  CHECK_THROWS_WITH_AS(good.get(2, x.data()), doctest::Contains("good: example 2 is out of range [0, 2)"), Error);
+}
+
+TEST_CASE("data: CIFAR-10 binary batches round trip") {
+  TempDir dir;
+  constexpr size_t record = 3073;
+  // Batch b holds two records with labels b-1 and 9-(b-1); the test batch three.
+  auto batch = [&](int salt, std::vector<uint8_t> labels) {
+    std::vector<uint8_t> bytes;
+    for (size_t r = 0; r < labels.size(); ++r) {
+      bytes.push_back(labels[r]);
+      const std::vector<uint8_t> pixels = pattern(3072, salt * 10 + static_cast<int>(r));
+      bytes.insert(bytes.end(), pixels.begin(), pixels.end());
+    }
+    return bytes;
+  };
+  for (int b = 1; b <= 5; ++b)
+    write_bytes(dir / ("data_batch_" + std::to_string(b) + ".bin"),
+                batch(b, {static_cast<uint8_t>(b - 1), static_cast<uint8_t>(10 - b)}));
+  write_bytes(dir / "test_batch.bin", batch(7, {3, 1, 4}));
+
+  const auto train = cifar10(dir.path.string(), "train");
+  const auto test = cifar10(dir.path.string(), "test");
+  CHECK(train->size() == 10);
+  CHECK(test->size() == 3);
+  CHECK(train->shape() == Shape{3, 32, 32});
+  CHECK(train->name() == "cifar10/train");
+  int64_t label = -1;
+  const std::vector<float> x = example_input(*train, 7, &label);  // batch 4, record 1
+  CHECK(label == 6);
+  const std::vector<uint8_t> expected = pattern(3072, 4 * 10 + 1);
+  for (size_t i = 0; i < 3072; ++i) REQUIRE(x[i] == expected[i] / 255.0f);
+  CHECK(test->label(2) == 4);
+
+  std::vector<uint8_t> cut = batch(7, {3, 1});
+  cut.resize(record + 100);
+  write_bytes(dir / "test_batch.bin", cut);
+  CHECK_THROWS_WITH_AS(cifar10(dir.path.string(), "test"), contains(dir / "test_batch.bin"), Error);
+  CHECK_THROWS_WITH_AS(cifar10(dir.path.string(), "test"), doctest::Contains("100 bytes left over"), Error);
+  write_bytes(dir / "test_batch.bin", batch(7, {3, 12}));
+  CHECK_THROWS_WITH_AS(cifar10(dir.path.string(), "test"), doctest::Contains("label 12 of record 1"), Error);
+  fs::remove(dir.path / "data_batch_3.bin");
+  CHECK_THROWS_WITH_AS(cifar10(dir.path.string(), "train"), doctest::Contains("data_batch_3.bin: no such file"),
+                       Error);
+}
+
+TEST_CASE("data: image folder of PNGs, sorted classes, channel conversion and resize") {
+  TempDir dir;
+  constexpr int w = 6, h = 4;
+  // Interleaved RGB pixels of image (class c, number k).
+  auto rgb = [](int c, int k) {
+    std::vector<uint8_t> px(w * h * 3);
+    for (int i = 0; i < w * h * 3; ++i) px[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 13 + c * 70 + k * 31) % 256);
+    return px;
+  };
+  const std::vector<std::string> classes = {"b_dog", "a_cat"};  // written out of order
+  for (size_t c = 0; c < classes.size(); ++c) {
+    fs::create_directories(dir.path / classes[c]);
+    for (int k = 0; k < 2; ++k) {
+      const std::string file = dir / (classes[c] + "/img" + std::to_string(k) + ".png");
+      REQUIRE(stbi_write_png(file.c_str(), w, h, 3, rgb(static_cast<int>(c), k).data(), w * 3) != 0);
+    }
+  }
+  write_bytes(dir / "a_cat/notes.txt", {'h', 'i'});  // not an image: ignored
+
+  ImageFolder full(dir.path.string(), 3, h, w);
+  CHECK(full.size() == 4);
+  CHECK(full.classes() == std::vector<std::string>{"a_cat", "b_dog"});
+  CHECK(full.num_classes() == 2);
+  CHECK(full.shape() == Shape{3, h, w});
+  // Example 1 is a_cat/img1.png, written as class index 1 above; example 2 is b_dog/img0.png.
+  int64_t label = -1;
+  std::vector<float> x = example_input(full, 1, &label);
+  CHECK(label == 0);
+  CHECK(full.file(1).find("a_cat/img1.png") != std::string::npos);
+  const std::vector<uint8_t> px = rgb(1, 1);
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < w * h; ++i) REQUIRE(x[static_cast<size_t>(c * w * h + i)] == px[static_cast<size_t>(i * 3 + c)] / 255.0f);
+  CHECK(full.label(2) == 1);
+
+  // Grey conversion is stb's (luma-weighted); resizing follows resize_bilinear exactly.
+  ImageFolder grey(dir.path.string(), 1, h, w);
+  const std::vector<float> g = example_input(grey, 1);
+  CHECK(g.size() == size_t(w * h));
+  CHECK(g[0] > 0.0f);
+  ImageFolder small(dir.path.string(), 3, 2, 3);
+  const std::vector<float> s = example_input(small, 1);
+  std::vector<float> expected(3 * 2 * 3);
+  resize_bilinear(x.data(), 3, h, w, expected.data(), 2, 3);
+  CHECK(s == expected);
+
+  // An unreadable image is named when the folder is opened.
+  write_bytes(dir / "b_dog/broken.png", {1, 2, 3, 4, 5});
+  CHECK_THROWS_WITH_AS(ImageFolder(dir.path.string(), 3, h, w), doctest::Contains("b_dog/broken.png"), Error);
+  // A PNG whose header is intact but whose data is cut is named when decoded.
+  fs::remove(dir.path / "b_dog/broken.png");
+  const std::vector<uint8_t> png = bytes_of(dir / "b_dog/img1.png");
+  write_bytes(dir / "b_dog/img1.png", std::vector<uint8_t>(png.begin(), png.begin() + 40));
+  ImageFolder cut(dir.path.string(), 3, h, w);
+  CHECK_THROWS_WITH_AS(example_input(cut, 3), doctest::Contains("b_dog/img1.png: cannot decode image"), Error);
+  CHECK_THROWS_WITH_AS(ImageFolder(dir / "missing", 3, h, w), doctest::Contains("no such folder"), Error);
+  CHECK_THROWS_WITH_AS(ImageFolder(dir.path.string(), 2, h, w), doctest::Contains("channels must be 1, 3 or 4"),
+                       Error);
+}
+
+TEST_CASE("data: bilinear resize matches PyTorch's interpolate(align_corners=False)") {
+  // Reference values from torch 1.13 F.interpolate(mode="bilinear", align_corners=False).
+  const std::vector<float> up_in = {0, 1, 4, 9, 2, 5};
+  const std::vector<float> up_ref = {0.0f, 0.4f, 1.0f, 2.8f, 4.0f, 4.5f, 3.3f, 1.5f,
+                                     3.3f, 4.5f, 9.0f, 6.2f, 2.0f, 3.8f, 5.0f};
+  std::vector<float> up(15);
+  resize_bilinear(up_in.data(), 1, 2, 3, up.data(), 3, 5);
+  for (size_t i = 0; i < up.size(); ++i) CHECK(up[i] == doctest::Approx(up_ref[i]).epsilon(1e-5));
+
+  std::vector<float> down_in(16);
+  for (int i = 0; i < 16; ++i) down_in[static_cast<size_t>(i)] = std::pow(static_cast<float>(i), 1.5f) / 10.0f;
+  const std::vector<float> down_ref = {0.20150286f, 0.61116749f, 1.72019398f, 2.53307128f, 4.09861994f, 5.17079544f};
+  std::vector<float> down(6);
+  resize_bilinear(down_in.data(), 1, 4, 4, down.data(), 3, 2);
+  for (size_t i = 0; i < down.size(); ++i) CHECK(down[i] == doctest::Approx(down_ref[i]).epsilon(1e-5));
+}
+
+TEST_CASE("data: transforms normalise, crop with zero padding, flip, resize") {
+  Generator gen(3);
+  // 2 channels of 2×3.
+  const std::vector<float> img = {1, 2, 3, 4, 5, 6, 10, 20, 30, 40, 50, 60};
+  Shape shape = {2, 2, 3};
+
+  Normalize norm({1.0f, 10.0f}, {2.0f, 5.0f});
+  std::vector<float> out(12);
+  norm.apply(img.data(), shape, out.data(), gen);
+  CHECK(out[1] == 0.5f);
+  CHECK(out[7] == 2.0f);
+  CHECK_THROWS_WITH_AS(norm.output_shape({3, 2, 2}), doctest::Contains("2 channel statistics"), Error);
+  CHECK_THROWS_WITH_AS(Normalize({0.5f}, {0.0f}), doctest::Contains("not positive"), Error);
+
+  // Flip with p = 1 mirrors rows; p = 0 is the identity.
+  RandomHorizontalFlip always(1.0f), never(0.0f);
+  always.apply(img.data(), shape, out.data(), gen);
+  CHECK(out == std::vector<float>{3, 2, 1, 6, 5, 4, 30, 20, 10, 60, 50, 40});
+  never.apply(img.data(), shape, out.data(), gen);
+  CHECK(out == img);
+
+  // A padded crop is a window of the zero-padded image: every output value is either 0 or
+  // the image value at a single common offset. Over many draws all offsets occur.
+  RandomCrop crop(2, 3, 1);
+  CHECK(crop.output_shape(shape) == Shape{2, 2, 3});
+  std::set<std::pair<int, int>> offsets;
+  for (int draw = 0; draw < 200; ++draw) {
+    crop.apply(img.data(), shape, out.data(), gen);
+    bool found = false;
+    for (int dy = -1; dy <= 1 && !found; ++dy)
+      for (int dx = -1; dx <= 1 && !found; ++dx) {
+        bool match = true;
+        for (int c = 0; c < 2; ++c)
+          for (int y = 0; y < 2; ++y)
+            for (int x = 0; x < 3; ++x) {
+              const int sy = y + dy, sx = x + dx;
+              const float want = (sy >= 0 && sy < 2 && sx >= 0 && sx < 3) ? img[static_cast<size_t>((c * 2 + sy) * 3 + sx)] : 0.0f;
+              match = match && out[static_cast<size_t>((c * 2 + y) * 3 + x)] == want;
+            }
+        if (match) found = true, offsets.insert({dy, dx});
+      }
+    REQUIRE(found);
+  }
+  CHECK(offsets.size() == 9);
+  CHECK_THROWS_WITH_AS(RandomCrop(5, 5, 1).output_shape(shape), doctest::Contains("does not fit"), Error);
+  CHECK_THROWS_WITH_AS(crop.output_shape({12}), doctest::Contains("random_crop: expects a (C, H, W) image"), Error);
+
+  // A chain: shapes follow, and the same example generator gives the same result.
+  const Transforms chain = {std::make_shared<Resize>(4, 6), std::make_shared<RandomCrop>(3, 3, 2),
+                            std::make_shared<RandomHorizontalFlip>(), std::make_shared<Normalize>(std::vector<float>{0.5f}, std::vector<float>{0.25f})};
+  CHECK(transformed_shape(chain, shape) == Shape{2, 3, 3});
+  Shape s1 = shape, s2 = shape;
+  Generator g1 = example_generator(9, 2, 17), g2 = example_generator(9, 2, 17);
+  const std::vector<float> r1 = apply_transforms(chain, img, s1, g1);
+  const std::vector<float> r2 = apply_transforms(chain, img, s2, g2);
+  CHECK(s1 == Shape{2, 3, 3});
+  CHECK(r1 == r2);
+  // Different (epoch, index) pairs draw different keys.
+  CHECK(example_generator(9, 2, 17).seed() != example_generator(9, 3, 17).seed());
+  CHECK(example_generator(9, 2, 17).seed() != example_generator(9, 2, 18).seed());
+}
+
+TEST_CASE("data: modular addition content and split sizes") {
+  constexpr int64_t P = 7;
+  ModularAddition all(P);
+  CHECK(all.size() == 49);
+  CHECK(all.shape() == Shape{14});
+  CHECK(all.num_classes() == P);
+  for (int64_t i = 0; i < 49; ++i) {
+    int64_t label = -1;
+    const std::vector<float> x = example_input(all, i, &label);
+    const int64_t a = i / P, b = i % P;
+    CHECK(label == (a + b) % P);
+    CHECK(all.label(i) == label);
+    for (int64_t k = 0; k < 2 * P; ++k) REQUIRE(x[static_cast<size_t>(k)] == ((k == a || k == P + b) ? 1.0f : 0.0f));
+  }
+  ModularAddition train(P, "train", 0.3, 5), valid(P, "validation", 0.3, 5);
+  CHECK(train.size() == 15);  // round(0.3 · 49)
+  CHECK(valid.size() == 34);
+  std::set<int64_t> seen;
+  for (int64_t i = 0; i < train.size(); ++i) seen.insert(train.pair(i));
+  for (int64_t i = 0; i < valid.size(); ++i) seen.insert(valid.pair(i));
+  CHECK(seen.size() == 49);  // disjoint and complete
+  ModularAddition again(P, "train", 0.3, 5), other(P, "train", 0.3, 6);
+  bool same = true, differs = false;
+  for (int64_t i = 0; i < 15; ++i) same = same && again.pair(i) == train.pair(i), differs = differs || other.pair(i) != train.pair(i);
+  CHECK(same);
+  CHECK(differs);
+  CHECK(train.name() == "modular-addition-7/train");
+  CHECK_THROWS_WITH_AS(ModularAddition(P, "test"), doctest::Contains("unknown split 'test'"), Error);
+}
+
+TEST_CASE("data: text corpus targets are the inputs shifted by one") {
+  TempDir dir;
+  const std::string text = "The quick brown fox jumps over the lazy dog.\n";  // 45 bytes
+  write_bytes(dir / "corpus.txt", std::vector<uint8_t>(text.begin(), text.end()));
+  const auto corpus = text_corpus(dir / "corpus.txt", 8);
+  CHECK(corpus->size() == 5);  // (45 - 1) / 8
+  CHECK(corpus->shape() == Shape{8});
+  CHECK(corpus->num_classes() == 256);
+  CHECK(corpus->target_length() == 8);
+  std::vector<float> x(8);
+  std::vector<int64_t> y(8);
+  for (int64_t i = 0; i < corpus->size(); ++i) {
+    corpus->get(i, x.data(), y.data());
+    for (int64_t t = 0; t < 8; ++t) {
+      CHECK(x[static_cast<size_t>(t)] == static_cast<float>(static_cast<unsigned char>(text[static_cast<size_t>(i * 8 + t)])));
+      CHECK(y[static_cast<size_t>(t)] == static_cast<unsigned char>(text[static_cast<size_t>(i * 8 + t + 1)]));
+    }
+  }
+  CHECK_THROWS_WITH_AS(corpus->get(0, x.data()), doctest::Contains("carry 8 targets"), Error);
+  const auto train = text_corpus(dir / "corpus.txt", 4, "train", 0.2);       // first 36 bytes
+  const auto valid = text_corpus(dir / "corpus.txt", 4, "validation", 0.2);  // last 9
+  CHECK(train->size() == 8);
+  CHECK(valid->size() == 2);
+  valid->get(0, x.data(), y.data());
+  CHECK(x[0] == static_cast<float>(text[36]));
+  CHECK_THROWS_WITH_AS(text_corpus(dir / "corpus.txt", 45), doctest::Contains("do not fill one sequence"), Error);
+}
+
+TEST_CASE("data: loader batches, epochs, seeds, prefetch and resume") {
+  const auto data = std::make_shared<IndexedImages>(23, Shape{1, 2, 2});
+  LoaderOptions opt;
+  opt.batch_size = 5;
+  opt.seed = 42;
+  auto collect = [&](LoaderOptions o, int64_t batches) {
+    Loader loader(data, o);
+    std::vector<Batch> out;
+    for (int64_t k = 0; k < batches; ++k) out.push_back(loader.next());
+    return out;
+  };
+  auto same_batch = [](const Batch& a, const Batch& b) {
+    return a.indices == b.indices && a.labels == b.labels && a.inputs.shape() == b.inputs.shape() &&
+           a.inputs.to_vector() == b.inputs.to_vector() && a.epoch == b.epoch && a.index == b.index;
+  };
+
+  Loader loader(data, opt);
+  CHECK(loader.batches_per_epoch() == 5);  // 4 full batches of 5 and one of 3
+  const std::vector<Batch> stream = collect(opt, 15);  // three epochs
+  CHECK(stream[0].inputs.shape() == Shape{5, 1, 2, 2});
+  CHECK(stream[4].inputs.shape() == Shape{3, 1, 2, 2});
+  CHECK((stream[5].epoch == 1 && stream[5].index == 0));
+  for (int e = 0; e < 3; ++e) {
+    std::vector<int64_t> seen;
+    for (int k = 0; k < 5; ++k) {
+      const Batch& b = stream[static_cast<size_t>(e * 5 + k)];
+      for (int64_t j = 0; j < b.size(); ++j) {
+        // Inputs and labels belong to the example the batch says it holds.
+        const int64_t i = b.indices[static_cast<size_t>(j)];
+        REQUIRE(b.labels[static_cast<size_t>(j)] == i % 3);
+        REQUIRE(b.inputs.at({j, 0, 1, 1}) == static_cast<float>(i) + 0.003f);
+      }
+      seen.insert(seen.end(), b.indices.begin(), b.indices.end());
+    }
+    std::sort(seen.begin(), seen.end());
+    std::vector<int64_t> all(23);
+    std::iota(all.begin(), all.end(), 0);
+    CHECK(seen == all);  // every example exactly once per epoch
+  }
+  CHECK(loader.order(0) != loader.order(1));  // epochs differ
+  CHECK(loader.order(1) == loader.order(1));
+
+  // Same seed → same stream, with prefetch on or off; another seed → another order.
+  LoaderOptions no_prefetch = opt;
+  no_prefetch.prefetch = false;
+  const std::vector<Batch> again = collect(opt, 15), sync = collect(no_prefetch, 15);
+  for (size_t k = 0; k < 15; ++k) {
+    CHECK(same_batch(stream[k], again[k]));
+    CHECK(same_batch(stream[k], sync[k]));
+  }
+  LoaderOptions other = opt;
+  other.seed = 43;
+  CHECK(Loader(data, other).order(0) != loader.order(0));
+
+  // Resume: seeking to (epoch 1, batch 3) continues exactly where the stream was.
+  Loader resumed(data, opt);
+  resumed.next();  // leaves a prefetch in flight, which the seek must discard
+  resumed.seek(1, 3);
+  for (size_t k = 8; k < 15; ++k) CHECK(same_batch(resumed.next(), stream[k]));
+  CHECK((resumed.epoch() == 3 && resumed.position() == 0));
+
+  // drop_last and no shuffling.
+  LoaderOptions plain = opt;
+  plain.drop_last = true;
+  plain.shuffle = false;
+  Loader sequential(data, plain);
+  CHECK(sequential.batches_per_epoch() == 4);
+  const Batch last = sequential.batch(0, 3);
+  CHECK(last.indices == std::vector<int64_t>{15, 16, 17, 18, 19});
+  CHECK_THROWS_WITH_AS(sequential.batch(0, 4), doctest::Contains("no batch 4 in epoch 0"), Error);
+  CHECK_THROWS_WITH_AS(sequential.seek(0, 4), doctest::Contains("cannot seek"), Error);
+  plain.batch_size = 30;
+  CHECK_THROWS_WITH_AS(Loader(data, plain), doctest::Contains("make no full batch of 30"), Error);
+}
+
+TEST_CASE("data: loader augmentation is reproducible across prefetch and thread counts") {
+  const auto data = std::make_shared<IndexedImages>(40, Shape{3, 6, 6});
+  LoaderOptions opt;
+  opt.batch_size = 8;
+  opt.seed = 7;
+  opt.transforms = {std::make_shared<RandomCrop>(4, 4, 2), std::make_shared<RandomHorizontalFlip>(),
+                    std::make_shared<Normalize>(std::vector<float>{0.1f, 0.2f, 0.3f}, std::vector<float>{2.0f, 3.0f, 4.0f})};
+  auto run = [&](bool prefetch) {
+    LoaderOptions o = opt;
+    o.prefetch = prefetch;
+    Loader loader(data, o);
+    std::vector<float> all;
+    for (int k = 0; k < 10; ++k) {
+      const Batch b = loader.next();
+      REQUIRE(b.inputs.shape() == Shape{8, 3, 4, 4});
+      const std::vector<float> v = b.inputs.to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const std::vector<float> reference = run(true);
+  CHECK(run(false) == reference);
+  const int threads = num_threads();
+  set_num_threads(1);
+  const std::vector<float> single = run(true);
+  set_num_threads(threads);
+  CHECK(single == reference);
+
+  // The same example is augmented differently in another epoch.
+  Loader loader(data, opt);
+  const Batch e0 = loader.batch(0, 0);
+  const std::vector<int64_t> order1 = loader.order(1);
+  const int64_t first = e0.indices[0];
+  const int64_t pos1 = std::find(order1.begin(), order1.end(), first) - order1.begin();
+  const Batch e1 = loader.batch(1, pos1 / 8);
+  const std::vector<float> a = e0.inputs.to_vector(), b = e1.inputs.to_vector();
+  const auto per = static_cast<std::ptrdiff_t>(3 * 4 * 4);
+  CHECK(!std::equal(a.begin(), a.begin() + per, b.begin() + (pos1 % 8) * per));
+}
+
+TEST_CASE("data: Fashion-MNIST from the Debian package") {
+  if (!fs::is_directory(fashion_mnist_default_folder)) {
+    MESSAGE("skipped: ", fashion_mnist_default_folder, " is absent (install dataset-fashion-mnist)");
+    return;
+  }
+  const auto train = fashion_mnist("train");
+  const auto test = fashion_mnist("test");
+  CHECK(train->size() == 60000);
+  CHECK(test->size() == 10000);
+  CHECK(train->shape() == Shape{1, 28, 28});
+  CHECK(train->num_classes() == 10);
+  std::vector<int64_t> counts(10, 0);
+  for (int64_t i = 0; i < test->size(); ++i) {
+    const int64_t label = test->label(i);
+    REQUIRE((label >= 0 && label < 10));
+    ++counts[static_cast<size_t>(label)];
+  }
+  for (int64_t c : counts) CHECK(c == 1000);  // the test split is balanced
+  int64_t label = -1;
+  const std::vector<float> x = example_input(*train, 0, &label);
+  CHECK((label >= 0 && label < 10));
+  CHECK(*std::min_element(x.begin(), x.end()) >= 0.0f);
+  CHECK(*std::max_element(x.begin(), x.end()) <= 1.0f);
+  CHECK(*std::max_element(x.begin(), x.end()) > 0.5f);
+}
