@@ -27,7 +27,9 @@ void accumulate(Tensor& a, const Tensor& b) {
     a = b.is_contiguous() ? b : b.contiguous();
     return;
   }
-  if (a.impl()->storage.use_count() > 1) a = a.clone();  // never write into shared storage
+  // Never add in place into memory someone else sees: another handle on the same tensor
+  // (a node may pass its cotangent through unchanged) or a view of the same storage.
+  if (a.impl_ptr().use_count() > 1 || a.impl()->storage.use_count() > 1) a = a.clone();
   Tensor bc = b.contiguous();
   float* pa = a.data();
   const float* pb = bc.data();

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/shape.h"  // operator<< for shapes in messages
+
 namespace adjoint {
 
 // A failure of the engine or of a computation (exit code 1 on the command line).

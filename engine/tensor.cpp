@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -13,7 +14,7 @@ namespace {
 std::shared_ptr<TensorImpl> fresh(const Shape& shape) {
   for (int64_t d : shape) check(d >= 0, "Tensor: negative extent in shape ", shape);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<std::vector<float>>(static_cast<size_t>(numel(shape)));
+  impl->storage = std::make_shared<Storage>(static_cast<size_t>(numel(shape)));
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   return impl;
@@ -28,8 +29,13 @@ public:
 
 }  // namespace
 
+Storage::Storage(size_t size)
+    : data_(static_cast<float*>(::operator new[](std::max<size_t>(size, 1) * sizeof(float), std::align_val_t(64)))),
+      size_(size) {}
+Storage::~Storage() { ::operator delete[](data_, std::align_val_t(64)); }
+
 Tensor Tensor::empty(const Shape& shape) { return Tensor(fresh(shape)); }
-Tensor Tensor::zeros(const Shape& shape) { return Tensor(fresh(shape)); }  // vector zero-fills
+Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }
 Tensor Tensor::ones(const Shape& shape) { return full(shape, 1.0f); }
 Tensor Tensor::full(const Shape& shape, float value) {
   Tensor t = empty(shape);
@@ -40,11 +46,9 @@ Tensor Tensor::scalar(float value) { return full({}, value); }
 Tensor Tensor::from_vector(const Shape& shape, std::vector<float> values) {
   check(static_cast<int64_t>(values.size()) == adjoint::numel(shape), "Tensor::from_vector: ",
         values.size(), " values do not fill shape ", shape);
-  auto impl = fresh({});
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  *impl->storage = std::move(values);
-  return Tensor(impl);
+  Tensor t = empty(shape);
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
 }
 
 TensorImpl& Tensor::checked() const {

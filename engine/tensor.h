@@ -17,8 +17,26 @@ namespace adjoint {
 class Node;
 class Tensor;
 
+// A float buffer, 64-byte aligned and left uninitialised: factories that promise values
+// (zeros, full) write them; ops overwrite every element they allocate.
+class Storage {
+public:
+  explicit Storage(size_t size);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  float& operator[](size_t i) { return data_[i]; }
+
+private:
+  float* data_;
+  size_t size_;
+};
+
 struct TensorImpl {
-  std::shared_ptr<std::vector<float>> storage;
+  std::shared_ptr<Storage> storage;
   Shape shape;
   Shape strides;       // in elements; 0 on a broadcast axis
   int64_t offset = 0;  // first element in storage

@@ -1,1 +1,151 @@
-// placeholder: being written
+#include "ops/matmul.h"
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/gemm.h"
+#include "engine/threads.h"
+
+namespace adjoint {
+
+namespace {
+
+// out[c] = Σ_r m[r, c] for a row-major (rows, cols) matrix, summed in double in row order.
+// Each column's sum is one sequential loop, so the result does not depend on the threads.
+void column_sums(const float* m, int64_t rows, int64_t cols, float* out) {
+  parallel_for(cols, 256, [&](int64_t c0, int64_t c1) {
+    std::vector<double> acc(static_cast<size_t>(c1 - c0), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = m + r * cols;
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
+    }
+    for (int64_t c = c0; c < c1; ++c) out[c] = static_cast<float>(acc[c - c0]);
+  });
+}
+
+// The shapes of one matmul: `count` products of (M, K) · (K, N). When b is a single matrix
+// shared by every row of a, count is 1 and M holds all of a's rows (the folded case).
+struct MatmulShape {
+  int64_t count, M, K, N;
+};
+
+class MatmulNode : public Node {
+ public:
+  MatmulNode(Tensor a, Tensor b, MatmulShape s) : a_(std::move(a)), b_(std::move(b)), s_(s) {}
+  std::string name() const override { return "matmul"; }
+
+  // C = A·B: dA = dC·Bᵀ, dB = Aᵀ·dC, per product.
+  std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
+    const auto [count, M, K, N] = s_;
+    Tensor da, db;
+    if (needs[0]) {
+      da = Tensor::empty(a_.shape());
+      gemm_batched(count, false, true, M, K, N, 1.0f, u.data(), N, M * N, b_.data(), N, K * N, 0.0f, da.data(), K,
+                   M * K);
+    }
+    if (needs[1]) {
+      db = Tensor::empty(b_.shape());
+      gemm_batched(count, true, false, K, N, M, 1.0f, a_.data(), K, M * K, u.data(), N, M * N, 0.0f, db.data(), N,
+                   K * N);
+    }
+    return {da, db};
+  }
+
+ private:
+  Tensor a_, b_;
+  MatmulShape s_;
+};
+
+class LinearNode : public Node {
+ public:
+  LinearNode(Tensor x, Tensor weight, int64_t rows) : x_(std::move(x)), w_(std::move(weight)), rows_(rows) {}
+  std::string name() const override { return "linear"; }
+
+  // y = x·Wᵀ + b over `rows` rows: dx = dy·W, dW = dyᵀ·x, db = Σ_rows dy.
+  std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
+    const int64_t out = w_.size(0), in = w_.size(1);
+    Tensor dx, dw, db;
+    if (needs[0]) {
+      dx = Tensor::empty(x_.shape());
+      gemm(false, false, rows_, in, out, 1.0f, u.data(), out, w_.data(), in, 0.0f, dx.data(), in);
+    }
+    if (needs[1]) {
+      dw = Tensor::empty(w_.shape());
+      gemm(true, false, out, in, rows_, 1.0f, u.data(), out, x_.data(), in, 0.0f, dw.data(), in);
+    }
+    if (needs.size() > 2 && needs[2]) {
+      db = Tensor::empty({out});
+      column_sums(u.data(), rows_, out, db.data());
+    }
+    return {dx, dw, db};
+  }
+
+ private:
+  Tensor x_, w_;
+  int64_t rows_;
+};
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  check(a_in.defined() && b_in.defined(), "matmul: undefined operand");
+  check(a_in.dim() >= 2 && b_in.dim() >= 2, "matmul: expects matrices (2-D or more), got a ", a_in.shape(),
+        " and b ", b_in.shape());
+  const int64_t M = a_in.size(-2), K = a_in.size(-1), N = b_in.size(-1);
+  check(b_in.size(-2) == K, "matmul: a ", a_in.shape(), " and b ", b_in.shape(), " have inner dimensions ", K,
+        " and ", b_in.size(-2));
+  Shape out_shape(a_in.shape().begin(), a_in.shape().end() - 1);
+  out_shape.push_back(N);
+  MatmulShape s{1, M, K, N};
+  if (b_in.dim() == 2) {
+    s.M = numel(Shape(a_in.shape().begin(), a_in.shape().end() - 1));  // every row of a against one b
+  } else {
+    const Shape batch_a(a_in.shape().begin(), a_in.shape().end() - 2);
+    const Shape batch_b(b_in.shape().begin(), b_in.shape().end() - 2);
+    check(batch_a == batch_b, "matmul: batch dimensions differ: a ", a_in.shape(), " and b ", b_in.shape(),
+          " (batched operands need equal batch dimensions, or a 2-D b)");
+    s.count = numel(batch_a);
+  }
+  Tensor a = a_in.contiguous(), b = b_in.contiguous();
+  Tensor out = Tensor::empty(out_shape);
+  gemm_batched(s.count, false, false, s.M, s.N, s.K, 1.0f, a.data(), K, s.M * K, b.data(), N, K * N, 0.0f,
+               out.data(), N, s.M * N);
+  if (needs_grad({a, b})) attach(out, std::make_shared<MatmulNode>(a.detach(), b.detach(), s), {a, b});
+  return out;
+}
+
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  check(x_in.defined() && weight_in.defined(), "linear: undefined input or weight");
+  check(weight_in.dim() == 2, "linear: weight must be 2-D (out, in), got ", weight_in.shape());
+  const int64_t out_features = weight_in.size(0), in_features = weight_in.size(1);
+  check(x_in.dim() >= 1 && x_in.size(-1) == in_features, "linear: weight ", weight_in.shape(), " expects ",
+        in_features, " input features, input is ", x_in.shape());
+  if (bias_in.defined())
+    check(bias_in.shape() == Shape{out_features}, "linear: bias ", bias_in.shape(), " does not match weight ",
+          weight_in.shape(), " (expects [", out_features, "])");
+  Tensor x = x_in.contiguous(), w = weight_in.contiguous();
+  Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
+  Shape out_shape = x.shape();
+  out_shape.back() = out_features;
+  const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  Tensor out = Tensor::empty(out_shape);
+  float* y = out.data();
+  float beta = 0.0f;
+  if (bias.defined()) {  // start every row from the bias and let the GEMM accumulate onto it
+    const float* b = bias.data();
+    parallel_for(rows, 1024, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) std::copy(b, b + out_features, y + r * out_features);
+    });
+    beta = 1.0f;
+  }
+  gemm(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features, beta, y,
+       out_features);
+  if (needs_grad({x, w, bias}))
+    attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias});
+  return out;
+}
+
+}  // namespace adjoint

@@ -1,1 +1,318 @@
-// placeholder: being written
+#include "ops/norm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/threads.h"
+
+namespace adjoint {
+
+namespace {
+
+// Items per parallel chunk for items of `length` values: about 4K values per chunk.
+int64_t grain_for(int64_t length) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(length, 1)); }
+// Rows per partial sum in the γ/β column reductions (bounds the partials' memory).
+constexpr int64_t kReduceGrain = 128;
+
+// Mean and biased variance of the values p[b·stride + i], b < blocks, i < length: one
+// channel of a batch (N blocks of L values) or one layer-norm row (a single block). In
+// double with two passes, so that a large common offset does not cancel.
+struct Moments {
+  double mean = 0, var = 0;
+};
+Moments moments(const float* p, int64_t blocks, int64_t length, int64_t stride) {
+  const double count = double(blocks) * double(length);
+  double sum = 0;
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < length; ++i) sum += p[b * stride + i];
+  const double mean = sum / count;
+  double ss = 0;
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < length; ++i) ss += (p[b * stride + i] - mean) * (p[b * stride + i] - mean);
+  return {mean, ss / count};
+}
+
+// Values of an optional per-feature parameter, or `fallback` everywhere when undefined.
+std::vector<float> values_or(const Tensor& t, int64_t n, float fallback) {
+  if (!t.defined()) return std::vector<float>(static_cast<size_t>(n), fallback);
+  return t.to_vector();
+}
+
+// ---------------------------------------------------------------------------------------
+// BatchNorm. x is viewed as (N, C, L), L the product of the trailing dims.
+
+struct ChannelLayout {
+  int64_t N, C, L;
+};
+
+class BatchNormNode : public Node {
+public:
+  BatchNormNode(Tensor x, ChannelLayout layout, std::vector<float> mean, std::vector<float> invstd,
+                std::vector<float> gamma, bool batch_statistics)
+      : x_(std::move(x)),
+        layout_(layout),
+        mean_(std::move(mean)),
+        invstd_(std::move(invstd)),
+        gamma_(std::move(gamma)),
+        batch_statistics_(batch_statistics) {}
+  std::string name() const override { return "batch_norm"; }
+
+  std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
+    const auto [N, C, L] = layout_;
+    const float *px = x_.data(), *pu = u.data();
+    const double count = double(N) * double(L);
+
+    // Per channel: Σu (the β gradient) and Σu·x̂ (the γ gradient); both also feed the
+    // exact input gradient's centring terms.
+    std::vector<double> sum_u(C), sum_u_xhat(C);
+    parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        double su = 0, sux = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const float *xr = px + (n * C + c) * L, *ur = pu + (n * C + c) * L;
+          for (int64_t l = 0; l < L; ++l) {
+            su += ur[l];
+            sux += ur[l] * ((xr[l] - mean_[c]) * invstd_[c]);
+          }
+        }
+        sum_u[c] = su, sum_u_xhat[c] = sux;
+      }
+    });
+
+    std::vector<Tensor> out(3);
+    if (needs[0]) {
+      // Statistics are differentiated only when they came from this batch and the
+      // transport is the exact gradient; otherwise the map is x ↦ (γ/σ)·x + const.
+      const bool exact = batch_statistics_ && t.is_gradient();
+      Tensor dx = Tensor::empty(x_.shape());
+      float* pd = dx.data();
+      parallel_for(N * C, grain_for(L), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t c = r % C;
+          const float k = gamma_[c] * invstd_[c];
+          const float *xr = px + r * L, *ur = pu + r * L;
+          float* dr = pd + r * L;
+          if (!exact) {
+            for (int64_t l = 0; l < L; ++l) dr[l] = k * ur[l];
+            continue;
+          }
+          // dx = (γ/σ)·(u − mean(u) − x̂·mean(u·x̂)), means over the channel's batch.
+          const float mean_u = float(sum_u[c] / count), mean_ux = float(sum_u_xhat[c] / count);
+          for (int64_t l = 0; l < L; ++l) {
+            const float xhat = (xr[l] - mean_[c]) * invstd_[c];
+            dr[l] = k * (ur[l] - mean_u - xhat * mean_ux);
+          }
+        }
+      });
+      out[0] = dx;
+    }
+    if (needs[1]) out[1] = to_tensor(sum_u_xhat);
+    if (needs[2]) out[2] = to_tensor(sum_u);
+    return out;
+  }
+
+private:
+  static Tensor to_tensor(const std::vector<double>& v) {
+    Tensor t = Tensor::empty({int64_t(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) t.data()[i] = float(v[i]);
+    return t;
+  }
+
+  Tensor x_;
+  ChannelLayout layout_;
+  std::vector<float> mean_, invstd_, gamma_;  // γ is 1 when there is no affine weight
+  bool batch_statistics_;                     // training mode: μ, σ are functions of x
+};
+
+void check_channel_vector(const Tensor& t, const char* what, int64_t C, const Shape& x_shape) {
+  if (!t.defined()) return;
+  check(t.shape() == Shape{C}, "batch_norm: ", what, " ", t.shape(), " does not match the ", C,
+        " channels of input ", x_shape);
+}
+
+// ---------------------------------------------------------------------------------------
+// LayerNorm. x is viewed as (M, D): M rows, each normalised over its D features.
+
+class LayerNormNode : public Node {
+public:
+  LayerNormNode(Tensor x, Shape features, int64_t M, std::vector<float> mean, std::vector<float> invstd,
+                std::vector<float> gamma)
+      : x_(std::move(x)),
+        features_(std::move(features)),
+        M_(M),
+        D_(numel(features_)),
+        mean_(std::move(mean)),
+        invstd_(std::move(invstd)),
+        gamma_(std::move(gamma)) {}
+  std::string name() const override { return "layer_norm"; }
+
+  std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
+    const float *px = x_.data(), *pu = u.data();
+    const int64_t M = M_, D = D_;
+    std::vector<Tensor> out(3);
+    if (needs[0]) {
+      const bool exact = t.is_gradient();
+      Tensor dx = Tensor::empty(x_.shape());
+      float* pd = dx.data();
+      parallel_for(M, grain_for(D), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const float *xr = px + r * D, *ur = pu + r * D;
+          float* dr = pd + r * D;
+          const float mu = mean_[r], is = invstd_[r];
+          if (!exact) {  // μ, σ frozen: (γ/σ)·u
+            for (int64_t j = 0; j < D; ++j) dr[j] = gamma_[j] * is * ur[j];
+            continue;
+          }
+          // With g = γ·u: dx = (1/σ)·(g − mean(g) − x̂·mean(g·x̂)), means over the row.
+          double sg = 0, sgx = 0;
+          for (int64_t j = 0; j < D; ++j) {
+            const double g = double(gamma_[j]) * ur[j];
+            sg += g, sgx += g * ((xr[j] - mu) * is);
+          }
+          const float mean_g = float(sg / double(D)), mean_gx = float(sgx / double(D));
+          for (int64_t j = 0; j < D; ++j) {
+            const float xhat = (xr[j] - mu) * is;
+            dr[j] = is * (gamma_[j] * ur[j] - mean_g - xhat * mean_gx);
+          }
+        }
+      });
+      out[0] = dx;
+    }
+    if (needs[1] || needs[2]) {
+      // Column sums over rows of u·x̂ (γ) and u (β). Each chunk of rows sums into its own
+      // partial row; the partials are then added in chunk order, so the result does not
+      // depend on the thread count.
+      const int64_t chunks = (M + kReduceGrain - 1) / kReduceGrain;
+      std::vector<double> part_gx(size_t(chunks * D), 0.0), part_g(size_t(chunks * D), 0.0);
+      parallel_for(M, kReduceGrain, [&](int64_t r0, int64_t r1) {
+        double *pgx = &part_gx[size_t(r0 / kReduceGrain * D)], *pg = &part_g[size_t(r0 / kReduceGrain * D)];
+        for (int64_t r = r0; r < r1; ++r) {
+          const float *xr = px + r * D, *ur = pu + r * D;
+          for (int64_t j = 0; j < D; ++j) {
+            pgx[j] += double(ur[j]) * ((xr[j] - mean_[r]) * invstd_[r]);
+            pg[j] += ur[j];
+          }
+        }
+      });
+      Tensor dgamma = Tensor::zeros(features_), dbeta = Tensor::zeros(features_);
+      for (int64_t c = 0; c < chunks; ++c)
+        for (int64_t j = 0; j < D; ++j) {
+          dgamma.data()[j] += float(part_gx[size_t(c * D + j)]);
+          dbeta.data()[j] += float(part_g[size_t(c * D + j)]);
+        }
+      if (needs[1]) out[1] = dgamma;
+      if (needs[2]) out[2] = dbeta;
+    }
+    return out;
+  }
+
+private:
+  Tensor x_;
+  Shape features_;  // the normalised trailing shape (that of γ and β)
+  int64_t M_, D_;
+  std::vector<float> mean_, invstd_, gamma_;  // γ is 1 when there is no affine weight
+};
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                  Tensor running_var, bool training, float momentum, float eps) {
+  check(x.defined(), "batch_norm: the input is undefined");
+  check(x.dim() >= 2, "batch_norm: input ", x.shape(), " needs at least 2 dims (N, C, ...)");
+  const int64_t N = x.size(0), C = x.size(1), L = x.numel() / std::max<int64_t>(N * C, 1);
+  check_channel_vector(weight, "weight", C, x.shape());
+  check_channel_vector(bias, "bias", C, x.shape());
+  check_channel_vector(running_mean, "running_mean", C, x.shape());
+  check_channel_vector(running_var, "running_var", C, x.shape());
+  check(running_mean.defined() == running_var.defined(),
+        "batch_norm: running_mean and running_var must be given together");
+  if (!training)
+    check(running_mean.defined(), "batch_norm: eval mode on input ", x.shape(), " needs running statistics");
+  const int64_t count = N * L;
+  if (training)
+    check(count > 1, "batch_norm: training needs more than one value per channel, input is ", x.shape());
+
+  Tensor xc = x.contiguous();
+  const float* px = xc.data();
+  std::vector<float> mean(C), invstd(C);
+  if (training) {
+    std::vector<double> var(C);
+    parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const Moments m = moments(px + c * L, N, L, C * L);
+        mean[c] = float(m.mean), var[c] = m.var;
+        invstd[c] = float(1.0 / std::sqrt(var[c] + double(eps)));
+      }
+    });
+    if (running_mean.defined()) {
+      check(running_mean.is_contiguous() && running_var.is_contiguous(),
+            "batch_norm: running statistics must be contiguous to be updated in place");
+      float *rm = running_mean.data(), *rv = running_var.data();
+      const double unbias = double(count) / double(count - 1);
+      for (int64_t c = 0; c < C; ++c) {
+        rm[c] = (1.0f - momentum) * rm[c] + momentum * mean[c];
+        rv[c] = (1.0f - momentum) * rv[c] + momentum * float(var[c] * unbias);
+      }
+    }
+  } else {
+    const std::vector<float> rm = running_mean.to_vector(), rv = running_var.to_vector();
+    for (int64_t c = 0; c < C; ++c) mean[c] = rm[c], invstd[c] = float(1.0 / std::sqrt(double(rv[c]) + double(eps)));
+  }
+
+  // y = x·k + shift per channel, k = γ/σ, shift = β − μ·k.
+  std::vector<float> gamma = values_or(weight, C, 1.0f), beta = values_or(bias, C, 0.0f);
+  Tensor out = Tensor::empty(x.shape());
+  float* po = out.data();
+  parallel_for(N * C, grain_for(L), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = r % C;
+      const float k = gamma[c] * invstd[c], shift = beta[c] - mean[c] * k;
+      for (int64_t l = 0; l < L; ++l) po[r * L + l] = px[r * L + l] * k + shift;
+    }
+  });
+
+  if (needs_grad({xc, weight, bias}))
+    attach(out,
+           std::make_shared<BatchNormNode>(xc.detach(), ChannelLayout{N, C, L}, std::move(mean), std::move(invstd),
+                                           std::move(gamma), training),
+           {xc, weight, bias});
+  return out;
+}
+
+Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight, const Tensor& bias, float eps) {
+  check(x.defined(), "layer_norm: the input is undefined");
+  check(normalized_dims >= 1 && normalized_dims <= x.dim(), "layer_norm: cannot normalise the last ",
+        normalized_dims, " dims of input ", x.shape());
+  const Shape features(x.shape().end() - normalized_dims, x.shape().end());
+  for (const auto& [param, what] : {std::pair{&weight, "weight"}, std::pair{&bias, "bias"}})
+    if (param->defined())
+      check(param->shape() == features, "layer_norm: ", what, " ", param->shape(),
+            " does not match the normalised shape ", features, " of input ", x.shape());
+  const int64_t D = numel(features), M = D > 0 ? x.numel() / D : 0;
+
+  Tensor xc = x.contiguous();
+  const float* px = xc.data();
+  std::vector<float> mean(M), invstd(M);
+  std::vector<float> gamma = values_or(weight, D, 1.0f), beta = values_or(bias, D, 0.0f);
+  Tensor out = Tensor::empty(x.shape());
+  float* po = out.data();
+  parallel_for(M, grain_for(D), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const Moments m = moments(px + r * D, 1, D, D);
+      mean[r] = float(m.mean), invstd[r] = float(1.0 / std::sqrt(m.var + double(eps)));
+      for (int64_t j = 0; j < D; ++j) po[r * D + j] = (px[r * D + j] - mean[r]) * invstd[r] * gamma[j] + beta[j];
+    }
+  });
+
+  if (needs_grad({xc, weight, bias}))
+    attach(out,
+           std::make_shared<LayerNormNode>(xc.detach(), features, M, std::move(mean), std::move(invstd),
+                                           std::move(gamma)),
+           {xc, weight, bias});
+  return out;
+}
+
+}  // namespace adjoint

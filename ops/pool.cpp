@@ -1,1 +1,235 @@
-// placeholder: being written
+#include "ops/pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/threads.h"
+
+namespace adjoint {
+
+namespace {
+
+// The input rectangle [h0, h1) × [w0, w1) one output reads, clipped to the input.
+struct Window {
+  int64_t h0, h1, w0, w1;
+};
+
+// Where every output of a pooling reads. Fixed windows (kernel, stride, padding) or, when
+// `adaptive`, PyTorch's adaptive windows of varying size.
+struct PoolGeometry {
+  int64_t N = 0, C = 0, H = 0, W = 0, OH = 0, OW = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0;
+  bool adaptive = false;
+
+  int64_t planes() const { return N * C; }
+  Window window(int64_t oh, int64_t ow) const {
+    if (adaptive)
+      return {oh * H / OH, ((oh + 1) * H + OH - 1) / OH, ow * W / OW, ((ow + 1) * W + OW - 1) / OW};
+    const int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;
+    return {std::max<int64_t>(h0, 0), std::min(h0 + kh, H), std::max<int64_t>(w0, 0), std::min(w0 + kw, W)};
+  }
+  // Average pooling's divisor: the whole kernel, padding included (count_include_pad), or
+  // the adaptive window's area.
+  float divisor(const Window& win) const {
+    return adaptive ? static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0)) : static_cast<float>(kh * kw);
+  }
+  // Planes per task: about 16K window reads each.
+  int64_t grain() const {
+    const int64_t per_plane = std::max<int64_t>(1, OH * OW * (adaptive ? (H / OH + 1) * (W / OW + 1) : kh * kw));
+    return std::max<int64_t>(1, (1 << 14) / per_plane);
+  }
+};
+
+PoolGeometry fixed_geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                            int64_t ph, int64_t pw) {
+  check(x.defined(), op, ": undefined input");
+  check(x.dim() == 4, op, ": input must be (N, C, H, W), got ", x.shape());
+  check(kh >= 1 && kw >= 1 && sh >= 1 && sw >= 1 && ph >= 0 && pw >= 0, op, ": invalid kernel ", kh, "x", kw,
+        ", stride ", sh, "x", sw, ", padding ", ph, "x", pw, " for input ", x.shape());
+  check(2 * ph <= kh && 2 * pw <= kw, op, ": padding ", ph, "x", pw, " must be at most half the kernel ", kh, "x",
+        kw);
+  PoolGeometry g;
+  g.N = x.size(0), g.C = x.size(1), g.H = x.size(2), g.W = x.size(3);
+  g.kh = kh, g.kw = kw, g.sh = sh, g.sw = sw, g.ph = ph, g.pw = pw;
+  check(g.H + 2 * ph >= kh && g.W + 2 * pw >= kw, op, ": kernel ", kh, "x", kw, " does not fit input ", x.shape(),
+        " padded by ", ph, "x", pw);
+  g.OH = (g.H + 2 * ph - kh) / sh + 1;
+  g.OW = (g.W + 2 * pw - kw) / sw + 1;
+  return g;
+}
+
+// Under Gradient and Pullback the cotangent goes to the saved arg-max; under SoftPullback
+// it is spread with softmax(window/τ) weights computed from the saved input.
+class MaxPoolNode : public Node {
+ public:
+  MaxPoolNode(const PoolGeometry& g, Tensor x, std::vector<int32_t> argmax)
+      : g_(g), x_(std::move(x)), argmax_(std::move(argmax)) {}
+  std::string name() const override { return "max_pool2d"; }
+
+  std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
+    if (!needs[0]) return {Tensor()};
+    Tensor dx = Tensor::zeros(x_.shape());
+    const int64_t in_plane = g_.H * g_.W, out_plane = g_.OH * g_.OW;
+    const float* du = u.data();
+    float* d = dx.data();
+    if (!t.is_soft()) {
+      parallel_for(g_.planes(), g_.grain(), [&](int64_t q0, int64_t q1) {
+        for (int64_t q = q0; q < q1; ++q)
+          for (int64_t o = 0; o < out_plane; ++o) d[q * in_plane + argmax_[q * out_plane + o]] += du[q * out_plane + o];
+      });
+      return {dx};
+    }
+    const float tau = t.tau.max_pool;
+    check(tau > 0, "max_pool2d: soft pullback temperature must be positive, got ", tau);
+    const float* x = x_.data();
+    parallel_for(g_.planes(), g_.grain(), [&](int64_t q0, int64_t q1) {
+      std::vector<float> weights;
+      for (int64_t q = q0; q < q1; ++q) {
+        const float* xp = x + q * in_plane;
+        float* dp = d + q * in_plane;
+        for (int64_t oh = 0; oh < g_.OH; ++oh)
+          for (int64_t ow = 0; ow < g_.OW; ++ow) {
+            const Window win = g_.window(oh, ow);
+            // softmax(window/τ), shifted by the window's maximum for range.
+            const float top = xp[argmax_[q * out_plane + oh * g_.OW + ow]];
+            weights.clear();
+            double total = 0;
+            for (int64_t h = win.h0; h < win.h1; ++h)
+              for (int64_t w = win.w0; w < win.w1; ++w) {
+                weights.push_back(std::exp((xp[h * g_.W + w] - top) / tau));
+                total += weights.back();
+              }
+            const float scale = static_cast<float>(du[q * out_plane + oh * g_.OW + ow] / total);
+            size_t k = 0;
+            for (int64_t h = win.h0; h < win.h1; ++h)
+              for (int64_t w = win.w0; w < win.w1; ++w) dp[h * g_.W + w] += weights[k++] * scale;
+          }
+      }
+    });
+    return {dx};
+  }
+
+ private:
+  PoolGeometry g_;
+  Tensor x_;
+  std::vector<int32_t> argmax_;  // per output, the flat index h·W + w of its maximum in the plane
+};
+
+// Averaging is linear: every transport spreads u/divisor over the window.
+class AvgPoolNode : public Node {
+ public:
+  AvgPoolNode(const PoolGeometry& g, std::string name) : g_(g), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+
+  std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
+    if (!needs[0]) return {Tensor()};
+    Tensor dx = Tensor::zeros({g_.N, g_.C, g_.H, g_.W});
+    const float* du = u.data();
+    float* d = dx.data();
+    parallel_for(g_.planes(), g_.grain(), [&](int64_t q0, int64_t q1) {
+      for (int64_t q = q0; q < q1; ++q) {
+        float* dp = d + q * g_.H * g_.W;
+        for (int64_t oh = 0; oh < g_.OH; ++oh)
+          for (int64_t ow = 0; ow < g_.OW; ++ow) {
+            const Window win = g_.window(oh, ow);
+            const float share = du[(q * g_.OH + oh) * g_.OW + ow] / g_.divisor(win);
+            for (int64_t h = win.h0; h < win.h1; ++h)
+              for (int64_t w = win.w0; w < win.w1; ++w) dp[h * g_.W + w] += share;
+          }
+      }
+    });
+    return {dx};
+  }
+
+ private:
+  PoolGeometry g_;
+  std::string name_;
+};
+
+// The mean of every window (fixed or adaptive).
+Tensor average(const char* op, const Tensor& x_in, const PoolGeometry& g) {
+  Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty({g.N, g.C, g.OH, g.OW});
+  const float* xs = x.data();
+  float* y = out.data();
+  parallel_for(g.planes(), g.grain(), [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const float* xp = xs + q * g.H * g.W;
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const Window win = g.window(oh, ow);
+          float s = 0;
+          for (int64_t h = win.h0; h < win.h1; ++h)
+            for (int64_t w = win.w0; w < win.w1; ++w) s += xp[h * g.W + w];
+          y[(q * g.OH + oh) * g.OW + ow] = s / g.divisor(win);
+        }
+    }
+  });
+  if (needs_grad({x})) attach(out, std::make_shared<AvgPoolNode>(g, op), {x});
+  return out;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x_in, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+  const PoolGeometry g = fixed_geometry("max_pool2d", x_in, kh, kw, sh, sw, ph, pw);
+  Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty({g.N, g.C, g.OH, g.OW});
+  std::vector<int32_t> argmax(static_cast<size_t>(out.numel()));
+  const float* xs = x.data();
+  float* y = out.data();
+  parallel_for(g.planes(), g.grain(), [&](int64_t q0, int64_t q1) {
+    for (int64_t q = q0; q < q1; ++q) {
+      const float* xp = xs + q * g.H * g.W;
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const Window win = g.window(oh, ow);
+          // As PyTorch: the first strict maximum in row-major order, NaN wins; padding never does.
+          float best = -std::numeric_limits<float>::infinity();
+          int64_t at = win.h0 * g.W + win.w0;
+          for (int64_t h = win.h0; h < win.h1; ++h)
+            for (int64_t w = win.w0; w < win.w1; ++w) {
+              const float v = xp[h * g.W + w];
+              if (v > best || std::isnan(v)) best = v, at = h * g.W + w;
+            }
+          const int64_t o = (q * g.OH + oh) * g.OW + ow;
+          y[o] = best;
+          argmax[o] = static_cast<int32_t>(at);
+        }
+    }
+  });
+  if (needs_grad({x})) attach(out, std::make_shared<MaxPoolNode>(g, x.detach(), std::move(argmax)), {x});
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  return max_pool2d(x, kernel, kernel, stride, stride, padding, padding);
+}
+
+Tensor avg_pool2d(const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+  return average("avg_pool2d", x, fixed_geometry("avg_pool2d", x, kh, kw, sh, sw, ph, pw));
+}
+
+Tensor avg_pool2d(const Tensor& x, int64_t kernel, int64_t stride, int64_t padding) {
+  return avg_pool2d(x, kernel, kernel, stride, stride, padding, padding);
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
+  check(x.defined(), "adaptive_avg_pool2d: undefined input");
+  check(x.dim() == 4, "adaptive_avg_pool2d: input must be (N, C, H, W), got ", x.shape());
+  check(out_h >= 1 && out_w >= 1, "adaptive_avg_pool2d: output size must be positive, got ", out_h, "x", out_w,
+        " for input ", x.shape());
+  check(x.size(2) >= 1 && x.size(3) >= 1, "adaptive_avg_pool2d: empty spatial extent in input ", x.shape());
+  PoolGeometry g;
+  g.N = x.size(0), g.C = x.size(1), g.H = x.size(2), g.W = x.size(3);
+  g.OH = out_h, g.OW = out_w;
+  g.adaptive = true;
+  return average("adaptive_avg_pool2d", x, g);
+}
+
+}  // namespace adjoint

@@ -1,1 +1,193 @@
+// Activations (ReLU, GELU, SiLU) under their three transports, and dropout.
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/random.h"
+#include "engine/threads.h"
+#include "ops/activation.h"
+#include "ops/dropout.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using namespace adjoint::testing;
+
+namespace {
+
+// Random values with |z| in [0.2, 2]: away from the ReLU kink by more than the
+// finite-difference step.
+Tensor away_from_zero(const Shape& shape, uint64_t seed) {
+  Tensor t = random_tensor(shape, seed, -1.0f, 1.0f);
+  float* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = (p[i] < 0 ? -1.0f : 1.0f) * (0.2f + 1.8f * std::abs(p[i]));
+  return t;
+}
+
+// The cotangent that reaches x of activation(x) for cotangent u under a transport.
+Tensor transported(Activation kind, const Tensor& x, const Tensor& u, const Transport& t) {
+  return vjp([&](const std::vector<Tensor>& in) { return activation(in[0], kind); }, {x}, u, t)[0];
+}
+
+Tensor map(const Tensor& x, float (*fn)(float)) {
+  std::vector<float> v = x.to_vector();
+  for (float& e : v) e = fn(e);
+  return Tensor::from_vector(x.shape(), v);
+}
+Tensor times(const Tensor& a, const Tensor& b) {
+  std::vector<float> va = a.to_vector(), vb = b.to_vector();
+  for (size_t i = 0; i < va.size(); ++i) va[i] *= vb[i];
+  return Tensor::from_vector(a.shape(), va);
+}
+
+float Phi(float z) { return 0.5f * std::erfc(-z / std::sqrt(2.0f)); }
+
+const Activation kAll[] = {Activation::Relu, Activation::Gelu, Activation::Silu};
+
+}  // namespace
+
+TEST_CASE("activation: gradcheck of relu, gelu, silu away from kinks") {
+  Tensor x = away_from_zero({3, 5, 4}, 11);
+  for (Activation kind : kAll) {
+    INFO(to_string(kind));
+    check_gradients([&](const std::vector<Tensor>& in) { return activation(in[0], kind); }, {x});
+  }
+}
+
+TEST_CASE("activation: forward and every transport match the PyTorch goldens") {
+  const Tensor x = golden("transport", "act.x"), u = golden("transport", "act.u");
+  Temperatures half;
+  half.relu = half.gelu = half.silu = 0.5f;
+  for (Activation kind : kAll) {
+    const std::string n = to_string(kind), key = "act." + n;
+    check_close(activation(x, kind), golden("transport", key + ".y"), 1e-5, 1e-6, n + " forward");
+    check_close(transported(kind, x, u, Transport::gradient()), golden("transport", key + ".grad"), 1e-4, 1e-5,
+                n + " gradient");
+    check_close(transported(kind, x, u, Transport::pullback()), golden("transport", key + ".pullback"), 1e-4, 1e-5,
+                n + " pullback");
+    check_close(transported(kind, x, u, Transport::soft_pullback()), golden("transport", key + ".soft"), 1e-4, 1e-5,
+                n + " soft pullback, default tau");
+    check_close(transported(kind, x, u, Transport::soft_pullback(half)), golden("transport", key + ".soft_tau05"),
+                1e-4, 1e-5, n + " soft pullback, tau 0.5");
+  }
+}
+
+TEST_CASE("activation: transports against their definitions") {
+  const Tensor x = away_from_zero({4, 9}, 21), u = random_tensor({4, 9}, 22);
+  SUBCASE("relu gradient and pullback are the same gate 1{z>0}") {
+    Tensor gate = map(x, [](float z) { return z > 0 ? 1.0f : 0.0f; });
+    check_close(transported(Activation::Relu, x, u, Transport::gradient()), times(gate, u), 0, 0, "relu gradient");
+    check_close(transported(Activation::Relu, x, u, Transport::pullback()), times(gate, u), 0, 0, "relu pullback");
+  }
+  SUBCASE("relu soft pullback tends to the hard pullback as tau -> 0") {
+    const Tensor hard = transported(Activation::Relu, x, u, Transport::pullback());
+    double previous = INFINITY;
+    for (float tau : {1.0f, 0.3f, 0.1f, 0.01f}) {
+      Temperatures t;
+      t.relu = tau;
+      std::vector<float> soft = transported(Activation::Relu, x, u, Transport::soft_pullback(t)).to_vector();
+      std::vector<float> h = hard.to_vector();
+      double err = 0;
+      for (size_t i = 0; i < h.size(); ++i) err = std::max(err, double(std::abs(soft[i] - h[i])));
+      CHECK(err < previous);  // strictly closer at each smaller temperature
+      previous = err;
+    }
+    CHECK(previous < 1e-6);  // |z| >= 0.2: Φ(±20) is 1 or 0 in float
+  }
+  SUBCASE("gelu pullback is Phi(z)·u, gradient adds z·phi(z)·u") {
+    check_close(transported(Activation::Gelu, x, u, Transport::pullback()), times(map(x, Phi), u), 1e-6, 1e-7,
+                "gelu pullback");
+    Tensor derivative = map(x, [](float z) { return Phi(z) + z * std::exp(-z * z / 2) / std::sqrt(2 * float(M_PI)); });
+    check_close(transported(Activation::Gelu, x, u, Transport::gradient()), times(derivative, u), 1e-5, 1e-6,
+                "gelu gradient");
+  }
+  SUBCASE("silu pullback is sigma(z)·u; soft is sigma(z/tau)·u") {
+    check_close(transported(Activation::Silu, x, u, Transport::pullback()),
+                times(map(x, [](float z) { return 1 / (1 + std::exp(-z)); }), u), 1e-6, 1e-7, "silu pullback");
+    check_close(transported(Activation::Silu, x, u, Transport::soft_pullback()),
+                times(map(x, [](float z) { return 1 / (1 + std::exp(-z / 1.6f)); }), u), 1e-6, 1e-7, "silu soft");
+  }
+  SUBCASE("the pullback of a gated activation reproduces the output: <pullback(u), x> = <u, y>") {
+    // y = g(z)·z with the gate frozen is linear in z, so the pullback is its exact adjoint.
+    for (Activation kind : kAll) {
+      std::vector<float> p = transported(kind, x, u, Transport::pullback()).to_vector();
+      std::vector<float> y = activation(x, kind).to_vector(), xv = x.to_vector(), uv = u.to_vector();
+      double lhs = 0, rhs = 0;
+      for (size_t i = 0; i < p.size(); ++i) lhs += double(p[i]) * xv[i], rhs += double(uv[i]) * y[i];
+      CHECK(lhs == doctest::Approx(rhs).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("activation: strided input and no recording without grad") {
+  Tensor x = away_from_zero({3, 4}, 5);
+  Tensor xt = x.view_as_strided({4, 3}, {1, 4}, 0);  // the transpose
+  Tensor y = relu(xt);
+  CHECK(y.shape() == Shape{4, 3});
+  CHECK(y.at({2, 1}) == std::max(x.at({1, 2}), 0.0f));
+  CHECK_FALSE(y.grad_fn());
+}
+
+TEST_CASE("dropout: mask reproducible across thread counts, keep rate, scaling, eval identity") {
+  const Tensor x = Tensor::ones({64, 1000});
+  const int previous = num_threads();
+  set_num_threads(1);
+  Generator g1(77);
+  const std::vector<float> y1 = dropout(x, 0.3f, true, g1).to_vector();
+  set_num_threads(2);
+  Generator g2(77);
+  const std::vector<float> y2 = dropout(x, 0.3f, true, g2).to_vector();
+  set_num_threads(previous);
+  CHECK(y1 == y2);
+  CHECK(g1.offset() == uint64_t(x.numel()));
+
+  int64_t kept = 0, other = 0;
+  for (float v : y1) {
+    kept += v != 0.0f;
+    other += v != 0.0f && v != 1.0f / 0.7f;  // kept values are scaled by exactly 1/(1 − p)
+  }
+  CHECK(other == 0);
+  const double rate = double(kept) / double(y1.size());
+  CHECK(rate == doctest::Approx(0.7).epsilon(0.02));  // 64000 draws: sd of the rate ≈ 0.002
+
+  Generator g3(78);
+  Tensor again = dropout(x, 0.3f, true, g3);
+  CHECK(again.to_vector() != y1);  // another seed, another mask
+
+  Generator g(1);
+  CHECK(dropout(x, 0.5f, false, g).impl() == x.impl());
+  CHECK(dropout(x, 0.0f, true, g).impl() == x.impl());
+  CHECK(g.offset() == 0);  // nothing drawn
+  const std::vector<float> all_dropped = dropout(x, 1.0f, true, g).to_vector();
+  CHECK(std::all_of(all_dropped.begin(), all_dropped.end(), [](float v) { return v == 0.0f; }));
+}
+
+TEST_CASE("dropout: backward applies the same mask and scale under every transport") {
+  Tensor x = random_tensor({8, 16}, 3).requires_grad_();
+  Tensor u = random_tensor({8, 16}, 4);
+  Generator g(5);
+  Tensor y = dropout(x, 0.25f, true, g);
+  std::vector<float> yv = y.to_vector(), xv = x.to_vector(), uv = u.to_vector();
+  for (Transport t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()}) {
+    std::vector<float> dx = grad(y, {x}, u, t)[0].to_vector();
+    for (size_t i = 0; i < dx.size(); ++i) {
+      const float m = yv[i] / xv[i];  // the scaled mask value
+      CHECK(dx[i] == doctest::Approx(m * uv[i]));
+    }
+  }
+  Generator gc(9);
+  check_gradients(
+      [&](const std::vector<Tensor>& in) {
+        Generator fresh(gc.seed());  // the same mask at every evaluation
+        return dropout(in[0], 0.4f, true, fresh);
+      },
+      {random_tensor({5, 7}, 10)});
+}
+
+TEST_CASE("dropout: bad probability is an error naming the op") {
+  Generator g(1);
+  CHECK_THROWS_WITH_AS(dropout(Tensor::ones({2, 3}), 1.5f, true, g), doctest::Contains("dropout: probability 1.5"),
+                       Error);
+}

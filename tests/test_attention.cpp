@@ -1,1 +1,167 @@
+// Scaled dot-product attention: exact gradient through Q, K, V; pullbacks through V only.
 #include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "ops/attention.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using namespace adjoint::testing;
+
+namespace {
+
+Tensor golden_t(const std::string& name) { return golden("transport", name); }
+
+std::vector<Tensor> leaves(const std::vector<Tensor>& values) {
+  std::vector<Tensor> out;
+  for (const Tensor& v : values) out.push_back(v.clone().requires_grad_());
+  return out;
+}
+
+// softmax(q kᵀ·scale/tau [+ causal mask]) in double, straight from the definition; (B·H, T, S).
+std::vector<double> naive_pattern(const Tensor& q, const Tensor& k, double scale, bool causal, double tau = 1) {
+  const int64_t T = q.size(-2), S = k.size(-2), d = q.size(-1), heads = q.numel() / (T * d);
+  const std::vector<float> qv = q.to_vector(), kv = k.to_vector();
+  std::vector<double> a(size_t(heads * T * S), 0.0);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      double* row = &a[size_t((h * T + i) * S)];
+      double total = 0;
+      for (int64_t j = 0; j < S; ++j) {
+        if (causal && j > i) continue;
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) s += double(qv[(h * T + i) * d + c]) * kv[(h * S + j) * d + c];
+        total += row[j] = std::exp(s * scale / tau);
+      }
+      for (int64_t j = 0; j < S; ++j) row[j] /= total;
+    }
+  return a;
+}
+
+// Aᵀu per head: (B·H, S, dv), shaped like v.
+Tensor pattern_transposed_times(const std::vector<double>& a, const Tensor& u, const Tensor& v) {
+  const int64_t T = u.size(-2), S = v.size(-2), dv = v.size(-1), heads = v.numel() / (S * dv);
+  const std::vector<float> uv = u.to_vector();
+  std::vector<float> out(size_t(v.numel()));
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t c = 0; c < dv; ++c) {
+        double s = 0;
+        for (int64_t i = 0; i < T; ++i) s += a[size_t((h * T + i) * S + j)] * uv[size_t((h * T + i) * dv + c)];
+        out[size_t((h * S + j) * dv + c)] = float(s);
+      }
+  return Tensor::from_vector(v.shape(), out);
+}
+
+Tensor attend(const std::vector<Tensor>& in, bool causal, float scale = -1) {
+  return scaled_dot_product_attention(in[0], in[1], in[2], causal, scale);
+}
+
+}  // namespace
+
+TEST_CASE("attention: gradcheck through q, k, v with and without the causal mask") {
+  const Tensor q = random_tensor({2, 2, 4, 3}, 1, -1.5, 1.5), k = random_tensor({2, 2, 5, 3}, 2, -1.5, 1.5),
+               v = random_tensor({2, 2, 5, 2}, 3);
+  check_gradients([](const std::vector<Tensor>& in) { return attend(in, false); }, {q, k, v});
+  check_gradients([](const std::vector<Tensor>& in) { return attend(in, true); }, {q, k, v});
+  // One batch dim only, and an explicit scale.
+  check_gradients([](const std::vector<Tensor>& in) { return attend(in, true, 0.8f); },
+                  {random_tensor({3, 4, 5}, 4, -1.5, 1.5), random_tensor({3, 4, 5}, 5, -1.5, 1.5),
+                   random_tensor({3, 4, 2}, 6)});
+}
+
+TEST_CASE("attention: forward, gradient, pullback and soft pullback match the PyTorch goldens") {
+  Temperatures half;
+  half.attention = 0.5f;
+  for (const auto& [key, causal] : {std::pair{std::string("attn"), false}, std::pair{std::string("attn_causal"), true},
+                                    std::pair{std::string("attn_causal_rect"), true}}) {
+    const float scale = golden_t(key + ".scale").item();
+    auto in = leaves({golden_t(key + ".q"), golden_t(key + ".k"), golden_t(key + ".v")});
+    const Tensor u = golden_t(key + ".u");
+    Tensor y = attend(in, causal, scale);
+    check_close(y, golden_t(key + ".y"), 1e-4, 1e-5, key + " forward");
+    auto g = grad(y, in, u);
+    check_close(g[0], golden_t(key + ".grad_q"), 1e-4, 1e-5, key + " grad q");
+    check_close(g[1], golden_t(key + ".grad_k"), 1e-4, 1e-5, key + " grad k");
+    check_close(g[2], golden_t(key + ".grad_v"), 1e-4, 1e-5, key + " grad v");
+    check_close(grad(y, {in[2]}, u, Transport::pullback())[0], golden_t(key + ".pullback_v"), 1e-4, 1e-5,
+                key + " pullback v");
+    check_close(grad(y, {in[2]}, u, Transport::soft_pullback(half))[0], golden_t(key + ".soft_tau05_v"), 1e-4, 1e-5,
+                key + " soft pullback v, tau 0.5");
+  }
+}
+
+TEST_CASE("attention: transports against their definitions") {
+  const Tensor q = random_tensor({2, 3, 5, 4}, 11, -2, 2), k = random_tensor({2, 3, 6, 4}, 12, -2, 2),
+               v = random_tensor({2, 3, 6, 3}, 13), u = random_tensor({2, 3, 5, 3}, 14);
+  const double scale = 0.5;  // the default 1/sqrt(d), d = 4
+  for (bool causal : {false, true}) {
+    INFO("causal ", causal);
+    auto in = leaves({q, k, v});
+    Tensor y = attend(in, causal);
+
+    // Pullback: nothing reaches q and k; v receives Aᵀu.
+    auto p = grad(y, in, u, Transport::pullback());
+    check_close(p[0], Tensor::zeros(q.shape()), 0, 0, "pullback q");
+    check_close(p[1], Tensor::zeros(k.shape()), 0, 0, "pullback k");
+    check_close(p[2], pattern_transposed_times(naive_pattern(q, k, scale, causal), u, v), 1e-5, 1e-6,
+                "pullback v = Aᵀu");
+    // With A frozen the output is linear in v, so <pullback(u), v> = <u, y>.
+    std::vector<float> pv = p[2].to_vector(), vv = v.to_vector(), uv = u.to_vector(), yv = y.to_vector();
+    double lhs = 0, rhs = 0;
+    for (size_t i = 0; i < pv.size(); ++i) lhs += double(pv[i]) * vv[i];
+    for (size_t i = 0; i < uv.size(); ++i) rhs += double(uv[i]) * yv[i];
+    CHECK(lhs == doctest::Approx(rhs).epsilon(1e-5));
+
+    // Soft pullback: the pattern recomputed at tau, through v only.
+    Temperatures t;
+    t.attention = 2.5f;
+    auto s = grad(y, in, u, Transport::soft_pullback(t));
+    check_close(s[0], Tensor::zeros(q.shape()), 0, 0, "soft q");
+    check_close(s[1], Tensor::zeros(k.shape()), 0, 0, "soft k");
+    check_close(s[2], pattern_transposed_times(naive_pattern(q, k, scale, causal, 2.5), u, v), 1e-5, 1e-6,
+                "soft v = A_tauᵀu");
+    // At the default tau = 1 the recomputed pattern is the forward one.
+    check_close(grad(y, {in[2]}, u, Transport::soft_pullback())[0], p[2], 1e-6, 1e-7, "soft at tau 1 = pullback");
+
+    // The gradient's v cotangent is the pullback's; q and k get non-zero cotangents.
+    auto g = grad(y, in, u);
+    check_close(g[2], p[2], 0, 0, "gradient v = pullback v");
+    for (size_t i = 0; i < 2; ++i) {
+      double norm = 0;
+      for (float e : g[i].to_vector()) norm += double(e) * e;
+      CHECK(norm > 1e-4);
+    }
+  }
+}
+
+TEST_CASE("attention: the causal mask hides later keys") {
+  const Tensor q = random_tensor({1, 1, 3, 2}, 21), k = random_tensor({1, 1, 3, 2}, 22),
+               v = random_tensor({1, 1, 3, 4}, 23);
+  Tensor y = scaled_dot_product_attention(q, k, v, true);
+  for (int64_t c = 0; c < 4; ++c) CHECK(y.at({0, 0, 0, c}) == doctest::Approx(v.at({0, 0, 0, c})));
+  // Changing the last key and value leaves the first two queries' outputs alone.
+  Tensor k2 = k.clone(), v2 = v.clone();
+  k2.data()[4] += 3, v2.data()[8] -= 5;
+  Tensor y2 = scaled_dot_product_attention(q, k2, v2, true);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t c = 0; c < 4; ++c) CHECK(y2.at({0, 0, i, c}) == y.at({0, 0, i, c}));
+  CHECK(y2.at({0, 0, 2, 0}) != y.at({0, 0, 2, 0}));
+}
+
+TEST_CASE("attention: bad shapes are errors naming the op and shapes") {
+  const Tensor q = Tensor::ones({2, 2, 4, 3});
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, Tensor::ones({2, 2, 5, 4}), Tensor::ones({2, 2, 5, 2})),
+                       doctest::Contains("scaled_dot_product_attention: q and k head sizes differ: q [2, 2, 4, 3], "
+                                         "k [2, 2, 5, 4], v [2, 2, 5, 2]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, Tensor::ones({2, 2, 5, 3}), Tensor::ones({2, 2, 6, 2})),
+                       doctest::Contains("k and v key counts differ"), Error);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, Tensor::ones({2, 3, 5, 3}), Tensor::ones({2, 3, 5, 2})),
+                       doctest::Contains("leading (batch, head) dims differ"), Error);
+  CHECK_THROWS_WITH_AS(scaled_dot_product_attention(q, Tensor::ones({2, 5, 3}), Tensor::ones({2, 5, 2})),
+                       doctest::Contains("same rank"), Error);
+}

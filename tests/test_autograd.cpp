@@ -5,6 +5,8 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
+#include "ops/elementwise.h"
+#include "ops/layout.h"
 #include "tests/support.h"
 
 using namespace adjoint;
@@ -109,4 +111,16 @@ TEST_CASE("Philox draws do not depend on the thread count") {
   Generator g3(43);
   CHECK(normal({4}, 0, 1, g3).to_vector() != std::vector<float>(one.begin(), one.begin() + 4));
   set_num_threads(0);
+}
+
+TEST_CASE("a cotangent passed through unchanged is never summed into in place") {
+  // contiguous() hands its cotangent on as is; t then receives a second one, and the
+  // sum must not be written into the tensor already delivered for c.
+  Tensor x = Tensor::from_vector({2, 2}, {1, 2, 3, 4}).requires_grad_();
+  Tensor t = transpose(x, 0, 1);
+  Tensor c = t.contiguous();
+  Tensor o = add(t * 1.0f, c * 2.0f);
+  auto g = grad(o, {c, t}, Tensor::ones({2, 2}));
+  CHECK(g[0].to_vector() == std::vector<float>{2, 2, 2, 2});
+  CHECK(g[1].to_vector() == std::vector<float>{3, 3, 3, 3});
 }

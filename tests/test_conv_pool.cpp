@@ -1,1 +1,268 @@
+// conv2d and the pools: gradients, PyTorch goldens (tests/goldens/gen_conv.py), the
+// max-pool transports (METHODS.md §1.2), the backward's skipped work, bad shapes.
 #include <doctest/doctest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/random.h"
+#include "engine/threads.h"
+#include "ops/conv.h"
+#include "ops/pool.h"
+#include "tests/golden_case.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using namespace adjoint::testing;
+
+namespace {
+
+Fn conv_with(Conv2dOptions options) {
+  return [options](const std::vector<Tensor>& in) {
+    return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), options);
+  };
+}
+
+// Values spaced 0.05 apart in a random order: no two within a gradcheck step of each other,
+// so no window's arg-max can flip under the finite differences.
+Tensor distinct_values(const Shape& shape, uint64_t seed) {
+  Generator gen(seed);
+  const std::vector<int64_t> order = permutation(numel(shape), gen);
+  std::vector<float> v(order.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.05f * static_cast<float>(order[i]) - 1.0f;
+  return Tensor::from_vector(shape, v);
+}
+
+Transport soft(float tau) {
+  Temperatures t;
+  t.max_pool = tau;
+  return Transport::soft_pullback(t);
+}
+
+struct ThreadCount {
+  int saved = num_threads();
+  ~ThreadCount() { set_num_threads(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("conv2d: gradients across strides, padding, dilation, groups and 1x1") {
+  struct Case {
+    Shape x, w;
+    Conv2dOptions options;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 5, 5}, {4, 3, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 2, 7, 6}, {3, 2, 3, 2}, {2, 1, 1, 2, 2, 1, 1}},  // stride 2x1, padding 1x2, dilation 2x1
+      {{1, 4, 5, 5}, {6, 2, 3, 3}, Conv2dOptions::square(1, 1, 1, 2)},
+      {{3, 4, 3, 3}, {5, 4, 1, 1}, {}},                      // 1x1: images folded into one GEMM
+      {{1, 2, 32, 32}, {2, 2, 1, 1}, {}},                    // 1x1: one image, no copies
+      {{2, 1, 32, 32}, {2, 1, 3, 3}, Conv2dOptions::square(1, 1)},  // one image per GEMM, 2 partials
+      {{2, 3, 5, 5}, {3, 1, 3, 3}, Conv2dOptions::square(2, 1, 1, 3)},  // depthwise, strided
+  };
+  uint64_t seed = 100;
+  for (const Case& c : cases) {
+    INFO("x ", to_string(c.x), " w ", to_string(c.w));
+    check_gradients(conv_with(c.options),
+                    {random_tensor(c.x, seed++), random_tensor(c.w, seed++), random_tensor({c.w[0]}, seed++)});
+  }
+}
+
+TEST_CASE("conv2d: matches PyTorch (forward, input, weight and bias gradients)") {
+  check_golden_case("conv", "conv.basic", 3, conv_with(Conv2dOptions::square(1, 1)));
+  check_golden_case("conv", "conv.strided", 3, conv_with({2, 1, 1, 1, 2, 1, 1}));
+  check_golden_case("conv", "conv.stride2", 3, conv_with(Conv2dOptions::square(2, 1)));
+  check_golden_case("conv", "conv.groups", 3, conv_with(Conv2dOptions{}.with_groups(2)));
+  check_golden_case("conv", "conv.pointwise", 3, conv_with({}));
+  check_golden_case("conv", "conv.pointwise_wide", 3, conv_with({}));
+  check_golden_case("conv", "conv.wide", 3, conv_with(Conv2dOptions::square(1, 1)));
+  check_golden_case("conv", "conv.strided_1x1", 3, conv_with(Conv2dOptions::square(2)));
+  check_golden_case("conv", "conv.depthwise", 3, conv_with(Conv2dOptions::square(1, 2, 2, 3)));
+}
+
+TEST_CASE("conv2d: a batch's gradients equal the sums of its images' gradients") {
+  // 20 images of 32x32: one image per GEMM, the weight gradient summed in chunks of blocks.
+  const Tensor x = random_tensor({20, 2, 32, 32}, 200), w = random_tensor({3, 2, 3, 3}, 201),
+               b = random_tensor({3}, 202), u = random_tensor({20, 3, 32, 32}, 203);
+  const Fn f = conv_with(Conv2dOptions::square(1, 1));
+  const auto whole = vjp(f, {x, w, b}, u);
+  std::vector<double> dw(size_t(w.numel()), 0.0);
+  for (int64_t n = 0; n < 20; ++n) {
+    const Shape one_x{1, 2, 32, 32}, one_u{1, 3, 32, 32};
+    const Tensor xn = x.view_as_strided(one_x, x.strides(), n * 2 * 1024).contiguous();
+    const Tensor un = u.view_as_strided(one_u, u.strides(), n * 3 * 1024).contiguous();
+    const auto part = vjp(f, {xn, w, b}, un);
+    const Tensor dxn = whole[0].view_as_strided(one_x, whole[0].strides(), n * 2 * 1024);
+    check_close(dxn, part[0], 1e-5, 1e-6, "input gradient of image " + std::to_string(n));
+    const std::vector<float> p = part[1].to_vector();
+    for (size_t i = 0; i < dw.size(); ++i) dw[i] += p[i];
+  }
+  std::vector<float> dwf(dw.begin(), dw.end());
+  check_close(whole[1], Tensor::from_vector(w.shape(), dwf), 1e-4, 1e-4, "weight gradient");
+}
+
+TEST_CASE("conv2d: the same bits at 1 and 2 threads") {
+  ThreadCount restore;
+  const Tensor x = random_tensor({8, 32, 16, 16}, 300), w = random_tensor({48, 32, 3, 3}, 301),
+               b = random_tensor({48}, 302), u = random_tensor({8, 48, 16, 16}, 303);
+  const Fn f = conv_with(Conv2dOptions::square(1, 1));
+  set_num_threads(1);
+  const auto one = vjp(f, {x, w, b}, u);
+  Tensor y1;
+  {
+    NoGrad no_grad;
+    y1 = f({x, w, b});
+  }
+  set_num_threads(2);
+  const auto two = vjp(f, {x, w, b}, u);
+  NoGrad no_grad;
+  CHECK(f({x, w, b}).to_vector() == y1.to_vector());
+  for (size_t i = 0; i < 3; ++i) CHECK(one[i].to_vector() == two[i].to_vector());
+}
+
+TEST_CASE("conv2d: backward skips the gradients nobody needs") {
+  const Tensor x = golden("conv", "conv.basic.in0"), w = golden("conv", "conv.basic.in1").detach(),
+               b = golden("conv", "conv.basic.in2");
+  const Tensor wl = w.clone().requires_grad_(), xl = x.clone().requires_grad_();
+  const Tensor u = golden("conv", "conv.basic.u");
+  // First layer of a network: the input needs no gradient; the weight's still matches PyTorch.
+  Tensor y = conv2d(x, wl, b, Conv2dOptions::square(1, 1));
+  const auto g = grad(y, {wl}, u);
+  check_close(g[0], golden("conv", "conv.basic.grad1"), 1e-4, 1e-5, "weight gradient alone");
+  y.grad_fn()->needs = {false, true, false};
+  {
+    NoGrad no_grad;
+    const auto c = y.grad_fn()->vjp(u, Transport::gradient());
+    CHECK_FALSE(c[0].defined());
+    CHECK(c[1].defined());
+    CHECK_FALSE(c[2].defined());
+  }
+  // Explanations: frozen weights, only the input's cotangent.
+  Tensor y2 = conv2d(xl, w, b, Conv2dOptions::square(1, 1));
+  y2.grad_fn()->needs = {true, false, false};
+  NoGrad no_grad;
+  const auto c2 = y2.grad_fn()->vjp(u, Transport::pullback());
+  CHECK_FALSE(c2[1].defined());
+  check_close(c2[0], golden("conv", "conv.basic.grad0"), 1e-4, 1e-5, "input cotangent alone");
+}
+
+TEST_CASE("conv2d: one rule for every transport") {
+  const std::vector<Tensor> in = golden_inputs("conv", "conv.groups", 3);
+  const Tensor u = golden("conv", "conv.groups.u");
+  const Fn f = conv_with(Conv2dOptions{}.with_groups(2));
+  const auto g = vjp(f, in, u, Transport::gradient());
+  for (const Transport& t : {Transport::pullback(), soft(0.1f)}) {
+    const auto p = vjp(f, in, u, t);
+    for (size_t i = 0; i < 3; ++i) CHECK(p[i].to_vector() == g[i].to_vector());
+  }
+}
+
+TEST_CASE("conv2d: bad shapes") {
+  CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({8, 4, 32, 32}), Tensor::zeros({64, 3, 3, 3})),
+                       doctest::Contains("conv2d: weight [64, 3, 3, 3] expects 3 input channels, input is [8, 4, 32, 32]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({4, 32, 32}), Tensor::zeros({8, 4, 3, 3})),
+                       doctest::Contains("conv2d: input must be (N, C, H, W), got [4, 32, 32]"), Error);
+  CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({1, 4, 8, 8}), Tensor::zeros({6, 2, 3, 3}), {}, Conv2dOptions{}.with_groups(3)),
+                       doctest::Contains("conv2d: groups 3 must divide"), Error);
+  CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({1, 4, 8, 8}), Tensor::zeros({6, 4, 3, 3}), Tensor::zeros({5})),
+                       doctest::Contains("conv2d: bias [5] does not match weight [6, 4, 3, 3]"), Error);
+  CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({1, 4, 2, 2}), Tensor::zeros({6, 4, 3, 3})),
+                       doctest::Contains("conv2d: kernel 3x3 (dilation 1x1) does not fit input [1, 4, 2, 2]"), Error);
+  CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({1, 4, 8, 8}), Tensor::zeros({6, 4, 3, 3}), {}, Conv2dOptions::square(0)),
+                       doctest::Contains("conv2d: invalid options stride 0x0"), Error);
+}
+
+TEST_CASE("pool: gradients of max, average and adaptive average pooling") {
+  GradCheckOptions options;
+  options.eps = 5e-3;
+  check_gradients([](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 2, 1); },
+                  {distinct_values({2, 2, 7, 7}, 400)}, options);
+  check_gradients([](const std::vector<Tensor>& in) { return max_pool2d(in[0], 2, 3, 1, 2, 0, 1); },
+                  {distinct_values({1, 2, 6, 5}, 401)}, options);
+  check_gradients([](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 3, 2, 1); },
+                  {random_tensor({2, 2, 7, 6}, 402)});
+  check_gradients([](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], 3, 2); },
+                  {random_tensor({2, 2, 7, 5}, 403)});
+}
+
+TEST_CASE("pool: matches PyTorch") {
+  check_golden_case("conv", "maxpool.k3s2p1", 1, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 2, 1); });
+  check_golden_case("conv", "maxpool.k2s1", 1, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 2, 1); });
+  // Ties: the first maximum in row-major window order takes the whole cotangent.
+  check_golden_case("conv", "maxpool.ties", 1, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 1, 1); });
+  check_golden_case("conv", "avgpool.k3s2p1", 1, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 3, 2, 1); });
+  check_golden_case("conv", "avgpool.k2s2", 1, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 2, 2); });
+  check_golden_case("conv", "adaptive.7x5to3x2", 1,
+                    [](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], 3, 2); });
+}
+
+TEST_CASE("pool: max-pool pullback routes like the gradient") {
+  const Tensor x = golden("conv", "maxpool.ties.in0"), u = golden("conv", "maxpool.ties.u");
+  const Fn f = [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 1, 1); };
+  CHECK(vjp(f, {x}, u, Transport::pullback())[0].to_vector() == vjp(f, {x}, u, Transport::gradient())[0].to_vector());
+}
+
+TEST_CASE("pool: soft max-pool pullback matches the PyTorch reference (unfold, detached softmax, fold)") {
+  struct Case {
+    const char* name;
+    int64_t k, s, p;
+    float tau;
+  };
+  for (const Case& c : {Case{"k3s2p1_t03", 3, 2, 1, 0.3f}, Case{"k3s2p1_t1", 3, 2, 1, 1.0f}, Case{"k2s1_t03", 2, 1, 0, 0.3f}}) {
+    const std::string name = std::string("softmax_pool.") + c.name;
+    const Tensor x = golden("conv", name + ".in0"), u = golden("conv", name + ".u");
+    const Fn f = [c](const std::vector<Tensor>& in) { return max_pool2d(in[0], c.k, c.s, c.p); };
+    check_close(vjp(f, {x}, u, soft(c.tau))[0], golden("conv", name + ".grad0"), 1e-4, 1e-6, name);
+  }
+  // The default temperature is METHODS.md's 0.3.
+  const Tensor x = golden("conv", "softmax_pool.k3s2p1_t03.in0"), u = golden("conv", "softmax_pool.k3s2p1_t03.u");
+  const Fn f = [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 2, 1); };
+  check_close(vjp(f, {x}, u, Transport::soft_pullback())[0], golden("conv", "softmax_pool.k3s2p1_t03.grad0"), 1e-4,
+              1e-6, "default temperature");
+}
+
+TEST_CASE("pool: soft max-pool weights sum to one and harden as tau -> 0") {
+  // Non-overlapping 2x2 windows: each window's cotangents add up to its u.
+  const Tensor x = random_tensor({2, 3, 6, 8}, 500), u = random_tensor({2, 3, 3, 4}, 501);
+  const Fn f = [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 2, 2); };
+  const Tensor dx = vjp(f, {x}, u, soft(0.3f))[0];
+  int bad = 0;
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 4; ++j) {
+          const float s = dx.at({n, c, 2 * i, 2 * j}) + dx.at({n, c, 2 * i, 2 * j + 1}) +
+                          dx.at({n, c, 2 * i + 1, 2 * j}) + dx.at({n, c, 2 * i + 1, 2 * j + 1});
+          bad += std::abs(s - u.at({n, c, i, j})) > 1e-5f;
+        }
+  CHECK(bad == 0);
+  // Overlapping, padded windows of well-separated values: τ = 1e-3 is the hard routing.
+  const Tensor xd = distinct_values({2, 2, 7, 7}, 502), ud = random_tensor({2, 2, 4, 4}, 503);
+  const Fn g = [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 2, 1); };
+  check_close(vjp(g, {xd}, ud, soft(1e-3f))[0], vjp(g, {xd}, ud, Transport::gradient())[0], 1e-6, 1e-7,
+              "soft pullback at tau 1e-3");
+}
+
+TEST_CASE("pool: average pooling has one rule for every transport") {
+  const Tensor x = random_tensor({1, 2, 5, 5}, 600), u = random_tensor({1, 2, 3, 3}, 601);
+  const Fn f = [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 3, 2, 1); };
+  const std::vector<float> g = vjp(f, {x}, u, Transport::gradient())[0].to_vector();
+  CHECK(vjp(f, {x}, u, Transport::pullback())[0].to_vector() == g);
+  CHECK(vjp(f, {x}, u, soft(0.1f))[0].to_vector() == g);
+}
+
+TEST_CASE("pool: bad shapes") {
+  CHECK_THROWS_WITH_AS(max_pool2d(Tensor::zeros({3, 8, 8}), 2, 2),
+                       doctest::Contains("max_pool2d: input must be (N, C, H, W), got [3, 8, 8]"), Error);
+  CHECK_THROWS_WITH_AS(max_pool2d(Tensor::zeros({1, 3, 8, 8}), 3, 2, 2),
+                       doctest::Contains("max_pool2d: padding 2x2 must be at most half the kernel 3x3"), Error);
+  CHECK_THROWS_WITH_AS(avg_pool2d(Tensor::zeros({1, 3, 2, 2}), 3, 1),
+                       doctest::Contains("avg_pool2d: kernel 3x3 does not fit input [1, 3, 2, 2]"), Error);
+  CHECK_THROWS_WITH_AS(avg_pool2d(Tensor::zeros({1, 3, 8, 8}), 2, 0),
+                       doctest::Contains("avg_pool2d: invalid kernel 2x2, stride 0x0"), Error);
+  CHECK_THROWS_WITH_AS(adaptive_avg_pool2d(Tensor::zeros({1, 3, 8, 8}), 0, 2),
+                       doctest::Contains("adaptive_avg_pool2d: output size must be positive, got 0x2"), Error);
+}

@@ -1,1 +1,123 @@
+// matmul and linear: gradients, PyTorch goldens (tests/goldens/gen_conv.py), the engine
+// GEMM's panel split, bad shapes.
 #include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/gemm.h"
+#include "engine/threads.h"
+#include "ops/matmul.h"
+#include "tests/golden_case.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using namespace adjoint::testing;
+
+namespace {
+
+Tensor matmul_of(const std::vector<Tensor>& in) { return matmul(in[0], in[1]); }
+Tensor linear_of(const std::vector<Tensor>& in) { return linear(in[0], in[1], in.size() > 2 ? in[2] : Tensor()); }
+
+// (M, K) · (K, N) in double, the reference for the engine's GEMM.
+std::vector<double> naive_product(const Tensor& a, const Tensor& b) {
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  std::vector<float> av = a.to_vector(), bv = b.to_vector();
+  std::vector<double> c(size_t(M * N), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) c[i * N + j] += double(av[i * K + k]) * double(bv[k * N + j]);
+  return c;
+}
+
+// Restores the thread count a test changed.
+struct ThreadCount {
+  int saved = num_threads();
+  ~ThreadCount() { set_num_threads(saved); }
+};
+
+}  // namespace
+
+TEST_CASE("matmul: gradients (plain, batched, folded)") {
+  check_gradients(matmul_of, {random_tensor({4, 3}, 1), random_tensor({3, 5}, 2)});
+  check_gradients(matmul_of, {random_tensor({2, 3, 4, 3}, 3), random_tensor({2, 3, 3, 2}, 4)});
+  check_gradients(matmul_of, {random_tensor({2, 3, 4}, 5), random_tensor({4, 2}, 6)});
+}
+
+TEST_CASE("matmul: matches PyTorch") {
+  check_golden_case("conv", "matmul.plain", 2, matmul_of);
+  check_golden_case("conv", "matmul.batched", 2, matmul_of);
+  check_golden_case("conv", "matmul.folded", 2, matmul_of);
+}
+
+TEST_CASE("matmul: every transport carries the exact vector-Jacobian product") {
+  const std::vector<Tensor> in = {random_tensor({3, 4}, 7), random_tensor({4, 2}, 8)};
+  const Tensor u = random_tensor({3, 2}, 9);
+  const auto g = vjp(matmul_of, in, u, Transport::gradient());
+  for (const Transport& t : {Transport::pullback(), Transport::soft_pullback()}) {
+    const auto p = vjp(matmul_of, in, u, t);
+    CHECK(p[0].to_vector() == g[0].to_vector());
+    CHECK(p[1].to_vector() == g[1].to_vector());
+  }
+}
+
+TEST_CASE("matmul: large products split into panels, match a double product and keep their bits at any thread count") {
+  ThreadCount restore;
+  // 300 × 700 × 600: above the split threshold, with uneven panels.
+  const Tensor a = random_tensor({300, 700}, 10), b = random_tensor({700, 600}, 11);
+  set_num_threads(1);
+  const std::vector<float> one = matmul(a, b).to_vector();
+  set_num_threads(2);
+  const std::vector<float> two = matmul(a, b).to_vector();
+  CHECK(one == two);
+  const std::vector<double> ref = naive_product(a, b);
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(ref[i] - one[i]));
+  CHECK(worst < 1e-3);
+  CHECK(std::string(blas_kernels()).size() > 0);
+}
+
+TEST_CASE("matmul: an empty inner dimension gives zeros") {
+  const Tensor c = matmul(Tensor::empty({3, 0}), Tensor::empty({0, 2}));
+  CHECK(c.shape() == Shape{3, 2});
+  CHECK(c.to_vector() == std::vector<float>(6, 0.0f));
+}
+
+TEST_CASE("matmul: bad shapes") {
+  CHECK_THROWS_WITH_AS(matmul(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})),
+                       doctest::Contains("matmul: a [2, 3] and b [4, 5] have inner dimensions 3 and 4"), Error);
+  CHECK_THROWS_WITH_AS(matmul(Tensor::zeros({3}), Tensor::zeros({3, 4})),
+                       doctest::Contains("matmul: expects matrices (2-D or more), got a [3]"), Error);
+  CHECK_THROWS_WITH_AS(matmul(Tensor::zeros({2, 3, 4}), Tensor::zeros({3, 4, 5})),
+                       doctest::Contains("matmul: batch dimensions differ: a [2, 3, 4] and b [3, 4, 5]"), Error);
+}
+
+TEST_CASE("linear: gradients with and without bias") {
+  check_gradients(linear_of, {random_tensor({2, 3, 4}, 12), random_tensor({5, 4}, 13), random_tensor({5}, 14)});
+  check_gradients(linear_of, {random_tensor({4}, 15), random_tensor({3, 4}, 16)});
+}
+
+TEST_CASE("linear: matches PyTorch") {
+  check_golden_case("conv", "linear.bias", 3, linear_of);
+  check_golden_case("conv", "linear.nobias", 2, linear_of);
+}
+
+TEST_CASE("linear: the bias gradient sums many rows in double") {
+  // 20000 rows of 0.1: a float running sum would drift visibly; the double one does not.
+  const Tensor x = Tensor::zeros({20000, 3}).requires_grad_(), w = Tensor::zeros({2, 3}),
+               b = Tensor::zeros({2}).requires_grad_();
+  const Tensor y = linear(x, w, b);
+  const auto g = grad(y, {b}, Tensor::full(y.shape(), 0.1f));
+  CHECK(std::abs(g[0].at({0}) - 2000.0f) < 1e-3);
+  CHECK(std::abs(g[0].at({1}) - 2000.0f) < 1e-3);
+}
+
+TEST_CASE("linear: bad shapes") {
+  CHECK_THROWS_WITH_AS(linear(Tensor::zeros({8, 30}), Tensor::zeros({10, 20})),
+                       doctest::Contains("linear: weight [10, 20] expects 20 input features, input is [8, 30]"), Error);
+  CHECK_THROWS_WITH_AS(linear(Tensor::zeros({8, 20}), Tensor::zeros({10, 20}), Tensor::zeros({5})),
+                       doctest::Contains("linear: bias [5] does not match weight [10, 20]"), Error);
+  CHECK_THROWS_WITH_AS(linear(Tensor::zeros({8, 20}), Tensor::zeros({20})),
+                       doctest::Contains("linear: weight must be 2-D (out, in), got [20]"), Error);
+}

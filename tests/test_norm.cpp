@@ -1,1 +1,211 @@
+// BatchNorm and LayerNorm: exact gradients, goldens, and the frozen-statistics pullbacks.
 #include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "ops/norm.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using namespace adjoint::testing;
+
+namespace {
+
+const std::vector<Transport> kTransports = {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()};
+
+// Fresh leaves holding the values of `values` (each requiring grad).
+std::vector<Tensor> leaves(const std::vector<Tensor>& values) {
+  std::vector<Tensor> out;
+  for (const Tensor& v : values) out.push_back(v.clone().requires_grad_());
+  return out;
+}
+
+Tensor golden_t(const std::string& name) { return golden("transport", name); }
+
+// Per-channel biased statistics of x (N, C, ...): 1/sqrt(var + eps).
+std::vector<double> channel_invstd(const Tensor& x, double eps) {
+  const int64_t N = x.size(0), C = x.size(1), L = x.numel() / (N * C);
+  std::vector<float> v = x.to_vector();
+  std::vector<double> out(C);
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0, ss = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t l = 0; l < L; ++l) s += v[(n * C + c) * L + l];
+    const double mu = s / double(N * L);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t l = 0; l < L; ++l) ss += std::pow(v[(n * C + c) * L + l] - mu, 2);
+    out[c] = 1.0 / std::sqrt(ss / double(N * L) + eps);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("norm: gradcheck of batch_norm in training and eval, with and without affine") {
+  const Tensor x = random_tensor({4, 3, 2, 3}, 1, -2, 2), w = random_tensor({3}, 2, 0.5, 1.5),
+               b = random_tensor({3}, 3);
+  SUBCASE("training, affine") {
+    check_gradients(
+        [](const std::vector<Tensor>& in) { return batch_norm(in[0], in[1], in[2], {}, {}, true); }, {x, w, b});
+  }
+  SUBCASE("training, no affine, (N, C) input") {
+    check_gradients([](const std::vector<Tensor>& in) { return batch_norm(in[0], {}, {}, {}, {}, true); },
+                    {random_tensor({6, 4}, 4, -2, 2)});
+  }
+  SUBCASE("eval") {
+    const Tensor rm = random_tensor({3}, 5), rv = random_tensor({3}, 6, 0.5, 2);
+    check_gradients(
+        [&](const std::vector<Tensor>& in) { return batch_norm(in[0], in[1], in[2], rm, rv, false); }, {x, w, b});
+  }
+}
+
+TEST_CASE("norm: gradcheck of layer_norm over one and two trailing dims") {
+  check_gradients([](const std::vector<Tensor>& in) { return layer_norm(in[0], 1, in[1], in[2]); },
+                  {random_tensor({3, 4, 7}, 7, -2, 2), random_tensor({7}, 8, 0.5, 1.5), random_tensor({7}, 9)});
+  check_gradients([](const std::vector<Tensor>& in) { return layer_norm(in[0], 2, in[1], {}); },
+                  {random_tensor({3, 4, 5}, 10, -2, 2), random_tensor({4, 5}, 11, 0.5, 1.5)});
+}
+
+TEST_CASE("norm: batch_norm matches the PyTorch goldens, running statistics included") {
+  const Tensor u = golden_t("bn.u");
+  SUBCASE("training") {
+    auto in = leaves({golden_t("bn.x"), golden_t("bn.w"), golden_t("bn.b")});
+    Tensor rm = golden_t("bn.running_mean0").clone(), rv = golden_t("bn.running_var0").clone();
+    Tensor y = batch_norm(in[0], in[1], in[2], rm, rv, true, 0.1f, 1e-5f);
+    check_close(y, golden_t("bn.train.y"), 1e-4, 1e-5, "bn train forward");
+    check_close(rm, golden_t("bn.train.running_mean"), 1e-5, 1e-6, "bn running mean");
+    check_close(rv, golden_t("bn.train.running_var"), 1e-5, 1e-6, "bn running var (unbiased)");
+    auto g = grad(y, in, u);
+    check_close(g[0], golden_t("bn.train.grad_x"), 1e-4, 1e-5, "bn train grad x");
+    check_close(g[1], golden_t("bn.train.grad_w"), 1e-4, 1e-5, "bn train grad w");
+    check_close(g[2], golden_t("bn.train.grad_b"), 1e-4, 1e-5, "bn train grad b");
+    // The pullbacks against the detached-statistics surrogate; parameter grads unchanged.
+    for (const Transport& t : {Transport::pullback(), Transport::soft_pullback()}) {
+      auto p = grad(y, in, u, t);
+      check_close(p[0], golden_t("bn.train.pullback_x"), 1e-4, 1e-5, "bn train pullback x");
+      check_close(p[1], golden_t("bn.train.grad_w"), 1e-4, 1e-5, "bn train pullback w");
+      check_close(p[2], golden_t("bn.train.grad_b"), 1e-4, 1e-5, "bn train pullback b");
+    }
+  }
+  SUBCASE("eval") {
+    auto in = leaves({golden_t("bn.x"), golden_t("bn.w"), golden_t("bn.b")});
+    Tensor rm = golden_t("bn.running_mean0").clone(), rv = golden_t("bn.running_var0").clone();
+    Tensor y = batch_norm(in[0], in[1], in[2], rm, rv, false);
+    check_close(y, golden_t("bn.eval.y"), 1e-4, 1e-5, "bn eval forward");
+    CHECK(rm.to_vector() == golden_t("bn.running_mean0").to_vector());  // eval leaves them alone
+    auto g = grad(y, in, u);
+    check_close(g[0], golden_t("bn.eval.grad_x"), 1e-4, 1e-5, "bn eval grad x");
+    check_close(g[1], golden_t("bn.eval.grad_w"), 1e-4, 1e-5, "bn eval grad w");
+    check_close(g[2], golden_t("bn.eval.grad_b"), 1e-4, 1e-5, "bn eval grad b");
+  }
+  SUBCASE("(N, C) input without affine or running statistics") {
+    auto in = leaves({golden_t("bn2d.x")});
+    Tensor y = batch_norm(in[0], {}, {}, {}, {}, true);
+    check_close(y, golden_t("bn2d.y"), 1e-4, 1e-5, "bn2d forward");
+    check_close(grad(y, in, golden_t("bn2d.u"))[0], golden_t("bn2d.grad_x"), 1e-4, 1e-5, "bn2d grad x");
+  }
+}
+
+TEST_CASE("norm: layer_norm matches the PyTorch goldens") {
+  for (const auto& [key, dims] : {std::pair{std::string("ln"), 1}, std::pair{std::string("ln2"), 2}}) {
+    auto in = leaves({golden_t(key + ".x"), golden_t(key + ".w"), golden_t(key + ".b")});
+    Tensor y = layer_norm(in[0], dims, in[1], in[2]);
+    check_close(y, golden_t(key + ".y"), 1e-4, 1e-5, key + " forward");
+    auto g = grad(y, in, golden_t(key + ".u"));
+    check_close(g[0], golden_t(key + ".grad_x"), 1e-4, 1e-5, key + " grad x");
+    check_close(g[1], golden_t(key + ".grad_w"), 1e-4, 1e-5, key + " grad w");
+    check_close(g[2], golden_t(key + ".grad_b"), 1e-4, 1e-5, key + " grad b");
+  }
+  auto in = leaves({golden_t("ln.x"), golden_t("ln.w"), golden_t("ln.b")});
+  Tensor y = layer_norm(in[0], 1, in[1], in[2]);
+  for (const Transport& t : {Transport::pullback(), Transport::soft_pullback()}) {
+    auto p = grad(y, in, golden_t("ln.u"), t);
+    check_close(p[0], golden_t("ln.pullback_x"), 1e-4, 1e-5, "ln pullback x");
+    check_close(p[1], golden_t("ln.grad_w"), 1e-4, 1e-5, "ln pullback w (unchanged)");
+    check_close(p[2], golden_t("ln.grad_b"), 1e-4, 1e-5, "ln pullback b (unchanged)");
+  }
+}
+
+TEST_CASE("norm: transports against their definitions") {
+  const Tensor x = random_tensor({5, 3, 4}, 31, -3, 3), u = random_tensor({5, 3, 4}, 32);
+  const Tensor w = random_tensor({3}, 33, 0.5, 1.5), b = random_tensor({3}, 34);
+  const std::vector<float> xv = x.to_vector(), uv = u.to_vector(), wv = w.to_vector();
+
+  SUBCASE("batch_norm in eval: pullback == soft pullback == gradient") {
+    const Tensor rm = random_tensor({3}, 35), rv = random_tensor({3}, 36, 0.5, 2);
+    auto in = leaves({x, w, b});
+    Tensor y = batch_norm(in[0], in[1], in[2], rm, rv, false);
+    auto g = grad(y, in, u);
+    for (const Transport& t : kTransports) {
+      auto p = grad(y, in, u, t);
+      for (size_t i = 0; i < 3; ++i) check_close(p[i], g[i], 0, 0, cat("bn eval ", to_string(t.kind), " input ", i));
+    }
+  }
+  SUBCASE("batch_norm in training: pullback = gamma/sigma · u; the gradient also centres") {
+    auto in = leaves({x, w, b});
+    Tensor y = batch_norm(in[0], in[1], in[2], {}, {}, true);
+    const std::vector<double> invstd = channel_invstd(x, 1e-5);
+    std::vector<float> expected(uv.size());
+    for (size_t i = 0; i < uv.size(); ++i) {
+      const size_t c = (i / 4) % 3;
+      expected[i] = float(wv[c] * invstd[c] * uv[i]);
+    }
+    check_close(grad(y, in, u, Transport::pullback())[0], Tensor::from_vector(x.shape(), expected), 1e-5, 1e-6,
+                "bn train pullback");
+    check_close(grad(y, in, u, Transport::soft_pullback())[0], Tensor::from_vector(x.shape(), expected), 1e-5,
+                1e-6, "bn train soft pullback");
+    // The exact gradient is orthogonal to constants per channel (shifting a channel does
+    // not change its normalised output); the pullback is not.
+    std::vector<float> gx = grad(y, in, u)[0].to_vector();
+    for (int64_t c = 0; c < 3; ++c) {
+      double sum_g = 0, sum_p = 0;
+      for (size_t i = 0; i < gx.size(); ++i)
+        if (int64_t((i / 4) % 3) == c) sum_g += gx[i], sum_p += expected[i];
+      CHECK(std::abs(sum_g) < 1e-4);
+      CHECK(std::abs(sum_p) > 1e-2);
+    }
+  }
+  SUBCASE("layer_norm: pullback = gamma/sigma · u with per-row sigma, no centring") {
+    const Tensor lw = random_tensor({4}, 37, 0.5, 1.5), lb = random_tensor({4}, 38);
+    const std::vector<float> lwv = lw.to_vector();
+    auto in = leaves({x, lw, lb});
+    Tensor y = layer_norm(in[0], 1, in[1], in[2]);
+    std::vector<float> expected(uv.size());
+    for (size_t r = 0; r < uv.size() / 4; ++r) {
+      double s = 0, ss = 0;
+      for (size_t j = 0; j < 4; ++j) s += xv[r * 4 + j];
+      for (size_t j = 0; j < 4; ++j) ss += std::pow(xv[r * 4 + j] - s / 4, 2);
+      const double invstd = 1 / std::sqrt(ss / 4 + 1e-5);
+      for (size_t j = 0; j < 4; ++j) expected[r * 4 + j] = float(lwv[j] * invstd * uv[r * 4 + j]);
+    }
+    auto g = grad(y, in, u);
+    for (const Transport& t : {Transport::pullback(), Transport::soft_pullback()}) {
+      auto p = grad(y, in, u, t);
+      check_close(p[0], Tensor::from_vector(x.shape(), expected), 1e-5, 1e-6, "ln pullback");
+      check_close(p[1], g[1], 0, 0, "ln weight grad is transport-independent");
+      check_close(p[2], g[2], 0, 0, "ln bias grad is transport-independent");
+    }
+  }
+}
+
+TEST_CASE("norm: bad shapes and modes are errors naming the op and shapes") {
+  const Tensor x = Tensor::ones({2, 3, 4});
+  CHECK_THROWS_WITH_AS(batch_norm(Tensor::ones({5}), {}, {}, {}, {}, true),
+                       doctest::Contains("batch_norm: input [5] needs at least 2 dims"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm(x, Tensor::ones({4}), {}, {}, {}, true),
+                       doctest::Contains("batch_norm: weight [4] does not match the 3 channels of input [2, 3, 4]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(batch_norm(x, {}, {}, Tensor::zeros({2}), Tensor::ones({2}), true),
+                       doctest::Contains("running_mean [2]"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm(x, {}, {}, {}, {}, false), doctest::Contains("needs running statistics"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm(Tensor::ones({1, 3}), {}, {}, {}, {}, true),
+                       doctest::Contains("more than one value per channel, input is [1, 3]"), Error);
+  CHECK_THROWS_WITH_AS(layer_norm(x, 1, Tensor::ones({3}), {}),
+                       doctest::Contains("layer_norm: weight [3] does not match the normalised shape [4] of input "
+                                         "[2, 3, 4]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(layer_norm(x, 4, {}, {}), doctest::Contains("layer_norm: cannot normalise the last 4 dims"),
+                       Error);
+}

@@ -1,0 +1,104 @@
+#include "models/checkpoint.h"
+
+#include <set>
+
+#include "engine/error.h"
+#include "engine/safetensors.h"
+
+namespace adjoint {
+
+namespace {
+constexpr const char* kFormat = "adjoint-checkpoint-1";
+
+// Appends "label: a, b, c (+N more)" for a non-empty list.
+void list_names(std::string& out, const char* label, const std::vector<std::string>& names) {
+  if (names.empty()) return;
+  out += cat("; ", label, ": ");
+  for (size_t i = 0; i < names.size() && i < 12; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 12) out += cat(" (+", names.size() - 12, " more)");
+}
+
+int64_t metadata_int(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
+  auto it = meta.find(key);
+  check(it != meta.end(), "checkpoint ", path, ": metadata has no '", key, "'");
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    throw Error(cat("checkpoint ", path, ": metadata '", key, "' is not an integer: '", it->second, "'"));
+  }
+}
+}  // namespace
+
+void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensors, const std::string& source) {
+  std::map<std::string, Tensor> own = module.state_dict();
+  std::vector<std::string> missing, unexpected, mis_shaped;
+  for (const auto& [name, t] : own) {
+    auto it = tensors.find(name);
+    // Exports from before PyTorch 0.4.1 have no num_batches_tracked; torch accepts that.
+    if (it == tensors.end()) {
+      if (name.size() < 19 || name.substr(name.size() - 19) != "num_batches_tracked") missing.push_back(name);
+    }
+    else if (it->second.shape() != t.shape())
+      mis_shaped.push_back(cat(name, " ", it->second.shape(), " vs model ", t.shape()));
+  }
+  for (const auto& [name, t] : tensors)
+    if (!own.count(name)) unexpected.push_back(name);
+  if (!missing.empty() || !unexpected.empty() || !mis_shaped.empty()) {
+    std::string msg = cat("loading ", source, ": state dict does not match the model");
+    list_names(msg, "missing", missing);
+    list_names(msg, "unexpected", unexpected);
+    list_names(msg, "wrong shape", mis_shaped);
+    throw Error(msg);
+  }
+  for (auto& [name, t] : own) {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) continue;
+    Tensor target = t;
+    target.copy_from(it->second);
+  }
+}
+
+void save_checkpoint(const std::string& path, const Model& model, const Optimizer* optimizer, int64_t epoch,
+                     int64_t step, std::map<std::string, std::string> metadata) {
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, t] : model.state_dict()) tensors["model." + name] = t;
+  if (optimizer)
+    for (const auto& [name, t] : optimizer->state()) tensors["optim." + name] = t;
+  for (const auto& [key, value] : model.config().to_map()) metadata["config." + key] = value;
+  metadata["format"] = kFormat;
+  metadata["epoch"] = std::to_string(epoch);
+  metadata["step"] = std::to_string(step);
+  write_safetensors(path, tensors, metadata);
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  SafetensorsFile file = read_safetensors(path);
+  auto format = file.metadata.find("format");
+  check(format != file.metadata.end() && format->second == kFormat, "checkpoint ", path,
+        ": not an adjoint checkpoint (metadata 'format' is missing or not ", kFormat,
+        "); a plain weights file goes with --model and --weights");
+  Checkpoint c;
+  std::map<std::string, std::string> config;
+  for (const auto& [key, value] : file.metadata)
+    if (key.rfind("config.", 0) == 0) config[key.substr(7)] = value;
+  check(config.count("arch"), "checkpoint ", path, ": metadata has no model config");
+  c.config = ModelConfig::from_map(config);
+  c.epoch = metadata_int(file.metadata, "epoch", path);
+  c.step = metadata_int(file.metadata, "step", path);
+  c.metadata = file.metadata;
+  for (auto& [name, t] : file.tensors) {
+    if (name.rfind("model.", 0) == 0) c.model[name.substr(6)] = t;
+    else if (name.rfind("optim.", 0) == 0) c.optimizer[name.substr(6)] = t;
+    else throw Error(cat("checkpoint ", path, ": unexpected tensor '", name, "'"));
+  }
+  return c;
+}
+
+std::shared_ptr<Model> model_from_checkpoint(const Checkpoint& checkpoint) {
+  Generator gen(0);
+  auto model = make_model(checkpoint.config, gen);
+  load_state_dict(*model, checkpoint.model, "checkpoint of " + checkpoint.config.arch);
+  return model;
+}
+
+}  // namespace adjoint

@@ -1,0 +1,40 @@
+// Weights and checkpoints on disk, as safetensors.
+//
+// A weights file is a plain state dict (torchvision/timm names). A checkpoint adds the
+// optimizer state ("optim.*" tensors beside "model.*") and metadata: the model config,
+// epoch, step and RNG state, so that --resume continues bit for bit.
+#pragma once
+#include <map>
+#include <string>
+
+#include "engine/module.h"
+#include "engine/optim.h"
+#include "models/model.h"
+
+namespace adjoint {
+
+// Copies `tensors` into the module's parameters and buffers by name. Throws an Error that
+// lists every missing, unexpected and mis-shaped name (as torch's load_state_dict does)
+// unless all match; `source` names the file in the message.
+void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensors, const std::string& source);
+
+struct Checkpoint {
+  ModelConfig config;
+  std::map<std::string, Tensor> model;      // state dict
+  std::map<std::string, Tensor> optimizer;  // optimizer state
+  std::map<std::string, std::string> metadata;
+  int64_t epoch = 0;  // epochs completed
+  int64_t step = 0;   // optimizer steps taken
+};
+
+// Writes atomically (temporary file, then rename).
+void save_checkpoint(const std::string& path, const Model& model, const Optimizer* optimizer,
+                     int64_t epoch, int64_t step, std::map<std::string, std::string> extra_metadata = {});
+// Refuses a file that is not an adjoint checkpoint, is truncated or corrupted, naming the
+// path and what is wrong.
+Checkpoint load_checkpoint(const std::string& path);
+
+// Builds the model a checkpoint describes and loads its weights.
+std::shared_ptr<Model> model_from_checkpoint(const Checkpoint& checkpoint);
+
+}  // namespace adjoint

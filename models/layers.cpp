@@ -1,0 +1,93 @@
+#include "models/layers.h"
+
+#include <cmath>
+
+#include "engine/error.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/bilinear.h"
+#include "ops/embedding.h"
+#include "ops/layout.h"
+#include "ops/matmul.h"
+#include "ops/norm.h"
+
+namespace adjoint {
+
+namespace {
+// torch's default for Linear and Conv: U(-1/√fan_in, 1/√fan_in) for weight and bias
+// (kaiming_uniform with a = √5 reduces to this bound).
+Tensor fan_in_uniform(const Shape& shape, int64_t fan_in, Generator& gen) {
+  const float bound = 1.0f / std::sqrt(float(std::max<int64_t>(fan_in, 1)));
+  return uniform(shape, -bound, bound, gen);
+}
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias, Generator& gen) {
+  weight = register_parameter("weight", fan_in_uniform({out, in}, in, gen));
+  if (has_bias) bias = register_parameter("bias", fan_in_uniform({out}, in, gen));
+}
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions opts, bool has_bias, Generator& gen)
+    : options(opts) {
+  check(in % opts.groups == 0 && out % opts.groups == 0, "Conv2d: ", in, " -> ", out,
+        " channels are not divisible by groups=", opts.groups);
+  const int64_t fan_in = in / opts.groups * kernel * kernel;
+  weight = register_parameter("weight", fan_in_uniform({out, in / opts.groups, kernel, kernel}, fan_in, gen));
+  if (has_bias) bias = register_parameter("bias", fan_in_uniform({out}, fan_in, gen));
+}
+Tensor Conv2d::forward(const Tensor& x) const { return conv2d(x, weight, bias, options); }
+
+BatchNorm::BatchNorm(int64_t channels, float eps_, float momentum_) : eps(eps_), momentum(momentum_) {
+  weight = register_parameter("weight", Tensor::ones({channels}));
+  bias = register_parameter("bias", Tensor::zeros({channels}));
+  running_mean = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var = register_buffer("running_var", Tensor::ones({channels}));
+  num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}));
+}
+Tensor BatchNorm::forward(const Tensor& x) const {
+  if (training()) {
+    Tensor counter = num_batches_tracked;  // a handle on the buffer's storage
+    counter.data()[0] += 1;
+  }
+  return batch_norm(x, weight, bias, running_mean, running_var, training(), momentum, eps);
+}
+
+LayerNorm::LayerNorm(int64_t dim, float eps_) : eps(eps_) {
+  weight = register_parameter("weight", Tensor::ones({dim}));
+  bias = register_parameter("bias", Tensor::zeros({dim}));
+}
+Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, 1, weight, bias, eps); }
+
+Embedding::Embedding(int64_t vocab, int64_t dim, Generator& gen) {
+  weight = register_parameter("weight", normal({vocab, dim}, 0.0f, 1.0f, gen));
+}
+Tensor Embedding::forward(const std::vector<int64_t>& indices, const Shape& index_shape) const {
+  return embedding(weight, indices, index_shape);
+}
+
+Bilinear::Bilinear(int64_t in, int64_t hidden, Generator& gen) {
+  left = register_parameter("left", fan_in_uniform({hidden, in + 1}, in, gen));
+  right = register_parameter("right", fan_in_uniform({hidden, in + 1}, in, gen));
+}
+Tensor Bilinear::forward(const Tensor& x) const { return bilinear(x, left, right); }
+
+SelfAttention::SelfAttention(int64_t dim, int64_t heads_, bool qkv_bias, Generator& gen) : heads(heads_) {
+  check(heads > 0 && dim % heads == 0, "SelfAttention: dim ", dim, " is not divisible by ", heads, " heads");
+  qkv = register_module("qkv", std::make_shared<Linear>(dim, 3 * dim, qkv_bias, gen));
+  proj = register_module("proj", std::make_shared<Linear>(dim, dim, true, gen));
+}
+
+Tensor SelfAttention::forward(const Tensor& x, bool causal) const {
+  check(x.dim() == 3, "SelfAttention: expects (batch, tokens, dim), got ", x.shape());
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), dh = D / heads;
+  // (B, T, 3D) → (3, B, H, T, dh), as timm does.
+  Tensor qkv_ = permute(reshape(qkv->forward(x), {B, T, 3, heads, dh}), {2, 0, 3, 1, 4});
+  Tensor q = squeeze(slice(qkv_, 0, 0, 1), 0);
+  Tensor k = squeeze(slice(qkv_, 0, 1, 2), 0);
+  Tensor v = squeeze(slice(qkv_, 0, 2, 3), 0);
+  Tensor o = scaled_dot_product_attention(q, k, v, causal);  // (B, H, T, dh)
+  return proj->forward(reshape(transpose(o, 1, 2), {B, T, D}));
+}
+
+}  // namespace adjoint

@@ -1,0 +1,72 @@
+// Layers: modules that own their parameters and call one op. Parameter names follow
+// torch.nn ("weight", "bias", "running_mean", ...), so a model assembled from them has
+// torchvision/timm state-dict names. Initialisation follows torch's defaults.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "engine/module.h"
+#include "engine/random.h"
+#include "ops/conv.h"
+
+namespace adjoint {
+
+class Linear : public Module {
+public:
+  Linear(int64_t in, int64_t out, bool bias, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;  // (out, in), (out) or undefined
+};
+
+class Conv2d : public Module {
+public:
+  Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions options, bool bias, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;  // (out, in/groups, k, k), (out) or undefined
+  Conv2dOptions options;
+};
+
+// BatchNorm over channel axis 1 (works for (N,C,H,W) and (N,C)).
+class BatchNorm : public Module {
+public:
+  explicit BatchNorm(int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  float eps, momentum;
+};
+
+// LayerNorm over the last axis.
+class LayerNorm : public Module {
+public:
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  Tensor forward(const Tensor& x) const;
+  Tensor weight, bias;
+  float eps;
+};
+
+class Embedding : public Module {
+public:
+  Embedding(int64_t vocab, int64_t dim, Generator& gen);
+  // indices of shape index_shape → index_shape + [dim]
+  Tensor forward(const std::vector<int64_t>& indices, const Shape& index_shape) const;
+  Tensor weight;  // (vocab, dim)
+};
+
+// (L x̃) ⊙ (R x̃) with x̃ = (1, x): column 0 of `left`/`right` is the bias (METHODS §3.1).
+class Bilinear : public Module {
+public:
+  Bilinear(int64_t in, int64_t hidden, Generator& gen);
+  Tensor forward(const Tensor& x) const;
+  Tensor left, right;  // (hidden, in + 1)
+};
+
+// Multi-head self-attention as timm's Attention: one qkv projection, one output projection.
+class SelfAttention : public Module {
+public:
+  SelfAttention(int64_t dim, int64_t heads, bool qkv_bias, Generator& gen);
+  Tensor forward(const Tensor& x, bool causal = false) const;  // (B, T, dim) → (B, T, dim)
+  int64_t heads;
+  std::shared_ptr<Linear> qkv, proj;
+};
+
+}  // namespace adjoint

@@ -1,0 +1,80 @@
+// A model is a list of named blocks over a Module that owns the parameters.
+//
+// Running a model means running its blocks in order; features after block i and running
+// from block i+1 on given features are the same call with other bounds. Stitching and
+// every layer-wise analysis rely on this being the normal way to run a model.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/module.h"
+#include "engine/random.h"
+
+namespace adjoint {
+
+// Everything needed to rebuild a model: saved in checkpoints as string metadata.
+struct ModelConfig {
+  std::string arch = "resnet18";  // resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom,
+                                  // bilinear_mlp, bilinear_lm
+  int64_t num_classes = 10;
+  int64_t in_channels = 3;
+  int64_t image_size = 32;
+  bool small_stem = true;       // ResNet: 3×3 stride-1 stem, no max-pool; VGG: small classifier
+  double width = 1.0;           // channel multiplier (ResNet, VGG)
+  int64_t patch = 4;            // ViT
+  int64_t dim = 0, depth = 0, heads = 0;  // ViT / bilinear LM (0 = the arch's default)
+  int64_t mlp_ratio = 4;
+  int64_t hidden = 256;         // bilinear MLP hidden width
+  int64_t vocab = 256, seq_len = 64;   // bilinear LM
+  std::string attention = "softmax";   // bilinear LM: softmax | bilinear
+  double residual_scale = 1.0;         // bilinear LM: x + s·block(x)
+  bool layer_norm = false;             // bilinear LM: pre-LN (off keeps it polynomial)
+
+  std::map<std::string, std::string> to_map() const;
+  // Throws UsageError naming the key at fault.
+  static ModelConfig from_map(const std::map<std::string, std::string>& values);
+};
+
+struct Block {
+  std::string name;
+  std::function<Tensor(const Tensor&)> forward;
+};
+
+class Model : public Module {
+public:
+  explicit Model(ModelConfig config) : config_(std::move(config)) {}
+  const ModelConfig& config() const { return config_; }
+  const std::vector<Block>& blocks() const { return blocks_; }
+  size_t num_blocks() const { return blocks_.size(); }
+  // Index of a block by name; throws listing the names when absent.
+  size_t block_index(const std::string& name) const;
+
+  // Runs blocks [from, to).
+  Tensor run(const Tensor& x, size_t from, size_t to) const;
+  Tensor forward(const Tensor& x) const { return run(x, 0, blocks_.size()); }
+  Tensor features(const Tensor& x, size_t block) const { return run(x, 0, block + 1); }
+  Tensor forward_from(const Tensor& features, size_t block) const { return run(features, block + 1, blocks_.size()); }
+
+protected:
+  void add_block(std::string name, std::function<Tensor(const Tensor&)> forward);
+
+private:
+  ModelConfig config_;
+  std::vector<Block> blocks_;
+};
+
+// Builds any architecture named in config.arch with freshly initialised weights.
+std::shared_ptr<Model> make_model(const ModelConfig& config, Generator& gen);
+// The architectures make_model knows, for --help and error messages.
+std::vector<std::string> model_names();
+
+// Factories per family (models/resnet.cpp, vgg.cpp, vit.cpp, bilinear.cpp).
+std::shared_ptr<Model> make_resnet(const ModelConfig& config, Generator& gen);
+std::shared_ptr<Model> make_vgg(const ModelConfig& config, Generator& gen);
+std::shared_ptr<Model> make_vit(const ModelConfig& config, Generator& gen);
+std::shared_ptr<Model> make_bilinear(const ModelConfig& config, Generator& gen);
+
+}  // namespace adjoint

@@ -1,0 +1,89 @@
+// Vision Transformer with timm's parameter names (patch_embed.proj, cls_token,
+// pos_embed, blocks.<i>.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2, norm, head):
+// patch embedding, class token, learned position embeddings, pre-LN blocks with GELU
+// MLPs, any patch size that divides the image.
+// Blocks: "patch_embed" (tokens + class token + positions), "blocks.<i>", "head"
+// (final norm, class-token pooling, linear head).
+#include "engine/error.h"
+#include "models/layers.h"
+#include "models/model.h"
+#include "ops/activation.h"
+#include "ops/elementwise.h"
+#include "ops/layout.h"
+
+namespace adjoint {
+
+namespace {
+
+class VitBlock : public Module {
+public:
+  VitBlock(int64_t dim, int64_t heads, int64_t mlp_ratio, Generator& gen) {
+    norm1 = register_module("norm1", std::make_shared<LayerNorm>(dim, 1e-6f));
+    attn = register_module("attn", std::make_shared<SelfAttention>(dim, heads, true, gen));
+    norm2 = register_module("norm2", std::make_shared<LayerNorm>(dim, 1e-6f));
+    auto mlp = register_module("mlp", std::make_shared<Module>());
+    fc1 = mlp->register_module("fc1", std::make_shared<Linear>(dim, dim * mlp_ratio, true, gen));
+    fc2 = mlp->register_module("fc2", std::make_shared<Linear>(dim * mlp_ratio, dim, true, gen));
+  }
+  Tensor forward(const Tensor& x) const {
+    Tensor h = x + attn->forward(norm1->forward(x));
+    return h + fc2->forward(gelu(fc1->forward(norm2->forward(h))));
+  }
+
+private:
+  std::shared_ptr<LayerNorm> norm1, norm2;
+  std::shared_ptr<SelfAttention> attn;
+  std::shared_ptr<Linear> fc1, fc2;
+};
+
+class Vit : public Model {
+public:
+  Vit(const ModelConfig& config, int64_t dim, int64_t depth, int64_t heads, Generator& gen) : Model(config) {
+    const int64_t p = config.patch, side = config.image_size;
+    check(p > 0 && side % p == 0, "vit: patch size ", p, " does not divide the image size ", side);
+    const int64_t tokens = (side / p) * (side / p) + 1;
+    Conv2dOptions patchify;
+    patchify.stride_h = patchify.stride_w = p;
+    auto patch_embed = register_module("patch_embed", std::make_shared<Module>());
+    auto proj = patch_embed->register_module("proj", std::make_shared<Conv2d>(config.in_channels, dim, p, patchify, true, gen));
+    Tensor cls = register_parameter("cls_token", normal({1, 1, dim}, 0.0f, 0.02f, gen));
+    Tensor pos = register_parameter("pos_embed", normal({1, tokens, dim}, 0.0f, 0.02f, gen));
+    add_block("patch_embed", [proj, cls, pos, dim, tokens](const Tensor& x) {
+      const int64_t B = x.size(0);
+      Tensor t = proj->forward(x);                               // (B, D, h, w)
+      t = transpose(reshape(t, {B, dim, tokens - 1}), 1, 2);     // (B, N, D)
+      t = concat({broadcast_to(cls, {B, 1, dim}), t}, 1);         // (B, 1 + N, D)
+      check(t.size(1) == tokens, "vit: input ", x.shape(), " gives ", t.size(1), " tokens, the model expects ", tokens);
+      return t + broadcast_to(pos, t.shape());
+    });
+    auto blocks = register_module("blocks", std::make_shared<Module>());
+    for (int64_t i = 0; i < depth; ++i) {
+      auto block = blocks->register_module(std::to_string(i), std::make_shared<VitBlock>(dim, heads, config.mlp_ratio, gen));
+      add_block(cat("blocks.", i), [block](const Tensor& x) { return block->forward(x); });
+    }
+    auto norm = register_module("norm", std::make_shared<LayerNorm>(dim, 1e-6f));
+    auto head = register_module("head", std::make_shared<Linear>(dim, config.num_classes, true, gen));
+    add_block("head", [norm, head](const Tensor& x) {
+      Tensor cls_token = squeeze(slice(norm->forward(x), 1, 0, 1), 1);  // (B, D)
+      return head->forward(cls_token);
+    });
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Model> make_vit(const ModelConfig& config, Generator& gen) {
+  int64_t dim = 0, depth = 12, heads = 0;
+  if (config.arch == "vit_tiny") dim = 192, heads = 3;
+  else if (config.arch == "vit_small") dim = 384, heads = 6;
+  else if (config.arch == "vit_base") dim = 768, heads = 12;
+  else if (config.arch != "vit_custom")
+    throw UsageError(cat("unknown ViT '", config.arch, "' (vit_tiny, vit_small, vit_base, vit_custom)"));
+  if (config.dim > 0) dim = config.dim;
+  if (config.depth > 0) depth = config.depth;
+  if (config.heads > 0) heads = config.heads;
+  check(dim > 0 && heads > 0, "vit_custom needs dim and heads (got dim ", dim, ", heads ", heads, ")");
+  return std::make_shared<Vit>(config, dim, depth, heads, gen);
+}
+
+}  // namespace adjoint

@@ -1,0 +1,22 @@
+// Scaled dot-product attention and its transports (METHODS.md §1.2).
+//
+//   A = softmax(Q Kᵀ·s [+ causal mask]) row-wise,   out = A V.
+//
+// Gradient      exact through Q, K and V.
+// Pullback      the pattern A is state: held fixed, the cotangent flows through V only
+//               (dV = Aᵀu); nothing reaches Q and K.
+// SoftPullback  the pattern is recomputed at a temperature, A_τ = softmax(Q Kᵀ·s/τ) with
+//               the same mask (τ = tau.attention), held fixed: dV = A_τᵀu, nothing to Q, K.
+#pragma once
+#include "engine/tensor.h"
+
+namespace adjoint {
+
+// q (B, H, T, d), k (B, H, S, d), v (B, H, S, dv) → (B, H, T, dv). Any number of leading
+// batch dims is accepted as long as q, k and v agree on them. causal masks key j for
+// query i when j > i (top-left aligned, as torch.ones(T, S).tril()). scale < 0 means
+// 1/sqrt(d).
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
+                                    float scale = -1.0f);
+
+}  // namespace adjoint

@@ -1,0 +1,37 @@
+// 2-D convolution (cross-correlation, as torch.nn.functional.conv2d) by im2col + GEMM.
+//
+// Several images are folded into one GEMM (columns = images · output positions), since a
+// deep layer's per-image product (e.g. 512 × 16 × 4608) runs at half the rate of the
+// folded one. Convolution is affine in its input, so all three transports share one rule.
+#pragma once
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace adjoint {
+
+struct Conv2dOptions {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+
+  // The same stride, padding and dilation on both axes: Conv2dOptions::square(2, 1).
+  static Conv2dOptions square(int64_t stride, int64_t padding = 0, int64_t dilation = 1, int64_t groups = 1) {
+    return {stride, stride, padding, padding, dilation, dilation, groups};
+  }
+  Conv2dOptions& with_stride(int64_t s) { stride_h = stride_w = s; return *this; }
+  Conv2dOptions& with_padding(int64_t p) { pad_h = pad_w = p; return *this; }
+  Conv2dOptions& with_dilation(int64_t d) { dilation_h = dilation_w = d; return *this; }
+  Conv2dOptions& with_groups(int64_t g) { groups = g; return *this; }
+};
+
+// Output extent along one axis: floor((in + 2·pad − dilation·(kernel − 1) − 1) / stride) + 1.
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation);
+
+// x (N, C, H, W), weight (O, C/groups, kh, kw), bias (O) or undefined → (N, O, OH, OW).
+// Backward skips the input gradient when the input needs none (a network's first layer)
+// and the weight gradient when the weight needs none (explanations).
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Conv2dOptions& options = {});
+
+}  // namespace adjoint

@@ -1,0 +1,18 @@
+// Matrix products: matmul and the affine layer linear. Both fold leading dimensions into
+// one GEMM where they can, since one large product runs far faster than many small ones.
+// Both are (bi)linear maps, so every transport carries the exact vector-Jacobian product.
+#pragma once
+#include "engine/tensor.h"
+
+namespace adjoint {
+
+// a (M, K) · b (K, N) → (M, N).
+// Batched: a (..., M, K) · b (..., K, N) with equal batch dimensions → (..., M, N).
+// b 2-D with a of higher rank: a's leading dimensions are folded into one (rows, K) · (K, N).
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// x · weightᵀ + bias, like torch.nn.functional.linear: x (..., in), weight (out, in),
+// bias (out) or undefined → (..., out). The leading dimensions of x fold into one GEMM.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+}  // namespace adjoint

@@ -1,0 +1,30 @@
+// Normalisation layers and their transports (METHODS.md §1.2).
+//
+// Both compute y = γ·(x − μ)/σ + β with σ = sqrt(var + eps). The transports differ in
+// whether the statistics μ, σ are differentiated:
+//   Gradient      exact: μ and σ depend on x (the centring/decorrelation terms).
+//   Pullback      μ and σ held fixed: dx = (γ/σ)·u, no centring term.
+//   SoftPullback  the same as the pullback (there is no hard gate to soften).
+// BatchNorm in eval mode uses fixed running statistics, so it is affine and all three
+// coincide. The gradients of γ and β are the same under every transport.
+#pragma once
+#include <cstdint>
+
+#include "engine/tensor.h"
+
+namespace adjoint {
+
+// x (N, C, ...) normalised per channel C. weight and bias are (C) or undefined (no affine).
+// training: batch statistics over N and the trailing dims (biased variance normalises),
+//   and running_mean/running_var (C), when defined, are updated in place, unrecorded:
+//   r ← (1 − momentum)·r + momentum·batch statistic (unbiased variance), as PyTorch.
+// eval: running_mean/running_var (required) normalise.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                  Tensor running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
+
+// x (..., D1..Dk) normalised over its last k = normalized_dims dims (usually 1), per row.
+// weight and bias have shape (D1..Dk) or are undefined.
+Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight, const Tensor& bias,
+                  float eps = 1e-5f);
+
+}  // namespace adjoint

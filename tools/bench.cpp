@@ -1,0 +1,235 @@
+// adjoint bench: times matmul and conv2d, forward and forward+backward, and sets each beside
+// the raw cblas_sgemm rate of the same products (the conv's GEMMs folded over the whole
+// batch) measured in the same run at the same thread count. The ratio says how much of
+// the BLAS rate the op keeps after its im2col, copies, splitting and autograd.
+//
+// This file is the one place outside engine/gemm.cpp that calls OpenBLAS directly: the raw
+// reference lets OpenBLAS thread itself (openblas_set_num_threads) and restores the
+// engine's setting, one thread, afterwards.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/gemm.h"
+#include "engine/random.h"
+#include "engine/threads.h"
+#include "ops/conv.h"
+#include "ops/matmul.h"
+#include "tools/cli.h"
+
+namespace adjoint {
+
+namespace {
+
+// Median wall time in seconds of `repeats` runs, after one untimed warm-up run.
+double median_seconds(int64_t repeats, const std::function<void()>& run) {
+  run();
+  std::vector<double> times;
+  for (int64_t r = 0; r < repeats; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  const size_t n = times.size();
+  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+// One product as BLAS sees it: op(A) M×K times op(B) K×N.
+struct GemmShape {
+  bool trans_a, trans_b;
+  int64_t M, N, K;
+};
+
+double total_flops(const std::vector<GemmShape>& shapes) {
+  double f = 0;
+  for (const GemmShape& s : shapes) f += 2.0 * double(s.M) * double(s.N) * double(s.K);
+  return f;
+}
+
+// The raw reference: the products one after the other through cblas_sgemm, with OpenBLAS
+// running its own threads at the engine's thread count.
+double raw_sgemm_seconds(const std::vector<GemmShape>& shapes, int64_t repeats) {
+  struct Operands {
+    std::vector<float> a, b, c;
+  };
+  std::vector<Operands> operands;
+  for (const GemmShape& s : shapes)
+    operands.push_back({std::vector<float>(size_t(s.M * s.K), 0.01f), std::vector<float>(size_t(s.K * s.N), 0.02f),
+                        std::vector<float>(size_t(s.M * s.N), 0.0f)});
+  openblas_set_num_threads(num_threads());
+  const double seconds = median_seconds(repeats, [&] {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const GemmShape& s = shapes[i];
+      cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans, s.trans_b ? CblasTrans : CblasNoTrans,
+                  int(s.M), int(s.N), int(s.K), 1.0f, operands[i].a.data(), int(s.trans_a ? s.M : s.K),
+                  operands[i].b.data(), int(s.trans_b ? s.K : s.N), 0.0f, operands[i].c.data(), int(s.N));
+    }
+  });
+  openblas_set_num_threads(1);  // the engine's setting (engine/threads.h)
+  return seconds;
+}
+
+struct Row {
+  std::string op, name, pass;
+  std::vector<std::pair<std::string, int64_t>> dims;  // the shape, for the JSON file
+  double flops = 0, seconds = 0, sgemm_seconds = 0;
+  double gflops() const { return flops / seconds / 1e9; }
+  double sgemm_gflops() const { return flops / sgemm_seconds / 1e9; }
+  double ratio() const { return sgemm_seconds / seconds; }  // ours relative to raw sgemm
+};
+
+// Forward (no graph) and forward+backward (gradients for every operand) of `f`.
+void time_op(Row& fwd, Row& both, const std::vector<Tensor>& inputs,
+             const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<GemmShape>& fwd_gemms,
+             const std::vector<GemmShape>& bwd_gemms, int64_t repeats) {
+  fwd.seconds = median_seconds(repeats, [&] {
+    NoGrad no_grad;
+    f(inputs);
+  });
+  std::vector<Tensor> leaves;
+  for (const Tensor& t : inputs) leaves.push_back(t.detach().requires_grad_());
+  Tensor u;
+  both.seconds = median_seconds(repeats, [&] {
+    Tensor y = f(leaves);
+    if (!u.defined()) u = Tensor::ones(y.shape());
+    grad(y, leaves, u);
+  });
+  std::vector<GemmShape> all = fwd_gemms;
+  all.insert(all.end(), bwd_gemms.begin(), bwd_gemms.end());
+  fwd.flops = total_flops(fwd_gemms);
+  both.flops = total_flops(all);
+  fwd.sgemm_seconds = raw_sgemm_seconds(fwd_gemms, repeats);
+  both.sgemm_seconds = raw_sgemm_seconds(all, repeats);
+}
+
+void bench_matmul(int64_t M, int64_t K, int64_t N, int64_t repeats, std::vector<Row>& rows) {
+  Generator gen(7);
+  std::vector<Tensor> inputs = {uniform({M, K}, -1, 1, gen), uniform({K, N}, -1, 1, gen)};
+  const std::string name = cat(M, "x", K, " * ", K, "x", N);
+  const std::vector<std::pair<std::string, int64_t>> dims = {{"M", M}, {"K", K}, {"N", N}};
+  Row fwd{"matmul", name, "fwd", dims}, both{"matmul", name, "fwd+bwd", dims};
+  time_op(
+      fwd, both, inputs, [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+      {{false, false, M, N, K}}, {{false, true, M, K, N}, {true, false, K, N, M}}, repeats);
+  rows.push_back(fwd);
+  rows.push_back(both);
+}
+
+// A C→O conv with a k×k kernel, stride 1 and "same" padding over a batch of S×S images.
+void bench_conv(int64_t C, int64_t O, int64_t S, int64_t k, int64_t batch, int64_t repeats, std::vector<Row>& rows) {
+  Generator gen(11);
+  std::vector<Tensor> inputs = {uniform({batch, C, S, S}, -1, 1, gen), uniform({O, C, k, k}, -0.1f, 0.1f, gen),
+                                uniform({O}, -0.1f, 0.1f, gen)};
+  const Conv2dOptions options = Conv2dOptions::square(1, k / 2);
+  const int64_t columns = batch * S * S, depth = C * k * k;
+  const std::string name = cat(C, "->", O, " ", k, "x", k, " @", S, "x", S);
+  const std::vector<std::pair<std::string, int64_t>> dims = {{"N", batch}, {"C", C}, {"O", O},
+                                                             {"H", S},     {"W", S}, {"k", k}, {"pad", k / 2}};
+  Row fwd{"conv2d", name, "fwd", dims}, both{"conv2d", name, "fwd+bwd", dims};
+  // Forward: W (O, C·k·k) · columns; input gradient: Wᵀ · dY; weight gradient: dY · columnsᵀ.
+  time_op(
+      fwd, both, inputs,
+      [&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], options); },
+      {{false, false, O, columns, depth}}, {{true, false, depth, columns, O}, {false, true, O, depth, columns}},
+      repeats);
+  rows.push_back(fwd);
+  rows.push_back(both);
+}
+
+void print_table(const std::vector<Row>& rows) {
+  std::printf("%-8s %-26s %-8s %10s %9s %13s %7s\n", "op", "shape", "pass", "ms", "GFLOP/s", "sgemm GFLOP/s",
+              "ratio");
+  for (const Row& r : rows)
+    std::printf("%-8s %-26s %-8s %10.2f %9.1f %13.1f %7.2f\n", r.op.c_str(), r.name.c_str(), r.pass.c_str(),
+                r.seconds * 1e3, r.gflops(), r.sgemm_gflops(), r.ratio());
+  std::fflush(stdout);
+}
+
+// JSON when the name ends in .json, CSV otherwise.
+void write_results(const std::string& path, const std::vector<Row>& rows, int64_t batch, int64_t repeats) {
+  std::ofstream out(path);
+  check(out.good(), "bench: cannot write ", path);
+  const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
+  if (json) {
+    out << "{\"threads\": " << num_threads() << ", \"blas\": \"" << blas_kernels() << "\", \"batch\": " << batch
+        << ", \"repeats\": " << repeats << ",\n \"results\": [\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      out << "  {\"op\": \"" << r.op << "\", \"name\": \"" << r.name << "\", \"pass\": \"" << r.pass << "\"";
+      for (const auto& [key, value] : r.dims) out << ", \"" << key << "\": " << value;
+      out << ", \"ms\": " << r.seconds * 1e3 << ", \"gflops\": " << r.gflops() << ", \"sgemm_ms\": "
+          << r.sgemm_seconds * 1e3 << ", \"sgemm_gflops\": " << r.sgemm_gflops() << ", \"ratio\": " << r.ratio()
+          << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+    }
+    out << " ]}\n";
+  } else {
+    out << "op,name,pass,threads,ms,gflops,sgemm_ms,sgemm_gflops,ratio\n";
+    for (const Row& r : rows)
+      out << r.op << ",\"" << r.name << "\"," << r.pass << "," << num_threads() << "," << r.seconds * 1e3 << ","
+          << r.gflops() << "," << r.sgemm_seconds * 1e3 << "," << r.sgemm_gflops() << "," << r.ratio() << "\n";
+  }
+  check(out.good(), "bench: writing ", path, " failed");
+  std::printf("wrote %s\n", path.c_str());
+}
+
+int run_bench(const cli::Args& args) {
+  const bool quick = args.flag("quick");
+  const std::string only = args.has("only") ? args.text("only") : "";
+  if (!only.empty() && only != "conv" && only != "matmul")
+    throw UsageError(cat("option --only expects conv or matmul, got '", only, "'"));
+  const int64_t batch = args.has("batch") ? args.integer("batch") : quick ? 8 : 64;
+  const int64_t repeats = args.has("repeats") ? args.integer("repeats") : quick ? 3 : 7;
+  if (batch < 1) throw UsageError(cat("option --batch expects a count >= 1, got ", batch));
+  if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
+  const std::string out_path = args.has("out") ? args.text("out") : "";
+
+  std::printf("adjoint bench: %d threads, OpenBLAS kernels %s, median of %lld runs\n", num_threads(), blas_kernels(),
+              static_cast<long long>(repeats));
+  std::printf("ratio = raw sgemm time of the same GEMMs / our time (1.00: no overhead)\n\n");
+  std::vector<Row> rows;
+  if (only.empty() || only == "matmul") {
+    std::vector<std::vector<int64_t>> shapes = {{512, 512, 512}, {1024, 1024, 1024}, {16384, 256, 256}};
+    if (!quick) shapes.insert(shapes.end(), {{2048, 2048, 2048}, {4096, 1024, 1024}, {65536, 64, 64}});
+    for (const auto& s : shapes) bench_matmul(s[0], s[1], s[2], repeats, rows);
+  }
+  if (only.empty() || only == "conv") {
+    for (int64_t k : {3, 1})
+      for (const auto& [channels, size] : std::vector<std::pair<int64_t, int64_t>>{{64, 32}, {128, 16}, {256, 8}, {512, 4}})
+        bench_conv(channels, channels, size, k, batch, repeats, rows);
+  }
+  print_table(rows);
+  if (!out_path.empty()) write_results(out_path, rows, batch, repeats);
+  return 0;
+}
+
+const cli::Registration bench_command({
+    .name = "bench",
+    .summary = "time matmul and conv2d beside the raw sgemm rate of the same GEMMs",
+    .description =
+        "Per shape: median time, GFLOP/s, the rate of cblas_sgemm on the equivalent GEMMs (the conv's\n"
+        "folded over the whole batch, OpenBLAS threaded at --threads) and the ratio. Conv layers: 3x3\n"
+        "(padding 1) and 1x1, C->C for 64@32x32, 128@16x16, 256@8x8, 512@4x4. Compare with PyTorch:\n"
+        "  adjoint bench --out ours.json && /usr/bin/python3 tools/bench_torch.py --ours ours.json",
+    .arguments = "",
+    .options = {{"quick", "", "a few seconds: batch 8, 3 runs, fewer matmul shapes", ""},
+                {"only", "KIND", "conv or matmul (default: both)", ""},
+                {"batch", "N", "images per conv batch (8 with --quick)", "64"},
+                {"repeats", "N", "timed runs per measurement (3 with --quick)", "7"},
+                {"out", "FILE", "also write the results: JSON if FILE ends in .json, else CSV", ""}},
+    .run = run_bench,
+});
+
+}  // namespace
+
+}  // namespace adjoint
