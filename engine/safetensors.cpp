@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/files.h"
 #include "engine/json.h"
 
 namespace adjoint {
@@ -297,31 +298,6 @@ SafetensorsFile read_safetensors(const std::string& path) {
   return result;
 }
 
-namespace {
-
-// Removes the temporary file unless the write went through to the rename.
-class TemporaryFile {
-public:
-  explicit TemporaryFile(std::string path) : path_(std::move(path)) {}
-  ~TemporaryFile() {
-    file_.reset();
-    if (!committed_) std::remove(path_.c_str());
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-
-  const std::string& path() const { return path_; }
-  FilePtr& file() { return file_; }
-  void committed() { committed_ = true; }
-
-private:
-  std::string path_;
-  FilePtr file_;
-  bool committed_ = false;
-};
-
-}  // namespace
-
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   const std::string where = cat("write_safetensors: ", path, ": ");
@@ -351,34 +327,14 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
   const uint64_t header_bytes = header_text.size();
 
-  // Written beside the target and renamed over it, so that readers see the old file or
-  // the complete new one, never a partial write.
-  TemporaryFile temporary(cat(path, ".tmp.", ::getpid()));
-  errno = 0;
-  temporary.file().reset(std::fopen(temporary.path().c_str(), "wb"));
-  std::FILE* file = temporary.file().get();
-  if (file == nullptr) throw Error(cat(where, "cannot create ", temporary.path(), ": ", std::strerror(errno)));
-  const auto write = [&](const void* src, size_t bytes) {
-    errno = 0;
-    if (bytes > 0 && std::fwrite(src, 1, bytes, file) != bytes)
-      throw Error(cat(where, "writing ", temporary.path(), ": ", io_reason(file)));
-  };
-  write(&header_bytes, 8);
-  write(header_text.data(), header_text.size());
+  AtomicFile file(path, "write_safetensors");
+  file.write(&header_bytes, 8);
+  file.write(header_text);
   for (const auto& [name, tensor] : tensors) {
     const Tensor dense = tensor.detach().contiguous();  // a copy only for strided views
-    write(dense.data(), static_cast<size_t>(dense.numel()) * sizeof(float));
+    file.write(dense.data(), static_cast<size_t>(dense.numel()) * sizeof(float));
   }
-  errno = 0;
-  if (std::fflush(file) != 0 || ::fsync(::fileno(file)) != 0)
-    throw Error(cat(where, "writing ", temporary.path(), ": ", io_reason(file)));
-  errno = 0;
-  const int closed = std::fclose(temporary.file().release());
-  if (closed != 0) throw Error(cat(where, "closing ", temporary.path(), ": ", std::strerror(errno)));
-  errno = 0;
-  if (std::rename(temporary.path().c_str(), path.c_str()) != 0)
-    throw Error(cat(where, "renaming ", temporary.path(), " onto it: ", std::strerror(errno)));
-  temporary.committed();
+  file.commit();
 }
 
 }  // namespace adjoint

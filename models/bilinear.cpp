@@ -24,7 +24,7 @@ namespace {
 class BilinearMlp : public Model {
 public:
   BilinearMlp(const ModelConfig& config, Generator& gen) : Model(config) {
-    int64_t in = config.in_channels * config.image_size * config.image_size;
+    int64_t in = config.in_features > 0 ? config.in_features : config.in_channels * config.image_size * config.image_size;
     if (config.dim > 0) {
       auto embed = register_module("embed", std::make_shared<Linear>(in, config.dim, false, gen));
       add_block("embed", [embed](const Tensor& x) { return embed->forward(flatten(x, 1)); });

@@ -21,6 +21,7 @@ void for_each_field(ModelConfig& c, F f) {
   f("heads", c.heads);
   f("mlp_ratio", c.mlp_ratio);
   f("hidden", c.hidden);
+  f("in_features", c.in_features);
   f("vocab", c.vocab);
   f("seq_len", c.seq_len);
   f("attention", c.attention);
@@ -33,7 +34,7 @@ std::string format(int64_t v) { return std::to_string(v); }
 std::string format(bool v) { return v ? "true" : "false"; }
 std::string format(double v) { return cat(v); }
 
-void parse(const std::string& key, const std::string& s, std::string& v) { v = s; }
+void parse(const std::string&, const std::string& s, std::string& v) { v = s; }
 void parse(const std::string& key, const std::string& s, int64_t& v) {
   size_t used = 0;
   try {

@@ -28,6 +28,7 @@ struct ModelConfig {
   int64_t dim = 0, depth = 0, heads = 0;  // ViT / bilinear LM (0 = the arch's default)
   int64_t mlp_ratio = 4;
   int64_t hidden = 256;         // bilinear MLP hidden width
+  int64_t in_features = 0;      // bilinear MLP flat input size (0: in_channels·image_size²)
   int64_t vocab = 256, seq_len = 64;   // bilinear LM
   std::string attention = "softmax";   // bilinear LM: softmax | bilinear
   double residual_scale = 1.0;         // bilinear LM: x + s·block(x)

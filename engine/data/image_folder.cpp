@@ -63,21 +63,24 @@ const std::string& ImageFolder::file(int64_t index) const {
   return files_[static_cast<size_t>(index)];
 }
 
-void ImageFolder::get(int64_t index, float* input, int64_t* targets) const {
-  const std::string& path = file(index);
+void load_image(const std::string& path, int64_t channels, int64_t height, int64_t width, float* out) {
   int w = 0, h = 0, n = 0;
   // stb converts to the requested channel count; its failure reason is thread-local.
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load(path.c_str(), &w, &h, &n, static_cast<int>(channels_)),
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load(path.c_str(), &w, &h, &n, static_cast<int>(channels)),
                                                     stbi_image_free);
   check(pixels != nullptr, path, ": cannot decode image (", stbi_failure_reason(), ")");
   // Interleaved (H, W, C) bytes → planar (C, H, W) floats in [0, 1].
   const int64_t plane = int64_t(w) * h;
-  const bool same_size = h == height_ && w == width_;
-  std::vector<float> scratch(same_size ? 0 : static_cast<size_t>(channels_ * plane));
-  float* planar = same_size ? input : scratch.data();
-  for (int64_t c = 0; c < channels_; ++c)
-    for (int64_t i = 0; i < plane; ++i) planar[c * plane + i] = static_cast<float>(pixels.get()[i * channels_ + c]) / 255.0f;
-  if (!same_size) resize_bilinear(planar, channels_, h, w, input, height_, width_);
+  const bool same_size = h == height && w == width;
+  std::vector<float> scratch(same_size ? 0 : static_cast<size_t>(channels * plane));
+  float* planar = same_size ? out : scratch.data();
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t i = 0; i < plane; ++i) planar[c * plane + i] = static_cast<float>(pixels.get()[i * channels + c]) / 255.0f;
+  if (!same_size) resize_bilinear(planar, channels, h, w, out, height, width);
+}
+
+void ImageFolder::get(int64_t index, float* input, int64_t* targets) const {
+  load_image(file(index), channels_, height_, width_, input);
   targets[0] = labels_[static_cast<size_t>(index)];
 }
 

@@ -15,6 +15,10 @@
 
 namespace adjoint {
 
+// Decodes one image file (PNG, JPEG, BMP, ...) into (channels, height, width) floats in
+// [0, 1], converting the channel count and resizing bilinearly. Errors name the file.
+void load_image(const std::string& path, int64_t channels, int64_t height, int64_t width, float* out);
+
 class ImageFolder : public Dataset {
 public:
   ImageFolder(const std::string& root, int64_t channels, int64_t height, int64_t width);

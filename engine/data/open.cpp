@@ -1,0 +1,98 @@
+#include "engine/data/open.h"
+
+#include "engine/data/cifar.h"
+#include "engine/data/idx.h"
+#include "engine/data/image_folder.h"
+#include "engine/data/synthetic.h"
+#include "engine/error.h"
+
+namespace adjoint {
+
+namespace {
+
+// "name:a:b" → {"name", "a", "b"}.
+std::vector<std::string> split_spec(const std::string& spec) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t i = 0; i <= spec.size(); ++i)
+    if (i == spec.size() || spec[i] == ':') parts.push_back(spec.substr(start, i - start)), start = i + 1;
+  return parts;
+}
+
+int64_t positive(const std::string& spec, const std::string& text, const char* what) {
+  try {
+    size_t used = 0;
+    const int64_t v = std::stoll(text, &used);
+    if (used == text.size() && v > 0) return v;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(cat("--data ", spec, ": ", what, " must be a positive integer, got '", text, "'"));
+}
+
+}  // namespace
+
+Transforms DataSource::train_transforms(bool augment) const {
+  Transforms t;
+  if (augment && images) {
+    const Shape s = train->shape();
+    t.push_back(std::make_shared<RandomCrop>(s[1], s[2], s[1] >= 32 ? 4 : 2));
+    t.push_back(std::make_shared<RandomHorizontalFlip>(0.5f));
+  }
+  if (!mean.empty()) t.push_back(std::make_shared<Normalize>(mean, std));
+  return t;
+}
+
+Transforms DataSource::eval_transforms() const { return train_transforms(false); }
+
+DataSource open_data(const std::string& spec) {
+  const std::vector<std::string> p = split_spec(spec);
+  const std::string& kind = p[0];
+  DataSource d;
+  d.spec = spec;
+  auto need = [&](size_t count, const char* form) {
+    if (p.size() < count || p.size() > count + 1)
+      throw UsageError(cat("--data ", spec, ": expected ", form));
+  };
+  if (kind == "fashion-mnist" || kind == "mnist") {
+    if (p.size() > 2) throw UsageError(cat("--data ", spec, ": expected ", kind, "[:FOLDER]"));
+    const std::string folder = p.size() == 2 ? p[1] : (kind == "mnist" ? "" : fashion_mnist_default_folder);
+    if (folder.empty()) throw UsageError(cat("--data ", spec, ": mnist needs a folder (mnist:FOLDER)"));
+    d.train = kind == "mnist" ? mnist("train", folder) : fashion_mnist("train", folder);
+    d.test = kind == "mnist" ? mnist("test", folder) : fashion_mnist("test", folder);
+    d.mean = kind == "mnist" ? std::vector<float>{0.1307f} : std::vector<float>{0.2860f};
+    d.std = kind == "mnist" ? std::vector<float>{0.3081f} : std::vector<float>{0.3530f};
+    d.images = true;
+  } else if (kind == "cifar10") {
+    need(2, "cifar10:FOLDER");
+    d.train = cifar10(p[1], "train");
+    d.test = cifar10(p[1], "test");
+    d.mean = {0.4914f, 0.4822f, 0.4465f};
+    d.std = {0.2470f, 0.2435f, 0.2616f};
+    d.images = true;
+  } else if (kind == "images") {
+    need(2, "images:ROOT[:SIZE]");
+    const int64_t size = p.size() == 3 ? positive(spec, p[2], "SIZE") : 32;
+    d.train = std::make_shared<ImageFolder>(p[1] + "/train", 3, size, size);
+    d.test = std::make_shared<ImageFolder>(p[1] + "/test", 3, size, size);
+    d.mean = {0.5f, 0.5f, 0.5f};
+    d.std = {0.5f, 0.5f, 0.5f};
+    d.images = true;
+  } else if (kind == "modadd") {
+    if (p.size() > 2) throw UsageError(cat("--data ", spec, ": expected modadd[:P]"));
+    const int64_t modulus = p.size() == 2 ? positive(spec, p[1], "P") : 113;
+    d.train = std::make_shared<ModularAddition>(modulus, "train", 0.3, 0);
+    d.test = std::make_shared<ModularAddition>(modulus, "validation", 0.3, 0);
+  } else if (kind == "text") {
+    need(2, "text:FILE[:LEN]");
+    const int64_t len = p.size() == 3 ? positive(spec, p[2], "LEN") : 64;
+    d.train = text_corpus(p[1], len, "train", 0.1);
+    d.test = text_corpus(p[1], len, "validation", 0.1);
+  } else {
+    throw UsageError(cat("--data ", spec,
+                         ": unknown data set (fashion-mnist[:FOLDER], mnist:FOLDER, cifar10:FOLDER, "
+                         "images:ROOT[:SIZE], modadd[:P], text:FILE[:LEN])"));
+  }
+  return d;
+}
+
+}  // namespace adjoint

@@ -1,0 +1,33 @@
+// Datasets named on the command line, with their standard normalisation and augmentation.
+//
+//   fashion-mnist[:FOLDER]   IDX files (default /usr/share/datasets/fashion-mnist)
+//   mnist:FOLDER             IDX files
+//   cifar10:FOLDER           CIFAR-10 binary batches
+//   images:ROOT[:SIZE]       ROOT/train/<class>/*, ROOT/test/<class>/* (RGB, SIZE×SIZE, default 32)
+//   modadd[:P]               modular addition a + b mod P (default 113), 30% of pairs train
+//   text:FILE[:LEN]          byte-level corpus, sequences of LEN (default 64), last 10% test
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+#include "engine/data/transform.h"
+
+namespace adjoint {
+
+struct DataSource {
+  std::string spec;                        // as given
+  std::shared_ptr<const Dataset> train, test;
+  std::vector<float> mean, std;            // normalisation (empty: none)
+  bool images = false;                     // (C, H, W) examples
+  // Training augmentation (random crop with padding + flip for images) followed by
+  // normalisation, and normalisation alone for evaluation.
+  Transforms train_transforms(bool augment) const;
+  Transforms eval_transforms() const;
+};
+
+// Throws UsageError naming the spec when it is malformed, Error when files are missing.
+DataSource open_data(const std::string& spec);
+
+}  // namespace adjoint

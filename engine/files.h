@@ -1,0 +1,31 @@
+// Writing files so that a reader sees the old file or the complete new one, never a
+// half-written one: write beside the target, flush to disk, rename over it.
+#pragma once
+#include <cstdio>
+#include <string>
+
+namespace adjoint {
+
+class AtomicFile {
+public:
+  // Opens `<path>.tmp.<pid>`; `who` prefixes error messages ("write_safetensors").
+  AtomicFile(std::string path, std::string who);
+  ~AtomicFile();  // removes the temporary file unless commit() succeeded
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* bytes, size_t count);
+  void write(const std::string& text) { write(text.data(), text.size()); }
+  // Flushes, syncs, closes and renames onto the target. Throws Error naming the path.
+  void commit();
+
+private:
+  std::string path_, temporary_, who_;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+};
+
+// The whole text in one atomic write.
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace adjoint

@@ -1,0 +1,258 @@
+#include "models/training.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/autograd.h"
+#include "engine/data/loader.h"
+#include "engine/error.h"
+#include "engine/files.h"
+#include "engine/json.h"
+#include "engine/optim.h"
+#include "models/checkpoint.h"
+#include "ops/layout.h"
+#include "ops/loss.h"
+
+namespace adjoint {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Logits of a classifier (N, C) or of a sequence model (N, T, C) as rows of (·, C).
+Tensor as_rows(const Tensor& logits) {
+  return logits.dim() == 2 ? logits : reshape(logits, {-1, logits.size(-1)});
+}
+
+// Correct predictions among the rows of (rows, C) logits.
+int64_t count_correct(const Tensor& logits, const std::vector<int64_t>& labels) {
+  Tensor l = logits.contiguous();
+  const int64_t rows = l.size(0), c = l.size(1);
+  const float* p = l.data();
+  int64_t right = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = p + i * c;
+    int64_t best = 0;
+    for (int64_t k = 1; k < c; ++k)
+      if (row[k] > row[best]) best = k;
+    right += best == labels[size_t(i)];
+  }
+  return right;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const Model& model, const TrainOptions& o) {
+  if (o.optimizer == "sgd")
+    return std::make_unique<Sgd>(model.named_parameters(), SgdOptions{o.lr, o.momentum, o.weight_decay, o.nesterov});
+  if (o.optimizer == "adamw")
+    return std::make_unique<AdamW>(model.named_parameters(), AdamWOptions{o.lr, 0.9, 0.999, 1e-8, o.weight_decay});
+  throw UsageError(cat("--optimizer: unknown optimizer '", o.optimizer, "' (sgd, adamw)"));
+}
+
+Schedule make_schedule(const TrainOptions& o, int64_t total_steps) {
+  Schedule s;
+  if (o.schedule == "cosine") s.kind = Schedule::Cosine;
+  else if (o.schedule == "step") s.kind = Schedule::Step;
+  else if (o.schedule == "constant") s.kind = Schedule::Constant;
+  else throw UsageError(cat("--schedule: unknown schedule '", o.schedule, "' (cosine, step, constant)"));
+  s.base_lr = o.lr;
+  s.warmup = o.warmup_steps;
+  s.total = total_steps;
+  s.step_every = o.step_every > 0 ? o.step_every : std::max<int64_t>(1, total_steps / 3);
+  s.gamma = o.gamma;
+  return s;
+}
+
+std::string csv_header() {
+  return "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second,lr\n";
+}
+
+std::string csv_row(const EpochRecord& r) {
+  return cat(r.epoch, ",", r.step, ",", r.train_loss, ",", r.train_accuracy, ",", r.test_loss, ",", r.test_accuracy,
+             ",", r.seconds, ",", r.samples_per_second, ",", r.lr, "\n");
+}
+
+Json record_json(const EpochRecord& r) {
+  return Json(Json::Object{{"epoch", r.epoch},
+                           {"step", r.step},
+                           {"train_loss", r.train_loss},
+                           {"train_accuracy", r.train_accuracy},
+                           {"test_loss", r.test_loss},
+                           {"test_accuracy", r.test_accuracy},
+                           {"seconds", r.seconds},
+                           {"samples_per_second", r.samples_per_second},
+                           {"lr", r.lr}});
+}
+
+// The log files of a run: every record so far, rewritten atomically after each epoch.
+void write_logs(const std::string& dir, const std::vector<EpochRecord>& records) {
+  std::string csv = csv_header();
+  Json json = Json::array();
+  for (const auto& r : records) csv += csv_row(r), json.push_back(record_json(r));
+  write_file_atomic(dir + "/log.csv", csv);
+  write_file_atomic(dir + "/log.json", to_json(json, 2) + "\n");
+}
+
+std::vector<EpochRecord> read_log(const std::string& dir) {
+  std::vector<EpochRecord> out;
+  std::ifstream in(dir + "/log.json");
+  if (!in) return out;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const Json& j : parse_json(text).as_array()) {
+    EpochRecord r;
+    r.epoch = j.find("epoch")->as_int();
+    r.step = j.find("step")->as_int();
+    r.train_loss = j.find("train_loss")->as_number();
+    r.train_accuracy = j.find("train_accuracy")->as_number();
+    r.test_loss = j.find("test_loss")->as_number();
+    r.test_accuracy = j.find("test_accuracy")->as_number();
+    r.seconds = j.find("seconds")->as_number();
+    r.samples_per_second = j.find("samples_per_second")->as_number();
+    r.lr = j.find("lr")->as_number();
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::string join(const std::vector<float>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + cat(v[i]);
+  return s;
+}
+
+}  // namespace
+
+void fit_config_to_data(ModelConfig& config, const DataSource& data) {
+  const Shape s = data.train->shape();
+  config.num_classes = data.train->num_classes();
+  if (data.images) {
+    config.in_channels = s[0];
+    config.image_size = s[1];
+    check(s[1] == s[2], "data ", data.spec, ": images are ", s[1], "×", s[2], "; models expect square images");
+  } else if (config.arch == "bilinear_lm") {
+    config.seq_len = s[0];
+    config.vocab = data.train->num_classes();
+  } else {
+    config.in_channels = 1;
+    config.image_size = 1;
+    config.in_features = numel(s);
+  }
+}
+
+Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
+                    int64_t batch_size, int64_t limit) {
+  NoGrad off;
+  const bool was_training = model.training();
+  const_cast<Model&>(model).train(false);
+  std::shared_ptr<const Dataset> subset = data;
+  if (limit > 0 && limit < data->size()) {
+    std::vector<int64_t> first(static_cast<size_t>(limit));
+    for (int64_t i = 0; i < limit; ++i) first[size_t(i)] = i;
+    subset = std::make_shared<Subset>(data, first);
+  }
+  Loader loader(subset, LoaderOptions{batch_size, false, false, true, 0, transforms});
+  Evaluation e;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    Batch batch = loader.next();
+    Tensor logits = as_rows(model.forward(batch.inputs));
+    const int64_t rows = logits.size(0);
+    loss_sum += double(cross_entropy(logits, batch.labels).item()) * double(rows);
+    correct += count_correct(logits, batch.labels);
+    e.count += rows;
+  }
+  const_cast<Model&>(model).train(was_training);
+  e.loss = e.count ? loss_sum / double(e.count) : 0;
+  e.accuracy = e.count ? double(correct) / double(e.count) : 0;
+  return e;
+}
+
+std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& o,
+                               const std::function<void(const Progress&)>& on_progress,
+                               const std::function<void(const EpochRecord&)>& on_epoch) {
+  check(o.epochs > 0, "train: --epochs must be positive, got ", o.epochs);
+  check(o.batch_size > 0, "train: --batch must be positive, got ", o.batch_size);
+  Loader loader(data.train, LoaderOptions{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment)});
+  const int64_t per_epoch = loader.batches_per_epoch();
+  check(per_epoch > 0, "train: ", data.train->name(), " has ", data.train->size(), " examples, fewer than one batch of ",
+        o.batch_size);
+  int64_t total = o.epochs * per_epoch;
+  if (o.max_steps > 0) total = std::min(total, o.max_steps);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(model, o);
+  const Schedule schedule = make_schedule(o, total);
+
+  int64_t step = 0;
+  std::vector<EpochRecord> records;
+  if (!o.resume.empty()) {
+    Checkpoint ck = load_checkpoint(o.resume);
+    check(ck.config.arch == model.config().arch, "--resume ", o.resume, ": checkpoint holds a ", ck.config.arch,
+          ", this run trains a ", model.config().arch);
+    load_state_dict(model, ck.model, o.resume);
+    optimizer->set_state(ck.optimizer);
+    step = ck.step;
+    if (!o.out_dir.empty()) records = read_log(o.out_dir);
+    while (!records.empty() && records.back().step > step) records.pop_back();
+  }
+  if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
+
+  std::map<std::string, std::string> meta = {{"data.spec", data.spec}, {"data.mean", join(data.mean)},
+                                             {"data.std", join(data.std)}, {"seed", std::to_string(o.seed)}};
+  auto save = [&](int64_t epochs_done) {
+    if (o.out_dir.empty()) return;
+    save_checkpoint(o.out_dir + "/checkpoint.safetensors", model, optimizer.get(), epochs_done, step, meta);
+  };
+
+  loader.seek(step / per_epoch, step % per_epoch);
+  model.train(true);
+  while (step < total) {
+    const int64_t epoch = step / per_epoch;
+    const auto start = Clock::now();
+    double loss_sum = 0;
+    int64_t correct = 0, rows_seen = 0, samples = 0;
+    for (int64_t b = step % per_epoch; b < per_epoch && step < total; ++b) {
+      optimizer->set_lr(schedule.at(step));
+      Batch batch = loader.next();
+      optimizer->zero_grad();
+      Tensor logits = as_rows(model.forward(batch.inputs));
+      Tensor loss = cross_entropy(logits, batch.labels, float(o.label_smoothing));
+      const float loss_value = loss.item();
+      check(std::isfinite(loss_value), "train: the loss became ", loss_value, " at step ", step,
+            " (epoch ", epoch + 1, "); lower --lr or check the data");
+      backward(loss);
+      optimizer->step();
+      ++step;
+      {
+        NoGrad off;
+        correct += count_correct(logits, batch.labels);
+      }
+      rows_seen += logits.size(0);
+      samples += batch.size();
+      loss_sum += double(loss_value) * double(logits.size(0));
+      if (on_progress)
+        on_progress(Progress{epoch + 1, o.epochs, b + 1, std::min(per_epoch, b + 1 + total - step), step, total,
+                             loss_sum / double(rows_seen),
+                             double(correct) / double(rows_seen), double(samples) / seconds_since(start),
+                             optimizer->lr()});
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
+    }
+    const double train_seconds = seconds_since(start);
+    Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit);
+    model.train(true);
+    EpochRecord r{epoch + 1, step, loss_sum / double(std::max<int64_t>(rows_seen, 1)),
+                  double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,
+                  train_seconds, double(samples) / train_seconds, optimizer->lr()};
+    records.push_back(r);
+    save(step % per_epoch == 0 ? epoch + 1 : epoch);
+    if (!o.out_dir.empty()) write_logs(o.out_dir, records);
+    if (on_epoch) on_epoch(r);
+  }
+  return records;
+}
+
+}  // namespace adjoint

@@ -1,0 +1,71 @@
+// The training loop: epochs of mini-batch steps with a learning-rate schedule, an
+// evaluation after every epoch, checkpoints that make --resume continue bit for bit,
+// and a per-epoch log. Display is the caller's: progress arrives through a callback.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data/open.h"
+#include "models/model.h"
+
+namespace adjoint {
+
+struct TrainOptions {
+  std::string optimizer = "sgd";  // sgd | adamw
+  double lr = 0.1, momentum = 0.9, weight_decay = 5e-4;
+  bool nesterov = true;
+  std::string schedule = "cosine";  // cosine | step | constant
+  int64_t warmup_steps = 0;
+  int64_t step_every = 0;  // step schedule: decay period in steps (0: a third of the run)
+  double gamma = 0.1;
+  double label_smoothing = 0.0;
+  int64_t epochs = 10;
+  int64_t max_steps = 0;  // stop after this many steps in all (0: no limit); counted in checkpoints
+  int64_t batch_size = 128;
+  bool augment = true;
+  uint64_t seed = 0;
+  int64_t eval_limit = 0;  // evaluate on at most this many test examples (0: all)
+  std::string out_dir;     // checkpoints and logs; empty: none written
+  int64_t checkpoint_every = 0;  // also save every N steps (0: only at epoch ends)
+  std::string resume;      // a checkpoint to continue from
+};
+
+struct Progress {
+  int64_t epoch = 0, epochs = 0;
+  int64_t batch = 0, batches = 0;  // within the epoch
+  int64_t step = 0, total_steps = 0;
+  double loss = 0, accuracy = 0;   // running means over the epoch so far
+  double samples_per_second = 0;
+  double lr = 0;
+};
+
+struct EpochRecord {
+  int64_t epoch = 0, step = 0;
+  double train_loss = 0, train_accuracy = 0;
+  double test_loss = 0, test_accuracy = 0;
+  double seconds = 0, samples_per_second = 0;
+  double lr = 0;
+};
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+  int64_t count = 0;
+};
+
+// Accuracy and mean cross-entropy of `model` (eval mode, no autograd) on `data`.
+Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
+                    int64_t batch_size, int64_t limit = 0);
+
+// Trains `model` (freshly built, or restored from options.resume by the caller through
+// resume_from) and returns one record per finished epoch. `on_progress` is called after
+// every step; `on_epoch` after every evaluation.
+std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& options,
+                               const std::function<void(const Progress&)>& on_progress = {},
+                               const std::function<void(const EpochRecord&)>& on_epoch = {});
+
+// Fills in a model config's data-dependent fields (channels, size, classes, input size).
+void fit_config_to_data(ModelConfig& config, const DataSource& data);
+
+}  // namespace adjoint

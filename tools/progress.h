@@ -1,0 +1,30 @@
+// Progress of long work: a bar with rate and ETA redrawn in place on a terminal, plain
+// lines (at most one every few seconds) when the output is a file or a pipe.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace adjoint::cli {
+
+class ProgressBar {
+public:
+  // `label` prefixes every line; `unit` names what is counted ("batch", "image").
+  ProgressBar(std::string label, int64_t total, std::string unit);
+  ~ProgressBar();  // ends the bar's line on a terminal
+  // Reports `done` of `total`, with free text after the bar (loss, accuracy, ...).
+  void update(int64_t done, const std::string& detail = "");
+  void finish(const std::string& detail = "");
+
+private:
+  std::string label_, unit_;
+  int64_t total_;
+  bool terminal_;
+  bool open_line_ = false;
+  std::chrono::steady_clock::time_point start_, last_print_;
+};
+
+// "1m05s", "12.3s": durations for humans.
+std::string format_duration(double seconds);
+
+}  // namespace adjoint::cli

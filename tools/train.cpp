@@ -1,0 +1,347 @@
+// `adjoint train`, `adjoint eval`, `adjoint info` and `adjoint predict`: the model life
+// cycle on the command line. The work is in models/training.cpp; this file turns options
+// into TrainOptions and results into files and lines.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/autograd.h"
+#include "engine/data/image_folder.h"
+#include "engine/data/open.h"
+#include "engine/error.h"
+#include "engine/files.h"
+#include "engine/safetensors.h"
+#include "engine/threads.h"
+#include "models/checkpoint.h"
+#include "models/training.h"
+#include "tools/cli.h"
+#include "tools/progress.h"
+
+namespace adjoint {
+namespace {
+
+// Model-shape options shared by train and predict.
+const std::vector<cli::OptionSpec> model_options = {
+    {"model", "NAME", "resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom, bilinear_mlp, bilinear_lm", ""},
+    {"width", "X", "channel multiplier (ResNet, VGG)", "1"},
+    {"imagenet-stem", "", "ResNet: 7x7 stride-2 stem + max-pool; VGG: ImageNet classifier", ""},
+    {"patch", "N", "ViT patch size", "4"},
+    {"dim", "N", "ViT / bilinear LM width (0: the model's default)", "0"},
+    {"depth", "N", "ViT / bilinear LM blocks (0: the model's default)", "0"},
+    {"heads", "N", "attention heads (0: the model's default)", "0"},
+    {"hidden", "N", "bilinear MLP hidden width", "256"},
+    {"attention", "KIND", "bilinear LM attention: softmax or bilinear", "softmax"},
+};
+
+ModelConfig model_config(const cli::Args& a) {
+  ModelConfig c;
+  c.arch = a.text("model");
+  c.width = a.number("width");
+  c.small_stem = !a.flag("imagenet-stem");
+  c.patch = a.integer("patch");
+  c.dim = a.integer("dim");
+  c.depth = a.integer("depth");
+  c.heads = a.integer("heads");
+  c.hidden = a.integer("hidden");
+  c.attention = a.text("attention");
+  return c;
+}
+
+std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own) {
+  own.insert(own.begin(), model_options.begin(), model_options.end());
+  return own;
+}
+
+std::vector<float> parse_floats(const std::string& text, const char* option) {
+  std::vector<float> out;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const size_t end = text.find(',', start);
+    const std::string part = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    try {
+      size_t used = 0;
+      out.push_back(std::stof(part, &used));
+      if (used != part.size()) throw std::invalid_argument(part);
+    } catch (const std::exception&) {
+      throw UsageError(cat("option --", option, " expects comma-separated numbers, got '", text, "'"));
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+int64_t count_parameters(const Module& m) {
+  int64_t n = 0;
+  for (const auto& [name, t] : m.named_parameters()) n += t.numel();
+  return n;
+}
+
+int run_train(const cli::Args& a) {
+  const bool quick = a.flag("quick");
+  DataSource data = open_data(a.text("data"));
+  ModelConfig config = model_config(a);
+  if (quick && !a.has("width")) config.width = 0.25;
+  fit_config_to_data(config, data);
+
+  TrainOptions o;
+  o.optimizer = a.text("optimizer");
+  o.lr = a.has("lr") ? a.number("lr") : (o.optimizer == "adamw" ? 1e-3 : 0.1);
+  o.momentum = a.number("momentum");
+  o.weight_decay = a.has("weight-decay") ? a.number("weight-decay") : (o.optimizer == "adamw" ? 0.05 : 5e-4);
+  o.nesterov = !a.flag("no-nesterov");
+  o.schedule = a.text("schedule");
+  o.warmup_steps = a.integer("warmup");
+  o.label_smoothing = a.number("label-smoothing");
+  o.epochs = quick && !a.has("epochs") ? 1 : a.integer("epochs");
+  o.max_steps = quick && !a.has("max-steps") ? 150 : a.integer("max-steps");
+  o.batch_size = a.integer("batch");
+  o.augment = !a.flag("no-augment");
+  o.seed = uint64_t(a.integer("seed"));
+  o.eval_limit = quick && !a.has("eval-limit") ? 2000 : a.integer("eval-limit");
+  o.out_dir = a.has("out") ? a.text("out") : "runs/" + config.arch;
+  o.checkpoint_every = a.integer("checkpoint-every");
+  o.resume = a.has("resume") ? a.text("resume") : "";
+
+  Generator init(o.seed);
+  auto model = make_model(config, init);
+  std::printf("adjoint train: %s (%lld parameters) on %s, %lld train / %lld test examples, %d threads\n",
+              config.arch.c_str(), (long long)count_parameters(*model), data.spec.c_str(), (long long)data.train->size(),
+              (long long)data.test->size(), num_threads());
+  std::printf("  %s lr %g, weight decay %g, %s schedule, batch %lld, %lld epochs%s; writing %s\n", o.optimizer.c_str(),
+              o.lr, o.weight_decay, o.schedule.c_str(), (long long)o.batch_size, (long long)o.epochs,
+              o.max_steps ? cat(" (at most ", o.max_steps, " steps)").c_str() : "", o.out_dir.c_str());
+  std::fflush(stdout);
+
+  std::unique_ptr<cli::ProgressBar> bar;
+  int64_t bar_epoch = -1;
+  auto on_progress = [&](const Progress& p) {
+    if (p.epoch != bar_epoch) {
+      bar = std::make_unique<cli::ProgressBar>(cat("epoch ", p.epoch, "/", p.epochs), p.batches, "batch");
+      bar_epoch = p.epoch;
+    }
+    char detail[128];
+    std::snprintf(detail, sizeof detail, "loss %.4f acc %.2f%% %.0f samples/s lr %.4g", p.loss, 100 * p.accuracy,
+                  p.samples_per_second, p.lr);
+    bar->update(p.batch, detail);
+  };
+  auto on_epoch = [&](const EpochRecord& r) {
+    bar.reset();
+    bar_epoch = -1;
+    std::printf("epoch %lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s, %.0f samples/s\n",
+                (long long)r.epoch, r.train_loss, 100 * r.train_accuracy, r.test_loss, 100 * r.test_accuracy,
+                cli::format_duration(r.seconds).c_str(), r.samples_per_second);
+    std::fflush(stdout);
+  };
+  auto records = train(*model, data, o, on_progress, on_epoch);
+  if (!records.empty())
+    std::printf("done: test accuracy %.2f%%; checkpoint %s/checkpoint.safetensors, log %s/log.csv\n",
+                100 * records.back().test_accuracy, o.out_dir.c_str(), o.out_dir.c_str());
+  return 0;
+}
+
+const cli::Registration train_command({
+    .name = "train",
+    .summary = "train a model on a data set, with checkpoints and a per-epoch log",
+    .description =
+        "Data sets: fashion-mnist[:FOLDER] (default), mnist:FOLDER, cifar10:FOLDER, images:ROOT[:SIZE],\n"
+        "modadd[:P], text:FILE[:LEN]. Writes OUT/checkpoint.safetensors after every epoch and\n"
+        "OUT/log.csv, OUT/log.json. --resume OUT/checkpoint.safetensors with the same options continues\n"
+        "the run; the final weights equal an uninterrupted run's bit for bit (same seed and threads).",
+    .arguments = "",
+    .options = with_model_options({
+        {"data", "SPEC", "the data set", "fashion-mnist"},
+        {"epochs", "N", "passes over the training set", "10"},
+        {"batch", "N", "examples per step", "128"},
+        {"optimizer", "NAME", "sgd (momentum, Nesterov) or adamw", "sgd"},
+        {"lr", "X", "peak learning rate (default 0.1 for sgd, 1e-3 for adamw)", ""},
+        {"momentum", "X", "SGD momentum", "0.9"},
+        {"no-nesterov", "", "plain momentum instead of Nesterov", ""},
+        {"weight-decay", "X", "L2 (sgd) or decoupled (adamw) decay (default 5e-4 / 0.05)", ""},
+        {"schedule", "NAME", "cosine, step or constant", "cosine"},
+        {"warmup", "N", "linear warm-up steps", "0"},
+        {"label-smoothing", "X", "cross-entropy label smoothing", "0"},
+        {"no-augment", "", "no random crop / flip on images", ""},
+        {"seed", "N", "initialisation, shuffling and augmentation", "0"},
+        {"max-steps", "N", "stop after N steps in all (0: no limit)", "0"},
+        {"eval-limit", "N", "evaluate on the first N test examples (0: all)", "0"},
+        {"out", "DIR", "where checkpoints and logs go (default runs/MODEL)", ""},
+        {"checkpoint-every", "N", "also checkpoint every N steps", "0"},
+        {"resume", "FILE", "continue from a checkpoint", ""},
+        {"quick", "", "a demo of a few minutes: width 0.25, 150 steps, 2000 test images", ""},
+    }),
+    .run = run_train,
+});
+
+int run_eval(const cli::Args& a) {
+  Checkpoint ck = load_checkpoint(a.text("checkpoint"));
+  auto model = model_from_checkpoint(ck);
+  const std::string spec = a.has("data") ? a.text("data") : ck.metadata.count("data.spec") ? ck.metadata.at("data.spec") : "";
+  if (spec.empty()) throw UsageError("eval: the checkpoint names no data set; give --data");
+  DataSource data = open_data(spec);
+  std::printf("adjoint eval: %s (epoch %lld, step %lld) on %s (%lld test examples)\n", ck.config.arch.c_str(),
+              (long long)ck.epoch, (long long)ck.step, spec.c_str(), (long long)data.test->size());
+  Evaluation e = evaluate(*model, data.test, data.eval_transforms(), a.integer("batch"), a.integer("limit"));
+  std::printf("test loss %.4f, accuracy %.2f%% (%lld examples)\n", e.loss, 100 * e.accuracy, (long long)e.count);
+  return 0;
+}
+
+const cli::Registration eval_command({
+    .name = "eval",
+    .summary = "evaluate a checkpoint on a test set",
+    .description = "Uses the data set the checkpoint was trained on unless --data names another.",
+    .arguments = "",
+    .options = {{"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
+                {"data", "SPEC", "the data set (default: the checkpoint's)", ""},
+                {"batch", "N", "examples per batch", "256"},
+                {"limit", "N", "evaluate the first N examples (0: all)", "0"}},
+    .run = run_eval,
+});
+
+int run_info(const cli::Args& a) {
+  if (a.positionals().size() != 1) throw UsageError("info: give exactly one checkpoint file");
+  Checkpoint ck = load_checkpoint(a.positionals()[0]);
+  auto model = model_from_checkpoint(ck);
+  std::printf("checkpoint %s\n  model %s, %lld parameters, %zu blocks\n  epoch %lld, step %lld\n",
+              a.positionals()[0].c_str(), ck.config.arch.c_str(), (long long)count_parameters(*model),
+              model->num_blocks(), (long long)ck.epoch, (long long)ck.step);
+  std::printf("  config:");
+  for (const auto& [k, v] : ck.config.to_map()) std::printf(" %s=%s", k.c_str(), v.c_str());
+  std::printf("\n  metadata:");
+  for (const auto& [k, v] : ck.metadata)
+    if (k.rfind("config.", 0) != 0) std::printf(" %s=%s", k.c_str(), v.c_str());
+  std::printf("\n  blocks:");
+  for (const auto& b : model->blocks()) std::printf(" %s", b.name.c_str());
+  std::printf("\n  optimizer state: %zu tensors\n", ck.optimizer.size());
+  return 0;
+}
+
+const cli::Registration info_command({
+    .name = "info",
+    .summary = "describe a checkpoint: model, config, epoch, blocks",
+    .description = "",
+    .arguments = "CHECKPOINT",
+    .options = {},
+    .run = run_info,
+});
+
+// The model to run: a checkpoint, or a model name plus a torchvision/timm-named weights file.
+struct LoadedModel {
+  std::shared_ptr<Model> model;
+  std::vector<float> mean, std;
+};
+
+LoadedModel load_model(const cli::Args& a) {
+  LoadedModel m;
+  if (a.has("checkpoint")) {
+    if (a.has("weights")) throw UsageError("give either --checkpoint or --model with --weights, not both");
+    Checkpoint ck = load_checkpoint(a.text("checkpoint"));
+    m.model = model_from_checkpoint(ck);
+    if (ck.metadata.count("data.mean")) m.mean = parse_floats(ck.metadata.at("data.mean"), "checkpoint data.mean");
+    if (ck.metadata.count("data.std")) m.std = parse_floats(ck.metadata.at("data.std"), "checkpoint data.std");
+  } else {
+    if (!a.has("model") || !a.has("weights")) throw UsageError("give --checkpoint FILE, or --model NAME with --weights FILE");
+    ModelConfig c = model_config(a);
+    c.num_classes = a.integer("classes");
+    c.in_channels = a.integer("in-channels");
+    c.image_size = a.integer("image-size");
+    Generator gen(0);
+    m.model = make_model(c, gen);
+    load_state_dict(*m.model, read_safetensors(a.text("weights")).tensors, a.text("weights"));
+  }
+  if (a.has("mean")) m.mean = parse_floats(a.text("mean"), "mean");
+  if (a.has("std")) m.std = parse_floats(a.text("std"), "std");
+  m.model->train(false);
+  return m;
+}
+
+// The inputs: one tensor of a safetensors file, or image files decoded to the model's size.
+Tensor load_inputs(const cli::Args& a, const LoadedModel& m) {
+  const ModelConfig& c = m.model->config();
+  Tensor x;
+  if (a.has("input")) {
+    SafetensorsFile f = read_safetensors(a.text("input"));
+    if (a.has("tensor")) {
+      auto it = f.tensors.find(a.text("tensor"));
+      check(it != f.tensors.end(), a.text("input"), ": no tensor named '", a.text("tensor"), "'");
+      x = it->second;
+    } else {
+      check(f.tensors.size() == 1, a.text("input"), " holds ", f.tensors.size(), " tensors; choose one with --tensor");
+      x = f.tensors.begin()->second;
+    }
+    return x;  // taken as already normalised
+  }
+  std::vector<std::string> files = a.positionals();
+  if (files.empty()) throw UsageError("predict: give --input FILE.safetensors or image files");
+  const int64_t C = c.in_channels, S = c.image_size;
+  x = Tensor::empty({int64_t(files.size()), C, S, S});
+  for (size_t i = 0; i < files.size(); ++i) load_image(files[i], C, S, S, x.data() + int64_t(i) * C * S * S);
+  if (!m.mean.empty()) {
+    float* p = x.data();
+    for (int64_t n = 0; n < x.size(0); ++n)
+      for (int64_t ch = 0; ch < C; ++ch) {
+        const float mu = m.mean[size_t(ch) % m.mean.size()], sd = m.std.empty() ? 1.0f : m.std[size_t(ch) % m.std.size()];
+        for (int64_t k = 0; k < S * S; ++k) {
+          float& v = p[(n * C + ch) * S * S + k];
+          v = (v - mu) / sd;
+        }
+      }
+  }
+  return x;
+}
+
+int run_predict(const cli::Args& a) {
+  LoadedModel m = load_model(a);
+  Tensor x = load_inputs(a, m);
+  Tensor logits;
+  {
+    NoGrad off;
+    logits = m.model->forward(x).contiguous();
+  }
+  const std::string out = a.text("out");
+  write_safetensors(out + ".safetensors", {{"logits", logits}}, {{"model", m.model->config().arch}});
+  std::string csv = "index,predicted";
+  const int64_t n = logits.size(0), k = logits.numel() / std::max<int64_t>(n, 1);
+  for (int64_t j = 0; j < k; ++j) csv += cat(",logit_", j);
+  csv += "\n";
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = logits.data() + i * k;
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; ++j)
+      if (row[j] > row[best]) best = j;
+    csv += cat(i, ",", best);
+    for (int64_t j = 0; j < k; ++j) csv += cat(",", row[j]);
+    csv += "\n";
+    std::printf("%lld: class %lld (logit %.4f)\n", (long long)i, (long long)best, row[best]);
+  }
+  write_file_atomic(out + ".csv", csv);
+  std::printf("wrote %s.safetensors and %s.csv\n", out.c_str(), out.c_str());
+  return 0;
+}
+
+const cli::Registration predict_command({
+    .name = "predict",
+    .summary = "run a model on a tensor file or images and write the logits",
+    .description =
+        "The model comes from --checkpoint, or from --model with --weights (a state dict in\n"
+        "torchvision/timm naming, F32/F16/BF16). Images are decoded, resized to the model's input size\n"
+        "and normalised with the checkpoint's statistics (or --mean/--std); a --input tensor is used\n"
+        "as it is. Writes OUT.safetensors (tensor 'logits') and OUT.csv.",
+    .arguments = "[IMAGE...]",
+    .options = with_model_options({
+        {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
+        {"weights", "FILE", "a state dict for --model", ""},
+        {"classes", "N", "classes of --model", "1000"},
+        {"in-channels", "N", "input channels of --model", "3"},
+        {"image-size", "N", "input size of --model", "224"},
+        {"input", "FILE", "a .safetensors file holding the input batch", ""},
+        {"tensor", "NAME", "which tensor of --input", ""},
+        {"mean", "LIST", "per-channel normalisation mean for images", ""},
+        {"std", "LIST", "per-channel normalisation std for images", ""},
+        {"out", "PREFIX", "output files PREFIX.safetensors and PREFIX.csv", "predictions"},
+    }),
+    .run = run_predict,
+});
+
+}  // namespace
+}  // namespace adjoint
