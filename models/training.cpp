@@ -98,22 +98,31 @@ void write_logs(const std::string& dir, const std::vector<EpochRecord>& records)
   write_file_atomic(dir + "/log.json", to_json(json, 2) + "\n");
 }
 
+// The records of an earlier run's log.json (when resuming); a malformed log is an error
+// naming the file rather than a silently restarted log.
 std::vector<EpochRecord> read_log(const std::string& dir) {
+  const std::string path = dir + "/log.json";
   std::vector<EpochRecord> out;
-  std::ifstream in(dir + "/log.json");
+  std::ifstream in(path);
   if (!in) return out;
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  for (const Json& j : parse_json(text).as_array()) {
+  const Json log = parse_json(text);
+  for (const Json& j : log.as_array()) {
+    auto field = [&](const char* key) {
+      const Json* v = j.find(key);
+      check(v != nullptr, path, ": a record has no '", key, "'");
+      return v->as_number();
+    };
     EpochRecord r;
-    r.epoch = j.find("epoch")->as_int();
-    r.step = j.find("step")->as_int();
-    r.train_loss = j.find("train_loss")->as_number();
-    r.train_accuracy = j.find("train_accuracy")->as_number();
-    r.test_loss = j.find("test_loss")->as_number();
-    r.test_accuracy = j.find("test_accuracy")->as_number();
-    r.seconds = j.find("seconds")->as_number();
-    r.samples_per_second = j.find("samples_per_second")->as_number();
-    r.lr = j.find("lr")->as_number();
+    r.epoch = int64_t(field("epoch"));
+    r.step = int64_t(field("step"));
+    r.train_loss = field("train_loss");
+    r.train_accuracy = field("train_accuracy");
+    r.test_loss = field("test_loss");
+    r.test_accuracy = field("test_accuracy");
+    r.seconds = field("seconds");
+    r.samples_per_second = field("samples_per_second");
+    r.lr = field("lr");
     out.push_back(r);
   }
   return out;
@@ -180,8 +189,6 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   check(o.batch_size > 0, "train: --batch must be positive, got ", o.batch_size);
   Loader loader(data.train, LoaderOptions{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment)});
   const int64_t per_epoch = loader.batches_per_epoch();
-  check(per_epoch > 0, "train: ", data.train->name(), " has ", data.train->size(), " examples, fewer than one batch of ",
-        o.batch_size);
   int64_t total = o.epochs * per_epoch;
   if (o.max_steps > 0) total = std::min(total, o.max_steps);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(model, o);
@@ -234,12 +241,12 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
       rows_seen += logits.size(0);
       samples += batch.size();
       loss_sum += double(loss_value) * double(logits.size(0));
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
       if (on_progress)
         on_progress(Progress{epoch + 1, o.epochs, b + 1, std::min(per_epoch, b + 1 + total - step), step, total,
                              loss_sum / double(rows_seen),
                              double(correct) / double(rows_seen), double(samples) / seconds_since(start),
                              optimizer->lr()});
-      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
     }
     const double train_seconds = seconds_since(start);
     Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit);
