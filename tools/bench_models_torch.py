@@ -1,0 +1,130 @@
+"""PyTorch's side of `adjoint bench models`: the same models, batch and thread count,
+training (SGD step: forward, cross-entropy, backward, update) and inference throughput.
+
+  adjoint --threads 2 bench models --out ours.json
+  /usr/bin/python3 tools/bench_models_torch.py --threads 2 --ours ours.json
+
+prints both with the ratio ours/PyTorch (> 1: adjoint is faster). Peak memory of the
+ResNet-18 training step is the process's max RSS growth, measured in a child process.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_models  # noqa: E402
+
+
+def models(classes=10):
+    return {
+        "resnet18": lambda: torch_models.small_stem_resnet("resnet18", classes, 3),
+        "vgg11_bn": lambda: torch_models.small_vgg("vgg11_bn", classes, 3),
+        "vgg16_bn": lambda: torch_models.small_vgg("vgg16_bn", classes, 3),
+        "vit_tiny": lambda: torch_models.vit_tiny(32, 4, 3, classes),
+        "bilinear_lm": lambda: torch_models.BilinearLm(256, 256, 2, 4, 64),
+    }
+
+
+def batch_for(name, batch):
+    g = torch.Generator().manual_seed(0)
+    if name == "bilinear_lm":
+        x = torch.randint(0, 256, (32, 64), generator=g)
+        return x, torch.randint(0, 256, (32 * 64,), generator=g)
+    return torch.rand(batch, 3, 32, 32, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+
+def time_steps(fn, repeats, warmup=2):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bench(name, batch, repeats):
+    model = models()[name]()
+    x, y = batch_for(name, batch)
+    n = x.shape[0]
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def train_step():
+        opt.zero_grad()
+        logits = model(x)
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y).backward()
+        opt.step()
+
+    def infer():
+        with torch.no_grad():
+            model(x)
+
+    model.train()
+    t_train = time_steps(train_step, repeats)
+    model.eval()
+    t_infer = time_steps(infer, repeats)
+    return {"model": name, "batch": n, "train_samples_per_s": n / t_train, "infer_samples_per_s": n / t_infer}
+
+
+def peak_rss_step(batch):
+    """Max RSS growth (MiB) over one ResNet-18 training step (run in a fresh process)."""
+    model = models()["resnet18"]()
+    x, y = batch_for("resnet18", batch)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return (after - before) / 1024
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--ours", help="JSON written by `adjoint bench models --out`")
+    ap.add_argument("--memory", action="store_true", help="also print ResNet-18 step peak RSS growth")
+    ap.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    if args.memory_child:
+        print(f"{peak_rss_step(args.batch):.1f}")
+        return
+    names = args.only.split(",") if args.only else list(models())
+    ours = {}
+    if args.ours:
+        with open(args.ours) as f:
+            ours = {r["model"]: r for r in json.load(f)["models"]}
+    print(f"PyTorch {torch.__version__}, {args.threads} threads, batch {args.batch} (bilinear_lm: 32x64 tokens)")
+    print(f"{'model':<12} {'train/s torch':>14} {'ours':>10} {'ratio':>7} {'infer/s torch':>14} {'ours':>10} {'ratio':>7}")
+    for name in names:
+        r = bench(name, args.batch, args.repeats)
+        o = ours.get(name, {})
+        ot, oi = o.get("train_samples_per_s"), o.get("infer_samples_per_s")
+        fmt = lambda v: f"{v:10.1f}" if v else f"{'-':>10}"
+        rat = lambda a, b: f"{a / b:7.2f}" if a else f"{'-':>7}"
+        print(f"{name:<12} {r['train_samples_per_s']:14.1f} {fmt(ot)} {rat(ot, r['train_samples_per_s'])} "
+              f"{r['infer_samples_per_s']:14.1f} {fmt(oi)} {rat(oi, r['infer_samples_per_s'])}", flush=True)
+    if args.memory:
+        child = subprocess.run([sys.executable, __file__, "--memory-child", "--threads", str(args.threads),
+                                "--batch", str(args.batch)], capture_output=True, text=True, check=True)
+        mine = ours.get("resnet18", {}).get("peak_step_mib")
+        print(f"resnet18 training step, peak memory growth: torch {child.stdout.strip()} MiB"
+              + (f", ours {mine:.1f} MiB" if mine else ""))
+
+
+if __name__ == "__main__":
+    main()
