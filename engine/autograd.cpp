@@ -13,6 +13,8 @@ const char* to_string(TransportKind kind) {
     case TransportKind::Gradient: return "gradient";
     case TransportKind::Pullback: return "pullback";
     case TransportKind::SoftPullback: return "soft_pullback";
+    case TransportKind::Guided: return "guided";
+    case TransportKind::DeepLift: return "deeplift";
   }
   return "?";
 }

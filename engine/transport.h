@@ -8,11 +8,21 @@
 //
 // Ops whose map is affine in the input (linear, conv, BN in eval, pooling by averaging,
 // add, reshape, concat...) implement one rule for all three.
+//
+// Two more kinds serve the attribution baselines (analysis/explain.h). They change only
+// the pointwise activations (ops/activation.h); every other op sees is_gradient() true
+// and applies its exact VJP, as Captum's and the papers' implementations do:
+//   Guided        Guided Backprop: ReLU passes relu(u)·1{z>0}; GELU/SiLU pass relu(u)·f'(z).
+//   DeepLift      DeepLift's rescale rule. The forward must run on the batch [x; x0]
+//                 (inputs, then as many baselines, along axis 0); each activation pairs
+//                 row i with row i+N and multiplies the cotangent of both rows by
+//                 (f(z)−f(z0))/(z−z0). Max-pool, attention and LayerNorm keep their
+//                 gradient rules.
 #pragma once
 
 namespace adjoint {
 
-enum class TransportKind { Gradient, Pullback, SoftPullback };
+enum class TransportKind { Gradient, Pullback, SoftPullback, Guided, DeepLift };
 
 // Soft-pullback temperatures per layer kind, with the published defaults.
 struct Temperatures {
@@ -30,8 +40,14 @@ struct Transport {
   static Transport gradient() { return {TransportKind::Gradient, {}}; }
   static Transport pullback() { return {TransportKind::Pullback, {}}; }
   static Transport soft_pullback(Temperatures t = {}) { return {TransportKind::SoftPullback, t}; }
+  static Transport guided() { return {TransportKind::Guided, {}}; }
+  static Transport deeplift() { return {TransportKind::DeepLift, {}}; }
 
-  bool is_gradient() const { return kind == TransportKind::Gradient; }
+  // True when an op outside the activations must apply its exact VJP: under Gradient,
+  // and under Guided and DeepLift, which differ from it only at the activations.
+  bool is_gradient() const {
+    return kind == TransportKind::Gradient || kind == TransportKind::Guided || kind == TransportKind::DeepLift;
+  }
   bool is_soft() const { return kind == TransportKind::SoftPullback; }
 };
 

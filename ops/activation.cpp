@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/autograd.h"
+#include "engine/error.h"
 #include "engine/threads.h"
 
 namespace adjoint {
@@ -26,8 +27,70 @@ float normal_cdf(float z) { return 0.5f * std::erfc(-z * static_cast<float>(M_SQ
 float normal_pdf(float z) { return std::exp(-0.5f * z * z) * static_cast<float>(0.5 * M_2_SQRTPI * M_SQRT1_2); }
 float logistic(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
-// out[i] = fn(z[i]). A template so that each activation's loop is compiled (and
-// vectorised) on its own rather than dispatching on the kind per element.
+// Φ for the soft gates, evaluated once per element of every activation in a soft
+// backward pass. std::erfc costs ~40 ns a call and alone made the soft pullback 1.3× the
+// gradient on a small ResNet. This is a rational approximation of erf on [−4, 4] (the
+// coefficients of Eigen's generic_fast_erf_float; beyond ±4 erf is ±1 in float32): no
+// branch and no libm call, so the loop vectorises. |error| < 3e-7 in Φ, which is as
+// close as float32 resolves a gate near 1. Values and derivatives keep the exact erfc.
+float fast_normal_cdf(float z) {
+  const float x = std::clamp(z * static_cast<float>(M_SQRT1_2), -4.0f, 4.0f);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;  // odd numerator, by Horner in x²
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 - 2.10102402082508e-06f;
+  p = p * x2 - 5.69250639462346e-05f;
+  p = p * x2 - 7.34990630326855e-04f;
+  p = p * x2 - 2.95459980854025e-03f;
+  p = p * x2 - 1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;  // even denominator
+  q = q * x2 - 2.13374055278905e-04f;
+  q = q * x2 - 1.68282697438203e-03f;
+  q = q * x2 - 7.37332916720468e-03f;
+  q = q * x2 - 1.42647390514189e-02f;
+  return 0.5f + 0.5f * (x * p / q);
+}
+
+// The rule table: each activation as f(z) = z·g(z), with its derivative, the frozen gate g
+// of the pullback and the gate that the soft pullback applies to z/τ. Static functions
+// so that every loop below is compiled (and vectorised) for one activation at a time.
+struct ReluRule {
+  static float value(float z) { return std::max(z, 0.0f); }  // keeps NaN
+  static float derivative(float z) { return z > 0 ? 1.0f : 0.0f; }
+  static float gate(float z) { return z > 0 ? 1.0f : 0.0f; }  // = the derivative
+  static float soft_gate(float s) { return fast_normal_cdf(s); }
+  static float temperature(const Temperatures& t) { return t.relu; }
+};
+struct GeluRule {
+  static float value(float z) { return z * normal_cdf(z); }
+  static float derivative(float z) { return normal_cdf(z) + z * normal_pdf(z); }
+  static float gate(float z) { return normal_cdf(z); }
+  static float soft_gate(float s) { return fast_normal_cdf(s); }
+  static float temperature(const Temperatures& t) { return t.gelu; }
+};
+struct SiluRule {
+  static float value(float z) { return z * logistic(z); }
+  static float derivative(float z) {
+    const float s = logistic(z);
+    return s + z * s * (1.0f - s);
+  }
+  static float gate(float z) { return logistic(z); }
+  static float soft_gate(float s) { return logistic(s); }
+  static float temperature(const Temperatures& t) { return t.silu; }
+};
+
+// Calls body(Rule{}) with the rule of `kind`.
+template <class Body>
+auto with_rule(Activation kind, Body body) {
+  switch (kind) {
+    case Activation::Relu: return body(ReluRule{});
+    case Activation::Gelu: return body(GeluRule{});
+    case Activation::Silu: return body(SiluRule{});
+  }
+  throw Error(cat("activation: unknown kind ", static_cast<int>(kind)));
+}
+
+// out[i] = fn(z[i]).
 template <class Fn>
 Tensor map_elements(const Tensor& z, Fn fn) {
   Tensor out = Tensor::empty(z.shape());
@@ -39,59 +102,77 @@ Tensor map_elements(const Tensor& z, Fn fn) {
   return out;
 }
 
-// out[i] = factor(z[i]) · u[i]: every transport of a pointwise activation has this form.
-template <class Factor>
-Tensor scale_cotangent(const Tensor& z, const Tensor& u, Factor factor) {
+// out[i] = fn(z[i], u[i]): every transport but DeepLift is a pointwise function of the
+// pre-activation and the cotangent.
+template <class Fn>
+Tensor map_cotangent(const Tensor& z, const Tensor& u, Fn fn) {
   Tensor out = Tensor::empty(z.shape());
   const float *pz = z.data(), *pu = u.data();
   float* po = out.data();
   parallel_for(z.numel(), kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) po[i] = factor(pz[i]) * pu[i];
+    for (int64_t i = b; i < e; ++i) po[i] = fn(pz[i], pu[i]);
+  });
+  return out;
+}
+
+// Below this |z − z0| the rescale multiplier is numerically meaningless and DeepLift
+// falls back to the gradient (as Captum does, with a smaller threshold of its own).
+constexpr float kRescaleEpsilon = 1e-6f;
+
+// DeepLift's rescale rule. z holds the batch [x; x0]: row i (an input) and row i+N (its
+// baseline) share the multiplier m = (f(z)−f(z0))/(z−z0), and each row's cotangent is
+// multiplied by it.
+template <class Rule>
+Tensor rescale_cotangent(const Tensor& z, const Tensor& u, Activation kind) {
+  check(z.dim() >= 1 && z.size(0) % 2 == 0, to_string(kind),
+        ": the DeepLift transport needs the batch [inputs; baselines] (an even leading axis), got ", z.shape());
+  Tensor out = Tensor::empty(z.shape());
+  const int64_t half = z.numel() / 2;  // rows i < N fill the first half of the storage
+  const float *pz = z.data(), *pu = u.data();
+  float* po = out.data();
+  parallel_for(half, kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float x = pz[i], x0 = pz[i + half];
+      const float dx = x - x0;
+      if (std::fabs(dx) < kRescaleEpsilon) {
+        po[i] = Rule::derivative(x) * pu[i];
+        po[i + half] = Rule::derivative(x0) * pu[i + half];
+      } else {
+        const float m = (Rule::value(x) - Rule::value(x0)) / dx;
+        po[i] = m * pu[i];
+        po[i + half] = m * pu[i + half];
+      }
+    }
   });
   return out;
 }
 
 Tensor forward(const Tensor& z, Activation kind) {
-  switch (kind) {
-    case Activation::Relu: return map_elements(z, [](float v) { return std::max(v, 0.0f); });  // keeps NaN
-    case Activation::Gelu: return map_elements(z, [](float v) { return v * normal_cdf(v); });
-    case Activation::Silu: return map_elements(z, [](float v) { return v * logistic(v); });
-  }
-  return {};
+  return with_rule(kind, [&](auto rule) { return map_elements(z, [](float v) { return decltype(rule)::value(v); }); });
 }
 
-// The table in activation.h, row by row.
+// The tables in activation.h, column by column.
 Tensor transport(const Tensor& z, const Tensor& u, Activation kind, const Transport& t) {
-  switch (kind) {
-    case Activation::Relu: {
-      if (t.is_soft()) {
-        const float inv_tau = 1.0f / t.tau.relu;
-        return scale_cotangent(z, u, [=](float v) { return normal_cdf(v * inv_tau); });
+  return with_rule(kind, [&](auto rule) -> Tensor {
+    using Rule = decltype(rule);
+    switch (t.kind) {
+      case TransportKind::Gradient:
+        return map_cotangent(z, u, [](float v, float w) { return Rule::derivative(v) * w; });
+      case TransportKind::Pullback:
+        return map_cotangent(z, u, [](float v, float w) { return Rule::gate(v) * w; });
+      case TransportKind::SoftPullback: {
+        const float tau = Rule::temperature(t.tau);
+        check(tau > 0, to_string(kind), ": soft pullback temperature must be positive, got ", tau);
+        const float inv_tau = 1.0f / tau;
+        return map_cotangent(z, u, [=](float v, float w) { return Rule::soft_gate(v * inv_tau) * w; });
       }
-      // The gate is the derivative, so gradient and pullback coincide.
-      return scale_cotangent(z, u, [](float v) { return v > 0 ? 1.0f : 0.0f; });
+      case TransportKind::Guided:
+        return map_cotangent(z, u, [](float v, float w) { return Rule::derivative(v) * std::max(w, 0.0f); });
+      case TransportKind::DeepLift:
+        return rescale_cotangent<Rule>(z, u, kind);
     }
-    case Activation::Gelu: {
-      if (t.is_soft()) {
-        const float inv_tau = 1.0f / t.tau.gelu;
-        return scale_cotangent(z, u, [=](float v) { return normal_cdf(v * inv_tau); });
-      }
-      if (!t.is_gradient()) return scale_cotangent(z, u, [](float v) { return normal_cdf(v); });
-      return scale_cotangent(z, u, [](float v) { return normal_cdf(v) + v * normal_pdf(v); });
-    }
-    case Activation::Silu: {
-      if (t.is_soft()) {
-        const float inv_tau = 1.0f / t.tau.silu;
-        return scale_cotangent(z, u, [=](float v) { return logistic(v * inv_tau); });
-      }
-      if (!t.is_gradient()) return scale_cotangent(z, u, [](float v) { return logistic(v); });
-      return scale_cotangent(z, u, [](float v) {
-        const float s = logistic(v);
-        return s + v * s * (1.0f - s);
-      });
-    }
-  }
-  return {};
+    throw Error(cat(to_string(kind), ": unknown transport ", to_string(t.kind)));
+  });
 }
 
 // One node type for every activation: it keeps the pre-activation z and the kind.

@@ -9,6 +9,17 @@
 //   SiLU   σ(z) + z·σ(z)(1−σ(z))    σ(z)                     σ(z/τ), τ = tau.silu
 //
 // Φ is the standard normal CDF, φ its density, σ the logistic function.
+//
+// The attribution transports (engine/transport.h) add two columns, with f the activation:
+//
+//   Guided     relu(u)·f'(z): Guided Backprop's ReLU rule 1{z>0}·relu(u); for GELU and
+//              SiLU the same "positive cotangent only" rule on top of the gradient.
+//   DeepLift   rescale rule on the batch [x; x0]: row i and row i+N (its baseline) both
+//              get m·u with m = (f(z)−f(z0))/(z−z0), or their own gradient f'(·) where
+//              |z−z0| < 1e-6 (Captum's rule).
+//
+// One rule table (a struct per activation: f, f', the frozen gate, the soft gate and its
+// temperature) serves the forward pass and all five transports.
 #pragma once
 #include "engine/tensor.h"
 

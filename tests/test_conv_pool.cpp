@@ -41,6 +41,42 @@ Transport soft(float tau) {
   return Transport::soft_pullback(t);
 }
 
+// Direct convolution in double, with its input and weight gradients for cotangent u:
+// the reference for shapes too large for a fixture (they exercise the row tiles).
+struct NaiveConv {
+  std::vector<double> y, dx, dw;
+};
+NaiveConv naive_conv(const Tensor& x, const Tensor& w, const Tensor& u, const Conv2dOptions& o) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0), KH = w.size(2),
+                KW = w.size(3), OH = u.size(2), OW = u.size(3), Cg = C / o.groups, Og = O / o.groups;
+  const std::vector<float> xv = x.to_vector(), wv = w.to_vector(), uv = u.to_vector();
+  NaiveConv r{std::vector<double>(uv.size()), std::vector<double>(xv.size()), std::vector<double>(wv.size())};
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oc = 0; oc < O; ++oc)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t yi = ((n * O + oc) * OH + oh) * OW + ow;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t i = 0; i < KH; ++i)
+              for (int64_t j = 0; j < KW; ++j) {
+                const int64_t ih = oh * o.stride_h - o.pad_h + i * o.dilation_h;
+                const int64_t iw = ow * o.stride_w - o.pad_w + j * o.dilation_w;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                const int64_t xi = ((n * C + (oc / Og) * Cg + c) * H + ih) * W + iw;
+                const int64_t wi = ((oc * Cg + c) * KH + i) * KW + j;
+                r.y[yi] += double(xv[xi]) * wv[wi];
+                r.dx[xi] += double(uv[yi]) * wv[wi];
+                r.dw[wi] += double(uv[yi]) * xv[xi];
+              }
+        }
+  return r;
+}
+
+void check_against(const Tensor& actual, const std::vector<double>& expected, double tol, const std::string& what) {
+  std::vector<float> e(expected.begin(), expected.end());
+  check_close(actual, Tensor::from_vector(actual.shape(), e), tol, tol, what);
+}
+
 struct ThreadCount {
   int saved = num_threads();
   ~ThreadCount() { set_num_threads(saved); }
@@ -80,6 +116,39 @@ TEST_CASE("conv2d: matches PyTorch (forward, input, weight and bias gradients)")
   check_golden_case("conv", "conv.wide", 3, conv_with(Conv2dOptions::square(1, 1)));
   check_golden_case("conv", "conv.strided_1x1", 3, conv_with(Conv2dOptions::square(2)));
   check_golden_case("conv", "conv.depthwise", 3, conv_with(Conv2dOptions::square(1, 2, 2, 3)));
+}
+
+TEST_CASE("conv2d: deep layers cut into row tiles match a direct convolution") {
+  // Deep or large images: the column matrix of a whole image exceeds the cache budget, so
+  // each image runs as several GEMMs over bands of output rows (flat and strided copies).
+  struct Case {
+    Shape x, w;
+    Conv2dOptions options;
+  };
+  const std::vector<Case> cases = {
+      {{3, 128, 20, 20}, {8, 128, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 128, 41, 41}, {6, 128, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{2, 128, 20, 20}, {8, 64, 3, 3}, Conv2dOptions::square(1, 2, 2, 2)},
+      {{2, 16, 48, 48}, {4, 16, 3, 3}, Conv2dOptions::square(1, 1)},  // large images: tiles in backward too
+      {{1, 8, 81, 81}, {4, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+  };
+  uint64_t seed = 700;
+  for (const Case& c : cases) {
+    INFO("x ", to_string(c.x), " w ", to_string(c.w));
+    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+    const Fn f = conv_with(c.options);
+    Tensor y;
+    {
+      NoGrad no_grad;
+      y = f({x, w});
+    }
+    const Tensor u = random_tensor(y.shape(), seed++);
+    const NaiveConv ref = naive_conv(x, w, u, c.options);
+    check_against(y, ref.y, 1e-4, "forward");
+    const auto g = vjp(f, {x, w}, u);
+    check_against(g[0], ref.dx, 1e-4, "input gradient");
+    check_against(g[1], ref.dw, 1e-3, "weight gradient");
+  }
 }
 
 TEST_CASE("conv2d: a batch's gradients equal the sums of its images' gradients") {
