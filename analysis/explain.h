@@ -65,8 +65,10 @@ struct ExplainOptions {
   // Grad-CAM's block (a name from model.blocks()); empty: default_gradcam_block(model).
   std::string gradcam_block;
 
-  // Rows (examples × samples) per forward pass in SmoothGrad and IG.
-  int64_t max_batch = 256;
+  // Rows (examples × samples) per forward pass in SmoothGrad and IG: samples are added to
+  // a pass while it stays within this many rows (at least one sample per pass). Lower it
+  // for large models, whose recorded forward state grows with the rows.
+  int64_t max_batch = 64;
 
   uint64_t seed = 0;
 };
