@@ -66,16 +66,21 @@ constexpr double kSplitFlops = 1.6e7;
 constexpr int64_t kPanel = 512;
 // No panel narrower than this (the packing of the other operand would dominate).
 constexpr int64_t kMinPanel = 128;
-// Panels are multiples of the kernels' register tile.
+// Panels are multiples of the kernels' register tile, so that every element of C is
+// computed by the same kernel path, with the same summation order, split or not.
 constexpr int64_t kTile = 16;
+// OpenBLAS runs products with M·N·K below about 100³ through separate small-matrix
+// kernels that sum in another order; no panel may fall below that.
+constexpr double kSmallMatrix = 1.0e6;
 
 // Splits `extent` into panels of about kPanel, as equal as the tile allows, and into an even
-// number of them (so that two or four cores share evenly), never narrower than kMinPanel.
-// Depends only on the extent, so the split (and thus every bit of the result) is the same
-// at any thread count.
-int64_t panel_width(int64_t extent) {
+// number of them (so that two or four cores share evenly). `other` is the product's other
+// output extent and K its depth. The split depends only on the shape.
+int64_t panel_width(int64_t extent, int64_t other, int64_t K) {
+  const int64_t floor_width = std::max<int64_t>(kMinPanel, static_cast<int64_t>(kSmallMatrix / double(other * K)) + 1);
   int64_t count = std::max<int64_t>(1, (extent + kPanel / 2) / kPanel);
-  if (count % 2 == 1 && extent >= (count + 1) * kMinPanel) ++count;
+  if (count % 2 == 1 && extent >= (count + 1) * floor_width) ++count;
+  count = std::max<int64_t>(1, std::min(count, extent / floor_width));
   const int64_t width = (extent + count - 1) / count;
   return (width + kTile - 1) / kTile * kTile;
 }
@@ -96,22 +101,19 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale(M, N, beta, C, ldc);
-  select_blas_kernels();
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  const int64_t split = N >= M ? N : M;
-  const int64_t width = panel_width(split);
-  // The split is decided by the shape alone (never by the thread count): a single-threaded
-  // run executes the same panels one after the other.
-  if (flops < kSplitFlops || width >= split) {
-    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
+  if (flops < kSplitFlops || num_threads() == 1) return gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  select_blas_kernels();
   if (N >= M) {  // column panels: C[:, j0:j1] = op(A) · op(B)[:, j0:j1]
+    const int64_t width = panel_width(N, M, K);
+    if (width >= N) return sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     parallel_for(N, width, [&](int64_t j0, int64_t j1) {
       const float* Bj = tb ? B + j0 * ldb : B + j0;
       sgemm(ta, tb, M, j1 - j0, K, alpha, A, lda, Bj, ldb, beta, C + j0, ldc);
     });
   } else {  // row panels: C[i0:i1, :] = op(A)[i0:i1, :] · op(B)
+    const int64_t width = panel_width(M, N, K);
+    if (width >= M) return sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     parallel_for(M, width, [&](int64_t i0, int64_t i1) {
       const float* Ai = ta ? A + i0 : A + i0 * lda;
       sgemm(ta, tb, i1 - i0, N, K, alpha, Ai, lda, B, ldb, beta, C + i0 * ldc, ldc);
@@ -119,17 +121,20 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
   }
 }
 
+void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale(M, N, beta, C, ldc);
+  select_blas_kernels();
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 void gemm_batched(int64_t count, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C,
                   int64_t ldc, int64_t stride_c) {
   if (count == 0 || M == 0 || N == 0) return;
-  if (K == 0) {
-    for (int64_t b = 0; b < count; ++b) scale(M, N, beta, C + b * stride_c, ldc);
-    return;
-  }
-  select_blas_kernels();
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  if (flops >= kSplitFlops) {  // each product is big: split inside it
+  if (flops >= kSplitFlops || count == 1) {  // each product is big: split inside it
     for (int64_t b = 0; b < count; ++b)
       gemm(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
     return;
@@ -138,7 +143,7 @@ void gemm_batched(int64_t count, bool ta, bool tb, int64_t M, int64_t N, int64_t
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kSplitFlops / std::max(flops, 1.0)));
   parallel_for(count, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
-      sgemm(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
+      gemm_serial(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
   });
 }
 

@@ -1,7 +1,9 @@
 // Row-major single-precision GEMM: C = alpha · op(A) · op(B) + beta · C, with op(A) M×K,
-// op(B) K×N. Large products are split into column (or row) panels chosen from the shape
-// alone, each a single-threaded cblas_sgemm run as a TBB task, so results are bitwise
-// reproducible at any thread count and OpenBLAS never starts threads of its own.
+// op(B) K×N. When several threads run, a large product is split into column (or row)
+// panels chosen from its shape, each a single-threaded cblas_sgemm run as a TBB task;
+// OpenBLAS never starts threads of its own. Split or not, every element of C is summed in
+// the same order (panels are multiples of the kernels' register tile and stay above
+// OpenBLAS's small-matrix path), so results are bitwise the same at any thread count.
 #pragma once
 #include <cstdint>
 
@@ -9,6 +11,11 @@ namespace adjoint {
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// As gemm, on the calling thread only: for callers that already run their products in
+// parallel (conv2d over image blocks), where splitting again would only repack operands.
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // Batched: `count` independent products, matrices at fixed strides. Parallel over the batch
 // when each product is small, over panels when each is large.

@@ -1,6 +1,7 @@
 #include "engine/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <new>
 
@@ -29,10 +30,25 @@ public:
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
+}  // namespace
+
 Storage::Storage(size_t size)
     : data_(static_cast<float*>(::operator new[](std::max<size_t>(size, 1) * sizeof(float), std::align_val_t(64)))),
-      size_(size) {}
-Storage::~Storage() { ::operator delete[](data_, std::align_val_t(64)); }
+      size_(size) {
+  const int64_t now = live_bytes += int64_t(size * sizeof(float));
+  int64_t peak = peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+Storage::~Storage() {
+  live_bytes -= int64_t(size_ * sizeof(float));
+  ::operator delete[](data_, std::align_val_t(64));
+}
+
+MemoryStats memory_stats() { return {live_bytes.load(), peak_bytes.load()}; }
+void reset_peak_memory() { peak_bytes = live_bytes.load(); }
 
 Tensor Tensor::empty(const Shape& shape) { return Tensor(fresh(shape)); }
 Tensor Tensor::zeros(const Shape& shape) { return full(shape, 0.0f); }

@@ -35,6 +35,15 @@ private:
   size_t size_;
 };
 
+// Bytes held by all live tensor storage, and the most held at once since the last reset:
+// what `adjoint bench models` reports as a training step's peak memory.
+struct MemoryStats {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+MemoryStats memory_stats();
+void reset_peak_memory();
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;

@@ -5,7 +5,6 @@
 #include <memory>
 #include <mutex>
 #include <vector>
-#include <cstdlib>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -34,8 +33,10 @@ constexpr int64_t kMaxColumns = 1024;
 // megabytes, read and written once per tile, so its tiles are wider.
 constexpr int64_t kMinColumnsBackward = 1024;
 // A 1×1 stride-1 conv reads its input in place (no column matrix) when an image has at
-// least this many positions; smaller images are gathered into one wider product.
-constexpr int64_t kPointwiseInPlace = 256;
+// least this many positions; smaller images are gathered into one wider product. Measured
+// (256 channels, 8×8): per-image products at 64 columns beat the gathered product plus
+// its two copies; at 16 columns (512 channels, 4×4) they run at 60% and lose.
+constexpr int64_t kPointwiseInPlace = 64;
 // The weight gradient is summed over image blocks in chunks of consecutive blocks, one
 // partial sum per chunk, added in chunk order: deterministic, and parallel up to this many.
 constexpr int64_t kMaxPartials = 8;
@@ -44,9 +45,9 @@ constexpr int64_t kCopyGrain = 1 << 15;
 
 // Every extent of one convolution.
 struct ConvGeometry {
-  int64_t N, C, H, W;   // input
-  int64_t O, KH, KW;    // weight (O, C/groups, KH, KW)
-  int64_t OH, OW;       // output
+  int64_t N, C, H, W;  // input
+  int64_t O, KH, KW;   // weight (O, C/groups, KH, KW)
+  int64_t OH, OW;      // output
   int64_t sh, sw, ph, pw, dh, dw;
   int64_t groups, Cg, Og;  // groups, input and output channels per group
   int64_t P;               // OH·OW: output positions per image
@@ -71,15 +72,15 @@ struct Tiling {
 
 // Images and output rows per GEMM, for tiles of at least `min_columns` (see kColumnBytes).
 Tiling choose_tiling(const ConvGeometry& g, int64_t min_columns) {
-  if (min_columns == kMinColumns && getenv("SWEEP_F")) min_columns = atoi(getenv("SWEEP_F"));
-  if (min_columns == kMinColumnsBackward && getenv("SWEEP_B")) min_columns = atoi(getenv("SWEEP_B"));
   const int64_t target = std::clamp<int64_t>(
       kColumnBytes / (int64_t(sizeof(float)) * std::max<int64_t>(g.rows, 1)), min_columns,
       std::max(min_columns, kMaxColumns));
   Tiling t{g.N, 1, g.OH, g.pointwise};
   if (g.pointwise && g.P >= kPointwiseInPlace) return t;  // whole images, read in place
-  if (g.P >= target) {  // one image per GEMM, in tiles of whole output rows
-    t.tile_rows = std::clamp<int64_t>((target + g.OW / 2) / std::max<int64_t>(g.OW, 1), 1, g.OH);
+  if (g.P >= target) {  // one image per GEMM, in tiles of whole output rows, as equal as can be
+    const int64_t rows = std::clamp<int64_t>((target + g.OW / 2) / g.OW, 1, g.OH);
+    const int64_t tiles = (g.OH + rows - 1) / rows;
+    t.tile_rows = (g.OH + tiles - 1) / tiles;
     return t;
   }
   t.block = std::clamp<int64_t>((target + g.P - 1) / g.P, 1, std::max<int64_t>(g.N, 1));
@@ -137,7 +138,9 @@ class Scratch {
 
  private:
   using Buffer = std::unique_ptr<std::vector<float>>;
+  // What the pool may keep between calls.
   static constexpr size_t kMaxPooled = 16;
+  static constexpr size_t kMaxPooledFloats = size_t(32) << 20;  // 128 MiB
   static std::mutex& mutex() {
     static std::mutex m;
     return m;
@@ -146,26 +149,32 @@ class Scratch {
     static std::vector<Buffer> p;
     return p;
   }
-  // The smallest pooled buffer that fits, else the largest one grown, else a new one.
+  static bool smaller(const Buffer& a, const Buffer& b) { return a->size() < b->size(); }
+  // The smallest pooled buffer that fits, else a new one.
   static Buffer take(size_t n) {
     std::lock_guard<std::mutex> lock(mutex());
     auto& p = pool();
     auto best = p.end();
     for (auto it = p.begin(); it != p.end(); ++it)
       if ((*it)->size() >= n && (best == p.end() || (*it)->size() < (*best)->size())) best = it;
-    if (best == p.end() && !p.empty())
-      best = std::max_element(p.begin(), p.end(), [](const Buffer& a, const Buffer& b) { return a->size() < b->size(); });
-    Buffer out = best != p.end() ? std::move(*best) : std::make_unique<std::vector<float>>();
-    if (best != p.end()) p.erase(best);
-    if (out->size() < n) out->resize(n);
+    if (best == p.end()) return std::make_unique<std::vector<float>>(n);
+    Buffer out = std::move(*best);
+    p.erase(best);
     return out;
   }
+  // Back to the pool; beyond its limits the smallest buffers go (too many) or the largest (too big).
   static void give(Buffer b) {
     std::lock_guard<std::mutex> lock(mutex());
     auto& p = pool();
     p.push_back(std::move(b));
-    if (p.size() > kMaxPooled)  // drop the smallest
-      p.erase(std::min_element(p.begin(), p.end(), [](const Buffer& a, const Buffer& b) { return a->size() < b->size(); }));
+    if (p.size() > kMaxPooled) p.erase(std::min_element(p.begin(), p.end(), smaller));
+    size_t total = 0;
+    for (const Buffer& q : p) total += q->size();
+    while (total > kMaxPooledFloats) {
+      auto largest = std::max_element(p.begin(), p.end(), smaller);
+      total -= (*largest)->size();
+      p.erase(largest);
+    }
   }
   Buffer buffer_;
 };
@@ -314,6 +323,11 @@ void col2im_add(const ConvGeometry& g, float* cols, int64_t nb, const Tile& t, f
   });
 }
 
+// The GEMM for a tiling's products: with enough image blocks to keep every thread busy, each
+// product runs on its block's thread; with few, each is split across threads (gemm.h: the
+// results are the same bits either way).
+auto* gemm_for(const Tiling& t) { return t.blocks() >= 2 * num_threads() ? &gemm_serial : &gemm; }
+
 // A GEMM operand or result: a row-major matrix at `data` with leading dimension `ld`.
 struct Matrix {
   float* data;
@@ -323,6 +337,7 @@ struct Matrix {
 // y = conv(x, w) + bias: image blocks in parallel; per block, per tile, one GEMM per group.
 void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y) {
   const Tiling tiling = choose_tiling(g, kMinColumns);
+  auto* product = gemm_for(tiling);
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t n0 = k * tiling.block, nb = tiling.images_in(k);
@@ -340,32 +355,51 @@ void conv_forward(const ConvGeometry& g, const float* x, const float* w, const f
           im2col(g, x_block, nb, t, cols_buffer.data());
           cols = {cols_buffer.data(), ncols};
         }
-        // The product: straight into y for one image, else staged and copied out.
+        // The product: straight into y for one image (onto the bias), else staged and copied
+        // out with the bias added.
         const Matrix out = nb == 1 ? Matrix{y_block + t.oh0 * g.OW, g.P} : Matrix{staging.data(), ncols};
+        const float beta = nb == 1 && bias ? 1.0f : 0.0f;
+        if (beta != 0.0f)
+          for (int64_t o = 0; o < g.O; ++o) std::fill(out.data + o * out.ld, out.data + o * out.ld + ncols, bias[o]);
         for (int64_t gi = 0; gi < g.groups; ++gi)
-          gemm(false, false, g.Og, ncols, g.rows_g, 1.0f, w + gi * g.Og * g.rows_g, g.rows_g,
-               cols.data + gi * g.rows_g * cols.ld, cols.ld, 0.0f, out.data + gi * g.Og * out.ld, out.ld);
+          product(false, false, g.Og, ncols, g.rows_g, 1.0f, w + gi * g.Og * g.rows_g, g.rows_g,
+                  cols.data + gi * g.rows_g * cols.ld, cols.ld, beta, out.data + gi * g.Og * out.ld, out.ld);
         if (nb > 1) matrix_to_planes(staging.data(), nb, g.O, g.P, bias, y_block);
       }
-      if (nb == 1 && bias)
-        for (int64_t o = 0; o < g.O; ++o)
-          for (int64_t p = 0; p < g.P; ++p) y_block[o * g.P + p] += bias[o];
     }
   });
 }
 
-// dx = col2im(Wᵀ·dY) and dw = Σ_tiles dY·colsᵀ (either may be null: not wanted).
-void conv_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw) {
+// Σ v[0..n) in double: eight running sums (element i to sum i mod 8, a form the compiler
+// vectorises), added up at the end. A fixed order: the same bits at any thread count.
+double row_sum(const float* v, int64_t n) {
+  double lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lanes[j] += v[i + j];
+  for (; i < n; ++i) lanes[i % 8] += v[i];
+  double s = 0;
+  for (double lane : lanes) s += lane;
+  return s;
+}
+
+// dx = col2im(Wᵀ·dY), dw = Σ_tiles dY·colsᵀ and db = Σ_tiles Σ_columns dY, each skipped when
+// its pointer is null. The bias sums read each tile of dY while the GEMMs have it in cache.
+void conv_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                   float* db) {
   const Tiling tiling = choose_tiling(g, kMinColumnsBackward);
+  auto* product = gemm_for(tiling);
   const int64_t blocks = tiling.blocks();
-  if (blocks == 0) {  // an empty batch: the weight gradient is zero
+  if (blocks == 0) {  // an empty batch: the parameter gradients are zero
     if (dw) std::fill(dw, dw + g.O * g.rows_g, 0.0f);
+    if (db) std::fill(db, db + g.O, 0.0f);
     return;
   }
   const int64_t chunk = (blocks + kMaxPartials - 1) / kMaxPartials;  // blocks per partial sum
   const int64_t chunks = (blocks + chunk - 1) / chunk;
   const int64_t weight_size = g.O * g.rows_g;
   Scratch partials(dw && chunks > 1 ? chunks * weight_size : 0);
+  std::vector<double> bias_sums(db ? static_cast<size_t>(chunks * g.O) : 0, 0.0);  // per chunk
 
   parallel_for(blocks, chunk, [&](int64_t k0, int64_t k1) {
     float* dw_chunk = chunks > 1 ? partials.data() + (k0 / chunk) * weight_size : dw;
@@ -376,7 +410,8 @@ void conv_backward(const ConvGeometry& g, const float* x, const float* w, const 
       float* dx_block = dx ? dx + n0 * g.C * g.H * g.W : nullptr;
       const int64_t max_cols = nb * tiling.tile_rows * g.OW;
       Scratch dy_buffer(nb == 1 ? 0 : g.O * max_cols);
-      Scratch cols_buffer(tiling.in_place(nb) ? 0 : g.rows * max_cols);  // the columns, then their gradient
+      // The columns, then their gradient.
+      Scratch cols_buffer(tiling.in_place(nb) || !(dw || dx) ? 0 : g.rows * max_cols);
       if (dx_block && !g.pointwise) std::fill(dx_block, dx_block + nb * g.C * g.H * g.W, 0.0f);  // col2im adds
       for (int64_t oh0 = 0; oh0 < g.OH; oh0 += tiling.tile_rows) {
         const Tile t{oh0, std::min(g.OH, oh0 + tiling.tile_rows)};
@@ -387,6 +422,9 @@ void conv_backward(const ConvGeometry& g, const float* x, const float* w, const 
           planes_to_matrix(dy_block, nb, g.O, g.P, dy_buffer.data());
           dy_tile = {dy_buffer.data(), ncols};
         }
+        if (db)
+          for (int64_t o = 0; o < g.O; ++o)
+            bias_sums[(k0 / chunk) * g.O + o] += row_sum(dy_tile.data + o * dy_tile.ld, ncols);
         if (dw) {
           Matrix cols{x_block + t.oh0 * g.OW, g.P};
           if (!tiling.in_place(nb)) {
@@ -395,22 +433,28 @@ void conv_backward(const ConvGeometry& g, const float* x, const float* w, const 
           }
           const float beta = k == k0 && oh0 == 0 ? 0.0f : 1.0f;  // the chunk's first tile starts its sum
           for (int64_t gi = 0; gi < g.groups; ++gi)
-            gemm(false, true, g.Og, g.rows_g, ncols, 1.0f, dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld,
-                 cols.data + gi * g.rows_g * cols.ld, cols.ld, beta, dw_chunk + gi * g.Og * g.rows_g, g.rows_g);
+            product(false, true, g.Og, g.rows_g, ncols, 1.0f, dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld,
+                    cols.data + gi * g.rows_g * cols.ld, cols.ld, beta, dw_chunk + gi * g.Og * g.rows_g, g.rows_g);
         }
         if (dx_block) {
           const Matrix dcols =
               tiling.in_place(nb) ? Matrix{dx_block + t.oh0 * g.OW, g.P} : Matrix{cols_buffer.data(), ncols};
           for (int64_t gi = 0; gi < g.groups; ++gi)
-            gemm(true, false, g.rows_g, ncols, g.Og, 1.0f, w + gi * g.Og * g.rows_g, g.rows_g,
-                 dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld, 0.0f, dcols.data + gi * g.rows_g * dcols.ld,
-                 dcols.ld);
+            product(true, false, g.rows_g, ncols, g.Og, 1.0f, w + gi * g.Og * g.rows_g, g.rows_g,
+                    dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld, 0.0f, dcols.data + gi * g.rows_g * dcols.ld,
+                    dcols.ld);
           if (!tiling.in_place(nb)) col2im_add(g, dcols.data, nb, t, dx_block);
         }
       }
     }
   });
 
+  if (db)
+    for (int64_t o = 0; o < g.O; ++o) {
+      double s = 0;
+      for (int64_t c = 0; c < chunks; ++c) s += bias_sums[c * g.O + o];
+      db[o] = static_cast<float>(s);
+    }
   if (dw && chunks > 1)  // the partial sums, in chunk order
     parallel_for(weight_size, 1 << 14, [&](int64_t e0, int64_t e1) {
       const float* sums = partials.data();
@@ -420,30 +464,6 @@ void conv_backward(const ConvGeometry& g, const float* x, const float* w, const 
         dw[e] = s;
       }
     });
-}
-
-// The sum of n floats: 16 running float sums (a form the compiler vectorises), combined
-// in double. A fixed order, so the same bits at any thread count.
-double sum(const float* v, int64_t n) {
-  float lanes[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) lanes[j] += v[i + j];
-  double s = 0;
-  for (int j = 0; j < 16; ++j) s += lanes[j];
-  for (; i < n; ++i) s += v[i];
-  return s;
-}
-
-// db[o] = Σ_n Σ_p dy[n, o, p]: per plane in float, across planes in double, images in
-// order (the inner loop walks consecutive planes, which the prefetcher follows).
-void bias_grad(const ConvGeometry& g, const float* dy, float* db) {
-  parallel_for(g.O, 16, [&](int64_t o0, int64_t o1) {
-    std::vector<double> acc(static_cast<size_t>(o1 - o0), 0.0);
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t o = o0; o < o1; ++o) acc[o - o0] += sum(dy + (n * g.O + o) * g.P, g.P);
-    for (int64_t o = o0; o < o1; ++o) db[o] = static_cast<float>(acc[o - o0]);
-  });
 }
 
 // Convolution is affine in x (and linear in w): one rule serves every transport.
@@ -456,13 +476,9 @@ class Conv2dNode : public Node {
     Tensor dx, dw, db;
     if (needs[0]) dx = Tensor::empty(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
-    if (dx.defined() || dw.defined())
-      conv_backward(g_, x_.data(), w_.data(), u.data(), dx.defined() ? dx.data() : nullptr,
-                    dw.defined() ? dw.data() : nullptr);
-    if (needs.size() > 2 && needs[2]) {
-      db = Tensor::empty({g_.O});
-      bias_grad(g_, u.data(), db.data());
-    }
+    if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
+    auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
+    conv_backward(g_, x_.data(), w_.data(), u.data(), pointer(dx), pointer(dw), pointer(db));
     return {dx, dw, db};
   }
 

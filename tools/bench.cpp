@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/autograd.h"
@@ -26,19 +28,35 @@
 #include "ops/conv.h"
 #include "ops/matmul.h"
 #include "tools/cli.h"
+#include "tools/bench_explain.h"
 
 namespace adjoint {
 
 namespace {
 
-// Median wall time in seconds of `repeats` runs, after one untimed warm-up run.
+// What a run's time is: wall-clock time, or the CPU time of the whole process (immune to
+// other programs taking the cores of a shared machine, but only a duration at one thread).
+bool cpu_clock = false;
+double now_seconds() {
+  if (cpu_clock) {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median time in seconds of `repeats` runs, after untimed warm-up runs (at least one, and
+// at least 0.1 s: caches, page tables and the CPU clock settle).
 double median_seconds(int64_t repeats, const std::function<void()>& run) {
-  run();
+  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  do run();
+  while (std::chrono::steady_clock::now() < warm_until);
   std::vector<double> times;
   for (int64_t r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+    const double start = now_seconds();
     run();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    times.push_back(now_seconds() - start);
   }
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
@@ -77,6 +95,9 @@ double raw_sgemm_seconds(const std::vector<GemmShape>& shapes, int64_t repeats) 
     }
   });
   openblas_set_num_threads(1);  // the engine's setting (engine/threads.h)
+  // OpenBLAS's idle workers spin for a while after a threaded call; let them settle
+  // before anything else is timed.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   return seconds;
 }
 
@@ -162,7 +183,8 @@ void write_results(const std::string& path, const std::vector<Row>& rows, int64_
   check(out.good(), "bench: cannot write ", path);
   const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
   if (json) {
-    out << "{\"threads\": " << num_threads() << ", \"blas\": \"" << blas_kernels() << "\", \"batch\": " << batch
+    out << "{\"threads\": " << num_threads() << ", \"clock\": \"" << (cpu_clock ? "cpu" : "wall") << "\", \"blas\": \""
+        << blas_kernels() << "\", \"batch\": " << batch
         << ", \"repeats\": " << repeats << ",\n \"results\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -184,6 +206,7 @@ void write_results(const std::string& path, const std::vector<Row>& rows, int64_
 }
 
 int run_bench(const cli::Args& args) {
+  if (!args.positionals().empty() && args.positionals()[0] == "explain") return run_bench_explain(args);
   const bool quick = args.flag("quick");
   const std::string only = args.has("only") ? args.text("only") : "";
   if (!only.empty() && only != "conv" && only != "matmul")
@@ -193,9 +216,14 @@ int run_bench(const cli::Args& args) {
   if (batch < 1) throw UsageError(cat("option --batch expects a count >= 1, got ", batch));
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
   const std::string out_path = args.has("out") ? args.text("out") : "";
+  const std::string clock = args.text("clock");
+  if (clock != "wall" && clock != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", clock, "'"));
+  cpu_clock = clock == "cpu";
+  if (cpu_clock && num_threads() != 1)
+    throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", num_threads(), " threads)"));
 
-  std::printf("adjoint bench: %d threads, OpenBLAS kernels %s, median of %lld runs\n", num_threads(), blas_kernels(),
-              static_cast<long long>(repeats));
+  std::printf("adjoint bench: %d threads, OpenBLAS kernels %s, median %s time of %lld runs\n", num_threads(),
+              blas_kernels(), clock.c_str(), static_cast<long long>(repeats));
   std::printf("ratio = raw sgemm time of the same GEMMs / our time (1.00: no overhead)\n\n");
   std::vector<Row> rows;
   if (only.empty() || only == "matmul") {
@@ -220,13 +248,19 @@ const cli::Registration bench_command({
         "Per shape: median time, GFLOP/s, the rate of cblas_sgemm on the equivalent GEMMs (the conv's\n"
         "folded over the whole batch, OpenBLAS threaded at --threads) and the ratio. Conv layers: 3x3\n"
         "(padding 1) and 1x1, C->C for 64@32x32, 128@16x16, 256@8x8, 512@4x4. Compare with PyTorch:\n"
-        "  adjoint bench --out ours.json && /usr/bin/python3 tools/bench_torch.py --ours ours.json",
-    .arguments = "",
+        "  adjoint bench --out ours.json && /usr/bin/python3 tools/bench_torch.py --ours ours.json\n"
+        "adjoint bench explain: ms per image of gradient, soft pullback, pullback ascent (K=5), SmoothGrad(50)\n"
+        "and IG(50) and the ratio to the gradient on ResNet-18, VGG-11-BN, ViT-Tiny (32x32x3, batch 16;\n"
+        "--only resnet18,vgg11_bn,vit_tiny, --checkpoint FILE).",
+    .arguments = "[models|explain]",
     .options = {{"quick", "", "a few seconds: batch 8, 3 runs, fewer matmul shapes", ""},
                 {"only", "KIND", "conv or matmul (default: both)", ""},
                 {"batch", "N", "images per conv batch (8 with --quick)", "64"},
                 {"repeats", "N", "timed runs per measurement (3 with --quick)", "7"},
-                {"out", "FILE", "also write the results: JSON if FILE ends in .json, else CSV", ""}},
+                {"out", "FILE", "also write the results: JSON if FILE ends in .json, else CSV", ""},
+                {"clock", "KIND", "wall, or cpu: process CPU time, steady on a busy machine (--threads 1 only)",
+                 "wall"},
+                {"checkpoint", "FILE", "explain: time this checkpoint's model instead of the three defaults", ""}},
     .run = run_bench,
 });
 

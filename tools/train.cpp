@@ -6,7 +6,6 @@
 #include <fstream>
 
 #include "engine/autograd.h"
-#include "engine/data/image_folder.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "engine/files.h"
@@ -15,61 +14,11 @@
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tools/cli.h"
+#include "tools/model_source.h"
 #include "tools/progress.h"
 
 namespace adjoint {
 namespace {
-
-// Model-shape options shared by train and predict.
-const std::vector<cli::OptionSpec> model_options = {
-    {"model", "NAME", "resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom, bilinear_mlp, bilinear_lm", ""},
-    {"width", "X", "channel multiplier (ResNet, VGG)", "1"},
-    {"imagenet-stem", "", "ResNet: 7x7 stride-2 stem + max-pool; VGG: ImageNet classifier", ""},
-    {"patch", "N", "ViT patch size", "4"},
-    {"dim", "N", "ViT / bilinear LM width (0: the model's default)", "0"},
-    {"depth", "N", "ViT / bilinear LM blocks (0: the model's default)", "0"},
-    {"heads", "N", "attention heads (0: the model's default)", "0"},
-    {"hidden", "N", "bilinear MLP hidden width", "256"},
-    {"attention", "KIND", "bilinear LM attention: softmax or bilinear", "softmax"},
-};
-
-ModelConfig model_config(const cli::Args& a) {
-  ModelConfig c;
-  c.arch = a.text("model");
-  c.width = a.number("width");
-  c.small_stem = !a.flag("imagenet-stem");
-  c.patch = a.integer("patch");
-  c.dim = a.integer("dim");
-  c.depth = a.integer("depth");
-  c.heads = a.integer("heads");
-  c.hidden = a.integer("hidden");
-  c.attention = a.text("attention");
-  return c;
-}
-
-std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own) {
-  own.insert(own.begin(), model_options.begin(), model_options.end());
-  return own;
-}
-
-std::vector<float> parse_floats(const std::string& text, const char* option) {
-  std::vector<float> out;
-  size_t start = 0;
-  while (start <= text.size() && !text.empty()) {
-    const size_t end = text.find(',', start);
-    const std::string part = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    try {
-      size_t used = 0;
-      out.push_back(std::stof(part, &used));
-      if (used != part.size()) throw std::invalid_argument(part);
-    } catch (const std::exception&) {
-      throw UsageError(cat("option --", option, " expects comma-separated numbers, got '", text, "'"));
-    }
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
-}
 
 int64_t count_parameters(const Module& m) {
   int64_t n = 0;
@@ -225,69 +174,12 @@ const cli::Registration info_command({
     .run = run_info,
 });
 
-// The model to run: a checkpoint, or a model name plus a torchvision/timm-named weights file.
-struct LoadedModel {
-  std::shared_ptr<Model> model;
-  std::vector<float> mean, std;
-};
-
-LoadedModel load_model(const cli::Args& a) {
-  LoadedModel m;
-  if (a.has("checkpoint")) {
-    if (a.has("weights")) throw UsageError("give either --checkpoint or --model with --weights, not both");
-    Checkpoint ck = load_checkpoint(a.text("checkpoint"));
-    m.model = model_from_checkpoint(ck);
-    if (ck.metadata.count("data.mean")) m.mean = parse_floats(ck.metadata.at("data.mean"), "checkpoint data.mean");
-    if (ck.metadata.count("data.std")) m.std = parse_floats(ck.metadata.at("data.std"), "checkpoint data.std");
-  } else {
-    if (!a.has("model") || !a.has("weights")) throw UsageError("give --checkpoint FILE, or --model NAME with --weights FILE");
-    ModelConfig c = model_config(a);
-    c.num_classes = a.integer("classes");
-    c.in_channels = a.integer("in-channels");
-    c.image_size = a.integer("image-size");
-    Generator gen(0);
-    m.model = make_model(c, gen);
-    load_state_dict(*m.model, read_safetensors(a.text("weights")).tensors, a.text("weights"));
-  }
-  if (a.has("mean")) m.mean = parse_floats(a.text("mean"), "mean");
-  if (a.has("std")) m.std = parse_floats(a.text("std"), "std");
-  m.model->train(false);
-  return m;
-}
-
-// The inputs: one tensor of a safetensors file, or image files decoded to the model's size.
+// The inputs of predict: one tensor of a safetensors file, or image files decoded to the
+// model's size.
 Tensor load_inputs(const cli::Args& a, const LoadedModel& m) {
-  const ModelConfig& c = m.model->config();
-  Tensor x;
-  if (a.has("input")) {
-    SafetensorsFile f = read_safetensors(a.text("input"));
-    if (a.has("tensor")) {
-      auto it = f.tensors.find(a.text("tensor"));
-      check(it != f.tensors.end(), a.text("input"), ": no tensor named '", a.text("tensor"), "'");
-      x = it->second;
-    } else {
-      check(f.tensors.size() == 1, a.text("input"), " holds ", f.tensors.size(), " tensors; choose one with --tensor");
-      x = f.tensors.begin()->second;
-    }
-    return x;  // taken as already normalised
-  }
-  std::vector<std::string> files = a.positionals();
-  if (files.empty()) throw UsageError("predict: give --input FILE.safetensors or image files");
-  const int64_t C = c.in_channels, S = c.image_size;
-  x = Tensor::empty({int64_t(files.size()), C, S, S});
-  for (size_t i = 0; i < files.size(); ++i) load_image(files[i], C, S, S, x.data() + int64_t(i) * C * S * S);
-  if (!m.mean.empty()) {
-    float* p = x.data();
-    for (int64_t n = 0; n < x.size(0); ++n)
-      for (int64_t ch = 0; ch < C; ++ch) {
-        const float mu = m.mean[size_t(ch) % m.mean.size()], sd = m.std.empty() ? 1.0f : m.std[size_t(ch) % m.std.size()];
-        for (int64_t k = 0; k < S * S; ++k) {
-          float& v = p[(n * C + ch) * S * S + k];
-          v = (v - mu) / sd;
-        }
-      }
-  }
-  return x;
+  if (a.has("input")) return load_input_tensor(a.text("input"), a.has("tensor") ? a.text("tensor") : "");
+  if (a.positionals().empty()) throw UsageError("predict: give --input FILE.safetensors or image files");
+  return load_image_files(a.positionals(), m);
 }
 
 int run_predict(const cli::Args& a) {

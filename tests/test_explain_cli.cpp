@@ -1,0 +1,261 @@
+// Explanation reports (analysis/heatmap.h, analysis/report.h), the library path of
+// `adjoint explain`: the colour map, PNG files, the metric tables and one end-to-end run
+// on a tiny random model that writes every file into a temporary folder.
+#include <doctest/doctest.h>
+#include <stb/stb_image.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "analysis/heatmap.h"
+#include "analysis/report.h"
+#include "engine/error.h"
+#include "engine/json.h"
+#include "engine/random.h"
+#include "engine/safetensors.h"
+#include "models/model.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using namespace adjoint::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh folder under the system temp dir, removed with everything in it at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() / ("adjoint_explain_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// A decoded PNG, RGB.
+struct Decoded {
+  int width = 0, height = 0;
+  std::vector<uint8_t> pixels;
+};
+Decoded decode_png(const fs::path& path) {
+  Decoded d;
+  int channels = 0;
+  unsigned char* data = stbi_load(path.string().c_str(), &d.width, &d.height, &channels, 3);
+  REQUIRE_MESSAGE(data != nullptr, "cannot decode ", path.string());
+  d.pixels.assign(data, data + size_t(d.width) * size_t(d.height) * 3);
+  stbi_image_free(data);
+  return d;
+}
+
+MetricTable hand_table() {
+  MetricTable t;
+  t.methods = {"soft_pullback", "gradient"};
+  t.metrics = {{metric_info("infidelity"), 3, "note, with a comma"}, {metric_info("faithfulness_correlation"), 3, ""}};
+  t.context = {{"model", "tiny"}};
+  t.rows = {{"soft_pullback", "infidelity", summarize(std::vector<double>{1, 2, 3})},
+            {"gradient", "infidelity", summarize(std::vector<double>{10, 20, 30})},
+            {"soft_pullback", "faithfulness_correlation", summarize(std::vector<double>{0.5, 0.6, NAN})},
+            {"gradient", "faithfulness_correlation", summarize(std::vector<double>{0.1, NAN, NAN})}};
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("report: the diverging colour map is white at 0, red at +max, blue at -max") {
+  CHECK(diverging_colour(0.0f, 2.0f) == Rgb{255, 255, 255});
+  CHECK(diverging_colour(2.0f, 2.0f) == Rgb{255, 0, 0});
+  CHECK(diverging_colour(-2.0f, 2.0f) == Rgb{0, 0, 255});
+  CHECK(diverging_colour(1.0f, 2.0f) == Rgb{255, 128, 128});  // half way to red
+  CHECK(diverging_colour(-1.0f, 2.0f) == Rgb{128, 128, 255});
+  CHECK(diverging_colour(5.0f, 2.0f) == Rgb{255, 0, 0});  // clamped
+  CHECK(diverging_colour(3.0f, 0.0f) == Rgb{255, 255, 255});  // a zero map has no scale
+  CHECK(diverging_colour(NAN, 1.0f) == Rgb{255, 255, 255});
+}
+
+TEST_CASE("report: heat-maps sum channels, use a symmetric scale and enlarge by nearest neighbour") {
+  // Two channels whose sum is [[2, 0], [-1, -2]]: the scale is ±2.
+  const Tensor map = Tensor::from_vector({2, 2, 2}, {1, 0, -1, -1, 1, 0, 0, -1});
+  const Image heat = render_heatmap(map, 3);
+  REQUIRE(heat.width == 6);
+  REQUIRE(heat.height == 6);
+  CHECK(heat.at(0, 0) == Rgb{255, 0, 0});
+  CHECK(heat.at(2, 2) == Rgb{255, 0, 0});  // the whole 3×3 block of pixel (0, 0)
+  CHECK(heat.at(3, 0) == Rgb{255, 255, 255});
+  CHECK(heat.at(0, 3) == Rgb{128, 128, 255});
+  CHECK(heat.at(5, 5) == Rgb{0, 0, 255});
+  CHECK(default_scale(28, 28) == 8);
+  CHECK(default_scale(224, 224) == 1);
+  CHECK(default_scale(64, 64) == 3);
+
+  // Inputs are de-normalised: x·std + mean, clamped to [0, 1].
+  const Tensor x = Tensor::from_vector({1, 1, 2}, {-1.0f, 1.0f});
+  const Image in = render_input(x, {{0.5f}, {0.5f}}, 1);
+  CHECK(in.at(0, 0) == Rgb{0, 0, 0});
+  CHECK(in.at(1, 0) == Rgb{255, 255, 255});
+  // The overlay keeps the grey input where the map is zero.
+  const Image over = render_overlay(x, Tensor::from_vector({1, 1, 2}, {0.0f, 1.0f}), {{0.5f}, {0.5f}}, 1);
+  CHECK(over.at(0, 0) == Rgb{0, 0, 0});
+  CHECK(over.at(1, 0).r == 255);
+  CHECK(over.at(1, 0).g < 255);
+
+  CHECK_THROWS_WITH_AS(render_heatmap(Tensor::zeros({2, 2}), 1), doctest::Contains("render_heatmap"), Error);
+}
+
+TEST_CASE("report: PNG files are written atomically and decode to the same pixels") {
+  TempDir dir;
+  Image image(5, 3);
+  image.set(0, 0, {255, 0, 0});
+  image.set(4, 2, {0, 0, 255});
+  image.set(2, 1, {12, 34, 56});
+  const fs::path path = dir.path / "small.png";
+  write_png(path.string(), image);
+  CHECK(fs::exists(path));
+  for (const auto& entry : fs::directory_iterator(dir.path))  // no temporary file is left
+    CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
+  const Decoded d = decode_png(path);
+  REQUIRE(d.width == 5);
+  REQUIRE(d.height == 3);
+  CHECK(d.pixels == image.pixels);
+
+  // A contact sheet holds its tiles below the column labels.
+  const Image sheet = contact_sheet({{"input", {{Image(4, 4, {0, 0, 0}), "class 1"}}},
+                                     {"soft_pullback", {{Image(4, 4, {255, 0, 0}), ""}, {Image(), ""}}}});
+  CHECK(sheet.width > 8);
+  CHECK(sheet.height > 4 + text_height());
+  write_png((dir.path / "sheet.png").string(), sheet);
+  CHECK(decode_png(dir.path / "sheet.png").width == sheet.width);
+  CHECK_THROWS_WITH_AS(write_png((dir.path / "no_such_dir" / "x.png").string(), image), doctest::Contains("no_such_dir"),
+                       Error);
+}
+
+TEST_CASE("report: the CSV, JSON and Markdown tables have every method x metric and each direction") {
+  const MetricTable t = hand_table();
+
+  const std::vector<std::string> csv = lines_of(table_csv(t));
+  REQUIRE(csv.size() == 5);  // header + 2 methods × 2 metrics
+  CHECK(csv[0] == "method,metric,direction,higher_is_better,mean,std,ci_low,ci_high,count,undefined,images,note");
+  CHECK(csv[1].rfind("soft_pullback,infidelity,lower is better,false,2,1,", 0) == 0);
+  CHECK(csv[1].find("\"note, with a comma\"") != std::string::npos);
+  CHECK(csv[3].rfind("soft_pullback,faithfulness_correlation,higher is better,true,0.55,", 0) == 0);
+  CHECK(csv[4].find(",nan,nan,1,2,3,") != std::string::npos);  // one value: no std, no interval
+
+  const Json json = parse_json(table_json(t));
+  REQUIRE(json.find("metrics")->size() == 2);
+  CHECK(json.find("metrics")->as_array()[0].find("direction")->as_string() == "lower is better");
+  CHECK(json.find("metrics")->as_array()[1].find("higher_is_better")->as_bool());
+  const Json::Array& results = json.find("results")->as_array();
+  REQUIRE(results.size() == 4);
+  CHECK(results[0].find("method")->as_string() == "soft_pullback");
+  CHECK(results[0].find("mean")->as_number() == doctest::Approx(2.0));
+  CHECK(results[0].find("ci_low")->as_number() < 2.0);
+  CHECK(results[3].find("std")->is_null());  // NaN is null in JSON
+  CHECK(results[3].find("undefined")->as_int() == 2);
+
+  const std::string md = table_markdown(t);
+  CHECK(md.find("| method | infidelity ↓ | faithfulness_correlation ↑ |") != std::string::npos);
+  CHECK(md.find("| soft_pullback | **2** | **0.55** |") != std::string::npos);  // best of each in bold
+  CHECK(md.find("| gradient | 20 | 0.1 |") != std::string::npos);
+  CHECK(md.find("## infidelity ↓ (lower is better)") != std::string::npos);
+  CHECK(md.find("## faithfulness_correlation ↑ (higher is better)") != std::string::npos);
+  CHECK(md.find("| soft_pullback | 2 ± 1 | [") != std::string::npos);
+  CHECK(md.find("95% CI") != std::string::npos);
+}
+
+TEST_CASE("report: unknown method and metric names are usage errors that list the known names") {
+  CHECK_THROWS_WITH_AS(resolve_methods({"soft_pullback", "saliency"}),
+                       doctest::Contains("unknown explanation method 'saliency'; known: soft_pullback, pullback"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(resolve_metrics({"fidelity"}), doctest::Contains("known: infidelity, max_sensitivity"), UsageError);
+  CHECK_THROWS_WITH_AS(resolve_metrics({"sparseness", "sparseness"}), doctest::Contains("twice"), UsageError);
+  // Columns follow the catalogue's order; "randomisation" is the short name.
+  CHECK(resolve_metrics({"complexity", "randomisation", "infidelity"}) ==
+        std::vector<std::string>{"infidelity", "complexity", "model_parameter_randomisation"});
+  CHECK(is_expensive_metric("randomisation"));
+  CHECK(!is_expensive_metric("infidelity"));
+}
+
+TEST_CASE("explain cli: a report on a tiny random model writes pictures, attributions and tables") {
+  ModelConfig c;
+  c.arch = "resnet18";
+  c.width = 0.0625;
+  c.in_channels = 1;
+  c.image_size = 28;
+  c.num_classes = 10;
+  Generator gen(3);
+  auto model = make_model(c, gen);
+  model->train(false);
+  const Tensor x = random_tensor({2, 1, 28, 28}, 17, -1.0f, 1.0f);
+
+  TempDir dir;
+  ReportOptions o;
+  o.methods = {"soft_pullback", "pullback_ascent"};
+  o.metrics = {"sparseness", "infidelity"};
+  o.perturbations = 10;
+  o.batch_size = 1;  // two batches: the second continues the first's rows
+  o.out_dir = dir.path.string();
+  o.normalisation = {{0.5f}, {0.5f}};
+  o.explain.range = {-1.0f, 1.0f};
+  int64_t last_done = -1, last_total = -1;
+  const ReportResult r = explain_report(*model, x, {}, o, [&](int64_t done, int64_t total, const std::string&) {
+    CHECK(done >= last_done);
+    last_done = done;
+    last_total = total;
+  });
+  CHECK(last_done == 4);  // 2 images × 2 methods
+  CHECK(last_total == 4);
+  REQUIRE(r.targets.size() == 2);
+
+  for (const char* image : {"image_0000", "image_0001"})
+    for (const char* file : {"input.png", "soft_pullback.png", "soft_pullback_overlay.png", "pullback_ascent.png",
+                             "pullback_ascent_overlay.png", "pullback_ascent_counterfactual.png", "sheet.png"}) {
+      CAPTURE(file);
+      REQUIRE(fs::exists(dir.path / image / file));
+    }
+  const Decoded heat = decode_png(dir.path / "image_0000" / "soft_pullback.png");
+  CHECK(heat.width == 28 * 8);
+  CHECK(heat.height == 28 * 8);
+  CHECK(!fs::exists(dir.path / "image_0000" / "soft_pullback_counterfactual.png"));
+
+  const SafetensorsFile sp = read_safetensors((dir.path / "attributions_soft_pullback.safetensors").string());
+  CHECK(sp.tensors.at("attributions").shape() == Shape{2, 1, 28, 28});
+  CHECK(sp.tensors.at("inputs").shape() == Shape{2, 1, 28, 28});
+  CHECK(sp.tensors.at("targets").shape() == Shape{2});
+  CHECK(sp.tensors.at("targets").to_vector()[1] == float(r.targets[1]));
+  // The stored map is the method's map of each image (batching does not change it).
+  check_close(sp.tensors.at("attributions"), explain("soft_pullback", *model, x, r.targets), 1e-5, 1e-6,
+              "stored soft pullback");
+  const SafetensorsFile pa = read_safetensors((dir.path / "attributions_pullback_ascent.safetensors").string());
+  CHECK(pa.tensors.count("counterfactuals") == 1);
+
+  const std::vector<std::string> csv = lines_of(read_text(dir.path / "metrics.csv"));
+  REQUIRE(csv.size() == 5);
+  CHECK(csv[1].rfind("soft_pullback,infidelity,lower is better,", 0) == 0);
+  CHECK(csv[4].rfind("pullback_ascent,sparseness,higher is better,", 0) == 0);
+  CHECK(parse_json(read_text(dir.path / "metrics.json")).find("results")->size() == 4);
+  CHECK(read_text(dir.path / "metrics.md").find("sparseness ↑") != std::string::npos);
+  const MetricRow* row = r.table.find("soft_pullback", "infidelity");
+  REQUIRE(row != nullptr);
+  CHECK(row->summary.count == 2);
+}

@@ -1,0 +1,137 @@
+// `adjoint bench models`: samples/s of a training step (forward, cross-entropy, backward,
+// SGD update) and of inference for the models of the issue, batch 64 of 32×32×3 images
+// (the bilinear LM: batch 32 of 64 tokens), and the peak tensor memory of a ResNet-18
+// training step. tools/bench_models_torch.py runs the same models in PyTorch and prints
+// both with the ratio.
+#include "tools/bench_models.h"
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/json.h"
+#include "engine/files.h"
+#include "engine/optim.h"
+#include "engine/random.h"
+#include "engine/threads.h"
+#include "models/model.h"
+#include "ops/layout.h"
+#include "ops/loss.h"
+#include "tools/timing.h"
+
+namespace adjoint {
+
+namespace {
+
+struct ModelCase {
+  std::string name;
+  ModelConfig config;
+};
+
+std::vector<ModelCase> cases() {
+  auto image_model = [](const std::string& arch) {
+    ModelConfig c;
+    c.arch = arch, c.in_channels = 3, c.image_size = 32, c.num_classes = 10, c.small_stem = true, c.patch = 4;
+    return c;
+  };
+  ModelConfig lm;
+  lm.arch = "bilinear_lm", lm.dim = 256, lm.depth = 2, lm.heads = 4, lm.seq_len = 64, lm.vocab = 256;
+  return {{"resnet18", image_model("resnet18")},
+          {"vgg11_bn", image_model("vgg11_bn")},
+          {"vgg16_bn", image_model("vgg16_bn")},
+          {"vit_tiny", image_model("vit_tiny")},
+          {"bilinear_lm", lm}};
+}
+
+struct Result {
+  std::string model;
+  int64_t batch = 0;
+  double train_per_s = 0, infer_per_s = 0, peak_mib = 0;
+};
+
+// A fixed random batch: images and labels, or token ids and next-token labels.
+void make_batch(const ModelConfig& c, int64_t batch, Tensor& x, std::vector<int64_t>& labels) {
+  Generator gen(0);
+  if (c.arch == "bilinear_lm") {
+    x = Tensor::empty({32, c.seq_len});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = float(randint(c.vocab, gen));
+    labels.resize(size_t(x.numel()));
+    for (auto& l : labels) l = randint(c.vocab, gen);
+    return;
+  }
+  x = uniform({batch, c.in_channels, c.image_size, c.image_size}, 0.0f, 1.0f, gen);
+  labels.resize(size_t(batch));
+  for (auto& l : labels) l = randint(c.num_classes, gen);
+}
+
+Result bench_model(const ModelCase& mc, int64_t batch, int64_t repeats) {
+  Generator init(0);
+  auto model = make_model(mc.config, init);
+  Tensor x;
+  std::vector<int64_t> labels;
+  make_batch(mc.config, batch, x, labels);
+  Sgd opt(model->named_parameters(), SgdOptions{0.01, 0.9, 0.0, false});
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor logits = model->forward(x);
+    if (logits.dim() == 3) logits = reshape(logits, {-1, logits.size(-1)});
+    backward(cross_entropy(logits, labels));
+    opt.step();
+  };
+  Result r;
+  r.model = mc.name;
+  r.batch = x.size(0);
+  model->train(true);
+  step();  // warm-up, and allocates the optimizer state before measuring memory
+  reset_peak_memory();
+  const int64_t before = memory_stats().current_bytes;
+  step();
+  r.peak_mib = double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
+  r.train_per_s = double(r.batch) / cli::median_seconds(repeats, step, 0);
+  model->train(false);
+  r.infer_per_s = double(r.batch) / cli::median_seconds(repeats, [&] {
+    NoGrad off;
+    model->forward(x);
+  });
+  return r;
+}
+
+}  // namespace
+
+int run_bench_models(const cli::Args& args) {
+  const bool quick = args.flag("quick");
+  const int64_t batch = args.has("batch") ? args.integer("batch") : 64;
+  const int64_t repeats = args.has("repeats") ? args.integer("repeats") : quick ? 2 : 5;
+  if (batch < 1 || repeats < 1) throw UsageError("bench models: --batch and --repeats must be at least 1");
+  std::vector<std::string> only = args.has("models") ? args.list("models") : std::vector<std::string>{};
+  std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median of %lld steps\n",
+              num_threads(), (long long)batch, (long long)repeats);
+  std::printf("%-12s %14s %14s %16s\n", "model", "train samples/s", "infer samples/s", "train peak MiB");
+  std::vector<Result> results;
+  for (const ModelCase& mc : cases()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), mc.name) == only.end()) continue;
+    Result r = bench_model(mc, batch, repeats);
+    std::printf("%-12s %14.1f %14.1f %16.1f\n", r.model.c_str(), r.train_per_s, r.infer_per_s, r.peak_mib);
+    std::fflush(stdout);
+    results.push_back(r);
+  }
+  if (args.has("out")) {
+    Json rows = Json::array();
+    for (const Result& r : results)
+      rows.push_back(Json(Json::Object{{"model", r.model},
+                                       {"batch", r.batch},
+                                       {"train_samples_per_s", r.train_per_s},
+                                       {"infer_samples_per_s", r.infer_per_s},
+                                       {"peak_step_mib", r.peak_mib}}));
+    Json doc(Json::Object{{"threads", num_threads()}, {"batch", batch}, {"models", rows}});
+    write_file_atomic(args.text("out"), to_json(doc, 2) + "\n");
+    std::printf("wrote %s; compare: /usr/bin/python3 tools/bench_models_torch.py --threads %d --ours %s --memory\n",
+                args.text("out").c_str(), num_threads(), args.text("out").c_str());
+  }
+  return 0;
+}
+
+}  // namespace adjoint

@@ -1,0 +1,305 @@
+// `adjoint explain`: explanations of a model's decisions as pictures, raw attributions and
+// a quality table (METHODS.md §1.3–1.4). The work is in analysis/report.cpp; this file
+// turns options into ReportOptions, finds the model and the images, and prints.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "analysis/randomisation.h"
+#include "analysis/report.h"
+#include "engine/error.h"
+#include "engine/threads.h"
+#include "tools/cli.h"
+#include "tools/model_source.h"
+#include "tools/progress.h"
+
+namespace adjoint {
+namespace {
+
+// The metrics that run when --metrics is not given: every one but the two that re-run
+// the explanation many times over (randomisation re-explains once per layer, focus on
+// extra mosaic images); --evaluate runs all of them.
+std::vector<std::string> default_metrics(bool evaluate) {
+  std::vector<std::string> names;
+  for (const std::string& m : report_metric_names())
+    if (evaluate || (m != "model_parameter_randomisation" && m != "focus")) names.push_back(m);
+  return names;
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator = ",") {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : separator) + s;
+  return out;
+}
+
+// The range the inputs live in: --range, else [0, 1] pushed through the normalisation
+// (the widest over channels), else [0, 1].
+InputRange input_range(const cli::Args& a, const std::vector<float>& mean, const std::vector<float>& std) {
+  if (a.has("range")) {
+    const std::vector<float> r = parse_floats(a.text("range"), "range");
+    if (r.size() != 2 || !(r[0] < r[1])) throw UsageError(cat("option --range expects LO,HI with LO < HI, got '", a.text("range"), "'"));
+    return {r[0], r[1]};
+  }
+  if (mean.empty()) return {0.0f, 1.0f};
+  InputRange range{1e30f, -1e30f};
+  for (size_t c = 0; c < std::max(mean.size(), std.size()); ++c) {
+    const float mu = mean[c % mean.size()], sd = std.empty() ? 1.0f : std[c % std.size()];
+    range.lo = std::min(range.lo, (0.0f - mu) / sd);
+    range.hi = std::max(range.hi, (1.0f - mu) / sd);
+  }
+  return range;
+}
+
+float positive(const cli::Args& a, const char* name) {
+  const double v = a.number(name);
+  if (!(v > 0)) throw UsageError(cat("option --", name, " expects a number > 0, got ", a.text(name)));
+  return float(v);
+}
+
+int64_t at_least(const cli::Args& a, const char* name, int64_t lowest) {
+  const int64_t v = a.integer(name);
+  if (v < lowest) throw UsageError(cat("option --", name, " expects an integer >= ", lowest, ", got ", v));
+  return v;
+}
+
+ExplainOptions explain_options(const cli::Args& a) {
+  ExplainOptions o;
+  o.temperatures.relu = positive(a, "tau-relu");
+  o.temperatures.gelu = positive(a, "tau-gelu");
+  o.temperatures.silu = positive(a, "tau-silu");
+  o.temperatures.max_pool = positive(a, "tau-maxpool");
+  o.temperatures.attention = positive(a, "tau-attention");
+  o.ascent_steps = at_least(a, "ascent-steps", 0);
+  o.ascent_alpha = a.has("ascent-alpha") ? positive(a, "ascent-alpha") : 0.0f;
+  o.ascent_clip = a.flag("clip");
+  o.smoothgrad_samples = at_least(a, "smoothgrad-samples", 1);
+  o.ig_steps = at_least(a, "ig-steps", 1);
+  o.ig_rule = a.text("ig-rule");
+  if (o.ig_rule != "trapezoid" && o.ig_rule != "gauss-legendre")
+    throw UsageError(cat("option --ig-rule expects trapezoid or gauss-legendre, got '", o.ig_rule, "'"));
+  if (o.ig_rule == "trapezoid" && o.ig_steps < 2) throw UsageError("option --ig-steps: the trapezoid rule needs at least 2");
+  o.gradcam_block = a.has("gradcam-block") ? a.text("gradcam-block") : "";
+  o.seed = uint64_t(a.integer("seed"));
+  return o;
+}
+
+// The images to explain, with their labels when they come from a data set.
+struct Inputs {
+  Tensor x;
+  std::vector<int64_t> labels;
+  std::string source;
+  std::vector<float> mean, std;  // their normalisation
+};
+
+Inputs load_inputs(const cli::Args& a, const LoadedModel& m, bool evaluate) {
+  std::vector<std::string> files = a.positionals();
+  if (a.has("image"))
+    for (const std::string& f : a.list("image")) files.push_back(f);
+  const int given = int(!files.empty()) + int(a.has("input")) + int(a.has("data"));
+  if (given > 1) throw UsageError("give one source of images: --image FILES, --input FILE or --data SPEC");
+  Inputs in{{}, {}, "", m.mean, m.std};
+  if (!files.empty()) {
+    if (evaluate) throw UsageError("--evaluate runs on a data set: give --data SPEC or a checkpoint that names one");
+    in.x = load_image_files(files, m);
+    in.source = files.size() == 1 ? files[0] : cat(files.size(), " image files");
+    return in;
+  }
+  if (a.has("input")) {
+    if (evaluate) throw UsageError("--evaluate runs on a data set: give --data SPEC or a checkpoint that names one");
+    in.x = load_input_tensor(a.text("input"), a.has("tensor") ? a.text("tensor") : "").contiguous();
+    if (in.x.dim() == 3) in.x = in.x.view_as_strided({1, in.x.size(0), in.x.size(1), in.x.size(2)},
+                                                     {in.x.numel(), in.x.size(1) * in.x.size(2), in.x.size(2), 1}, 0);
+    check(in.x.dim() == 4, a.text("input"), ": expected images (N, C, H, W), got ", in.x.shape());
+    in.source = a.text("input");
+    return in;
+  }
+  const std::string spec = a.has("data") ? a.text("data") : m.data_spec;
+  if (spec.empty())
+    throw UsageError(evaluate ? "--evaluate: the model names no data set; give --data SPEC"
+                              : "give images to explain: --image FILES, --input FILE.safetensors or --data SPEC");
+  DataSource data = open_data(spec);
+  check(data.images, "explain: ", spec, " is not an image data set");
+  const int64_t count = a.has("count") ? at_least(a, "count", 1) : evaluate ? 1000 : 8;
+  Examples ex = load_examples(data, a.text("split"), count);
+  in.x = ex.inputs;
+  in.labels = ex.labels;
+  in.mean = data.mean;
+  in.std = data.std;
+  in.source = cat(spec, " (", a.text("split"), ", first ", ex.labels.size(), ")");
+  return in;
+}
+
+// The passes of one image through the model per second, measured on a batch.
+double seconds_per_pass(const Model& model, const Tensor& x, int64_t batch) {
+  const int64_t n = std::min<int64_t>(batch, x.size(0));
+  Tensor xb = x.view_as_strided({n, x.size(1), x.size(2), x.size(3)}, {x.size(1) * x.size(2) * x.size(3),
+                                 x.size(2) * x.size(3), x.size(3), 1}, 0).contiguous();
+  const std::vector<int64_t> targets = predicted_classes(model, xb);
+  explain("gradient", model, xb, targets);  // warm-up: first-touch allocations
+  const auto start = std::chrono::steady_clock::now();
+  explain("gradient", model, xb, targets);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / double(n);
+}
+
+void print_summary(const MetricTable& t) {
+  if (t.rows.empty()) return;
+  size_t first = 6;
+  for (const std::string& m : t.methods) first = std::max(first, m.size());
+  std::printf("\n%-*s", int(first), "method");
+  std::vector<int> widths;
+  for (const MetricColumn& c : t.metrics) {
+    const std::string head = c.info.name + (c.info.higher_is_better ? " (+)" : " (-)");
+    widths.push_back(std::max<int>(10, int(head.size())));
+    std::printf("  %*s", widths.back(), head.c_str());
+  }
+  std::printf("\n");
+  for (const std::string& m : t.methods) {
+    std::printf("%-*s", int(first), m.c_str());
+    for (size_t i = 0; i < t.metrics.size(); ++i) {
+      const MetricRow* r = t.find(m, t.metrics[i].info.name);
+      if (r) std::printf("  %*.4g", widths[i], r->summary.mean);
+      else std::printf("  %*s", widths[i], "-");
+    }
+    std::printf("\n");
+  }
+  std::printf("(+) higher is better, (-) lower is better; means over images, CIs in metrics.md\n");
+}
+
+int run_explain(const cli::Args& a) {
+  const bool evaluate = a.flag("evaluate");
+  LoadedModel m = load_model(a);
+  const Model& model = *m.model;
+
+  ReportOptions o;
+  o.methods = a.has("methods") ? resolve_methods(a.list("methods")) : explanation_methods();
+  if (a.has("metrics") && a.text("metrics") == "none") o.metrics = {};
+  else o.metrics = resolve_metrics(a.has("metrics") ? a.list("metrics") : default_metrics(evaluate));
+  o.explain = explain_options(a);
+  const std::string target = a.text("target");
+  if (target == "predicted") {
+    o.target = ReportOptions::Target::Predicted;
+  } else if (target == "label") {
+    o.target = ReportOptions::Target::Label;
+  } else {
+    o.target = ReportOptions::Target::Fixed;
+    o.target_class = at_least(a, "target", 0);
+    if (o.target_class >= model.config().num_classes)
+      throw UsageError(cat("option --target: class ", o.target_class, " is outside [0, ", model.config().num_classes,
+                           ") of ", model.config().arch));
+  }
+  o.batch_size = at_least(a, "batch", 1);
+  o.perturbations = at_least(a, "perturbations", 2);
+  o.expensive_count = a.has("expensive-count") ? at_least(a, "expensive-count", 0) : evaluate ? 100 : 0;
+  o.randomisation_layers = at_least(a, "randomisation-layers", 0);
+  o.metric_seed = uint64_t(a.integer("seed"));
+  o.out_dir = a.text("out");
+  o.picture_images = a.has("examples") ? at_least(a, "examples", 0) : evaluate ? 8 : -1;
+  o.write_attributions = !evaluate && !a.flag("no-attributions");
+
+  const Inputs in = load_inputs(a, m, evaluate);
+  if (o.target == ReportOptions::Target::Label && in.labels.empty())
+    throw UsageError("--target label needs images from a data set (--data)");
+  o.normalisation = {in.mean, in.std};
+  o.explain.range = input_range(a, in.mean, in.std);
+  o.context = {{"model", model.config().arch}, {"inputs", in.source}, {"targets", target},
+               {"methods", join(o.methods, ", ")}};
+  if (a.has("checkpoint")) o.context.insert(o.context.begin() + 1, {"checkpoint", a.text("checkpoint")});
+
+  const int64_t N = in.x.size(0);
+  const int64_t E = o.expensive_count > 0 ? std::min(o.expensive_count, N) : N;
+  std::printf("adjoint explain: %s on %s: %lld images (%lld x %lld x %lld), %zu methods, %zu metrics, %d threads\n",
+              model.config().arch.c_str(), in.source.c_str(), (long long)N, (long long)in.x.size(1),
+              (long long)in.x.size(2), (long long)in.x.size(3), o.methods.size(), o.metrics.size(), num_threads());
+  std::printf("  input range [%g, %g]; writing %s\n", o.explain.range.lo, o.explain.range.hi, o.out_dir.c_str());
+  bool any_expensive = false;
+  for (const std::string& metric : o.metrics) any_expensive = any_expensive || is_expensive_metric(metric);
+  if (any_expensive && E < N)
+    std::printf("  max_sensitivity, monotonicity, randomisation and focus on the first %lld images (--expensive-count)\n",
+                (long long)E);
+  const double unit = seconds_per_pass(model, in.x, o.batch_size);
+  const double passes = report_cost(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
+  std::printf("  estimate: about %s (%.3g image passes at %.3g ms each)\n", cli::format_duration(passes * unit).c_str(),
+              passes, unit * 1e3);
+  if (passes * unit > 3600)
+    std::printf("  (to shorten it: lower --count, --expensive-count, --randomisation-layers, or choose --methods)\n");
+  std::fflush(stdout);
+
+  ReportResult r;
+  {
+    cli::ProgressBar bar("explain", N * int64_t(o.methods.size()), "map");
+    r = explain_report(model, in.x, in.labels, o, [&](int64_t done, int64_t, const std::string& what) {
+      bar.update(done, what);
+    });
+  }
+  print_summary(r.table);
+  std::printf("wrote %zu files to %s%s\n", r.files.size(), o.out_dir.c_str(),
+              o.metrics.empty() ? "" : " (metrics.md, metrics.csv, metrics.json)");
+  return 0;
+}
+
+const cli::Registration explain_command({
+    .name = "explain",
+    .summary = "explain a model's decisions: heat-maps, attributions and a quality table",
+    .description =
+        "The model: --checkpoint FILE, or --model NAME --weights FILE. The images: files (--image a.png,b.png or\n"
+        "as arguments), --input X.safetensors [--tensor NAME] (already normalised), or --data SPEC --count N.\n"
+        "Per image, OUT/image_<i>/ holds the input, a heat-map and an overlay per method, the counterfactual\n"
+        "of pullback_ascent and gradient_ascent, and sheet.png with every method side by side. Heat-maps\n"
+        "sum the channels and show blue (negative), white (0), red (positive) on the scale +-max|map|.\n"
+        "OUT/attributions_<method>.safetensors holds the raw maps ('attributions', 'inputs', 'targets').\n"
+        "OUT/metrics.{md,csv,json}: every method x metric, mean, std and 95% CI over the images, with the\n"
+        "direction of each metric; every method is scored on the same perturbations.\n"
+        "--evaluate: all methods x all metrics on the first --count (1000) test images of the checkpoint's\n"
+        "data set, writing the tables and the pictures of the first 8 images; prints a time estimate first.\n"
+        "Methods: soft_pullback, pullback, pullback_ascent, gradient_ascent, gradient, input_x_gradient,\n"
+        "smoothgrad, integrated_gradients, guided_backprop, gradcam, guided_gradcam, deeplift.\n"
+        "Metrics: infidelity, max_sensitivity, random_logit, faithfulness_correlation, faithfulness_estimate,\n"
+        "monotonicity_correlation, sparseness, complexity, randomisation, focus (the last two only with\n"
+        "--evaluate or when named).",
+    .arguments = "[IMAGE...]",
+    .options = with_model_options({
+        {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
+        {"weights", "FILE", "a state dict for --model", ""},
+        {"classes", "N", "classes of --model", "1000"},
+        {"in-channels", "N", "input channels of --model", "3"},
+        {"image-size", "N", "input size of --model", "224"},
+        {"mean", "LIST", "per-channel normalisation mean for images", ""},
+        {"std", "LIST", "per-channel normalisation std for images", ""},
+        {"image", "FILES", "comma-separated image files", ""},
+        {"input", "FILE", "a .safetensors file holding the input batch (N, C, H, W)", ""},
+        {"tensor", "NAME", "which tensor of --input", ""},
+        {"data", "SPEC", "a data set (default with --evaluate: the checkpoint's)", ""},
+        {"count", "N", "images of --data (default 8; 1000 with --evaluate)", ""},
+        {"split", "NAME", "test or train", "test"},
+        {"methods", "LIST", "explanation methods (default: all)", ""},
+        {"target", "WHICH", "the class explained: predicted, label or a class index", "predicted"},
+        {"out", "DIR", "where the files go", "explanations"},
+        {"tau-relu", "X", "soft-pullback temperature of ReLU", "0.6"},
+        {"tau-gelu", "X", "soft-pullback temperature of GELU", "1.0"},
+        {"tau-silu", "X", "soft-pullback temperature of SiLU", "1.6"},
+        {"tau-maxpool", "X", "soft-pullback temperature of max-pool", "0.3"},
+        {"tau-attention", "X", "soft-pullback temperature of attention", "1.0"},
+        {"ascent-steps", "K", "steps of pullback / gradient ascent", "5"},
+        {"ascent-alpha", "A", "ascent step length (default: the published per-pixel step)", ""},
+        {"clip", "", "clip the ascent to the input range", ""},
+        {"smoothgrad-samples", "N", "SmoothGrad samples", "50"},
+        {"ig-steps", "N", "integrated-gradients steps", "50"},
+        {"ig-rule", "RULE", "trapezoid or gauss-legendre", "trapezoid"},
+        {"gradcam-block", "NAME", "Grad-CAM block (default: the last before the head)", ""},
+        {"seed", "N", "SmoothGrad noise and the metrics' draws", "0"},
+        {"range", "LO,HI", "input range (default: [0, 1] through the normalisation)", ""},
+        {"metrics", "LIST", "metrics, or none (default: all but randomisation and focus)", ""},
+        {"perturbations", "N", "infidelity perturbations per image, half per patch size", "50"},
+        {"expensive-count", "N", "max_sensitivity, monotonicity, randomisation, focus on the first N images "
+                                 "(default: all; 100 with --evaluate)", ""},
+        {"randomisation-layers", "N", "layers re-initialised by randomisation (0: all)", "0"},
+        {"batch", "N", "images per explanation call", "32"},
+        {"examples", "N", "pictures for the first N images (default: all; 8 with --evaluate)", ""},
+        {"no-attributions", "", "do not write attributions_<method>.safetensors", ""},
+        {"evaluate", "", "the full table on --count test images of a data set", ""},
+    }),
+    .run = run_explain,
+});
+
+}  // namespace
+}  // namespace adjoint

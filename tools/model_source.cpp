@@ -1,0 +1,149 @@
+#include "tools/model_source.h"
+
+#include <algorithm>
+
+#include "engine/data/image_folder.h"
+#include "engine/data/loader.h"
+#include "engine/error.h"
+#include "engine/safetensors.h"
+#include "models/checkpoint.h"
+
+namespace adjoint {
+
+const std::vector<cli::OptionSpec>& model_options() {
+  static const std::vector<cli::OptionSpec> options = {
+      {"model", "NAME", "resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom, bilinear_mlp, bilinear_lm",
+       ""},
+      {"width", "X", "channel multiplier (ResNet, VGG)", "1"},
+      {"imagenet-stem", "", "ResNet: 7x7 stride-2 stem + max-pool; VGG: ImageNet classifier", ""},
+      {"patch", "N", "ViT patch size", "4"},
+      {"dim", "N", "ViT / bilinear LM width (0: the model's default)", "0"},
+      {"depth", "N", "ViT / bilinear LM blocks (0: the model's default)", "0"},
+      {"heads", "N", "attention heads (0: the model's default)", "0"},
+      {"hidden", "N", "bilinear MLP hidden width", "256"},
+      {"attention", "KIND", "bilinear LM attention: softmax or bilinear", "softmax"},
+  };
+  return options;
+}
+
+std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own) {
+  own.insert(own.begin(), model_options().begin(), model_options().end());
+  return own;
+}
+
+ModelConfig model_config(const cli::Args& a) {
+  ModelConfig c;
+  c.arch = a.text("model");
+  c.width = a.number("width");
+  c.small_stem = !a.flag("imagenet-stem");
+  c.patch = a.integer("patch");
+  c.dim = a.integer("dim");
+  c.depth = a.integer("depth");
+  c.heads = a.integer("heads");
+  c.hidden = a.integer("hidden");
+  c.attention = a.text("attention");
+  return c;
+}
+
+std::vector<float> parse_floats(const std::string& text, const char* option) {
+  std::vector<float> out;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const size_t end = text.find(',', start);
+    const std::string part = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    try {
+      size_t used = 0;
+      out.push_back(std::stof(part, &used));
+      if (used != part.size()) throw std::invalid_argument(part);
+    } catch (const std::exception&) {
+      throw UsageError(cat("option --", option, " expects comma-separated numbers, got '", text, "'"));
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+LoadedModel load_model(const cli::Args& a) {
+  LoadedModel m;
+  if (a.has("checkpoint")) {
+    if (a.has("weights")) throw UsageError("give either --checkpoint or --model with --weights, not both");
+    Checkpoint ck = load_checkpoint(a.text("checkpoint"));
+    m.model = model_from_checkpoint(ck);
+    if (ck.metadata.count("data.mean")) m.mean = parse_floats(ck.metadata.at("data.mean"), "checkpoint data.mean");
+    if (ck.metadata.count("data.std")) m.std = parse_floats(ck.metadata.at("data.std"), "checkpoint data.std");
+    if (ck.metadata.count("data.spec")) m.data_spec = ck.metadata.at("data.spec");
+  } else {
+    if (!a.has("model") || !a.has("weights")) throw UsageError("give --checkpoint FILE, or --model NAME with --weights FILE");
+    ModelConfig c = model_config(a);
+    c.num_classes = a.integer("classes");
+    c.in_channels = a.integer("in-channels");
+    c.image_size = a.integer("image-size");
+    Generator gen(0);
+    m.model = make_model(c, gen);
+    load_state_dict(*m.model, read_safetensors(a.text("weights")).tensors, a.text("weights"));
+  }
+  if (a.has("mean")) m.mean = parse_floats(a.text("mean"), "mean");
+  if (a.has("std")) m.std = parse_floats(a.text("std"), "std");
+  m.model->train(false);
+  return m;
+}
+
+Tensor load_input_tensor(const std::string& path, const std::string& tensor) {
+  SafetensorsFile f = read_safetensors(path);
+  if (!tensor.empty()) {
+    auto it = f.tensors.find(tensor);
+    check(it != f.tensors.end(), path, ": no tensor named '", tensor, "'");
+    return it->second;
+  }
+  check(f.tensors.size() == 1, path, " holds ", f.tensors.size(), " tensors; choose one with --tensor");
+  return f.tensors.begin()->second;
+}
+
+Tensor load_image_files(const std::vector<std::string>& files, const LoadedModel& m) {
+  const ModelConfig& c = m.model->config();
+  const int64_t C = c.in_channels, S = c.image_size;
+  Tensor x = Tensor::empty({int64_t(files.size()), C, S, S});
+  for (size_t i = 0; i < files.size(); ++i) load_image(files[i], C, S, S, x.data() + int64_t(i) * C * S * S);
+  if (!m.mean.empty()) {
+    float* p = x.data();
+    for (int64_t n = 0; n < x.size(0); ++n)
+      for (int64_t ch = 0; ch < C; ++ch) {
+        const float mu = m.mean[size_t(ch) % m.mean.size()], sd = m.std.empty() ? 1.0f : m.std[size_t(ch) % m.std.size()];
+        for (int64_t k = 0; k < S * S; ++k) {
+          float& v = p[(n * C + ch) * S * S + k];
+          v = (v - mu) / sd;
+        }
+      }
+  }
+  return x;
+}
+
+Examples load_examples(const DataSource& data, const std::string& split, int64_t count) {
+  if (split != "test" && split != "train") throw UsageError(cat("option --split expects test or train, got '", split, "'"));
+  const std::shared_ptr<const Dataset>& set = split == "test" ? data.test : data.train;
+  check(set && set->size() > 0, data.spec, ": the ", split, " split is empty");
+  const int64_t n = count > 0 ? std::min(count, set->size()) : set->size();
+  LoaderOptions o;
+  o.batch_size = std::min<int64_t>(n, 256);
+  o.shuffle = false;    // the first n examples, in the data set's order
+  o.prefetch = false;
+  o.transforms = data.eval_transforms();
+  Loader loader(set, o);
+  Shape shape = loader.example_shape();
+  shape.insert(shape.begin(), n);
+  Examples out{Tensor::empty(shape), {}};
+  const int64_t per_example = out.inputs.numel() / n;
+  for (int64_t b = 0; int64_t(out.labels.size()) < n; ++b) {
+    Batch batch = loader.batch(0, b);
+    const int64_t take = std::min(batch.size(), n - int64_t(out.labels.size()));
+    const Tensor inputs = batch.inputs.contiguous();
+    std::copy(inputs.data(), inputs.data() + take * per_example,
+              out.inputs.data() + int64_t(out.labels.size()) * per_example);
+    const int64_t per_label = int64_t(batch.labels.size()) / batch.size();
+    for (int64_t i = 0; i < take; ++i) out.labels.push_back(batch.labels[size_t(i * per_label)]);
+  }
+  return out;
+}
+
+}  // namespace adjoint
