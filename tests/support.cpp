@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -15,6 +18,24 @@ namespace adjoint::testing {
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
   Generator gen(seed);
   return uniform(shape, lo, hi, gen);
+}
+
+std::vector<Tensor> leaves(const std::vector<Tensor>& values) {
+  std::vector<Tensor> out;
+  for (const Tensor& v : values) out.push_back(v.clone().requires_grad_());
+  return out;
+}
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  path_ = std::filesystem::temp_directory_path() / cat("adjoint_test_", ::getpid(), "_", counter++);
+  std::filesystem::remove_all(path_);  // a leftover of an earlier process with the same id
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;  // a destructor must not throw
+  std::filesystem::remove_all(path_, ignored);
 }
 
 namespace {

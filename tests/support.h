@@ -1,6 +1,7 @@
 // Shared test machinery: finite-difference gradient checks, PyTorch golden fixtures,
-// and tensor comparison with a readable failure message.
+// tensor comparison with a readable failure message, fresh leaves and temporary folders.
 #pragma once
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -11,7 +12,9 @@
 
 namespace adjoint::testing {
 
-using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+// The inputs of a function under test, and such a function.
+using Args = std::vector<Tensor>;
+using Fn = std::function<Tensor(const Args&)>;
 
 struct GradCheckOptions {
   double eps = 1e-2;   // central-difference step (inputs are float32)
@@ -38,5 +41,25 @@ void check_close(const Tensor& actual, const Tensor& expected, double rtol, doub
 
 // A random tensor with entries in [lo, hi) from a seeded generator.
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+
+// Fresh leaves holding the values of `values` (each a copy, requiring grad).
+std::vector<Tensor> leaves(const std::vector<Tensor>& values);
+
+// A fresh folder under the system temp dir, unique to this process and object, removed
+// with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // The path of `name` inside the folder (the file need not exist).
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 }  // namespace adjoint::testing

@@ -15,12 +15,6 @@ namespace {
 
 Tensor golden_t(const std::string& name) { return golden("transport", name); }
 
-std::vector<Tensor> leaves(const std::vector<Tensor>& values) {
-  std::vector<Tensor> out;
-  for (const Tensor& v : values) out.push_back(v.clone().requires_grad_());
-  return out;
-}
-
 // softmax(q kᵀ·scale/tau [+ causal mask]) in double, straight from the definition; (B·H, T, S).
 std::vector<double> naive_pattern(const Tensor& q, const Tensor& k, double scale, bool causal, double tau = 1) {
   const int64_t T = q.size(-2), S = k.size(-2), d = q.size(-1), heads = q.numel() / (T * d);

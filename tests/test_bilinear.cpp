@@ -16,12 +16,6 @@ namespace {
 
 Tensor golden_t(const std::string& name) { return golden("transport", name); }
 
-std::vector<Tensor> leaves(const std::vector<Tensor>& values) {
-  std::vector<Tensor> out;
-  for (const Tensor& v : values) out.push_back(v.clone().requires_grad_());
-  return out;
-}
-
 // W x̃ for row m of x (M, d) and W (h, d+1), in double.
 double project_row(const std::vector<float>& x, const std::vector<float>& W, int64_t m, int64_t o, int64_t d) {
   double s = W[size_t(o * (d + 1))];

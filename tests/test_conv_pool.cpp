@@ -97,6 +97,7 @@ TEST_CASE("conv2d: gradients across strides, padding, dilation, groups and 1x1")
       {{1, 2, 32, 32}, {2, 2, 1, 1}, {}},                    // 1x1: one image, no copies
       {{2, 1, 32, 32}, {2, 1, 3, 3}, Conv2dOptions::square(1, 1)},  // one image per GEMM, 2 partials
       {{2, 3, 5, 5}, {3, 1, 3, 3}, Conv2dOptions::square(2, 1, 1, 3)},  // depthwise, strided
+      {{1, 16, 4, 5}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},     // Winograd
   };
   uint64_t seed = 100;
   for (const Case& c : cases) {
@@ -116,9 +117,10 @@ TEST_CASE("conv2d: matches PyTorch (forward, input, weight and bias gradients)")
   check_golden_case("conv", "conv.wide", 3, conv_with(Conv2dOptions::square(1, 1)));
   check_golden_case("conv", "conv.strided_1x1", 3, conv_with(Conv2dOptions::square(2)));
   check_golden_case("conv", "conv.depthwise", 3, conv_with(Conv2dOptions::square(1, 2, 2, 3)));
+  check_golden_case("conv", "conv.winograd", 3, conv_with(Conv2dOptions::square(1, 1)));
 }
 
-TEST_CASE("conv2d: deep layers cut into row tiles match a direct convolution") {
+TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
   // Deep or large images: the column matrix of a whole image exceeds the cache budget, so
   // each image runs as several GEMMs over bands of output rows (flat and strided copies).
   struct Case {
@@ -131,6 +133,12 @@ TEST_CASE("conv2d: deep layers cut into row tiles match a direct convolution") {
       {{2, 128, 20, 20}, {8, 64, 3, 3}, Conv2dOptions::square(1, 2, 2, 2)},
       {{2, 16, 48, 48}, {4, 16, 3, 3}, Conv2dOptions::square(1, 1)},  // large images: tiles in backward too
       {{1, 8, 81, 81}, {4, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      // Winograd F(2x2, 3x3): odd sizes (clipped edge tiles), every padding, bands of tile rows.
+      {{2, 16, 11, 13}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 24, 9, 8}, {20, 24, 3, 3}, Conv2dOptions::square(1, 0)},
+      {{1, 16, 7, 7}, {16, 16, 3, 3}, Conv2dOptions::square(1, 2)},
+      {{1, 128, 40, 40}, {16, 128, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{1, 16, 66, 64}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
   };
   uint64_t seed = 700;
   for (const Case& c : cases) {

@@ -3,11 +3,9 @@
 // into a temporary folder; only the Fashion-MNIST check reads an installed dataset.
 #include <doctest/doctest.h>
 #include <stb/stb_image_write.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
 #include <cmath>
 #include <fstream>
@@ -25,26 +23,13 @@
 #include "engine/data/transform.h"
 #include "engine/error.h"
 #include "engine/threads.h"
+#include "tests/support.h"
 
 using namespace adjoint;
+using adjoint::testing::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh folder under the system temp dir, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("adjoint_data_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -101,17 +86,17 @@ TEST_CASE("data: IDX files round trip, gzipped and raw") {
   IdxArray labels{{3}, {7, 0, 9}};
   for (const std::string suffix : {"", ".gz"}) {
     CAPTURE(suffix);
-    write_idx(dir / ("img" + suffix), images);
-    write_idx(dir / ("lab" + suffix), labels);
-    const IdxArray back = read_idx(dir / ("img" + suffix));
+    write_idx(dir.file("img" + suffix), images);
+    write_idx(dir.file("lab" + suffix), labels);
+    const IdxArray back = read_idx(dir.file("img" + suffix));
     CHECK(back.dims == images.dims);
     CHECK(back.data == images.data);
     // The gzipped file really is compressed (zlib's magic), the raw one starts with the IDX magic.
-    const std::vector<uint8_t> head = bytes_of(dir / ("img" + suffix));
+    const std::vector<uint8_t> head = bytes_of(dir.file("img" + suffix));
     if (suffix.empty()) CHECK((head[0] == 0 && head[2] == 0x08 && head[3] == 3));
     else CHECK((head[0] == 0x1f && head[1] == 0x8b));
 
-    IdxDataset d(dir / ("img" + suffix), dir / ("lab" + suffix), "tiny");
+    IdxDataset d(dir.file("img" + suffix), dir.file("lab" + suffix), "tiny");
     CHECK(d.size() == 3);
     CHECK(d.shape() == Shape{1, 2, 4});
     CHECK(d.num_classes() == 10);
@@ -124,34 +109,34 @@ TEST_CASE("data: IDX files round trip, gzipped and raw") {
     }
   }
   // The split layout: gzipped train files, raw test files, found by name.
-  write_idx(dir / "train-images-idx3-ubyte.gz", images);
-  write_idx(dir / "train-labels-idx1-ubyte.gz", labels);
-  write_idx(dir / "t10k-images-idx3-ubyte", IdxArray{{1, 2, 4}, pattern(8, 2)});
-  write_idx(dir / "t10k-labels-idx1-ubyte", IdxArray{{1}, {4}});
-  const auto train = fashion_mnist("train", dir.path.string());
-  const auto test = mnist("test", dir.path.string());
+  write_idx(dir.file("train-images-idx3-ubyte.gz"), images);
+  write_idx(dir.file("train-labels-idx1-ubyte.gz"), labels);
+  write_idx(dir.file("t10k-images-idx3-ubyte"), IdxArray{{1, 2, 4}, pattern(8, 2)});
+  write_idx(dir.file("t10k-labels-idx1-ubyte"), IdxArray{{1}, {4}});
+  const auto train = fashion_mnist("train", dir.path().string());
+  const auto test = mnist("test", dir.path().string());
   CHECK(train->size() == 3);
   CHECK(train->name() == "fashion-mnist/train");
   CHECK(test->size() == 1);
   CHECK(test->label(0) == 4);
-  CHECK_THROWS_WITH_AS(fashion_mnist("valid", dir.path.string()), doctest::Contains("unknown split 'valid'"), Error);
-  CHECK_THROWS_WITH_AS(fashion_mnist("train", dir / "nowhere"), doctest::Contains("no such file"), Error);
+  CHECK_THROWS_WITH_AS(fashion_mnist("valid", dir.path().string()), doctest::Contains("unknown split 'valid'"), Error);
+  CHECK_THROWS_WITH_AS(fashion_mnist("train", dir.file("nowhere")), doctest::Contains("no such file"), Error);
 }
 
 TEST_CASE("data: corrupt IDX files are errors naming the file and the fault") {
   TempDir dir;
   const IdxArray images{{2, 3, 3}, pattern(18, 3)};
   const IdxArray labels{{2}, {1, 2}};
-  write_idx(dir / "good-img", images);
-  write_idx(dir / "good-lab", labels);
-  write_idx(dir / "good-img.gz", images);
-  const std::vector<uint8_t> raw = bytes_of(dir / "good-img");
+  write_idx(dir.file("good-img"), images);
+  write_idx(dir.file("good-lab"), labels);
+  write_idx(dir.file("good-img.gz"), images);
+  const std::vector<uint8_t> raw = bytes_of(dir.file("good-img"));
 
   auto expect = [&](const std::string& name, const std::vector<uint8_t>& bytes, const std::string& what) {
     CAPTURE(name);
-    write_bytes(dir / name, bytes);
-    CHECK_THROWS_WITH_AS(read_idx(dir / name), contains(dir / name), Error);
-    CHECK_THROWS_WITH_AS(read_idx(dir / name), contains(what), Error);
+    write_bytes(dir.file(name), bytes);
+    CHECK_THROWS_WITH_AS(read_idx(dir.file(name)), contains(dir.file(name)), Error);
+    CHECK_THROWS_WITH_AS(read_idx(dir.file(name)), contains(what), Error);
   };
   std::vector<uint8_t> bad = raw;
   bad[0] = 0x12;
@@ -167,26 +152,26 @@ TEST_CASE("data: corrupt IDX files are errors naming the file and the fault") {
   expect("trailing", bad, "unexpected bytes");
 
   // A gzip stream cut in half: zlib notices the missing end.
-  const std::vector<uint8_t> gz = bytes_of(dir / "good-img.gz");
-  write_bytes(dir / "cut.gz", std::vector<uint8_t>(gz.begin(), gz.begin() + static_cast<long>(gz.size() / 2)));
-  CHECK_THROWS_WITH_AS(read_idx(dir / "cut.gz"), contains(dir / "cut.gz"), Error);
+  const std::vector<uint8_t> gz = bytes_of(dir.file("good-img.gz"));
+  write_bytes(dir.file("cut.gz"), std::vector<uint8_t>(gz.begin(), gz.begin() + static_cast<long>(gz.size() / 2)));
+  CHECK_THROWS_WITH_AS(read_idx(dir.file("cut.gz")), contains(dir.file("cut.gz")), Error);
   // Corrupted compressed bytes (past the gzip header): a data or CRC error.
   bad = gz;
   for (size_t i = 12; i < bad.size() - 8; ++i) bad[i] ^= 0x5A;
-  write_bytes(dir / "garbled.gz", bad);
-  CHECK_THROWS_WITH_AS(read_idx(dir / "garbled.gz"), contains(dir / "garbled.gz"), Error);
+  write_bytes(dir.file("garbled.gz"), bad);
+  CHECK_THROWS_WITH_AS(read_idx(dir.file("garbled.gz")), contains(dir.file("garbled.gz")), Error);
 
   // Consistency between the two files of a dataset.
-  write_idx(dir / "three-lab", IdxArray{{3}, {0, 1, 2}});
-  CHECK_THROWS_WITH_AS(IdxDataset(dir / "good-img", dir / "three-lab", "x"),
+  write_idx(dir.file("three-lab"), IdxArray{{3}, {0, 1, 2}});
+  CHECK_THROWS_WITH_AS(IdxDataset(dir.file("good-img"), dir.file("three-lab"), "x"),
                        doctest::Contains("3 labels for 2 images"), Error);
-  write_idx(dir / "big-lab", IdxArray{{2}, {1, 10}});
-  CHECK_THROWS_WITH_AS(IdxDataset(dir / "good-img", dir / "big-lab", "x"),
+  write_idx(dir.file("big-lab"), IdxArray{{2}, {1, 10}});
+  CHECK_THROWS_WITH_AS(IdxDataset(dir.file("good-img"), dir.file("big-lab"), "x"),
                        doctest::Contains("label 10 of example 1"), Error);
-  CHECK_THROWS_WITH_AS(IdxDataset(dir / "good-lab", dir / "good-lab", "x"),
+  CHECK_THROWS_WITH_AS(IdxDataset(dir.file("good-lab"), dir.file("good-lab"), "x"),
                        doctest::Contains("images must have 3 dimensions"), Error);
-  CHECK_THROWS_WITH_AS(read_idx(dir / "absent"), doctest::Contains("absent: no such file"), Error);
-  IdxDataset good(dir / "good-img", dir / "good-lab", "good");
+  CHECK_THROWS_WITH_AS(read_idx(dir.file("absent")), doctest::Contains("absent: no such file"), Error);
+  IdxDataset good(dir.file("good-img"), dir.file("good-lab"), "good");
   std::vector<float> x(9);
   CHECK_THROWS_WITH_AS(good.get(2, x.data()), doctest::Contains("good: example 2 is out of range [0, 2)"), Error);
 }
@@ -205,12 +190,12 @@ TEST_CASE("data: CIFAR-10 binary batches round trip") {
     return bytes;
   };
   for (int b = 1; b <= 5; ++b)
-    write_bytes(dir / ("data_batch_" + std::to_string(b) + ".bin"),
+    write_bytes(dir.file("data_batch_" + std::to_string(b) + ".bin"),
                 batch(b, {static_cast<uint8_t>(b - 1), static_cast<uint8_t>(10 - b)}));
-  write_bytes(dir / "test_batch.bin", batch(7, {3, 1, 4}));
+  write_bytes(dir.file("test_batch.bin"), batch(7, {3, 1, 4}));
 
-  const auto train = cifar10(dir.path.string(), "train");
-  const auto test = cifar10(dir.path.string(), "test");
+  const auto train = cifar10(dir.path().string(), "train");
+  const auto test = cifar10(dir.path().string(), "test");
   CHECK(train->size() == 10);
   CHECK(test->size() == 3);
   CHECK(train->shape() == Shape{3, 32, 32});
@@ -224,13 +209,13 @@ TEST_CASE("data: CIFAR-10 binary batches round trip") {
 
   std::vector<uint8_t> cut = batch(7, {3, 1});
   cut.resize(record + 100);
-  write_bytes(dir / "test_batch.bin", cut);
-  CHECK_THROWS_WITH_AS(cifar10(dir.path.string(), "test"), contains(dir / "test_batch.bin"), Error);
-  CHECK_THROWS_WITH_AS(cifar10(dir.path.string(), "test"), doctest::Contains("100 bytes left over"), Error);
-  write_bytes(dir / "test_batch.bin", batch(7, {3, 12}));
-  CHECK_THROWS_WITH_AS(cifar10(dir.path.string(), "test"), doctest::Contains("label 12 of record 1"), Error);
-  fs::remove(dir.path / "data_batch_3.bin");
-  CHECK_THROWS_WITH_AS(cifar10(dir.path.string(), "train"), doctest::Contains("data_batch_3.bin: no such file"),
+  write_bytes(dir.file("test_batch.bin"), cut);
+  CHECK_THROWS_WITH_AS(cifar10(dir.path().string(), "test"), contains(dir.file("test_batch.bin")), Error);
+  CHECK_THROWS_WITH_AS(cifar10(dir.path().string(), "test"), doctest::Contains("100 bytes left over"), Error);
+  write_bytes(dir.file("test_batch.bin"), batch(7, {3, 12}));
+  CHECK_THROWS_WITH_AS(cifar10(dir.path().string(), "test"), doctest::Contains("label 12 of record 1"), Error);
+  fs::remove(dir.path() / "data_batch_3.bin");
+  CHECK_THROWS_WITH_AS(cifar10(dir.path().string(), "train"), doctest::Contains("data_batch_3.bin: no such file"),
                        Error);
 }
 
@@ -245,15 +230,15 @@ TEST_CASE("data: image folder of PNGs, sorted classes, channel conversion and re
   };
   const std::vector<std::string> classes = {"b_dog", "a_cat"};  // written out of order
   for (size_t c = 0; c < classes.size(); ++c) {
-    fs::create_directories(dir.path / classes[c]);
+    fs::create_directories(dir.path() / classes[c]);
     for (int k = 0; k < 2; ++k) {
-      const std::string file = dir / (classes[c] + "/img" + std::to_string(k) + ".png");
+      const std::string file = dir.file(classes[c] + "/img" + std::to_string(k) + ".png");
       REQUIRE(stbi_write_png(file.c_str(), w, h, 3, rgb(static_cast<int>(c), k).data(), w * 3) != 0);
     }
   }
-  write_bytes(dir / "a_cat/notes.txt", {'h', 'i'});  // not an image: ignored
+  write_bytes(dir.file("a_cat/notes.txt"), {'h', 'i'});  // not an image: ignored
 
-  ImageFolder full(dir.path.string(), 3, h, w);
+  ImageFolder full(dir.path().string(), 3, h, w);
   CHECK(full.size() == 4);
   CHECK(full.classes() == std::vector<std::string>{"a_cat", "b_dog"});
   CHECK(full.num_classes() == 2);
@@ -269,27 +254,27 @@ TEST_CASE("data: image folder of PNGs, sorted classes, channel conversion and re
   CHECK(full.label(2) == 1);
 
   // Grey conversion is stb's (luma-weighted); resizing follows resize_bilinear exactly.
-  ImageFolder grey(dir.path.string(), 1, h, w);
+  ImageFolder grey(dir.path().string(), 1, h, w);
   const std::vector<float> g = example_input(grey, 1);
   CHECK(g.size() == size_t(w * h));
   CHECK(g[0] > 0.0f);
-  ImageFolder small(dir.path.string(), 3, 2, 3);
+  ImageFolder small(dir.path().string(), 3, 2, 3);
   const std::vector<float> s = example_input(small, 1);
   std::vector<float> expected(3 * 2 * 3);
   resize_bilinear(x.data(), 3, h, w, expected.data(), 2, 3);
   CHECK(s == expected);
 
   // An unreadable image is named when the folder is opened.
-  write_bytes(dir / "b_dog/broken.png", {1, 2, 3, 4, 5});
-  CHECK_THROWS_WITH_AS(ImageFolder(dir.path.string(), 3, h, w), doctest::Contains("b_dog/broken.png"), Error);
+  write_bytes(dir.file("b_dog/broken.png"), {1, 2, 3, 4, 5});
+  CHECK_THROWS_WITH_AS(ImageFolder(dir.path().string(), 3, h, w), doctest::Contains("b_dog/broken.png"), Error);
   // A PNG whose header is intact but whose data is cut is named when decoded.
-  fs::remove(dir.path / "b_dog/broken.png");
-  const std::vector<uint8_t> png = bytes_of(dir / "b_dog/img1.png");
-  write_bytes(dir / "b_dog/img1.png", std::vector<uint8_t>(png.begin(), png.begin() + 40));
-  ImageFolder cut(dir.path.string(), 3, h, w);
+  fs::remove(dir.path() / "b_dog/broken.png");
+  const std::vector<uint8_t> png = bytes_of(dir.file("b_dog/img1.png"));
+  write_bytes(dir.file("b_dog/img1.png"), std::vector<uint8_t>(png.begin(), png.begin() + 40));
+  ImageFolder cut(dir.path().string(), 3, h, w);
   CHECK_THROWS_WITH_AS(example_input(cut, 3), doctest::Contains("b_dog/img1.png: cannot decode image"), Error);
-  CHECK_THROWS_WITH_AS(ImageFolder(dir / "missing", 3, h, w), doctest::Contains("no such folder"), Error);
-  CHECK_THROWS_WITH_AS(ImageFolder(dir.path.string(), 2, h, w), doctest::Contains("channels must be 1, 3 or 4"),
+  CHECK_THROWS_WITH_AS(ImageFolder(dir.file("missing"), 3, h, w), doctest::Contains("no such folder"), Error);
+  CHECK_THROWS_WITH_AS(ImageFolder(dir.path().string(), 2, h, w), doctest::Contains("channels must be 1, 3 or 4"),
                        Error);
 }
 
@@ -405,8 +390,8 @@ TEST_CASE("data: modular addition content and split sizes") {
 TEST_CASE("data: text corpus targets are the inputs shifted by one") {
   TempDir dir;
   const std::string text = "The quick brown fox jumps over the lazy dog.\n";  // 45 bytes
-  write_bytes(dir / "corpus.txt", std::vector<uint8_t>(text.begin(), text.end()));
-  const auto corpus = text_corpus(dir / "corpus.txt", 8);
+  write_bytes(dir.file("corpus.txt"), std::vector<uint8_t>(text.begin(), text.end()));
+  const auto corpus = text_corpus(dir.file("corpus.txt"), 8);
   CHECK(corpus->size() == 5);  // (45 - 1) / 8
   CHECK(corpus->shape() == Shape{8});
   CHECK(corpus->num_classes() == 256);
@@ -421,13 +406,13 @@ TEST_CASE("data: text corpus targets are the inputs shifted by one") {
     }
   }
   CHECK_THROWS_WITH_AS(corpus->get(0, x.data()), doctest::Contains("carry 8 targets"), Error);
-  const auto train = text_corpus(dir / "corpus.txt", 4, "train", 0.2);       // first 36 bytes
-  const auto valid = text_corpus(dir / "corpus.txt", 4, "validation", 0.2);  // last 9
+  const auto train = text_corpus(dir.file("corpus.txt"), 4, "train", 0.2);       // first 36 bytes
+  const auto valid = text_corpus(dir.file("corpus.txt"), 4, "validation", 0.2);  // last 9
   CHECK(train->size() == 8);
   CHECK(valid->size() == 2);
   valid->get(0, x.data(), y.data());
   CHECK(x[0] == static_cast<float>(text[36]));
-  CHECK_THROWS_WITH_AS(text_corpus(dir / "corpus.txt", 45), doctest::Contains("do not fill one sequence"), Error);
+  CHECK_THROWS_WITH_AS(text_corpus(dir.file("corpus.txt"), 45), doctest::Contains("do not fill one sequence"), Error);
 }
 
 TEST_CASE("data: loader batches, epochs, seeds, prefetch and resume") {

@@ -11,13 +11,9 @@
 #include "tests/support.h"
 
 using namespace adjoint;
-using adjoint::testing::check_close;
-using adjoint::testing::check_gradients;
-using adjoint::testing::check_math_case;
-using adjoint::testing::random_tensor;
+using namespace adjoint::testing;
 
 namespace {
-using Args = std::vector<Tensor>;
 using Unary = Tensor (*)(const Tensor&);
 }  // namespace
 

@@ -98,6 +98,17 @@ std::vector<int64_t> fixture_targets(const std::string& name) {
   return targets;
 }
 
+// A case of the fixture: the model, its input batch "<name>.x" and the target classes.
+struct FixtureCase {
+  std::shared_ptr<Model> model;
+  Tensor x;
+  std::vector<int64_t> targets;
+};
+
+FixtureCase fixture_case(const std::string& name) {
+  return {fixture_model(name), golden("explain", name + ".x"), fixture_targets(name)};
+}
+
 double max_abs(const Tensor& t) {
   double m = 0;
   for (float v : t.to_vector()) m = std::max(m, double(std::fabs(v)));
@@ -129,9 +140,7 @@ std::vector<double> per_example_sums(const Tensor& attribution) {
 }
 
 void check_against_fixture(const std::string& name) {
-  auto model = fixture_model(name);
-  const Tensor x = golden("explain", name + ".x");
-  const std::vector<int64_t> targets = fixture_targets(name);
+  const auto [model, x, targets] = fixture_case(name);
   {
     NoGrad no_grad;
     check_close(model->forward(x), golden("explain", name + ".logits"), 1e-4, 1e-5, name + " logits");
@@ -203,9 +212,7 @@ TEST_CASE("explain: method names, explainers and predicted classes") {
       "soft_pullback", "pullback",         "pullback_ascent", "gradient_ascent", "gradient",       "input_x_gradient",
       "smoothgrad",    "integrated_gradients", "guided_backprop", "gradcam",      "guided_gradcam", "deeplift"};
   CHECK(explanation_methods() == expected);
-  auto model = fixture_model("cnn");
-  const Tensor x = golden("explain", "cnn.x");
-  const std::vector<int64_t> targets = fixture_targets("cnn");
+  const auto [model, x, targets] = fixture_case("cnn");
   ExplainOptions o;
   o.smoothgrad_samples = 3;
   o.ig_steps = 3;
@@ -318,9 +325,7 @@ TEST_CASE("explain: on a linear network every transport is the gradient") {
 }
 
 TEST_CASE("explain: soft pullback tends to the pullback as the temperatures go to zero") {
-  auto model = fixture_model("cnn");
-  const Tensor x = golden("explain", "cnn.x");
-  const std::vector<int64_t> targets = fixture_targets("cnn");
+  const auto [model, x, targets] = fixture_case("cnn");
   const Tensor hard = explain("pullback", *model, x, targets);
   double previous = 1e30;
   for (float tau : {0.3f, 0.03f, 1e-4f, 1e-7f}) {
@@ -338,9 +343,7 @@ TEST_CASE("explain: soft pullback tends to the pullback as the temperatures go t
 }
 
 TEST_CASE("explain: pullback ascent with one step is α times the normalised soft pullback") {
-  auto model = fixture_model("vit");
-  const Tensor x = golden("explain", "vit.x");
-  const std::vector<int64_t> targets = fixture_targets("vit");
+  const auto [model, x, targets] = fixture_case("vit");
   ExplainOptions o;
   o.ascent_steps = 1;
   o.ascent_alpha = 0.7f;
@@ -359,9 +362,8 @@ TEST_CASE("explain: pullback ascent with one step is α times the normalised sof
 }
 
 TEST_CASE("explain: integrated gradients are complete, Gauss-Legendre converging faster than trapezoid") {
-  auto model = fixture_model("vit");  // smooth (GELU): the quadrature error is what is measured
-  const Tensor x = golden("explain", "vit.x");
-  const std::vector<int64_t> targets = fixture_targets("vit");
+  // The ViT is smooth (GELU): the quadrature error is what is measured.
+  const auto [model, x, targets] = fixture_case("vit");
   ExplainOptions o;
   o.baseline = golden("explain", "vit.baseline");
   const std::vector<double> fx = target_logits(*model, x, targets);
@@ -410,9 +412,7 @@ TEST_CASE("explain: DeepLift sums to the difference of the target logits on a Re
 }
 
 TEST_CASE("explain: SmoothGrad is the mean gradient at noisy copies, however it is batched") {
-  auto model = fixture_model("cnn");
-  const Tensor x = golden("explain", "cnn.x");
-  const std::vector<int64_t> targets = fixture_targets("cnn");
+  const auto [model, x, targets] = fixture_case("cnn");
   ExplainOptions o;
   o.smoothgrad_samples = 5;
   o.seed = 99;

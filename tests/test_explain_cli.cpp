@@ -3,9 +3,7 @@
 // on a tiny random model that writes every file into a temporary folder.
 #include <doctest/doctest.h>
 #include <stb/stb_image.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -25,20 +23,6 @@ using namespace adjoint::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh folder under the system temp dir, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("adjoint_explain_cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
@@ -129,10 +113,10 @@ TEST_CASE("report: PNG files are written atomically and decode to the same pixel
   image.set(0, 0, {255, 0, 0});
   image.set(4, 2, {0, 0, 255});
   image.set(2, 1, {12, 34, 56});
-  const fs::path path = dir.path / "small.png";
+  const fs::path path = dir.path() / "small.png";
   write_png(path.string(), image);
   CHECK(fs::exists(path));
-  for (const auto& entry : fs::directory_iterator(dir.path))  // no temporary file is left
+  for (const auto& entry : fs::directory_iterator(dir.path()))  // no temporary file is left
     CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
   const Decoded d = decode_png(path);
   REQUIRE(d.width == 5);
@@ -144,9 +128,9 @@ TEST_CASE("report: PNG files are written atomically and decode to the same pixel
                                      {"soft_pullback", {{Image(4, 4, {255, 0, 0}), ""}, {Image(), ""}}}});
   CHECK(sheet.width > 8);
   CHECK(sheet.height > 4 + text_height());
-  write_png((dir.path / "sheet.png").string(), sheet);
-  CHECK(decode_png(dir.path / "sheet.png").width == sheet.width);
-  CHECK_THROWS_WITH_AS(write_png((dir.path / "no_such_dir" / "x.png").string(), image), doctest::Contains("no_such_dir"),
+  write_png((dir.path() / "sheet.png").string(), sheet);
+  CHECK(decode_png(dir.path() / "sheet.png").width == sheet.width);
+  CHECK_THROWS_WITH_AS(write_png((dir.path() / "no_such_dir" / "x.png").string(), image), doctest::Contains("no_such_dir"),
                        Error);
 }
 
@@ -214,7 +198,7 @@ TEST_CASE("explain cli: a report on a tiny random model writes pictures, attribu
   o.metrics = {"sparseness", "infidelity"};
   o.perturbations = 10;
   o.batch_size = 1;  // two batches: the second continues the first's rows
-  o.out_dir = dir.path.string();
+  o.out_dir = dir.path().string();
   o.normalisation = {{0.5f}, {0.5f}};
   o.explain.range = {-1.0f, 1.0f};
   int64_t last_done = -1, last_total = -1;
@@ -231,14 +215,14 @@ TEST_CASE("explain cli: a report on a tiny random model writes pictures, attribu
     for (const char* file : {"input.png", "soft_pullback.png", "soft_pullback_overlay.png", "pullback_ascent.png",
                              "pullback_ascent_overlay.png", "pullback_ascent_counterfactual.png", "sheet.png"}) {
       CAPTURE(file);
-      REQUIRE(fs::exists(dir.path / image / file));
+      REQUIRE(fs::exists(dir.path() / image / file));
     }
-  const Decoded heat = decode_png(dir.path / "image_0000" / "soft_pullback.png");
+  const Decoded heat = decode_png(dir.path() / "image_0000" / "soft_pullback.png");
   CHECK(heat.width == 28 * 8);
   CHECK(heat.height == 28 * 8);
-  CHECK(!fs::exists(dir.path / "image_0000" / "soft_pullback_counterfactual.png"));
+  CHECK(!fs::exists(dir.path() / "image_0000" / "soft_pullback_counterfactual.png"));
 
-  const SafetensorsFile sp = read_safetensors((dir.path / "attributions_soft_pullback.safetensors").string());
+  const SafetensorsFile sp = read_safetensors((dir.path() / "attributions_soft_pullback.safetensors").string());
   CHECK(sp.tensors.at("attributions").shape() == Shape{2, 1, 28, 28});
   CHECK(sp.tensors.at("inputs").shape() == Shape{2, 1, 28, 28});
   CHECK(sp.tensors.at("targets").shape() == Shape{2});
@@ -246,15 +230,15 @@ TEST_CASE("explain cli: a report on a tiny random model writes pictures, attribu
   // The stored map is the method's map of each image (batching does not change it).
   check_close(sp.tensors.at("attributions"), explain("soft_pullback", *model, x, r.targets), 1e-5, 1e-6,
               "stored soft pullback");
-  const SafetensorsFile pa = read_safetensors((dir.path / "attributions_pullback_ascent.safetensors").string());
+  const SafetensorsFile pa = read_safetensors((dir.path() / "attributions_pullback_ascent.safetensors").string());
   CHECK(pa.tensors.count("counterfactuals") == 1);
 
-  const std::vector<std::string> csv = lines_of(read_text(dir.path / "metrics.csv"));
+  const std::vector<std::string> csv = lines_of(read_text(dir.path() / "metrics.csv"));
   REQUIRE(csv.size() == 5);
   CHECK(csv[1].rfind("soft_pullback,infidelity,lower is better,", 0) == 0);
   CHECK(csv[4].rfind("pullback_ascent,sparseness,higher is better,", 0) == 0);
-  CHECK(parse_json(read_text(dir.path / "metrics.json")).find("results")->size() == 4);
-  CHECK(read_text(dir.path / "metrics.md").find("sparseness ↑") != std::string::npos);
+  CHECK(parse_json(read_text(dir.path() / "metrics.json")).find("results")->size() == 4);
+  CHECK(read_text(dir.path() / "metrics.md").find("sparseness ↑") != std::string::npos);
   const MetricRow* row = r.table.find("soft_pullback", "infidelity");
   REQUIRE(row != nullptr);
   CHECK(row->summary.count == 2);

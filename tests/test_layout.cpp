@@ -10,15 +10,9 @@
 #include "tests/support.h"
 
 using namespace adjoint;
-using adjoint::testing::check_close;
-using adjoint::testing::check_gradients;
-using adjoint::testing::check_math_case;
-using adjoint::testing::math_golden;
-using adjoint::testing::math_golden_indices;
-using adjoint::testing::random_tensor;
+using namespace adjoint::testing;
 
 namespace {
-using Args = std::vector<Tensor>;
 bool shares(const Tensor& a, const Tensor& b) { return a.impl()->storage == b.impl()->storage; }
 }  // namespace
 

@@ -14,15 +14,7 @@
 #include "tests/support.h"
 
 using namespace adjoint;
-using adjoint::testing::check_close;
-using adjoint::testing::check_gradients;
-using adjoint::testing::check_math_case;
-using adjoint::testing::math_golden_indices;
-using adjoint::testing::random_tensor;
-
-namespace {
-using Args = std::vector<Tensor>;
-}
+using namespace adjoint::testing;
 
 TEST_CASE("softmax: gradients match central differences") {
   const Tensor x = random_tensor({2, 3, 5}, 51, -2.0f, 2.0f);

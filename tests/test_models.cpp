@@ -88,12 +88,6 @@ std::shared_ptr<Model> golden_model(const std::string& case_name) {
   return model;
 }
 
-std::string temp_path(const std::string& leaf) {
-  auto dir = std::filesystem::temp_directory_path() / "adjoint_test_models";
-  std::filesystem::create_directories(dir);
-  return (dir / leaf).string();
-}
-
 }  // namespace
 
 TEST_CASE("models: logits match PyTorch (torchvision/timm names, weights loaded by name)") {
@@ -165,7 +159,8 @@ TEST_CASE("models: int64 and half-precision tensors in a weight file load as PyT
                                   0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40,      // F32 3, 4
                                   7, 0, 0, 0, 0, 0, 0, 0};                 // I64 7
   bytes.append(reinterpret_cast<const char*>(data), sizeof data);
-  const std::string path = temp_path("bn_export.safetensors");
+  TempDir dir;
+  const std::string path = dir.file("bn_export.safetensors");
   std::ofstream(path, std::ios::binary) << bytes;
   SafetensorsFile file = read_safetensors(path);
   CHECK(file.dtypes.at("num_batches_tracked") == "I64");
@@ -184,7 +179,6 @@ TEST_CASE("models: int64 and half-precision tensors in a weight file load as PyT
   CHECK(sd.at("bias").to_vector() == std::vector<float>{0.5f, 0.25f});
   CHECK(sd.at("running_var").to_vector() == std::vector<float>{3.0f, 4.0f});
   CHECK(sd.at("num_batches_tracked").item() == 7.0f);
-  std::filesystem::remove(path);
 }
 
 TEST_CASE("models: checkpoints round-trip and corrupted ones are refused") {
@@ -192,7 +186,8 @@ TEST_CASE("models: checkpoints round-trip and corrupted ones are refused") {
   c.width = 0.125;
   Generator gen(3);
   auto model = make_model(c, gen);
-  const std::string path = temp_path("ckpt.safetensors");
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
   save_checkpoint(path, *model, nullptr, 2, 17, {{"note", "test"}});
   Checkpoint ck = load_checkpoint(path);
   CHECK(ck.epoch == 2);
@@ -209,5 +204,4 @@ TEST_CASE("models: checkpoints round-trip and corrupted ones are refused") {
   // A plain weights file is not a checkpoint.
   write_safetensors(path, model->state_dict());
   CHECK_THROWS_WITH_AS(load_checkpoint(path), doctest::Contains("not an adjoint checkpoint"), Error);
-  std::filesystem::remove(path);
 }

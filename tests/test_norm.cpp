@@ -15,13 +15,6 @@ namespace {
 
 const std::vector<Transport> kTransports = {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()};
 
-// Fresh leaves holding the values of `values` (each requiring grad).
-std::vector<Tensor> leaves(const std::vector<Tensor>& values) {
-  std::vector<Tensor> out;
-  for (const Tensor& v : values) out.push_back(v.clone().requires_grad_());
-  return out;
-}
-
 Tensor golden_t(const std::string& name) { return golden("transport", name); }
 
 // Per-channel biased statistics of x (N, C, ...): 1/sqrt(var + eps).

@@ -14,14 +14,9 @@
 #include "tests/support.h"
 
 using namespace adjoint;
-using adjoint::testing::check_close;
-using adjoint::testing::check_gradients;
-using adjoint::testing::check_math_case;
-using adjoint::testing::math_golden;
-using adjoint::testing::random_tensor;
+using namespace adjoint::testing;
 
 namespace {
-using Args = std::vector<Tensor>;
 
 // Distinct values at least 0.1 apart in a shuffled order: no near-ties for max.
 Tensor separated(const Shape& shape, uint64_t seed) {

@@ -1,7 +1,6 @@
 // JSON values and the safetensors reader/writer: round trips, the dtype fixture written
 // by tests/goldens/gen_safetensors.py, corrupted files and the atomic write.
 #include <doctest/doctest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,31 +32,13 @@ std::string error_message(const std::function<void()>& action) {
   return "";
 }
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
-public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / cat("adjoint_test_safetensors_", ::getpid(), "_", counter++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  // Names of the entries, sorted.
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path_)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
-private:
-  fs::path path_;
-};
+// Names of the entries of `dir`, sorted.
+std::vector<std::string> listing(const testing::TempDir& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir.path())) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -231,7 +212,7 @@ TEST_CASE("json typed access names the expected and actual kinds") {
 // safetensors
 
 TEST_CASE("safetensors write then read round trips shapes, values and metadata") {
-  TempDir dir;
+  testing::TempDir dir;
   const std::string path = dir.file("model.safetensors");
   const Tensor matrix = testing::random_tensor({3, 4}, 7);
   // A transposed view: the writer must store its values in row-major order.
@@ -333,7 +314,7 @@ TEST_CASE("safetensors reads every dtype of the fixture from gen_safetensors.py"
 }
 
 TEST_CASE("safetensors rejects corrupted files with a one-line error naming the file") {
-  TempDir dir;
+  testing::TempDir dir;
   const std::string good = dir.file("good.safetensors");
   write_safetensors(good, {{"a", Tensor::ones({2})}, {"b", Tensor::ones({3})}});
   const std::string good_bytes = read_bytes(good);
@@ -403,11 +384,11 @@ TEST_CASE("safetensors rejects corrupted files with a one-line error naming the 
 }
 
 TEST_CASE("safetensors write is atomic and leaves no temporary file") {
-  TempDir dir;
+  testing::TempDir dir;
   const std::string path = dir.file("weights.safetensors");
   write_safetensors(path, {{"w", Tensor::ones({2, 2})}});
   write_safetensors(path, {{"w", Tensor::full({3}, 2.0f)}});  // replaces the old file
-  CHECK(dir.listing() == std::vector<std::string>{"weights.safetensors"});
+  CHECK(listing(dir) == std::vector<std::string>{"weights.safetensors"});
   CHECK(read_safetensors(path).tensors.at("w").to_vector() == std::vector<float>{2.0f, 2.0f, 2.0f});
 
   // A missing directory: the error names the path, and nothing is created.
@@ -423,7 +404,7 @@ TEST_CASE("safetensors write is atomic and leaves no temporary file") {
   fs::create_directories(fs::path(blocked) / "inside");
   CHECK(error_message([&] { write_safetensors(blocked, {{"w", Tensor::ones({2})}}); }).find("renaming") !=
         std::string::npos);
-  CHECK(dir.listing() == std::vector<std::string>{"blocked.safetensors", "weights.safetensors"});
+  CHECK(listing(dir) == std::vector<std::string>{"blocked.safetensors", "weights.safetensors"});
   CHECK(fs::is_directory(fs::path(blocked) / "inside"));
 
   // Invalid input fails before anything touches the disk; the old file stays intact.
@@ -432,12 +413,12 @@ TEST_CASE("safetensors write is atomic and leaves no temporary file") {
   CHECK(error_message([&] { write_safetensors(path, {{"undefined", Tensor()}}); }) ==
         cat("write_safetensors: ", path, ": tensor 'undefined' is undefined"));
   CHECK(read_safetensors(path).tensors.at("w").numel() == 3);
-  CHECK(dir.listing() == std::vector<std::string>{"blocked.safetensors", "weights.safetensors"});
+  CHECK(listing(dir) == std::vector<std::string>{"blocked.safetensors", "weights.safetensors"});
 }
 
 // A benchmark, skipped by default: ./adjoint_tests -tc='safetensors 100 MB*' --no-skip
 TEST_CASE("safetensors 100 MB write and read timing" * doctest::skip()) {
-  TempDir dir;
+  testing::TempDir dir;
   const std::string path = dir.file("big.safetensors");
   std::map<std::string, Tensor> tensors;
   for (int i = 0; i < 25; ++i) tensors.emplace(cat("layer", i), Tensor::full({1000, 1000}, static_cast<float>(i)));

@@ -10,6 +10,7 @@
 #include "engine/threads.h"
 #include "models/checkpoint.h"
 #include "models/training.h"
+#include "tests/support.h"
 
 using namespace adjoint;
 
@@ -54,12 +55,6 @@ DataSource quadrants() {
   return d;
 }
 
-std::string fresh_dir(const std::string& leaf) {
-  auto dir = std::filesystem::temp_directory_path() / "adjoint_test_training" / leaf;
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
-
 std::vector<float> all_weights(const Model& m) {
   std::vector<float> out;
   for (auto& [name, t] : m.state_dict()) {
@@ -79,14 +74,15 @@ void check_resume(ModelConfig config, const DataSource& data, TrainOptions o, in
   o.batch_size = 16;
   o.checkpoint_every = 1;
 
-  o.out_dir = fresh_dir(config.arch + "_straight");
+  const testing::TempDir straight_dir, interrupted_dir;
+  o.out_dir = straight_dir.path().string();
   Generator g1(o.seed);
   auto straight = make_model(config, g1);
   auto records = train(*straight, data, o);
   CHECK(records.size() == 3);
   CHECK(std::filesystem::exists(o.out_dir + "/log.csv"));
 
-  o.out_dir = fresh_dir(config.arch + "_interrupted");
+  o.out_dir = interrupted_dir.path().string();
   Generator g2(o.seed);
   auto first = make_model(config, g2);
   CHECK_THROWS_AS(train(*first, data, o,

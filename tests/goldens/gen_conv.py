@@ -50,10 +50,11 @@ conv_cases = [
     ("stride2", (3, 2, 8, 7), (3, 2, 3, 3), dict(stride=2, padding=1)),
     ("groups", (2, 4, 6, 6), (6, 2, 3, 3), dict(groups=2)),
     ("pointwise", (3, 5, 4, 4), (6, 5, 1, 1), dict()),                  # 1x1 fast path, images folded
-    ("pointwise_wide", (2, 2, 32, 32), (1, 2, 1, 1), dict()),           # 1x1 fast path, one image per GEMM
+    ("pointwise_wide", (2, 2, 16, 16), (1, 2, 1, 1), dict()),           # 1x1 fast path, one image per GEMM
     ("wide", (2, 1, 32, 32), (1, 1, 3, 3), dict(padding=1)),            # one image per GEMM, 2 partial sums
     ("strided_1x1", (2, 3, 5, 5), (2, 3, 1, 1), dict(stride=2)),        # 1x1 but not pointwise
     ("depthwise", (2, 3, 5, 5), (3, 1, 3, 3), dict(padding=2, dilation=2, groups=3)),
+    ("winograd", (1, 16, 5, 6), (16, 16, 3, 3), dict(padding=1)),     # 3x3 stride 1, >= 16 channels
 ]
 for name, xs, ws, kw in conv_cases:
     record(f"conv.{name}", lambda x, w, b, kw=kw: F.conv2d(x, w, b, **kw),
