@@ -52,11 +52,11 @@ void select_blas_kernels() {
 }
 
 // One single-threaded sgemm (OpenBLAS is pinned to one thread by engine/threads.cpp).
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B,
-              static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+           int64_t ldb, float beta, float* C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+              static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
+              C, static_cast<int>(ldc));
 }
 
 // Work below which a product is not worth splitting (flops): about 100 µs of one core.
@@ -89,7 +89,8 @@ int64_t panel_width(int64_t extent, int64_t other, int64_t K) {
 void scale(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
     float* row = C + i * ldc;
-    if (beta == 0.0f) std::fill(row, row + N, 0.0f);
+    if (beta == 0.0f)
+      std::fill(row, row + N, 0.0f);
     else
       for (int64_t j = 0; j < N; ++j) row[j] *= beta;
   }
@@ -97,12 +98,13 @@ void scale(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
 
 }  // namespace
 
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
+          int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale(M, N, beta, C, ldc);
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  if (flops < kSplitFlops || num_threads() == 1) return gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (flops < kSplitFlops || num_threads() == 1)
+    return gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   select_blas_kernels();
   if (N >= M) {  // column panels: C[:, j0:j1] = op(A) · op(B)[:, j0:j1]
     const int64_t width = panel_width(N, M, K);

@@ -92,11 +92,11 @@ class LinearNode : public Node {
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   check(a_in.defined() && b_in.defined(), "matmul: undefined operand");
-  check(a_in.dim() >= 2 && b_in.dim() >= 2, "matmul: expects matrices (2-D or more), got a ", a_in.shape(),
-        " and b ", b_in.shape());
+  check(a_in.dim() >= 2 && b_in.dim() >= 2, "matmul: expects matrices (2-D or more), got a ", a_in.shape(), " and b ",
+        b_in.shape());
   const int64_t M = a_in.size(-2), K = a_in.size(-1), N = b_in.size(-1);
-  check(b_in.size(-2) == K, "matmul: a ", a_in.shape(), " and b ", b_in.shape(), " have inner dimensions ", K,
-        " and ", b_in.size(-2));
+  check(b_in.size(-2) == K, "matmul: a ", a_in.shape(), " and b ", b_in.shape(), " have inner dimensions ", K, " and ",
+        b_in.size(-2));
   Shape out_shape(a_in.shape().begin(), a_in.shape().end() - 1);
   out_shape.push_back(N);
   MatmulShape s{1, M, K, N};
@@ -111,8 +111,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   }
   Tensor a = a_in.contiguous(), b = b_in.contiguous();
   Tensor out = Tensor::empty(out_shape);
-  gemm_batched(s.count, false, false, s.M, s.N, s.K, 1.0f, a.data(), K, s.M * K, b.data(), N, K * N, 0.0f,
-               out.data(), N, s.M * N);
+  gemm_batched(s.count, false, false, s.M, s.N, s.K, 1.0f, a.data(), K, s.M * K, b.data(), N, K * N, 0.0f, out.data(),
+               N, s.M * N);
   if (needs_grad({a, b})) attach(out, std::make_shared<MatmulNode>(a.detach(), b.detach(), s), {a, b});
   return out;
 }
@@ -121,8 +121,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   check(x_in.defined() && weight_in.defined(), "linear: undefined input or weight");
   check(weight_in.dim() == 2, "linear: weight must be 2-D (out, in), got ", weight_in.shape());
   const int64_t out_features = weight_in.size(0), in_features = weight_in.size(1);
-  check(x_in.dim() >= 1 && x_in.size(-1) == in_features, "linear: weight ", weight_in.shape(), " expects ",
-        in_features, " input features, input is ", x_in.shape());
+  check(x_in.dim() >= 1 && x_in.size(-1) == in_features, "linear: weight ", weight_in.shape(), " expects ", in_features,
+        " input features, input is ", x_in.shape());
   if (bias_in.defined())
     check(bias_in.shape() == Shape{out_features}, "linear: bias ", bias_in.shape(), " does not match weight ",
           weight_in.shape(), " (expects [", out_features, "])");
@@ -143,8 +143,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   }
   gemm(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features, beta, y,
        out_features);
-  if (needs_grad({x, w, bias}))
-    attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias});
+  if (needs_grad({x, w, bias})) attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias});
   return out;
 }
 

@@ -28,8 +28,7 @@ struct PoolGeometry {
 
   int64_t planes() const { return N * C; }
   Window window(int64_t oh, int64_t ow) const {
-    if (adaptive)
-      return {oh * H / OH, ((oh + 1) * H + OH - 1) / OH, ow * W / OW, ((ow + 1) * W + OW - 1) / OW};
+    if (adaptive) return {oh * H / OH, ((oh + 1) * H + OH - 1) / OH, ow * W / OW, ((ow + 1) * W + OW - 1) / OW};
     const int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;
     return {std::max<int64_t>(h0, 0), std::min(h0 + kh, H), std::max<int64_t>(w0, 0), std::min(w0 + kw, W)};
   }
@@ -45,14 +44,13 @@ struct PoolGeometry {
   }
 };
 
-PoolGeometry fixed_geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
-                            int64_t ph, int64_t pw) {
+PoolGeometry fixed_geometry(const char* op, const Tensor& x, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+                            int64_t pw) {
   check(x.defined(), op, ": undefined input");
   check(x.dim() == 4, op, ": input must be (N, C, H, W), got ", x.shape());
   check(kh >= 1 && kw >= 1 && sh >= 1 && sw >= 1 && ph >= 0 && pw >= 0, op, ": invalid kernel ", kh, "x", kw,
         ", stride ", sh, "x", sw, ", padding ", ph, "x", pw, " for input ", x.shape());
-  check(2 * ph <= kh && 2 * pw <= kw, op, ": padding ", ph, "x", pw, " must be at most half the kernel ", kh, "x",
-        kw);
+  check(2 * ph <= kh && 2 * pw <= kw, op, ": padding ", ph, "x", pw, " must be at most half the kernel ", kh, "x", kw);
   PoolGeometry g;
   g.N = x.size(0), g.C = x.size(1), g.H = x.size(2), g.W = x.size(3);
   g.kh = kh, g.kw = kw, g.sh = sh, g.sw = sw, g.ph = ph, g.pw = pw;

@@ -93,9 +93,9 @@ TEST_CASE("conv2d: gradients across strides, padding, dilation, groups and 1x1")
       {{2, 3, 5, 5}, {4, 3, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 2, 7, 6}, {3, 2, 3, 2}, {2, 1, 1, 2, 2, 1, 1}},  // stride 2x1, padding 1x2, dilation 2x1
       {{1, 4, 5, 5}, {6, 2, 3, 3}, Conv2dOptions::square(1, 1, 1, 2)},
-      {{3, 4, 3, 3}, {5, 4, 1, 1}, {}},                      // 1x1: images folded into one GEMM
-      {{1, 2, 32, 32}, {2, 2, 1, 1}, {}},                    // 1x1: one image, no copies
-      {{2, 1, 32, 32}, {2, 1, 3, 3}, Conv2dOptions::square(1, 1)},  // one image per GEMM, 2 partials
+      {{3, 4, 3, 3}, {5, 4, 1, 1}, {}},                                 // 1x1: images folded into one GEMM
+      {{1, 2, 32, 32}, {2, 2, 1, 1}, {}},                               // 1x1: one image, no copies
+      {{2, 1, 32, 32}, {2, 1, 3, 3}, Conv2dOptions::square(1, 1)},      // one image per GEMM, 2 partials
       {{2, 3, 5, 5}, {3, 1, 3, 3}, Conv2dOptions::square(2, 1, 1, 3)},  // depthwise, strided
       {{1, 16, 4, 5}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},     // Winograd
   };
@@ -182,21 +182,27 @@ TEST_CASE("conv2d: a batch's gradients equal the sums of its images' gradients")
 
 TEST_CASE("conv2d: the same bits at 1 and 2 threads") {
   ThreadCount restore;
-  const Tensor x = random_tensor({8, 32, 16, 16}, 300), w = random_tensor({48, 32, 3, 3}, 301),
-               b = random_tensor({48}, 302), u = random_tensor({8, 48, 16, 16}, 303);
-  const Fn f = conv_with(Conv2dOptions::square(1, 1));
-  set_num_threads(1);
-  const auto one = vjp(f, {x, w, b}, u);
-  Tensor y1;
-  {
-    NoGrad no_grad;
-    y1 = f({x, w, b});
+  // Winograd (3x3, stride 1) and im2col (stride 2), with enough images for parallel blocks.
+  for (const Conv2dOptions& options : {Conv2dOptions::square(1, 1), Conv2dOptions::square(2, 1)}) {
+    const Tensor x = random_tensor({8, 32, 16, 16}, 300), w = random_tensor({48, 32, 3, 3}, 301),
+                 b = random_tensor({48}, 302);
+    const Fn f = conv_with(options);
+    Tensor y1, y2;
+    {
+      NoGrad no_grad;
+      set_num_threads(1);
+      y1 = f({x, w, b});
+      set_num_threads(2);
+      y2 = f({x, w, b});
+    }
+    CHECK(y1.to_vector() == y2.to_vector());
+    const Tensor u = random_tensor(y1.shape(), 303);
+    set_num_threads(1);
+    const auto one = vjp(f, {x, w, b}, u);
+    set_num_threads(2);
+    const auto two = vjp(f, {x, w, b}, u);
+    for (size_t i = 0; i < 3; ++i) CHECK(one[i].to_vector() == two[i].to_vector());
   }
-  set_num_threads(2);
-  const auto two = vjp(f, {x, w, b}, u);
-  NoGrad no_grad;
-  CHECK(f({x, w, b}).to_vector() == y1.to_vector());
-  for (size_t i = 0; i < 3; ++i) CHECK(one[i].to_vector() == two[i].to_vector());
 }
 
 TEST_CASE("conv2d: backward skips the gradients nobody needs") {
@@ -237,13 +243,14 @@ TEST_CASE("conv2d: one rule for every transport") {
 }
 
 TEST_CASE("conv2d: bad shapes") {
-  CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({8, 4, 32, 32}), Tensor::zeros({64, 3, 3, 3})),
-                       doctest::Contains("conv2d: weight [64, 3, 3, 3] expects 3 input channels, input is [8, 4, 32, 32]"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      conv2d(Tensor::zeros({8, 4, 32, 32}), Tensor::zeros({64, 3, 3, 3})),
+      doctest::Contains("conv2d: weight [64, 3, 3, 3] expects 3 input channels, input is [8, 4, 32, 32]"), Error);
   CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({4, 32, 32}), Tensor::zeros({8, 4, 3, 3})),
                        doctest::Contains("conv2d: input must be (N, C, H, W), got [4, 32, 32]"), Error);
-  CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({1, 4, 8, 8}), Tensor::zeros({6, 2, 3, 3}), {}, Conv2dOptions{}.with_groups(3)),
-                       doctest::Contains("conv2d: groups 3 must divide"), Error);
+  CHECK_THROWS_WITH_AS(
+      conv2d(Tensor::zeros({1, 4, 8, 8}), Tensor::zeros({6, 2, 3, 3}), {}, Conv2dOptions{}.with_groups(3)),
+      doctest::Contains("conv2d: groups 3 must divide"), Error);
   CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({1, 4, 8, 8}), Tensor::zeros({6, 4, 3, 3}), Tensor::zeros({5})),
                        doctest::Contains("conv2d: bias [5] does not match weight [6, 4, 3, 3]"), Error);
   CHECK_THROWS_WITH_AS(conv2d(Tensor::zeros({1, 4, 2, 2}), Tensor::zeros({6, 4, 3, 3})),
@@ -266,11 +273,14 @@ TEST_CASE("pool: gradients of max, average and adaptive average pooling") {
 }
 
 TEST_CASE("pool: matches PyTorch") {
-  check_golden_case("conv", "maxpool.k3s2p1", 1, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 2, 1); });
+  check_golden_case("conv", "maxpool.k3s2p1", 1,
+                    [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 2, 1); });
   check_golden_case("conv", "maxpool.k2s1", 1, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 2, 1); });
   // Ties: the first maximum in row-major window order takes the whole cotangent.
-  check_golden_case("conv", "maxpool.ties", 1, [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 1, 1); });
-  check_golden_case("conv", "avgpool.k3s2p1", 1, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 3, 2, 1); });
+  check_golden_case("conv", "maxpool.ties", 1,
+                    [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 1, 1); });
+  check_golden_case("conv", "avgpool.k3s2p1", 1,
+                    [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 3, 2, 1); });
   check_golden_case("conv", "avgpool.k2s2", 1, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 2, 2); });
   check_golden_case("conv", "adaptive.7x5to3x2", 1,
                     [](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], 3, 2); });
@@ -288,7 +298,8 @@ TEST_CASE("pool: soft max-pool pullback matches the PyTorch reference (unfold, d
     int64_t k, s, p;
     float tau;
   };
-  for (const Case& c : {Case{"k3s2p1_t03", 3, 2, 1, 0.3f}, Case{"k3s2p1_t1", 3, 2, 1, 1.0f}, Case{"k2s1_t03", 2, 1, 0, 0.3f}}) {
+  for (const Case& c :
+       {Case{"k3s2p1_t03", 3, 2, 1, 0.3f}, Case{"k3s2p1_t1", 3, 2, 1, 1.0f}, Case{"k2s1_t03", 2, 1, 0, 0.3f}}) {
     const std::string name = std::string("softmax_pool.") + c.name;
     const Tensor x = golden("conv", name + ".in0"), u = golden("conv", name + ".u");
     const Fn f = [c](const std::vector<Tensor>& in) { return max_pool2d(in[0], c.k, c.s, c.p); };

@@ -29,38 +29,18 @@
 #include "ops/matmul.h"
 #include "tools/cli.h"
 #include "tools/bench_explain.h"
+#include "tools/bench_models.h"
+#include "tools/timing.h"
 
 namespace adjoint {
 
 namespace {
 
-// What a run's time is: wall-clock time, or the CPU time of the whole process (immune to
-// other programs taking the cores of a shared machine, but only a duration at one thread).
-bool cpu_clock = false;
-double now_seconds() {
-  if (cpu_clock) {
-    timespec t{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-  }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+// How every measurement of this run is timed (--clock).
+cli::TimingOptions timing;
 
-// Median time in seconds of `repeats` runs, after untimed warm-up runs (at least one, and
-// at least 0.1 s: caches, page tables and the CPU clock settle).
 double median_seconds(int64_t repeats, const std::function<void()>& run) {
-  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-  do run();
-  while (std::chrono::steady_clock::now() < warm_until);
-  std::vector<double> times;
-  for (int64_t r = 0; r < repeats; ++r) {
-    const double start = now_seconds();
-    run();
-    times.push_back(now_seconds() - start);
-  }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return cli::median_seconds(repeats, run, timing);
 }
 
 // One product as BLAS sees it: op(A) M×K times op(B) K×N.
@@ -183,7 +163,7 @@ void write_results(const std::string& path, const std::vector<Row>& rows, int64_
   check(out.good(), "bench: cannot write ", path);
   const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
   if (json) {
-    out << "{\"threads\": " << num_threads() << ", \"clock\": \"" << (cpu_clock ? "cpu" : "wall") << "\", \"blas\": \""
+    out << "{\"threads\": " << num_threads() << ", \"clock\": \"" << (timing.clock == cli::BenchClock::Cpu ? "cpu" : "wall") << "\", \"blas\": \""
         << blas_kernels() << "\", \"batch\": " << batch
         << ", \"repeats\": " << repeats << ",\n \"results\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -207,6 +187,9 @@ void write_results(const std::string& path, const std::vector<Row>& rows, int64_
 
 int run_bench(const cli::Args& args) {
   if (!args.positionals().empty() && args.positionals()[0] == "explain") return run_bench_explain(args);
+  if (!args.positionals().empty() && args.positionals()[0] == "models") return run_bench_models(args);
+  if (!args.positionals().empty())
+    throw UsageError(cat("bench: unknown benchmark '", args.positionals()[0], "' (models, explain, or none for the ops)"));
   const bool quick = args.flag("quick");
   const std::string only = args.has("only") ? args.text("only") : "";
   if (!only.empty() && only != "conv" && only != "matmul")
@@ -216,10 +199,11 @@ int run_bench(const cli::Args& args) {
   if (batch < 1) throw UsageError(cat("option --batch expects a count >= 1, got ", batch));
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
   const std::string out_path = args.has("out") ? args.text("out") : "";
+  if (!out_path.empty()) check(std::ofstream(out_path).good(), "bench: cannot write ", out_path);  // fail early
   const std::string clock = args.text("clock");
   if (clock != "wall" && clock != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", clock, "'"));
-  cpu_clock = clock == "cpu";
-  if (cpu_clock && num_threads() != 1)
+  timing.clock = clock == "cpu" ? cli::BenchClock::Cpu : cli::BenchClock::Wall;
+  if (timing.clock == cli::BenchClock::Cpu && num_threads() != 1)
     throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", num_threads(), " threads)"));
 
   std::printf("adjoint bench: %d threads, OpenBLAS kernels %s, median %s time of %lld runs\n", num_threads(),

@@ -8,6 +8,7 @@
 // 32×32×3 inputs with untrained weights (the cost does not depend on the weights), or the
 // model of --checkpoint on inputs of its size.
 #include "tools/bench_explain.h"
+#include "tools/timing.h"
 
 #include <algorithm>
 #include <chrono>
@@ -26,19 +27,6 @@ namespace adjoint {
 
 namespace {
 
-// Median wall time in seconds of `repeats` runs, after one untimed warm-up run if asked.
-double median_seconds(int64_t repeats, const std::function<void()>& run, bool warm_up = true) {
-  if (warm_up) run();
-  std::vector<double> times;
-  for (int64_t r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  const size_t n = times.size();
-  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-}
 
 struct Timed {
   std::string model, method;
@@ -77,7 +65,8 @@ void bench_model(const std::string& name, const Model& model, int64_t batch, int
   for (const BenchMethod& m : bench_methods()) {
     const auto run = [&] { explain(m.method, model, x, targets, o); };
     const double seconds =
-        m.many_passes ? median_seconds(std::min<int64_t>(repeats, 2), run, false) : median_seconds(repeats, run);
+        m.many_passes ? cli::median_seconds(std::min<int64_t>(repeats, 2), run, {cli::BenchClock::Wall, 0, 0.0})
+                      : cli::median_seconds(repeats, run);
     Timed t{name, m.label, seconds * 1e3 / double(batch), 0};
     if (m.method == "gradient") gradient_ms = t.ms_per_image;
     t.ratio = t.ms_per_image / gradient_ms;

@@ -7,6 +7,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -90,7 +91,7 @@ Result bench_model(const ModelCase& mc, int64_t batch, int64_t repeats) {
   const int64_t before = memory_stats().current_bytes;
   step();
   r.peak_mib = double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
-  r.train_per_s = double(r.batch) / cli::median_seconds(repeats, step, 0);
+  r.train_per_s = double(r.batch) / cli::median_seconds(repeats, step, {cli::BenchClock::Wall, 0, 0.0});
   model->train(false);
   r.infer_per_s = double(r.batch) / cli::median_seconds(repeats, [&] {
     NoGrad off;
@@ -106,7 +107,13 @@ int run_bench_models(const cli::Args& args) {
   const int64_t batch = args.has("batch") ? args.integer("batch") : 64;
   const int64_t repeats = args.has("repeats") ? args.integer("repeats") : quick ? 2 : 5;
   if (batch < 1 || repeats < 1) throw UsageError("bench models: --batch and --repeats must be at least 1");
-  std::vector<std::string> only = args.has("models") ? args.list("models") : std::vector<std::string>{};
+  std::vector<std::string> only = args.has("only") ? args.list("only") : std::vector<std::string>{};
+  for (const std::string& name : only) {
+    std::string known;
+    bool found = false;
+    for (const ModelCase& mc : cases()) found |= mc.name == name, known += " " + mc.name;
+    if (!found) throw UsageError(cat("bench models: --only names an unknown model '", name, "'; known:", known));
+  }
   std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median of %lld steps\n",
               num_threads(), (long long)batch, (long long)repeats);
   std::printf("%-12s %14s %14s %16s\n", "model", "train samples/s", "infer samples/s", "train peak MiB");

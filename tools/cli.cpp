@@ -47,7 +47,8 @@ std::string usage_line(const Command* command) {
 
 void print_options(std::ostream& out, const std::vector<OptionSpec>& options) {
   size_t width = 0;
-  for (const OptionSpec& o : options) width = std::max(width, o.name.size() + (o.value.empty() ? 0 : o.value.size() + 1));
+  for (const OptionSpec& o : options)
+    width = std::max(width, o.name.size() + (o.value.empty() ? 0 : o.value.size() + 1));
   for (const OptionSpec& o : options) {
     std::string left = "--" + o.name + (o.value.empty() ? "" : " " + o.value);
     out << "  " << left << std::string(width + 4 - left.size() + 2, ' ') << o.help;
@@ -60,7 +61,8 @@ void print_main_help(std::ostream& out) {
   out << usage_line(nullptr) << "\n\nadjoint: a deep-learning engine with adjoint transports.\n\ncommands:\n";
   size_t width = 0;
   for (const Command* c : commands()) width = std::max(width, c->name.size());
-  for (const Command* c : commands()) out << "  " << c->name << std::string(width + 3 - c->name.size(), ' ') << c->summary << "\n";
+  for (const Command* c : commands())
+    out << "  " << c->name << std::string(width + 3 - c->name.size(), ' ') << c->summary << "\n";
   out << "\nglobal options:\n";
   print_options(out, global_options());
   out << "\nRun 'adjoint <command> --help' for a command's options.\n";
@@ -140,8 +142,8 @@ Parsed parse(int argc, char** argv, const Command*& failed_in) {
 
 }  // namespace
 
-Args::Args(std::string command, std::map<std::string, std::string> values,
-           std::map<std::string, std::string> fallbacks, std::vector<std::string> positionals)
+Args::Args(std::string command, std::map<std::string, std::string> values, std::map<std::string, std::string> fallbacks,
+           std::vector<std::string> positionals)
     : command_(std::move(command)),
       values_(std::move(values)),
       fallbacks_(std::move(fallbacks)),
@@ -200,8 +202,10 @@ int run(int argc, char** argv) {
   try {
     Parsed p = parse(argc, argv, context);
     if (p.values.count("help")) {
-      if (p.command) print_command_help(std::cout, *p.command);
-      else print_main_help(std::cout);
+      if (p.command)
+        print_command_help(std::cout, *p.command);
+      else
+        print_main_help(std::cout);
       return 0;
     }
     if (!p.command) {

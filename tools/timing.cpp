@@ -1,22 +1,37 @@
 #include "tools/timing.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
 namespace adjoint::cli {
 
-double median_seconds(int64_t repeats, const std::function<void()>& run, int64_t warmup) {
-  for (int64_t w = 0; w < warmup; ++w) run();
+namespace {
+double now_seconds(BenchClock clock) {
+  if (clock == BenchClock::Cpu) {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+double median_seconds(int64_t repeats, const std::function<void()>& run, const TimingOptions& o) {
+  const auto warm_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.warmup_seconds);
+  for (int64_t w = 0; w < o.warmup_runs || (o.warmup_runs > 0 && std::chrono::steady_clock::now() < warm_until); ++w)
+    run();
   std::vector<double> times;
   for (int64_t r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+    const double start = now_seconds(o.clock);
     run();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    times.push_back(now_seconds(o.clock) - start);
   }
+  if (times.empty()) return 0;
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
-  if (n == 0) return 0;
   return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
 }
 
