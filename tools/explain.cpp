@@ -257,14 +257,7 @@ const cli::Registration explain_command({
         "monotonicity_correlation, sparseness, complexity, randomisation, focus (the last two only with\n"
         "--evaluate or when named).",
     .arguments = "[IMAGE...]",
-    .options = with_model_options({
-        {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
-        {"weights", "FILE", "a state dict for --model", ""},
-        {"classes", "N", "classes of --model", "1000"},
-        {"in-channels", "N", "input channels of --model", "3"},
-        {"image-size", "N", "input size of --model", "224"},
-        {"mean", "LIST", "per-channel normalisation mean for images", ""},
-        {"std", "LIST", "per-channel normalisation std for images", ""},
+    .options = with_model_source_options({
         {"image", "FILES", "comma-separated image files", ""},
         {"input", "FILE", "a .safetensors file holding the input batch (N, C, H, W)", ""},
         {"tensor", "NAME", "which tensor of --input", ""},

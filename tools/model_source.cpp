@@ -31,6 +31,20 @@ std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own
   return own;
 }
 
+std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSpec> own) {
+  static const std::vector<cli::OptionSpec> source = {
+      {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
+      {"weights", "FILE", "a state dict for --model", ""},
+      {"classes", "N", "classes of --model", "1000"},
+      {"in-channels", "N", "input channels of --model", "3"},
+      {"image-size", "N", "input size of --model", "224"},
+      {"mean", "LIST", "per-channel normalisation mean for images", ""},
+      {"std", "LIST", "per-channel normalisation std for images", ""},
+  };
+  own.insert(own.begin(), source.begin(), source.end());
+  return with_model_options(std::move(own));
+}
+
 ModelConfig model_config(const cli::Args& a) {
   ModelConfig c;
   c.arch = a.text("model");

@@ -23,6 +23,9 @@ namespace adjoint {
 const std::vector<cli::OptionSpec>& model_options();
 // `own` with the model-shape options in front.
 std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own);
+// `own` with the model-shape options and the options load_model reads (--checkpoint,
+// --weights, --classes, --in-channels, --image-size, --mean, --std) in front.
+std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSpec> own);
 // The config the model-shape options describe (data-dependent fields left at defaults).
 ModelConfig model_config(const cli::Args& args);
 

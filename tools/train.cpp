@@ -220,16 +220,9 @@ const cli::Registration predict_command({
         "and normalised with the checkpoint's statistics (or --mean/--std); a --input tensor is used\n"
         "as it is. Writes OUT.safetensors (tensor 'logits') and OUT.csv.",
     .arguments = "[IMAGE...]",
-    .options = with_model_options({
-        {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
-        {"weights", "FILE", "a state dict for --model", ""},
-        {"classes", "N", "classes of --model", "1000"},
-        {"in-channels", "N", "input channels of --model", "3"},
-        {"image-size", "N", "input size of --model", "224"},
+    .options = with_model_source_options({
         {"input", "FILE", "a .safetensors file holding the input batch", ""},
         {"tensor", "NAME", "which tensor of --input", ""},
-        {"mean", "LIST", "per-channel normalisation mean for images", ""},
-        {"std", "LIST", "per-channel normalisation std for images", ""},
         {"out", "PREFIX", "output files PREFIX.safetensors and PREFIX.csv", "predictions"},
     }),
     .run = run_predict,
