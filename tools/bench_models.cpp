@@ -50,8 +50,25 @@ std::vector<ModelCase> cases() {
 struct Result {
   std::string model;
   int64_t batch = 0;
-  double train_per_s = 0, infer_per_s = 0, peak_mib = 0;
+  double train_per_s = 0, infer_per_s = 0;
+  double peak_mib = 0;      // tensor storage held at the step's peak, beyond what it started with
+  double peak_rss_mib = 0;  // the process's resident-set peak over the step (as the PyTorch peer measures)
 };
+
+// A field of /proc/self/status in KiB (VmRSS, VmHWM); 0 where unavailable.
+int64_t vm_kib(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  int64_t value = 0;
+  while (status >> key) {
+    if (key == field + ":") return (status >> value) ? value : 0;
+    status.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+// Resets the kernel's resident-set high-water mark (VmHWM) to the current size.
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 // A fixed random batch: images and labels, or token ids and next-token labels.
 void make_batch(const ModelConfig& c, int64_t batch, Tensor& x, std::vector<int64_t>& labels) {
@@ -88,9 +105,11 @@ Result bench_model(const ModelCase& mc, int64_t batch, int64_t repeats) {
   model->train(true);
   step();  // warm-up, and allocates the optimizer state before measuring memory
   reset_peak_memory();
-  const int64_t before = memory_stats().current_bytes;
+  reset_peak_rss();
+  const int64_t before = memory_stats().current_bytes, rss_before = vm_kib("VmRSS");
   step();
   r.peak_mib = double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
+  r.peak_rss_mib = double(vm_kib("VmHWM") - rss_before) / 1024.0;
   r.train_per_s = double(r.batch) / cli::median_seconds(repeats, step, {cli::BenchClock::Wall, 0, 0.0});
   model->train(false);
   r.infer_per_s = double(r.batch) / cli::median_seconds(repeats, [&] {
@@ -116,12 +135,14 @@ int run_bench_models(const cli::Args& args) {
   }
   std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median of %lld steps\n",
               num_threads(), (long long)batch, (long long)repeats);
-  std::printf("%-12s %14s %14s %16s\n", "model", "train samples/s", "infer samples/s", "train peak MiB");
+  std::printf("%-12s %15s %15s %15s %15s\n", "model", "train samples/s", "infer samples/s", "step peak MiB",
+              "step RSS MiB");
   std::vector<Result> results;
   for (const ModelCase& mc : cases()) {
     if (!only.empty() && std::find(only.begin(), only.end(), mc.name) == only.end()) continue;
     Result r = bench_model(mc, batch, repeats);
-    std::printf("%-12s %14.1f %14.1f %16.1f\n", r.model.c_str(), r.train_per_s, r.infer_per_s, r.peak_mib);
+    std::printf("%-12s %15.1f %15.1f %15.1f %15.1f\n", r.model.c_str(), r.train_per_s, r.infer_per_s, r.peak_mib,
+                r.peak_rss_mib);
     std::fflush(stdout);
     results.push_back(r);
   }
@@ -132,7 +153,8 @@ int run_bench_models(const cli::Args& args) {
                                        {"batch", r.batch},
                                        {"train_samples_per_s", r.train_per_s},
                                        {"infer_samples_per_s", r.infer_per_s},
-                                       {"peak_step_mib", r.peak_mib}}));
+                                       {"peak_step_mib", r.peak_mib},
+                                       {"peak_rss_step_mib", r.peak_rss_mib}}));
     Json doc(Json::Object{{"threads", num_threads()}, {"batch", batch}, {"models", rows}});
     write_file_atomic(args.text("out"), to_json(doc, 2) + "\n");
     std::printf("wrote %s; compare: /usr/bin/python3 tools/bench_models_torch.py --threads %d --ours %s --memory\n",
