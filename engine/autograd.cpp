@@ -47,7 +47,7 @@ const void* key_of(const Tensor& t) {
 // or nodes); `deliver` receives each as soon as it is final.
 void run(const Tensor& output, const Tensor& cotangent, const Transport& transport,
          const std::unordered_set<const void*>& wanted,
-         const std::function<void(const void*, const Tensor&)>& deliver) {
+         const std::function<void(const void*, const Tensor&)>& deliver, bool release_graph) {
   check(output.defined(), "backward: the output tensor is undefined");
   Tensor seed = cotangent;
   if (!seed.defined()) {
@@ -62,17 +62,22 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
     return;
   }
 
-  // Reverse topological order by iterative depth-first search.
-  std::vector<Node*> order;
+  // Reverse topological order by iterative depth-first search. `order` owns its nodes:
+  // releasing a node lets go of its inputs, which may hold the last reference to a node
+  // still to be processed.
+  std::vector<std::shared_ptr<Node>> order;
   std::unordered_set<Node*> seen;
-  std::vector<std::pair<Node*, size_t>> stack{{output.grad_fn().get(), 0}};
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack{{output.grad_fn(), 0}};
   seen.insert(output.grad_fn().get());
   while (!stack.empty()) {
     auto& [node, next] = stack.back();
+    if (node->released)
+      throw Error(cat("backward: the graph through ", node->name(),
+                      " was already consumed by backward(); run the forward again (grad() and vjp() keep the graph)"));
     if (next < node->inputs.size()) {
       const Tensor& in = node->inputs[next++];
-      Node* child = in.defined() ? in.grad_fn().get() : nullptr;
-      if (child && seen.insert(child).second) stack.push_back({child, 0});
+      const std::shared_ptr<Node>& child = in.defined() ? in.grad_fn() : nullptr;
+      if (child && seen.insert(child.get()).second) stack.push_back({child, 0});
     } else {
       order.push_back(node);
       stack.pop_back();
@@ -81,7 +86,8 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
   // `order` is post-order (inputs before users); a node reaches a wanted key when it is
   // wanted itself or any input does.
   std::unordered_set<const void*> reaches;
-  for (Node* node : order) {
+  for (const auto& owned : order) {
+    Node* node = owned.get();
     bool any = wanted.count(node) > 0;
     node->needs.assign(node->inputs.size(), false);
     for (size_t i = 0; i < node->inputs.size(); ++i) {
@@ -96,7 +102,7 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
   NoGrad no_grad;
   std::unordered_map<const void*, Tensor> pending{{output.grad_fn().get(), seed}};
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    Node* node = *it;
+    Node* node = it->get();
     auto found = pending.find(node);
     if (found == pending.end()) continue;  // nothing flows through this node
     Tensor cot = std::move(found->second);
@@ -116,6 +122,11 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
       const void* k = key_of(in);
       if (in.grad_fn()) accumulate(pending[k], cots[i]);
       else deliver(k, cots[i]);
+    }
+    if (release_graph) {
+      node->release();
+      node->inputs.clear();
+      node->released = true;
     }
   }
 }
@@ -170,12 +181,15 @@ void backward(const Tensor& output, const Tensor& cotangent, const Transport& tr
       }
     }
   }
-  run(output, cotangent, transport, leaves, [&](const void* key, const Tensor& cot) {
-    TensorImpl* leaf = impl_of.at(key);
-    Tensor g(leaf->grad);
-    accumulate(g, cot);
-    leaf->grad = g.impl_ptr();
-  });
+  run(
+      output, cotangent, transport, leaves,
+      [&](const void* key, const Tensor& cot) {
+        TensorImpl* leaf = impl_of.at(key);
+        Tensor g(leaf->grad);
+        accumulate(g, cot);
+        leaf->grad = g.impl_ptr();
+      },
+      /*release_graph=*/true);
 }
 
 std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent,
@@ -186,8 +200,9 @@ std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, c
     wanted.insert(key_of(t));
   }
   std::unordered_map<const void*, Tensor> got;
-  run(output, cotangent, transport, wanted,
-      [&](const void* key, const Tensor& cot) { accumulate(got[key], cot); });
+  run(
+      output, cotangent, transport, wanted, [&](const void* key, const Tensor& cot) { accumulate(got[key], cot); },
+      /*release_graph=*/false);
   std::vector<Tensor> result;
   for (const Tensor& t : wrt) {
     auto it = got.find(key_of(t));

@@ -21,8 +21,13 @@ public:
   // Tensor stands for "nothing flows there" (and must be returned where needs[i] is false
   // if the op wants to skip the work). Runs with recording off.
   virtual std::vector<Tensor> vjp(const Tensor& cotangent, const Transport& transport) = 0;
+  // Drops the forward state kept for vjp. backward() calls it (and lets go of `inputs`)
+  // as soon as a node has passed its cotangents on, so activations are freed during the
+  // backward pass, as in PyTorch; the graph cannot be transported again afterwards.
+  virtual void release() {}
 
   std::vector<Tensor> inputs;
+  bool released = false;  // set once backward() has consumed this node
   std::vector<bool> needs;  // needs[i]: some cotangent must reach inputs[i]; set before vjp
 };
 
@@ -49,7 +54,8 @@ void attach(Tensor& out, std::shared_ptr<Node> node, std::vector<Tensor> inputs)
 
 // Transports `cotangent` (ones for a one-element output when undefined) from `output` back
 // through the graph and accumulates the result into the .grad of every leaf that requires
-// grad (parameters and inputs).
+// grad (parameters and inputs). Frees the graph's saved state on the way: run the forward
+// again for a second pass (grad() and vjp() keep the graph).
 void backward(const Tensor& output, const Tensor& cotangent = {}, const Transport& transport = {});
 
 // Like backward, but returns the cotangents that reach `wrt` (leaves or intermediate

@@ -181,6 +181,7 @@ public:
   ActivationNode(Tensor z, Activation kind) : z_(std::move(z)), kind_(kind) {}
   std::string name() const override { return to_string(kind_); }
   std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override { return {transport(z_, u, kind_, t)}; }
+  void release() override { z_ = Tensor(); }
 
 private:
   Tensor z_;  // the input's values, detached

@@ -845,6 +845,8 @@ class Conv2dNode : public Node {
   }
 
  private:
+  void release() override { x_ = w_ = Tensor(); }
+
   ConvGeometry g_;
   Tensor x_, w_;
 };

@@ -81,6 +81,8 @@ private:
     return g;
   }
 
+  void release() override { first_ = second_ = Tensor(); }
+
   std::string name_;
   Tensor first_, second_;
   std::vector<Partial> partials_;

@@ -121,6 +121,8 @@ private:
     return t;
   }
 
+  void release() override { x_ = Tensor(); }
+
   Tensor x_;
   ChannelLayout layout_;
   std::vector<float> mean_, invstd_, gamma_;  // γ is 1 when there is no affine weight
@@ -208,6 +210,9 @@ public:
     }
     return out;
   }
+
+public:
+  void release() override { x_ = Tensor(); }
 
 private:
   Tensor x_;

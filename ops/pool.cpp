@@ -113,6 +113,11 @@ class MaxPoolNode : public Node {
   }
 
  private:
+  void release() override {
+    x_ = Tensor();
+    argmax_ = {};
+  }
+
   PoolGeometry g_;
   Tensor x_;
   std::vector<int32_t> argmax_;  // per output, the flat index h·W + w of its maximum in the plane

@@ -59,7 +59,10 @@ TEST_CASE("backward accumulates over shared uses and into leaves") {
   backward(y, Tensor::ones({3}));
   CHECK(a.grad().to_vector() == std::vector<float>{8, 20, 36});
   CHECK(x.grad().to_vector() == std::vector<float>{1, 4, 9});
-  backward(y, Tensor::ones({3}));  // a second pass accumulates
+  // backward() frees the graph: a second pass needs a new forward, and accumulates.
+  CHECK_THROWS_WITH_AS(backward(y, Tensor::ones({3})), doctest::Contains("already consumed"), Error);
+  y = scale(a, scale(a, x));
+  backward(y, Tensor::ones({3}));
   CHECK(a.grad().to_vector() == std::vector<float>{16, 40, 72});
   a.zero_grad();
   CHECK_FALSE(a.grad().defined());
