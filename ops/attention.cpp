@@ -94,6 +94,9 @@ public:
     return out;
   }
 
+public:
+  void release() override { q_ = k_ = v_ = a_ = Tensor(); }
+
 private:
   Tensor q_, k_, v_;  // detached, contiguous
   Tensor a_;          // the forward pattern (batch, T, S)

@@ -54,6 +54,9 @@ class MatmulNode : public Node {
     return {da, db};
   }
 
+ public:
+  void release() override { a_ = b_ = Tensor(); }
+
  private:
   Tensor a_, b_;
   MatmulShape s_;
@@ -82,6 +85,9 @@ class LinearNode : public Node {
     }
     return {dx, dw, db};
   }
+
+ public:
+  void release() override { x_ = w_ = Tensor(); }
 
  private:
   Tensor x_, w_;

@@ -120,6 +120,8 @@ public:
     return {g};
   }
 
+  void release() override { y_ = Tensor(); }
+
 private:
   bool log_;
   Tensor y_;  // the forward output (detached)
