@@ -21,6 +21,7 @@ const char* to_string(TransportKind kind) {
 
 namespace {
 thread_local bool recording = true;
+thread_local bool gradient_only = false;
 
 // Sums b into a (allocating a when it is empty). Plain loop: the engine's own add op
 // would record, and this runs with recording off anyway.
@@ -75,8 +76,7 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
       throw Error(cat("backward: the graph through ", node->name(),
                       " was already consumed by backward(); run the forward again (grad() and vjp() keep the graph)"));
     if (next < node->inputs.size()) {
-      const Tensor& in = node->inputs[next++];
-      const std::shared_ptr<Node>& child = in.defined() ? in.grad_fn() : nullptr;
+      const std::shared_ptr<Node>& child = node->inputs[next++].node;
       if (child && seen.insert(child.get()).second) stack.push_back({child, 0});
     } else {
       order.push_back(node);
@@ -91,10 +91,9 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
     bool any = wanted.count(node) > 0;
     node->needs.assign(node->inputs.size(), false);
     for (size_t i = 0; i < node->inputs.size(); ++i) {
-      const Tensor& in = node->inputs[i];
-      if (!in.defined() || !in.requires_grad()) continue;
-      const void* k = key_of(in);
-      if (wanted.count(k) || reaches.count(k)) node->needs[i] = any = true;
+      const Edge& in = node->inputs[i];
+      if (!in.requires_grad()) continue;
+      if (wanted.count(in.key()) || reaches.count(in.key())) node->needs[i] = any = true;
     }
     if (any) reaches.insert(node);
   }
@@ -116,12 +115,11 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
           " cotangents for ", node->inputs.size(), " inputs");
     for (size_t i = 0; i < cots.size(); ++i) {
       if (!node->needs[i] || !cots[i].defined()) continue;
-      const Tensor& in = node->inputs[i];
-      check(cots[i].shape() == in.shape(), "backward: ", node->name(), " returned a cotangent of shape ",
-            cots[i].shape(), " for input ", i, " of shape ", in.shape());
-      const void* k = key_of(in);
-      if (in.grad_fn()) accumulate(pending[k], cots[i]);
-      else deliver(k, cots[i]);
+      const Edge& in = node->inputs[i];
+      check(cots[i].shape() == in.shape, "backward: ", node->name(), " returned a cotangent of shape ",
+            cots[i].shape(), " for input ", i, " of shape ", in.shape);
+      if (in.node) accumulate(pending[in.key()], cots[i]);
+      else deliver(in.key(), cots[i]);
     }
     if (release_graph) {
       node->release();
@@ -136,6 +134,9 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
 bool grad_enabled() { return recording; }
 NoGrad::NoGrad() : previous_(recording) { recording = false; }
 NoGrad::~NoGrad() { recording = previous_; }
+bool recording_gradient_only() { return gradient_only; }
+GradientOnly::GradientOnly() : previous_(gradient_only) { gradient_only = true; }
+GradientOnly::~GradientOnly() { gradient_only = previous_; }
 
 bool needs_grad(std::initializer_list<Tensor> inputs) {
   if (!recording) return false;
@@ -150,8 +151,16 @@ bool needs_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
+Edge::Edge(const Tensor& input) {
+  if (!input.defined()) return;
+  shape = input.shape();
+  if (input.grad_fn()) node = input.grad_fn();
+  else if (input.requires_grad()) leaf = input.impl_ptr();
+}
+
 void attach(Tensor& out, std::shared_ptr<Node> node, std::vector<Tensor> inputs) {
-  node->inputs = std::move(inputs);
+  node->inputs.clear();
+  for (const Tensor& in : inputs) node->inputs.emplace_back(in);
   out.impl()->grad_fn = std::move(node);
 }
 
@@ -171,13 +180,12 @@ void backward(const Tensor& output, const Tensor& cotangent, const Transport& tr
   while (!stack.empty()) {
     Node* node = stack.back();
     stack.pop_back();
-    for (const Tensor& in : node->inputs) {
-      if (!in.defined()) continue;
-      if (in.grad_fn()) {
-        if (seen.insert(in.grad_fn().get()).second) stack.push_back(in.grad_fn().get());
-      } else if (in.requires_grad()) {
-        leaves.insert(in.impl());
-        impl_of[in.impl()] = in.impl();
+    for (const Edge& in : node->inputs) {
+      if (in.node) {
+        if (seen.insert(in.node.get()).second) stack.push_back(in.node.get());
+      } else if (in.leaf) {
+        leaves.insert(in.leaf.get());
+        impl_of[in.leaf.get()] = in.leaf.get();
       }
     }
   }

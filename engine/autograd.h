@@ -1,5 +1,5 @@
 // Define-by-run autograd. Each op that records attaches a Node to its output; the Node
-// keeps the op's inputs and whatever forward state it needs, and maps the output's
+// keeps an edge to each input and whatever forward state it needs, and maps the output's
 // cotangent to the inputs' cotangents under a chosen transport.
 #pragma once
 #include <functional>
@@ -12,6 +12,24 @@
 #include "engine/transport.h"
 
 namespace adjoint {
+
+class Node;
+
+// One input of a node as the graph sees it: where the input's cotangent goes, not its
+// values. Keeping the input tensor itself would keep every intermediate activation alive
+// until backward; each op saves exactly the values its vjp reads instead.
+struct Edge {
+  std::shared_ptr<Node> node;        // the input's history, when it is an op output in a graph
+  std::shared_ptr<TensorImpl> leaf;  // the input itself, when it is a leaf that requires grad
+  Shape shape;
+
+  Edge() = default;
+  explicit Edge(const Tensor& input);
+  // Some cotangent can flow to this input (it is a graph output or a grad-requiring leaf).
+  bool requires_grad() const { return node || leaf; }
+  // Identity of the input for the transport: its node, or its leaf's impl.
+  const void* key() const { return node ? static_cast<const void*>(node.get()) : static_cast<const void*>(leaf.get()); }
+};
 
 class Node {
 public:
@@ -26,7 +44,7 @@ public:
   // backward pass, as in PyTorch; the graph cannot be transported again afterwards.
   virtual void release() {}
 
-  std::vector<Tensor> inputs;
+  std::vector<Edge> inputs;
   bool released = false;  // set once backward() has consumed this node
   std::vector<bool> needs;  // needs[i]: some cotangent must reach inputs[i]; set before vjp
 };
@@ -39,6 +57,22 @@ public:
   ~NoGrad();
   NoGrad(const NoGrad&) = delete;
   NoGrad& operator=(const NoGrad&) = delete;
+
+private:
+  bool previous_;
+};
+
+// What a recorded graph will be transported by. A training step only ever takes the exact
+// gradient, so inside a GradientOnly scope ops may keep less state (a ReLU keeps its
+// output, which the next op keeps anyway, instead of its input). A graph recorded there
+// refuses the transports that would need the dropped values, with an error saying so.
+bool recording_gradient_only();
+class GradientOnly {
+public:
+  GradientOnly();
+  ~GradientOnly();
+  GradientOnly(const GradientOnly&) = delete;
+  GradientOnly& operator=(const GradientOnly&) = delete;
 
 private:
   bool previous_;

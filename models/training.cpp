@@ -226,6 +226,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
       optimizer->set_lr(schedule.at(step));
       Batch batch = loader.next();
       optimizer->zero_grad();
+      GradientOnly training_graph;  // this graph only ever takes the exact gradient
       Tensor logits = as_rows(model.forward(batch.inputs));
       Tensor loss = cross_entropy(logits, batch.labels, float(o.label_smoothing));
       const float loss_value = loss.item();

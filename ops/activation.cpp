@@ -176,16 +176,28 @@ Tensor transport(const Tensor& z, const Tensor& u, Activation kind, const Transp
 }
 
 // One node type for every activation: it keeps the pre-activation z and the kind.
+// Under GradientOnly a ReLU keeps its output y instead: y > 0 exactly where z > 0, which is
+// all the gradient, the pullback and guided backprop read, and y is kept alive by the
+// next op anyway (PyTorch's in-place ReLU saves the same tensor).
 class ActivationNode : public Node {
 public:
-  ActivationNode(Tensor z, Activation kind) : z_(std::move(z)), kind_(kind) {}
+  ActivationNode(Tensor saved, Activation kind, bool saved_output)
+      : saved_(std::move(saved)), kind_(kind), saved_output_(saved_output) {}
   std::string name() const override { return to_string(kind_); }
-  std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override { return {transport(z_, u, kind_, t)}; }
-  void release() override { z_ = Tensor(); }
+  std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
+    check(!saved_output_ || t.kind == TransportKind::Gradient || t.kind == TransportKind::Pullback ||
+              t.kind == TransportKind::Guided,
+          to_string(kind_), ": this graph was recorded under GradientOnly (a training step), which keeps only the ",
+          to_string(kind_), "'s output; the ", to_string(t.kind),
+          " transport needs its input, so record the forward outside GradientOnly");
+    return {transport(saved_, u, kind_, t)};
+  }
+  void release() override { saved_ = Tensor(); }
 
 private:
-  Tensor z_;  // the input's values, detached
+  Tensor saved_;       // the input z, or the output y of a ReLU recorded under GradientOnly; detached
   Activation kind_;
+  bool saved_output_;
 };
 
 }  // namespace
@@ -193,7 +205,10 @@ private:
 Tensor activation(const Tensor& x, Activation kind) {
   Tensor z = x.contiguous();
   Tensor out = forward(z, kind);
-  if (needs_grad({z})) attach(out, std::make_shared<ActivationNode>(z.detach(), kind), {z});
+  if (needs_grad({z})) {
+    const bool keep_output = kind == Activation::Relu && recording_gradient_only();
+    attach(out, std::make_shared<ActivationNode>((keep_output ? out : z).detach(), kind, keep_output), {z});
+  }
   return out;
 }
 

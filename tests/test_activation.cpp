@@ -10,6 +10,7 @@
 #include "engine/threads.h"
 #include "ops/activation.h"
 #include "ops/dropout.h"
+#include "ops/elementwise.h"
 #include "tests/support.h"
 
 using namespace adjoint;
@@ -128,6 +129,33 @@ TEST_CASE("activation: strided input and no recording without grad") {
   CHECK(y.shape() == Shape{4, 3});
   CHECK(y.at({2, 1}) == std::max(x.at({1, 2}), 0.0f));
   CHECK_FALSE(y.grad_fn());
+}
+
+TEST_CASE("activation: a ReLU recorded under GradientOnly keeps its output and refuses soft transports") {
+  Tensor x = random_tensor({4, 8}, 11, -1.0f, 1.0f), u = random_tensor({4, 8}, 12, -1.0f, 1.0f);
+  auto under_gradient_only = [&](const Transport& t) {
+    return vjp([&](const std::vector<Tensor>& in) {
+      GradientOnly training_graph;
+      return relu(in[0]);
+    }, {x}, u, t)[0];
+  };
+  // Same cotangents as the ordinary graph for every transport that reads only the gates.
+  for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::guided()})
+    CHECK(under_gradient_only(t).to_vector() == transported(Activation::Relu, x, u, t).to_vector());
+  CHECK_THROWS_WITH_AS(under_gradient_only(Transport::soft_pullback()), doctest::Contains("GradientOnly"), Error);
+
+  // The pre-activation is not kept: only the input and the output stay alive.
+  const int64_t n = 1 << 18;
+  Tensor big = Tensor::zeros({n}).requires_grad_();
+  const int64_t before = memory_stats().current_bytes;
+  Tensor y;
+  {
+    GradientOnly training_graph;
+    y = relu(add_scalar(big, 1.0f));
+  }
+  CHECK(memory_stats().current_bytes - before < 2 * n * int64_t(sizeof(float)));
+  backward(y, Tensor::ones({n}));
+  CHECK(big.grad().to_vector() == std::vector<float>(size_t(n), 1.0f));
 }
 
 TEST_CASE("dropout: mask reproducible across thread counts, keep rate, scaling, eval identity") {

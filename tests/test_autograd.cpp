@@ -16,19 +16,21 @@ namespace {
 // can see which transport ran: the pullback freezes `a` (no cotangent for it).
 class ScaleNode : public Node {
 public:
+  ScaleNode(Tensor a, Tensor x) : a_(std::move(a)), x_(std::move(x)) {}
   std::string name() const override { return "test_scale"; }
   std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
     Tensor gx = Tensor::empty(u.shape()), ga = Tensor::empty(u.shape());
-    const float *pu = u.data(), *pa = inputs[0].data(), *px = inputs[1].data();
+    const float *pu = u.data(), *pa = a_.data(), *px = x_.data();
     for (int64_t i = 0; i < u.numel(); ++i) gx.data()[i] = pu[i] * pa[i], ga.data()[i] = pu[i] * px[i];
     if (!t.is_gradient()) return {Tensor(), gx};
     return {ga, gx};
   }
+  Tensor a_, x_;  // the values the vjp reads; the node's edges hold none
 };
 Tensor scale(const Tensor& a, const Tensor& x) {
   Tensor out = Tensor::empty(x.shape());
   for (int64_t i = 0; i < x.numel(); ++i) out.data()[i] = a.data()[i] * x.data()[i];
-  if (needs_grad({a, x})) attach(out, std::make_shared<ScaleNode>(), {a, x});
+  if (needs_grad({a, x})) attach(out, std::make_shared<ScaleNode>(a.detach(), x.detach()), {a, x});
   return out;
 }
 }  // namespace
@@ -126,4 +128,17 @@ TEST_CASE("a cotangent passed through unchanged is never summed into in place") 
   auto g = grad(o, {c, t}, Tensor::ones({2, 2}));
   CHECK(g[0].to_vector() == std::vector<float>{2, 2, 2, 2});
   CHECK(g[1].to_vector() == std::vector<float>{3, 3, 3, 3});
+}
+
+TEST_CASE("a recorded graph keeps only the values its vjps read") {
+  // add_scalar's vjp reads nothing, so each intermediate of the chain dies as soon as the
+  // next op has run: the graph holds edges to its inputs, not the inputs themselves.
+  const int64_t n = 1 << 18;  // 1 MiB per tensor
+  Tensor x = Tensor::zeros({n}).requires_grad_();
+  const int64_t before = memory_stats().current_bytes;
+  Tensor y = x;
+  for (int i = 0; i < 8; ++i) y = add_scalar(y, 1.0f);
+  CHECK(memory_stats().current_bytes - before < 2 * n * int64_t(sizeof(float)));  // y alone, not 8 tensors
+  backward(y, Tensor::ones({n}));
+  CHECK(x.grad().to_vector() == std::vector<float>(size_t(n), 1.0f));
 }

@@ -244,7 +244,8 @@ const cli::Registration bench_command({
                 {"out", "FILE", "also write the results: JSON if FILE ends in .json, else CSV", ""},
                 {"clock", "KIND", "wall, or cpu: process CPU time, steady on a busy machine (--threads 1 only)",
                  "wall"},
-                {"checkpoint", "FILE", "explain: time this checkpoint's model instead of the three defaults", ""}},
+                {"checkpoint", "FILE", "explain: time this checkpoint's model instead of the three defaults", ""},
+                {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""}},
     .run = run_bench,
 });
 

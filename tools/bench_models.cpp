@@ -1,10 +1,11 @@
 // `adjoint bench models`: samples/s of a training step (forward, cross-entropy, backward,
 // SGD update) and of inference for the models of the issue, batch 64 of 32×32×3 images
-// (the bilinear LM: batch 32 of 64 tokens), and the peak tensor memory of a ResNet-18
-// training step. tools/bench_models_torch.py runs the same models in PyTorch and prints
+// (the bilinear LM: batch 32 of 64 tokens), and the peak memory of each model's training
+// step (tensor storage and resident set). tools/bench_models_torch.py runs the same models in PyTorch and prints
 // both with the ratio.
 #include "tools/bench_models.h"
 
+#include <unistd.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -85,38 +86,85 @@ void make_batch(const ModelConfig& c, int64_t batch, Tensor& x, std::vector<int6
   for (auto& l : labels) l = randint(c.num_classes, gen);
 }
 
-Result bench_model(const ModelCase& mc, int64_t batch, int64_t repeats) {
-  Generator init(0);
-  auto model = make_model(mc.config, init);
+// The benchmark case called `name`; a usage error listing the known ones otherwise.
+ModelCase find_case(const std::string& name) {
+  std::string known;
+  for (const ModelCase& mc : cases()) {
+    if (mc.name == name) return mc;
+    known += " " + mc.name;
+  }
+  throw UsageError(cat("bench models: unknown model '", name, "'; known:", known));
+}
+
+// A model with its batch and an SGD training step recorded as the train loop records it.
+struct Bench {
+  std::shared_ptr<Model> model;
   Tensor x;
   std::vector<int64_t> labels;
-  make_batch(mc.config, batch, x, labels);
-  Sgd opt(model->named_parameters(), SgdOptions{0.01, 0.9, 0.0, false});
-  auto step = [&] {
-    opt.zero_grad();
+  std::unique_ptr<Sgd> opt;
+
+  explicit Bench(const ModelCase& mc, int64_t batch) {
+    Generator init(0);
+    model = make_model(mc.config, init);
+    make_batch(mc.config, batch, x, labels);
+    opt = std::make_unique<Sgd>(model->named_parameters(), SgdOptions{0.01, 0.9, 0.0, false});
+  }
+  void step() {
+    opt->zero_grad();
+    GradientOnly training_graph;
     Tensor logits = model->forward(x);
     if (logits.dim() == 3) logits = reshape(logits, {-1, logits.size(-1)});
     backward(cross_entropy(logits, labels));
-    opt.step();
-  };
-  Result r;
+    opt->step();
+  }
+};
+
+void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, Result& r) {
+  Bench b(mc, batch);
   r.model = mc.name;
-  r.batch = x.size(0);
-  model->train(true);
-  step();  // warm-up, and allocates the optimizer state before measuring memory
+  r.batch = b.x.size(0);
+  b.model->train(true);
+  r.train_per_s = double(r.batch) / cli::median_seconds(repeats, [&] { b.step(); }, {cli::BenchClock::Wall, 0, 0.0});
+  b.model->train(false);
+  r.infer_per_s = double(r.batch) / cli::median_seconds(repeats, [&] {
+    NoGrad off;
+    b.model->forward(b.x);
+  });
+}
+
+// Memory of the second training step (the first allocates the optimizer state), beyond
+// what the process held before it: tensor storage, and the resident set.
+void bench_memory(const ModelCase& mc, int64_t batch, Result& r) {
+  Bench b(mc, batch);
+  b.model->train(true);
+  b.step();
   reset_peak_memory();
   reset_peak_rss();
   const int64_t before = memory_stats().current_bytes, rss_before = vm_kib("VmRSS");
-  step();
+  b.step();
   r.peak_mib = double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
   r.peak_rss_mib = double(vm_kib("VmHWM") - rss_before) / 1024.0;
-  r.train_per_s = double(r.batch) / cli::median_seconds(repeats, step, {cli::BenchClock::Wall, 0, 0.0});
-  model->train(false);
-  r.infer_per_s = double(r.batch) / cli::median_seconds(repeats, [&] {
-    NoGrad off;
-    model->forward(x);
-  });
-  return r;
+}
+
+// bench_memory in a fresh copy of this program started with MALLOC_MMAP_THRESHOLD_=131072:
+// glibc then maps every large buffer when it is allocated and unmaps it when freed, so the
+// resident set follows live memory. (The default threshold adapts and keeps freed buffers
+// resident, which hides part of a step's peak from VmHWM; the timings before would too.)
+// The PyTorch peer measures the same way.
+void bench_memory_in_child(const ModelCase& mc, int64_t batch, Result& r) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  check(n > 0, "bench models: cannot find this program's path in /proc/self/exe");
+  self[n] = '\0';
+  const std::string command = cat("MALLOC_MMAP_THRESHOLD_=131072 '", self, "' bench models --memory-child ", mc.name,
+                                  " --batch ", batch, " --threads ", num_threads());
+  FILE* child = popen(command.c_str(), "r");
+  check(child != nullptr, "bench models: cannot start ", command);
+  double peak = -1, rss = -1;
+  const int read = std::fscanf(child, "%lf %lf", &peak, &rss);
+  const int status = pclose(child);
+  check(read == 2 && status == 0, "bench models: the memory measurement of ", mc.name, " failed (", command, ")");
+  r.peak_mib = peak, r.peak_rss_mib = rss;
 }
 
 }  // namespace
@@ -127,24 +175,32 @@ int run_bench_models(const cli::Args& args) {
   const int64_t repeats = args.has("repeats") ? args.integer("repeats") : quick ? 2 : 5;
   if (batch < 1 || repeats < 1) throw UsageError("bench models: --batch and --repeats must be at least 1");
   std::vector<std::string> only = args.has("only") ? args.list("only") : std::vector<std::string>{};
-  for (const std::string& name : only) {
-    std::string known;
-    bool found = false;
-    for (const ModelCase& mc : cases()) found |= mc.name == name, known += " " + mc.name;
-    if (!found) throw UsageError(cat("bench models: --only names an unknown model '", name, "'; known:", known));
+  for (const std::string& name : only) find_case(name);
+  if (args.has("memory-child")) {
+    Result r;
+    bench_memory(find_case(args.text("memory-child")), batch, r);
+    std::printf("%.3f %.3f\n", r.peak_mib, r.peak_rss_mib);
+    return 0;
   }
   std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median of %lld steps\n",
               num_threads(), (long long)batch, (long long)repeats);
-  std::printf("%-12s %15s %15s %15s %15s\n", "model", "train samples/s", "infer samples/s", "step peak MiB",
-              "step RSS MiB");
+  std::printf("%-12s %15s %15s\n", "model", "train samples/s", "infer samples/s");
   std::vector<Result> results;
-  for (const ModelCase& mc : cases()) {
-    if (!only.empty() && std::find(only.begin(), only.end(), mc.name) == only.end()) continue;
-    Result r = bench_model(mc, batch, repeats);
-    std::printf("%-12s %15.1f %15.1f %15.1f %15.1f\n", r.model.c_str(), r.train_per_s, r.infer_per_s, r.peak_mib,
-                r.peak_rss_mib);
+  std::vector<ModelCase> chosen;
+  for (const ModelCase& mc : cases())
+    if (only.empty() || std::find(only.begin(), only.end(), mc.name) != only.end()) chosen.push_back(mc);
+  for (const ModelCase& mc : chosen) {
+    Result r;
+    bench_speed(mc, batch, repeats, r);
+    std::printf("%-12s %15.1f %15.1f\n", r.model.c_str(), r.train_per_s, r.infer_per_s);
     std::fflush(stdout);
     results.push_back(r);
+  }
+  std::printf("\n%-12s %15s %15s\n", "model", "step peak MiB", "step RSS MiB");
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    bench_memory_in_child(chosen[i], batch, results[i]);
+    std::printf("%-12s %15.1f %15.1f\n", results[i].model.c_str(), results[i].peak_mib, results[i].peak_rss_mib);
+    std::fflush(stdout);
   }
   if (args.has("out")) {
     Json rows = Json::array();

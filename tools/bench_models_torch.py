@@ -84,7 +84,11 @@ def vm_kib(field):
 
 def peak_rss_step(batch):
     """Peak RSS growth (MiB) over one ResNet-18 training step after a warm-up step: the
-    kernel's high-water mark is reset through /proc/self/clear_refs, then read as VmHWM."""
+    kernel's high-water mark is reset through /proc/self/clear_refs, then read as VmHWM.
+    Runs in a child started with MALLOC_MMAP_THRESHOLD_=131072, as `adjoint bench models`
+    measures: every large buffer is then mapped when allocated and unmapped when freed, so
+    the resident set follows live memory (glibc's adaptive threshold would keep freed
+    buffers resident and hide part of the step's peak)."""
     model = models()["resnet18"]()
     x, y = batch_for("resnet18", batch)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -133,8 +137,9 @@ def main():
         print(f"{name:<12} {r['train_samples_per_s']:14.1f} {fmt(ot)} {rat(ot, r['train_samples_per_s'])} "
               f"{r['infer_samples_per_s']:14.1f} {fmt(oi)} {rat(oi, r['infer_samples_per_s'])}", flush=True)
     if args.memory:
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
         child = subprocess.run([sys.executable, __file__, "--memory-child", "--threads", str(args.threads),
-                                "--batch", str(args.batch)], capture_output=True, text=True, check=True)
+                                "--batch", str(args.batch)], capture_output=True, text=True, check=True, env=env)
         mine = ours.get("resnet18", {}).get("peak_rss_step_mib")
         print(f"resnet18 training step, peak RSS growth: torch {child.stdout.strip()} MiB"
               + (f", ours {mine:.1f} MiB" if mine else ""))
