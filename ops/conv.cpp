@@ -648,20 +648,23 @@ void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& 
         for (int64_t r = 0; r < band.rows; ++r) {
           const float* in = M + o * T + (b * band.rows + r) * TW;
           const float add = bias ? bias[o] : 0.0f;
-          for (int i = 0; i < 2; ++i) {  // output row i of each tile: Aᵀ on rows, then on columns
-            float* out = rows.data() + i * 2 * TW;
-            for (int64_t s = 0; s < TW; ++s) {
-              float m[4];
-              for (int j = 0; j < 4; ++j) {
-                const float* col = in + j * ms;  // M[4k + j] is col + 4k·ms
-                const float m0 = col[s], m1 = col[4 * ms + s], m2 = col[8 * ms + s], m3 = col[12 * ms + s];
-                m[j] = i == 0 ? m0 + m1 + m2 : m1 - m2 - m3;
-              }
-              out[2 * s] = m[0] + m[1] + m[2] + add;
-              out[2 * s + 1] = m[1] - m[2] - m[3] + add;
+          float* out0 = rows.data();  // the tiles' two output rows
+          float* out1 = rows.data() + 2 * TW;
+          for (int64_t s = 0; s < TW; ++s) {
+            float top[4], bottom[4];  // Aᵀ on the rows of column j of the tile, then on the columns
+            for (int j = 0; j < 4; ++j) {
+              const float* col = in + j * ms;  // M[4k + j] is col + 4k·ms
+              const float m0 = col[s], m1 = col[4 * ms + s], m2 = col[8 * ms + s], m3 = col[12 * ms + s];
+              top[j] = m0 + m1 + m2, bottom[j] = m1 - m2 - m3;
             }
+            out0[2 * s] = top[0] + top[1] + top[2] + add;
+            out0[2 * s + 1] = top[1] - top[2] - top[3] + add;
+            out1[2 * s] = bottom[0] + bottom[1] + bottom[2] + add;
+            out1[2 * s + 1] = bottom[1] - bottom[2] - bottom[3] + add;
+          }
+          for (int i = 0; i < 2; ++i) {
             const int64_t oh = band.oh0 + 2 * r + i;
-            if (oh < g.OH) std::copy(out, out + g.OW, y + (b * g.O + o) * g.P + oh * g.OW);
+            if (oh < g.OH) std::copy(rows.data() + i * 2 * TW, rows.data() + i * 2 * TW + g.OW, y + (b * g.O + o) * g.P + oh * g.OW);
           }
         }
   });
@@ -685,17 +688,17 @@ void winograd_output_adjoint(const ConvGeometry& g, const float* dy, const Winog
           float* out = dM + o * T + (b * band.rows + r) * TW;  // dM[ξ] is out + ξ·ms
           const float* y0 = rows.data();
           const float* y1 = rows.data() + 2 * TW;
-          for (int j = 0; j < 4; ++j) {  // A on columns (j), then on rows (k)
-            float* d0 = out + (0 + j) * ms;
-            float* d1 = out + (4 + j) * ms;
-            float* d2 = out + (8 + j) * ms;
-            float* d3 = out + (12 + j) * ms;
-            for (int64_t s = 0; s < TW; ++s) {
-              const float a0 = y0[2 * s], b0 = y0[2 * s + 1], a1 = y1[2 * s], b1 = y1[2 * s + 1];
-              // column map a(y) = [y0, y0 + y1, y0 − y1, −y1], entry j, for both rows
-              const float c0 = j == 0 ? a0 : j == 1 ? a0 + b0 : j == 2 ? a0 - b0 : -b0;
-              const float c1 = j == 0 ? a1 : j == 1 ? a1 + b1 : j == 2 ? a1 - b1 : -b1;
-              d0[s] = c0, d1[s] = c0 + c1, d2[s] = c0 - c1, d3[s] = -c1;
+          // A on the columns, c(y) = [a, a + b, a − b, −b] for a row (a, b) of a tile, then
+          // on the rows, d = [c0, c0 + c1, c0 − c1, −c1]: dM[4k + j] = d_k of column entry j.
+          float* d[16];
+          for (int xi = 0; xi < 16; ++xi) d[xi] = out + xi * ms;
+          for (int64_t s = 0; s < TW; ++s) {
+            const float a0 = y0[2 * s], b0 = y0[2 * s + 1], a1 = y1[2 * s], b1 = y1[2 * s + 1];
+            const float c0[4] = {a0, a0 + b0, a0 - b0, -b0};
+            const float c1[4] = {a1, a1 + b1, a1 - b1, -b1};
+            for (int j = 0; j < 4; ++j) {
+              d[j][s] = c0[j], d[4 + j][s] = c0[j] + c1[j];
+              d[8 + j][s] = c0[j] - c1[j], d[12 + j][s] = -c1[j];
             }
           }
         }

@@ -17,21 +17,42 @@ int64_t grain_for(int64_t length) { return std::max<int64_t>(1, 4096 / std::max<
 // Rows per partial sum in the γ/β column reductions (bounds the partials' memory).
 constexpr int64_t kReduceGrain = 128;
 
+// Σ term(l) over l < n: eight float lanes summed in a fixed order, combined in double.
+// Independent lanes let the compiler vectorise the loop (a single running sum would pin it
+// to one add at a time), and the fixed order keeps results independent of the threads.
+template <class Term>
+double lane_sum(int64_t n, Term term) {
+  constexpr int kLanes = 8;
+  float lanes[kLanes] = {};
+  int64_t l = 0;
+  for (; l + kLanes <= n; l += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] += term(l + k);
+  double sum = 0;
+  for (; l < n; ++l) sum += term(l);
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
 // Mean and biased variance of the values p[b·stride + i], b < blocks, i < length: one
-// channel of a batch (N blocks of L values) or one layer-norm row (a single block). In
-// double with two passes, so that a large common offset does not cancel.
+// channel of a batch (N blocks of L values) or one layer-norm row (a single block). Two
+// passes, the second about the mean, so that a large common offset does not cancel.
 struct Moments {
   double mean = 0, var = 0;
 };
 Moments moments(const float* p, int64_t blocks, int64_t length, int64_t stride) {
   const double count = double(blocks) * double(length);
   double sum = 0;
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t i = 0; i < length; ++i) sum += p[b * stride + i];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* row = p + b * stride;
+    sum += lane_sum(length, [row](int64_t i) { return row[i]; });
+  }
   const double mean = sum / count;
+  const float m = float(mean);
   double ss = 0;
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int64_t i = 0; i < length; ++i) ss += (p[b * stride + i] - mean) * (p[b * stride + i] - mean);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* row = p + b * stride;
+    ss += lane_sum(length, [row, m](int64_t i) { return (row[i] - m) * (row[i] - m); });
+  }
   return {mean, ss / count};
 }
 
@@ -70,15 +91,14 @@ public:
     std::vector<double> sum_u(C), sum_u_xhat(C);
     parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        double su = 0, sux = 0;
+        double su = 0, sux = 0;  // Σu and Σu·(x − μ)
+        const float mean = mean_[c];
         for (int64_t n = 0; n < N; ++n) {
           const float *xr = px + (n * C + c) * L, *ur = pu + (n * C + c) * L;
-          for (int64_t l = 0; l < L; ++l) {
-            su += ur[l];
-            sux += ur[l] * ((xr[l] - mean_[c]) * invstd_[c]);
-          }
+          su += lane_sum(L, [ur](int64_t l) { return ur[l]; });
+          sux += lane_sum(L, [ur, xr, mean](int64_t l) { return ur[l] * (xr[l] - mean); });
         }
-        sum_u[c] = su, sum_u_xhat[c] = sux;
+        sum_u[c] = su, sum_u_xhat[c] = sux * invstd_[c];
       }
     });
 
