@@ -553,43 +553,88 @@ struct WinogradBand {
 // The transforms below run along a whole row of tiles at once: each of the 16 values of a
 // tile is a few additions of neighbouring entries of zero-padded rows, so the loops over
 // the tiles of a row are plain array arithmetic. In a padded row, entry q is input column
-// q − pw (zero outside the input), q < 2·TW + 2; tile s covers entries 2s .. 2s + 3.
+// q − pw (zero outside the input), q < 2·TW + 2; tile s covers entries 2s .. 2s + 3. Each
+// padded row is kept as its even and its odd entries (TW + 1 each): tile s then reads even
+// and odd entries s and s + 1, so every loop runs at unit stride and vectorises.
+struct PaddedRows {
+  int64_t half;                    // TW + 1 entries per parity
+  std::vector<float> storage;      // 4 rows × {even, odd}
+  explicit PaddedRows(int64_t TW) : half(TW + 1), storage(static_cast<size_t>(8 * (TW + 1))) {}
+  float* even(int i) { return storage.data() + (2 * i) * half; }
+  float* odd(int i) { return storage.data() + (2 * i + 1) * half; }
+};
+
+// The entries k of one parity (entry q = 2k + parity) that lie inside the input:
+// 0 ≤ 2k + parity − pw < W, for first ≤ k < last.
+struct EntryRange {
+  int64_t first, last;
+};
+EntryRange inside_entries(const ConvGeometry& g, int64_t half, int64_t parity) {
+  const int64_t lo = g.pw - parity;                     // 2k ≥ lo
+  const int64_t hi = g.W - 1 + g.pw - parity;           // 2k ≤ hi
+  const int64_t first = lo <= 0 ? 0 : (lo + 1) / 2;
+  const int64_t last = hi < 0 ? 0 : std::min(half, hi / 2 + 1);
+  return {first, std::max(first, last)};
+}
+
+// One row of TW tiles times B: v_j[s] from even and odd entries s and s + 1 of a row.
+// The outputs are separate matrices of V; restrict says so, and the loop vectorises.
+void times_B(const float* __restrict me, const float* __restrict mo, int64_t TW, float* __restrict v0,
+             float* __restrict v1, float* __restrict v2, float* __restrict v3) {
+  for (int64_t s = 0; s < TW; ++s) {
+    const float a = me[s], e = mo[s], f = me[s + 1], h = mo[s + 1];
+    v0[s] = a - f, v1[s] = e + f, v2[s] = f - e, v3[s] = e - h;
+  }
+}
+
+// Its adjoint, into even and odd entries (TW + 1 each). Tile s adds to entries s and
+// s + 1 of each parity: first what lands on entry s, then what lands on s + 1, so that
+// no loop adds twice to one entry.
+void times_B_adjoint(const float* __restrict v0, const float* __restrict v1, const float* __restrict v2,
+                     const float* __restrict v3, int64_t TW, float* __restrict me, float* __restrict mo) {
+  me[TW] = mo[TW] = 0.0f;
+  for (int64_t s = 0; s < TW; ++s) me[s] = v0[s], mo[s] = v1[s] - v2[s] + v3[s];
+  for (int64_t s = 0; s < TW; ++s) me[s + 1] += v1[s] + v2[s] - v0[s], mo[s + 1] -= v3[s];
+}
 
 // V[ξ][c][t] = (Bᵀ d B)[ξ] for the input patch d of tile t (zero outside the input).
 void winograd_input(const ConvGeometry& g, const float* x, const WinogradBand& band, float* V) {
-  const int64_t T = band.tiles(), TW = band.TW, width = 2 * TW + 2, vs = slice_stride(g.C, T);
+  const int64_t T = band.tiles(), TW = band.TW, vs = slice_stride(g.C, T);
   parallel_for(g.C, std::max<int64_t>(1, kCopyGrain / (16 * T)), [&](int64_t c0, int64_t c1) {
-    std::vector<float> padded(static_cast<size_t>(4 * width)), mixed(static_cast<size_t>(4 * width));
+    PaddedRows p(TW), m(TW);  // the patch rows, then Bᵀ · rows
+    const int64_t half = p.half;
+    const EntryRange even = inside_entries(g, half, 0), odd = inside_entries(g, half, 1);
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < band.nb; ++b)
         for (int64_t r = 0; r < band.rows; ++r) {
           const float* plane = x + (b * g.C + c) * g.H * g.W;
-          float* p[4];
-          for (int i = 0; i < 4; ++i) {  // the patch rows, zero-padded
-            p[i] = padded.data() + i * width;
-            std::fill(p[i], p[i] + width, 0.0f);
+          for (int i = 0; i < 4; ++i) {
+            float *pe = p.even(i), *po = p.odd(i);
+            std::fill(pe, pe + half, 0.0f);
+            std::fill(po, po + half, 0.0f);
             const int64_t h = band.oh0 + 2 * r - g.ph + i;
             if (h < 0 || h >= g.H) continue;
-            const int64_t w0 = std::max<int64_t>(0, -g.pw), w1 = std::min<int64_t>(g.W, width - g.pw);
-            std::copy(plane + h * g.W + w0, plane + h * g.W + w1, p[i] + w0 + g.pw);
+            const float* row = plane + h * g.W;
+            for (int64_t k = even.first; k < even.last; ++k) pe[k] = row[2 * k - g.pw];
+            for (int64_t k = odd.first; k < odd.last; ++k) po[k] = row[2 * k + 1 - g.pw];
           }
-          float* m[4];  // Bᵀ · rows
-          for (int i = 0; i < 4; ++i) m[i] = mixed.data() + i * width;
-          for (int64_t q = 0; q < width; ++q) {
-            m[0][q] = p[0][q] - p[2][q], m[1][q] = p[1][q] + p[2][q];
-            m[2][q] = p[2][q] - p[1][q], m[3][q] = p[1][q] - p[3][q];
+          for (int parity = 0; parity < 2; ++parity) {
+            auto row = [&](PaddedRows& rows, int i) { return parity ? rows.odd(i) : rows.even(i); };
+            const float *p0 = row(p, 0), *p1 = row(p, 1), *p2 = row(p, 2), *p3 = row(p, 3);
+            float *m0 = row(m, 0), *m1 = row(m, 1), *m2 = row(m, 2), *m3 = row(m, 3);
+            for (int64_t k = 0; k < half; ++k) {
+              m0[k] = p0[k] - p2[k], m1[k] = p1[k] + p2[k];
+              m2[k] = p2[k] - p1[k], m3[k] = p1[k] - p3[k];
+            }
           }
           float* out = V + c * T + (b * band.rows + r) * TW;  // V[ξ] is out + ξ·vs
-          for (int i = 0; i < 4; ++i) {                       // · B, per tile s at columns 2s .. 2s + 3
-            const float* mi = m[i];
+          for (int i = 0; i < 4; ++i) {                       // · B: tile s reads entries 2s .. 2s + 3
+            const float *me = m.even(i), *mo = m.odd(i);
             float* v0 = out + (4 * i + 0) * vs;
             float* v1 = out + (4 * i + 1) * vs;
             float* v2 = out + (4 * i + 2) * vs;
             float* v3 = out + (4 * i + 3) * vs;
-            for (int64_t s = 0; s < TW; ++s) {
-              const float a = mi[2 * s], e = mi[2 * s + 1], f = mi[2 * s + 2], h = mi[2 * s + 3];
-              v0[s] = a - f, v1[s] = e + f, v2[s] = f - e, v3[s] = e - h;
-            }
+            times_B(me, mo, TW, v0, v1, v2, v3);
           }
         }
   });
@@ -598,41 +643,40 @@ void winograd_input(const ConvGeometry& g, const float* x, const WinogradBand& b
 // The adjoint of winograd_input, accumulated: dx += B dV Bᵀ on every tile's patch (inside
 // the input). Patches overlap; every plane adds its contributions in a fixed order.
 void winograd_input_adjoint(const ConvGeometry& g, const float* dV, const WinogradBand& band, float* dx) {
-  const int64_t T = band.tiles(), TW = band.TW, width = 2 * TW + 2, vs = slice_stride(g.C, T);
+  const int64_t T = band.tiles(), TW = band.TW, vs = slice_stride(g.C, T);
   parallel_for(g.C, std::max<int64_t>(1, kCopyGrain / (16 * T)), [&](int64_t c0, int64_t c1) {
-    std::vector<float> mixed(static_cast<size_t>(4 * width)), padded(static_cast<size_t>(4 * width));
+    PaddedRows m(TW), p(TW);  // rows of dV · Bᵀ spread back over the padded entries, then B · rows
+    const int64_t half = m.half;
+    const EntryRange even = inside_entries(g, half, 0), odd = inside_entries(g, half, 1);
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < band.nb; ++b)
         for (int64_t r = 0; r < band.rows; ++r) {
           const float* in = dV + c * T + (b * band.rows + r) * TW;
-          float* m[4];  // rows of dV · Bᵀ, spread back over the padded columns
           for (int i = 0; i < 4; ++i) {
-            m[i] = mixed.data() + i * width;
-            std::fill(m[i], m[i] + width, 0.0f);
+            float *me = m.even(i), *mo = m.odd(i);
             const float* v0 = in + (4 * i + 0) * vs;
             const float* v1 = in + (4 * i + 1) * vs;
             const float* v2 = in + (4 * i + 2) * vs;
             const float* v3 = in + (4 * i + 3) * vs;
-            // Column j of tile s is padded column 2s + j; even and odd columns in turn, so
-            // that no two tiles of one loop add to the same entry.
-            for (int64_t s = 0; s < TW; ++s) m[i][2 * s] += v0[s];
-            for (int64_t s = 0; s < TW; ++s) m[i][2 * s + 1] += v1[s] - v2[s] + v3[s];
-            for (int64_t s = 0; s < TW; ++s) m[i][2 * s + 2] += v1[s] + v2[s] - v0[s];
-            for (int64_t s = 0; s < TW; ++s) m[i][2 * s + 3] -= v3[s];
+            times_B_adjoint(v0, v1, v2, v3, TW, me, mo);
           }
-          float* p[4];  // B · rows
-          for (int i = 0; i < 4; ++i) p[i] = padded.data() + i * width;
-          for (int64_t q = 0; q < width; ++q) {
-            p[0][q] = m[0][q], p[1][q] = m[1][q] - m[2][q] + m[3][q];
-            p[2][q] = m[1][q] + m[2][q] - m[0][q], p[3][q] = -m[3][q];
+          for (int parity = 0; parity < 2; ++parity) {
+            auto row = [&](PaddedRows& rows, int i) { return parity ? rows.odd(i) : rows.even(i); };
+            const float *m0 = row(m, 0), *m1 = row(m, 1), *m2 = row(m, 2), *m3 = row(m, 3);
+            float *p0 = row(p, 0), *p1 = row(p, 1), *p2 = row(p, 2), *p3 = row(p, 3);
+            for (int64_t k = 0; k < half; ++k) {
+              p0[k] = m0[k], p1[k] = m1[k] - m2[k] + m3[k];
+              p2[k] = m1[k] + m2[k] - m0[k], p3[k] = -m3[k];
+            }
           }
           float* plane = dx + (b * g.C + c) * g.H * g.W;
           for (int i = 0; i < 4; ++i) {
             const int64_t h = band.oh0 + 2 * r - g.ph + i;
             if (h < 0 || h >= g.H) continue;
-            const int64_t w0 = std::max<int64_t>(0, -g.pw), w1 = std::min<int64_t>(g.W, width - g.pw);
+            const float *pe = p.even(i), *po = p.odd(i);
             float* row = plane + h * g.W;
-            for (int64_t w = w0; w < w1; ++w) row[w] += p[i][w + g.pw];
+            for (int64_t k = even.first; k < even.last; ++k) row[2 * k - g.pw] += pe[k];
+            for (int64_t k = odd.first; k < odd.last; ++k) row[2 * k + 1 - g.pw] += po[k];
           }
         }
   });
