@@ -131,6 +131,37 @@ TEST_CASE("activation: strided input and no recording without grad") {
   CHECK_FALSE(y.grad_fn());
 }
 
+TEST_CASE("activation: GELU and SiLU values and derivatives within 2e-6 of the double-precision formulas") {
+  // The kernels use a rational erf and a polynomial exp (no libm calls, so they
+  // vectorise); this bounds what that costs, on a grid that covers both tails.
+  std::vector<float> grid;
+  for (int i = -2000; i <= 2000; ++i) grid.push_back(float(i) * 0.005f);  // [-10, 10]
+  const int64_t n = int64_t(grid.size());
+  Tensor z = Tensor::from_vector({n}, grid);
+  Tensor u = Tensor::ones({n});
+  for (Activation kind : {Activation::Gelu, Activation::Silu}) {
+    std::vector<float> value = activation(z, kind).to_vector();
+    std::vector<float> slope = transported(kind, z, u, Transport::gradient()).to_vector();
+    double worst_value = 0, worst_slope = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = grid[size_t(i)];
+      double f, df;
+      if (kind == Activation::Gelu) {
+        const double Phi = 0.5 * std::erfc(-x / std::sqrt(2.0)), phi = std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+        f = x * Phi, df = Phi + x * phi;
+      } else {
+        const double s = 1.0 / (1.0 + std::exp(-x));
+        f = x * s, df = s + x * s * (1 - s);
+      }
+      worst_value = std::max(worst_value, std::abs(value[size_t(i)] - f) / std::max(1.0, std::abs(f)));
+      worst_slope = std::max(worst_slope, std::abs(slope[size_t(i)] - df));
+    }
+    INFO(to_string(kind));
+    CHECK(worst_value < 2e-6);
+    CHECK(worst_slope < 2e-6);
+  }
+}
+
 TEST_CASE("activation: a ReLU recorded under GradientOnly keeps its output and refuses soft transports") {
   Tensor x = random_tensor({4, 8}, 11, -1.0f, 1.0f), u = random_tensor({4, 8}, 12, -1.0f, 1.0f);
   auto under_gradient_only = [&](const Transport& t) {
