@@ -61,6 +61,28 @@ PoolGeometry fixed_geometry(const char* op, const Tensor& x, int64_t kh, int64_t
   return g;
 }
 
+// One output row of a 2×2 stride-2 max-pool: out[j] is the maximum of rows[2j], rows[2j+1],
+// rows[W+2j], rows[W+2j+1] (input offsets from `first`), the first strict maximum in
+// row-major order, NaN winning, as the general loop and PyTorch choose.
+void max_of_pairs(const float* __restrict rows, int64_t W, int64_t OW, int32_t first, float* __restrict out,
+                  int32_t* __restrict argmax) {
+  const float* below = rows + W;
+  for (int64_t j = 0; j < OW; ++j) {
+    float best = rows[2 * j];
+    int32_t at = first + static_cast<int32_t>(2 * j);
+    const float candidates[3] = {rows[2 * j + 1], below[2 * j], below[2 * j + 1]};
+    const int32_t offsets[3] = {1, static_cast<int32_t>(W), static_cast<int32_t>(W + 1)};
+    for (int k = 0; k < 3; ++k) {
+      const float v = candidates[k];
+      const bool take = v > best || v != v;
+      best = take ? v : best;
+      at = take ? first + static_cast<int32_t>(2 * j) + offsets[k] : at;
+    }
+    out[j] = best;
+    argmax[j] = at;
+  }
+}
+
 // Under Gradient and Pullback the cotangent goes to the saved arg-max; under SoftPullback
 // it is spread with softmax(window/τ) weights computed from the saved input.
 class MaxPoolNode : public Node {
@@ -186,9 +208,18 @@ Tensor max_pool2d(const Tensor& x_in, int64_t kh, int64_t kw, int64_t sh, int64_
   std::vector<int32_t> argmax(static_cast<size_t>(out.numel()));
   const float* xs = x.data();
   float* y = out.data();
+  // The common 2×2 stride-2 window without padding (VGG): the same rule over its four
+  // values as selects, which vectorise, where the general loop's branches mispredict.
+  const bool two_by_two = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
   parallel_for(g.planes(), g.grain(), [&](int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
       const float* xp = xs + q * g.H * g.W;
+      if (two_by_two) {
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          max_of_pairs(xp + 2 * oh * g.W, g.W, g.OW, static_cast<int32_t>(2 * oh * g.W),
+                       y + (q * g.OH + oh) * g.OW, argmax.data() + (q * g.OH + oh) * g.OW);
+        continue;
+      }
       for (int64_t oh = 0; oh < g.OH; ++oh)
         for (int64_t ow = 0; ow < g.OW; ++ow) {
           const Window win = g.window(oh, ow);

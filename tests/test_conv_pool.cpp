@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "engine/autograd.h"
@@ -284,6 +285,42 @@ TEST_CASE("pool: matches PyTorch") {
   check_golden_case("conv", "avgpool.k2s2", 1, [](const std::vector<Tensor>& in) { return avg_pool2d(in[0], 2, 2); });
   check_golden_case("conv", "adaptive.7x5to3x2", 1,
                     [](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], 3, 2); });
+}
+
+TEST_CASE("pool: the 2x2 stride-2 max-pool (its own loop) picks the first maximum, NaN winning") {
+  // Odd sizes (the last row and column are dropped), ties, a NaN, and a window of -inf.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = random_tensor({2, 3, 7, 9}, 510);
+  x.data()[0] = x.data()[1] = x.data()[9] = x.data()[10] = 0.5f;              // a tie in window (0, 0)
+  x.data()[2 * 9 + 3] = nan;                                                  // window (1, 1)
+  x.data()[4] = x.data()[5] = x.data()[9 + 4] = x.data()[9 + 5] = -inf;       // window (0, 2)
+  const Tensor y = max_pool2d(x, 2, 2);
+  REQUIRE(y.shape() == Shape{2, 3, 3, 4});
+  // Brute force over each window in row-major order; the cotangent goes to that element.
+  Tensor u = Tensor::ones(y.shape());
+  const std::vector<float> dx = vjp([](const std::vector<Tensor>& in) { return max_pool2d(in[0], 2, 2); }, {x}, u)[0]
+                                    .to_vector();
+  std::vector<float> want_dx(dx.size(), 0.0f);
+  int bad = 0;
+  for (int64_t p = 0; p < 6; ++p)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 4; ++j) {
+        float best = -inf;
+        int64_t at = p * 63 + 2 * i * 9 + 2 * j;
+        for (int64_t a = 0; a < 2; ++a)
+          for (int64_t b = 0; b < 2; ++b) {
+            const int64_t k = p * 63 + (2 * i + a) * 9 + 2 * j + b;
+            const float v = x.data()[k];
+            if (v > best || std::isnan(v)) best = v, at = k;
+          }
+        const float got = y.data()[(p * 3 + i) * 4 + j];
+        bad += !(got == best || (std::isnan(got) && std::isnan(best)));
+        want_dx[size_t(at)] += 1.0f;
+      }
+  CHECK(bad == 0);
+  CHECK(dx == want_dx);
+  CHECK(std::isnan(y.at({0, 0, 1, 1})));
+  CHECK(y.at({0, 0, 0, 2}) == -inf);
 }
 
 TEST_CASE("pool: max-pool pullback routes like the gradient") {
