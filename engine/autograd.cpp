@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "engine/error.h"
+#include "engine/threads.h"
 
 namespace adjoint {
 
@@ -23,8 +24,8 @@ namespace {
 thread_local bool recording = true;
 thread_local bool gradient_only = false;
 
-// Sums b into a (allocating a when it is empty). Plain loop: the engine's own add op
-// would record, and this runs with recording off anyway.
+// Sums b into a (allocating a when it is empty). Its own loop: the engine's add op would
+// record, and this runs with recording off anyway.
 void accumulate(Tensor& a, const Tensor& b) {
   if (!a.defined()) {
     a = b.is_contiguous() ? b : b.contiguous();
@@ -36,7 +37,9 @@ void accumulate(Tensor& a, const Tensor& b) {
   Tensor bc = b.contiguous();
   float* pa = a.data();
   const float* pb = bc.data();
-  for (int64_t i = 0, n = a.numel(); i < n; ++i) pa[i] += pb[i];
+  parallel_for(a.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) pa[i] += pb[i];
+  });
 }
 
 // Where a tensor's cotangent is kept: its node for op outputs, its impl for leaves.

@@ -7,8 +7,13 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/threads.h"
 
 namespace adjoint {
+
+// Elements per parallel chunk of the copies and fills below: memory-bound work, so large
+// chunks; results do not depend on the chunking.
+constexpr int64_t kCopyChunk = 1 << 16;
 
 namespace {
 
@@ -94,24 +99,37 @@ void copy_to_dense(const Tensor& src, float* dst) {
   const int64_t n = numel(t.shape);
   if (n == 0) return;
   if (src.is_contiguous()) {
-    std::memcpy(dst, base, sizeof(float) * static_cast<size_t>(n));
+    parallel_for(n, kCopyChunk, [&](int64_t b, int64_t e) {
+      std::memcpy(dst + b, base + b, sizeof(float) * static_cast<size_t>(e - b));
+    });
     return;
   }
-  // Walk the index like an odometer; the innermost axis is a strided run.
+  // Runs along the innermost axis, each strided; chunks of runs in parallel. A chunk
+  // finds its first run's offset from the run's index, then walks the index like an
+  // odometer.
   const int64_t inner = rank ? t.shape[rank - 1] : 1;
   const int64_t inner_stride = rank ? t.strides[rank - 1] : 0;
-  std::vector<int64_t> index(static_cast<size_t>(std::max<int64_t>(rank - 1, 0)), 0);
-  int64_t pos = 0;  // offset of the current run
-  for (int64_t done = 0; done < n; done += inner) {
-    const float* run = base + pos;
-    for (int64_t j = 0; j < inner; ++j) *dst++ = run[j * inner_stride];
-    for (int64_t a = rank - 2; a >= 0; --a) {
-      pos += t.strides[a];
-      if (++index[a] < t.shape[a]) break;
-      pos -= t.strides[a] * t.shape[a];
-      index[a] = 0;
+  const int64_t runs = n / inner;
+  parallel_for(runs, std::max<int64_t>(1, kCopyChunk / inner), [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> index(static_cast<size_t>(std::max<int64_t>(rank - 1, 0)), 0);
+    int64_t pos = 0;  // offset of the current run
+    for (int64_t a = rank - 2, rest = r0; a >= 0; --a) {
+      index[size_t(a)] = rest % t.shape[a];
+      rest /= t.shape[a];
+      pos += index[size_t(a)] * t.strides[a];
     }
-  }
+    float* out = dst + r0 * inner;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* run = base + pos;
+      for (int64_t j = 0; j < inner; ++j) *out++ = run[j * inner_stride];
+      for (int64_t a = rank - 2; a >= 0; --a) {
+        pos += t.strides[a];
+        if (++index[size_t(a)] < t.shape[a]) break;
+        pos -= t.strides[a] * t.shape[a];
+        index[size_t(a)] = 0;
+      }
+    }
+  });
 }
 
 Tensor Tensor::contiguous() const {
@@ -181,7 +199,7 @@ void Tensor::copy_from(const Tensor& src) {
 
 void Tensor::fill_(float value) {
   float* p = data();
-  std::fill(p, p + numel(), value);
+  parallel_for(numel(), kCopyChunk, [&](int64_t b, int64_t e) { std::fill(p + b, p + e, value); });
 }
 
 bool Tensor::requires_grad() const {

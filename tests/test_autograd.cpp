@@ -53,6 +53,22 @@ TEST_CASE("tensor views share storage and contiguous() copies only when needed")
   CHECK_THROWS_WITH_AS(t.at({0, 3}), doctest::Contains("out of range"), Error);
 }
 
+TEST_CASE("contiguous() of a large strided view, copied in parallel chunks, keeps every element") {
+  // Runs of 300 along the transposed axis, several chunks of runs; the 3-d case starts
+  // chunks in the middle of the outer index.
+  Tensor t = testing::random_tensor({400, 300}, 7);
+  Tensor tt = t.view_as_strided({300, 400}, {1, 300}, 0).contiguous();
+  Tensor b = testing::random_tensor({6, 70, 500}, 8);
+  Tensor bt = b.view_as_strided({500, 6, 70}, {1, 70 * 500, 500}, 0).contiguous();
+  int bad = 0;
+  for (int64_t i = 0; i < 300; ++i)
+    for (int64_t j = 0; j < 400; ++j) bad += tt.data()[i * 400 + j] != t.data()[j * 300 + i];
+  for (int64_t i = 0; i < 500; ++i)
+    for (int64_t j = 0; j < 6; ++j)
+      for (int64_t k = 0; k < 70; ++k) bad += bt.data()[(i * 6 + j) * 70 + k] != b.data()[(j * 70 + k) * 500 + i];
+  CHECK(bad == 0);
+}
+
 TEST_CASE("backward accumulates over shared uses and into leaves") {
   Tensor a = Tensor::from_vector({3}, {1, 2, 3}).requires_grad_();
   Tensor x = Tensor::from_vector({3}, {4, 5, 6}).requires_grad_();
