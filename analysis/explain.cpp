@@ -224,7 +224,7 @@ Tensor deeplift(const Model& m, const Tensor& x, const std::vector<int64_t>& t, 
 // Grad-CAM upsampled to the input and repeated over its channels.
 Tensor gradcam(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
   check(x.defined() && x.dim() == 4, "gradcam: expects images (N, C, H, W), got ", x.defined() ? x.shape() : Shape{});
-  const std::string block = o.gradcam_block.empty() ? default_gradcam_block(m) : o.gradcam_block;
+  const std::string block = o.gradcam_block.empty() ? default_gradcam_block(m, x.shape()) : o.gradcam_block;
   const Tensor cam = bilinear_resize(gradcam_map(m, x, t, block), x.size(2), x.size(3));
   const int64_t C = x.size(1), plane = x.size(2) * x.size(3);
   const float* pc = cam.data();
@@ -397,7 +397,7 @@ AscentResult ascent(const Model& model, const Tensor& x, const std::vector<int64
 
 // ---- Grad-CAM --------------------------------------------------------------------------
 
-std::string default_gradcam_block(const Model& model) {
+std::string default_gradcam_block(const Model& model, const Shape& input) {
   const auto& blocks = model.blocks();
   check(blocks.size() >= 2, "gradcam: model ", model.config().arch, " has ", blocks.size(),
         " blocks; Grad-CAM needs one before the head");
@@ -405,7 +405,21 @@ std::string default_gradcam_block(const Model& model) {
     // The input of the last transformer block (see explain.h).
     return blocks.size() >= 3 ? blocks[blocks.size() - 3].name : blocks.front().name;
   }
-  return blocks[blocks.size() - 2].name;
+  // The blocks' output sizes for one input of this shape, in eval mode (statistics fixed).
+  check(input.size() == 4, "gradcam: expects images (N, C, H, W), got ", input);
+  Model& m = const_cast<Model&>(model);
+  const bool was_training = m.training();
+  m.train(false);
+  NoGrad no_grad;
+  Tensor h = Tensor::zeros({1, input[1], input[2], input[3]});
+  size_t chosen = blocks.size() - 2;
+  bool found = false;
+  for (size_t i = 0; i + 1 < blocks.size(); ++i) {
+    h = model.run(h, i, i + 1);
+    if (h.dim() == 4 && h.size(2) * h.size(3) > 1) chosen = i, found = true;
+  }
+  m.train(was_training);
+  return blocks[found ? chosen : blocks.size() - 2].name;
 }
 
 Tensor gradcam_map(const Model& model, const Tensor& x, const std::vector<int64_t>& targets,

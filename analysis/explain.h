@@ -62,7 +62,7 @@ struct ExplainOptions {
   // tensor of x's shape or of one example's shape (broadcast over the batch).
   Tensor baseline;
 
-  // Grad-CAM's block (a name from model.blocks()); empty: default_gradcam_block(model).
+  // Grad-CAM's block (a name from model.blocks()); empty: default_gradcam_block(model, x's shape).
   std::string gradcam_block;
 
   // Rows (examples × samples) per forward pass in SmoothGrad and IG: samples are added to
@@ -99,12 +99,14 @@ AscentResult ascent(const Model& model, const Tensor& x, const std::vector<int64
 // The default step length for inputs of x's shape (see ExplainOptions::ascent_alpha).
 float default_ascent_alpha(const Tensor& x, const InputRange& range);
 
-// Grad-CAM's default block: the last one before the head for CNNs (ResNet "layer4.<last>",
-// VGG the last "features.<i>"). For ViTs the output of the second-to-last "blocks.<i>"
+// Grad-CAM's default block for inputs of `input` shape (N, C, H, W). For CNNs the last one
+// before the head whose output is larger than 1×1 (ResNet "layer4.<last>" on 32×32; a
+// small VGG on 28×28 pools its last stage to 1×1, where the map would be uniform, so an
+// earlier "features.<i>"). For ViTs the output of the second-to-last "blocks.<i>"
 // ("patch_embed" for depth 1): the head reads the class token alone after a per-token
 // LayerNorm, so the gradient at the patch tokens of the last block's output is exactly
 // zero; pytorch-grad-cam uses blocks[-1].norm1 for the same reason, whose input this is.
-std::string default_gradcam_block(const Model& model);
+std::string default_gradcam_block(const Model& model, const Shape& input);
 
 // The Grad-CAM map at a block, before upsampling: (N, h, w). A block output of shape
 // (N, C, h, w) is a channel stack; (N, 1 + h·w, D) is a ViT token sequence whose class

@@ -436,13 +436,27 @@ TEST_CASE("explain: Grad-CAM's default blocks, token grid and bilinear resize") 
   Generator gen(1);
   ModelConfig r;
   r.arch = "resnet18", r.width = 0.0625;
-  CHECK(default_gradcam_block(*make_model(r, gen)) == "layer4.1");
+  CHECK(default_gradcam_block(*make_model(r, gen), {2, 3, 32, 32}) == "layer4.1");  // 4×4 there
   ModelConfig v;
   v.arch = "vgg11_bn", v.width = 0.0625, v.in_channels = 1;
-  CHECK(default_gradcam_block(*make_model(v, gen)) == "features.25");
+  auto vgg = make_model(v, gen);
+  CHECK(default_gradcam_block(*vgg, {2, 1, 32, 32}) == "features.25");  // 2×2 there
+  // On 28×28 the last stage is 1×1: the default is the last block with a larger map.
+  const std::string small = default_gradcam_block(*vgg, {2, 1, 28, 28});
+  {
+    NoGrad no_grad;
+    vgg->train(false);
+    const size_t b = vgg->block_index(small);
+    const Tensor at = vgg->features(Tensor::zeros({1, 1, 28, 28}), b);
+    CHECK(at.size(2) * at.size(3) > 1);
+    for (size_t i = b + 1; i + 1 < vgg->num_blocks(); ++i) {
+      const Tensor later = vgg->features(Tensor::zeros({1, 1, 28, 28}), i);
+      CHECK(later.size(2) * later.size(3) == 1);
+    }
+  }
   auto vit = fixture_model("vit");
-  CHECK(default_gradcam_block(*vit) == "blocks.0");
-  CHECK(default_gradcam_block(*fixture_model("cnn")) == "conv3");
+  CHECK(default_gradcam_block(*vit, golden("explain", "vit.x").shape()) == "blocks.0");
+  CHECK(default_gradcam_block(*fixture_model("cnn"), golden("explain", "cnn.x").shape()) == "conv3");
   // The maps before upsampling, against the reference's (2×2 token grid; 3×3 channel maps).
   for (const auto& [name, block] : {std::pair<std::string, std::string>{"vit", "blocks.0"}, {"cnn", "conv3"}}) {
     auto model = fixture_model(name);
