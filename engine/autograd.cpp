@@ -135,11 +135,9 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
 }  // namespace
 
 bool grad_enabled() { return recording; }
-NoGrad::NoGrad() : previous_(recording) { recording = false; }
-NoGrad::~NoGrad() { recording = previous_; }
+NoGrad::NoGrad() : ScopedSwitch(recording, false) {}
 bool recording_gradient_only() { return gradient_only; }
-GradientOnly::GradientOnly() : previous_(gradient_only) { gradient_only = true; }
-GradientOnly::~GradientOnly() { gradient_only = previous_; }
+GradientOnly::GradientOnly() : ScopedSwitch(gradient_only, true) {}
 
 bool needs_grad(std::initializer_list<Tensor> inputs) {
   if (!recording) return false;

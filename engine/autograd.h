@@ -49,17 +49,27 @@ public:
   std::vector<bool> needs;  // needs[i]: some cotangent must reach inputs[i]; set before vjp
 };
 
-// Recording switch (per thread). NoGrad turns it off for a scope.
-bool grad_enabled();
-class NoGrad {
+// Sets a per-thread switch for a scope and restores its previous value at exit; the
+// scopes below are the engine's two switches.
+class ScopedSwitch {
 public:
-  NoGrad();
-  ~NoGrad();
-  NoGrad(const NoGrad&) = delete;
-  NoGrad& operator=(const NoGrad&) = delete;
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
+
+protected:
+  ScopedSwitch(bool& setting, bool value) : setting_(setting), previous_(setting) { setting = value; }
+  ~ScopedSwitch() { setting_ = previous_; }
 
 private:
+  bool& setting_;
   bool previous_;
+};
+
+// Recording switch (per thread). NoGrad turns it off for a scope.
+bool grad_enabled();
+class NoGrad : ScopedSwitch {
+public:
+  NoGrad();
 };
 
 // What a recorded graph will be transported by. A training step only ever takes the exact
@@ -67,15 +77,9 @@ private:
 // output, which the next op keeps anyway, instead of its input). A graph recorded there
 // refuses the transports that would need the dropped values, with an error saying so.
 bool recording_gradient_only();
-class GradientOnly {
+class GradientOnly : ScopedSwitch {
 public:
   GradientOnly();
-  ~GradientOnly();
-  GradientOnly(const GradientOnly&) = delete;
-  GradientOnly& operator=(const GradientOnly&) = delete;
-
-private:
-  bool previous_;
 };
 
 // True when recording is on and some input takes part in a graph: ops build their Node
