@@ -279,26 +279,56 @@ double method_cost(const std::string& method, const ExplainOptions& o) {
   return 1;
 }
 
+namespace {
+
+constexpr double kForward = 1.0 / 3.0;  // a forward pass is about a third of forward + backward
+
+// The probes of a batch of b images (e of them in the expensive set), shared by every method.
+double probe_cost(const std::vector<std::string>& metrics, const ReportOptions& o, int64_t b, int64_t e,
+                  double patches) {
+  double cost = 0;
+  for (const std::string& m : metrics) {
+    if (m == "infidelity") cost += double(b * 2 * samples_per_size(o.perturbations)) * kForward;
+    if (m == "faithfulness_correlation") cost += double(b * kFaithfulnessSubsets) * kForward;
+    if (m == "faithfulness_estimate") cost += double(b) * patches * kForward;
+    if (m == "monotonicity_correlation") cost += double(e * kMonotonicitySamples) * patches * kForward;
+  }
+  return cost;
+}
+
+// One method on a batch: its maps, and the metrics that explain again (focus explains one
+// mosaic per expensive image).
+double method_batch_cost(const std::string& method, const std::vector<std::string>& metrics, const ReportOptions& o,
+                         int64_t b, int64_t e, int64_t randomised) {
+  const double one = method_cost(method, o.explain);
+  double cost = double(b) * one;
+  for (const std::string& m : metrics) {
+    if (m == "max_sensitivity") cost += double(e * kSensitivitySamples) * one;
+    if (m == "random_logit") cost += double(b) * one;
+    if (m == "model_parameter_randomisation") cost += double(e * randomised) * one;
+    if (m == "focus") cost += double(e) * one;
+  }
+  return cost;
+}
+
+int64_t randomised_layers(const ReportOptions& o, int64_t layers) {
+  return o.randomisation_layers > 0 ? std::min(o.randomisation_layers, layers) : layers;
+}
+
+}  // namespace
+
 double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64_t width, int64_t layers) {
-  const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : o.methods;
-  double explain = 0;
-  for (const std::string& m : methods) explain += method_cost(m, o.explain);
-  const double N = double(images);
-  const double E = double(o.expensive_count > 0 ? std::min(o.expensive_count, images) : images);
-  const double forward = 1.0 / 3.0;  // a forward pass is about a third of forward + backward
+  const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
+  const std::vector<std::string> metrics = resolve_metrics(o.metrics);
+  const int64_t E = o.expensive_count > 0 ? std::min(o.expensive_count, images) : images;
   const double patches = double(patch_count(height, width));
-  const int64_t randomised = o.randomisation_layers > 0 ? std::min(o.randomisation_layers, layers) : layers;
-  double cost = N * explain;
-  for (const std::string& given : o.metrics) {
-    const std::string m = canonical_metric(given);
-    if (m == "infidelity") cost += N * double(2 * samples_per_size(o.perturbations)) * forward;
-    if (m == "faithfulness_correlation") cost += N * double(kFaithfulnessSubsets) * forward;
-    if (m == "faithfulness_estimate") cost += N * patches * forward;
-    if (m == "monotonicity_correlation") cost += E * patches * double(kMonotonicitySamples) * forward;
-    if (m == "max_sensitivity") cost += E * double(kSensitivitySamples) * explain;
-    if (m == "random_logit") cost += N * explain;
-    if (m == "model_parameter_randomisation") cost += E * double(randomised) * explain;
-    if (m == "focus") cost += E * explain;
+  const int64_t batch = std::max<int64_t>(1, o.batch_size);
+  // Batch by batch, as explain_report spends it.
+  double cost = 0;
+  for (int64_t f = 0; f < images; f += batch) {
+    const int64_t b = std::min(batch, images - f), e = std::clamp<int64_t>(E - f, 0, b);
+    cost += probe_cost(metrics, o, b, e, patches);
+    for (const std::string& m : methods) cost += method_batch_cost(m, metrics, o, b, e, randomised_layers(o, layers));
   }
   return cost;
 }
@@ -420,9 +450,16 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
       if (is_ascent(m)) all_counterfactuals[m] = Tensor::empty(x.shape());
     }
 
+  // Progress counts maps, and follows the cost model for the share of the work done: the
+  // expensive metrics make the first batches much slower than the last.
   const int64_t total = N * int64_t(methods.size());
   int64_t done = 0;
-  if (progress) progress(0, total, "");
+  const double patches = double(patch_count(H, W));
+  const int64_t layers = int64_t(layers_top_down(model).size());
+  const int64_t randomised = randomised_layers(o, layers);
+  const double total_cost = report_cost(o, N, H, W, layers);
+  double spent = 0;
+  if (progress) progress(0, total, 0.0, "");
   for (int64_t f = 0; f < N; f += o.batch_size) {
     const int64_t b = std::min(o.batch_size, N - f);
     const int64_t e = std::clamp<int64_t>(E - f, 0, b);  // images of this batch within the expensive set
@@ -443,6 +480,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
     if (wants("faithfulness_estimate")) fe_probe = probe_faithfulness_estimate(classifier, xb, tb);
     if (wants("monotonicity_correlation") && e > 0)
       mono_probe = probe_monotonicity(classifier, xe, te, range, mono_options);
+    spent += probe_cost(metrics, o, b, e, patches);
 
     // Pictures of this batch's images, per method, for the contact sheets.
     const int64_t shown = std::clamp<int64_t>(pictures - f, 0, b);
@@ -516,7 +554,8 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
         sheets[size_t(i)].push_back(std::move(column));
       }
       done += b;
-      if (progress) progress(done, total, method);
+      spent += method_batch_cost(method, metrics, o, b, e, randomised);
+      if (progress) progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0, method);
     }
     for (int64_t i = 0; i < shown; ++i) {
       const std::string path = picture_dir(o.out_dir, f + i) + "/sheet.png";
@@ -565,9 +604,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
       col.note = join_notes(expensive_note, cat("8x8 grid of patches, ", kMonotonicitySamples, " noise samples each"));
     if (metric == "sparseness" || metric == "complexity") col.note = "pixel maps (summed over channels)";
     if (metric == "model_parameter_randomisation") {
-      const size_t layers = layers_top_down(model).size();
-      const size_t used = o.randomisation_layers > 0 ? std::min(size_t(o.randomisation_layers), layers) : layers;
-      col.note = join_notes(expensive_note, cat("mean Spearman correlation of |attr| over ", used, " of ", layers,
+      col.note = join_notes(expensive_note, cat("mean Spearman correlation of |attr| over ", randomised, " of ", layers,
                                                 " layers re-initialised cumulatively from the output"));
     }
     if (metric == "focus") {

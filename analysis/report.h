@@ -103,8 +103,11 @@ struct ReportOptions {
   std::vector<std::pair<std::string, std::string>> context;  // copied into the table
 };
 
-// Progress: `done` of `total` work items (an item is one image under one method).
-using ReportProgress = std::function<void(int64_t done, int64_t total, const std::string& what)>;
+// Progress: `done` of `total` work items (an item is one image under one method), and
+// `work`, the share of the estimated cost (report_cost) spent so far, in [0, 1]: items are
+// far from equal (the expensive metrics run on the first images only), so an ETA should
+// follow `work`.
+using ReportProgress = std::function<void(int64_t done, int64_t total, double work, const std::string& what)>;
 
 struct ReportResult {
   std::vector<int64_t> targets;    // the class explained for each image

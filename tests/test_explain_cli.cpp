@@ -202,13 +202,24 @@ TEST_CASE("explain cli: a report on a tiny random model writes pictures, attribu
   o.normalisation = {{0.5f}, {0.5f}};
   o.explain.range = {-1.0f, 1.0f};
   int64_t last_done = -1, last_total = -1;
-  const ReportResult r = explain_report(*model, x, {}, o, [&](int64_t done, int64_t total, const std::string&) {
+  std::vector<double> work;
+  const ReportResult r = explain_report(*model, x, {}, o, [&](int64_t done, int64_t total, double w, const std::string&) {
     CHECK(done >= last_done);
     last_done = done;
     last_total = total;
+    work.push_back(w);
   });
   CHECK(last_done == 4);  // 2 images × 2 methods
   CHECK(last_total == 4);
+  // The share of the work follows the cost model: per image, the infidelity probe costs
+  // 2 × 5 forward passes (10/3 passes), the soft pullback 1 and the ascent 5 (K = 5).
+  const double per_image = 10.0 / 3 + 1 + 5;
+  REQUIRE(work.size() == 5);
+  CHECK(work[0] == 0.0);
+  CHECK(work[1] == doctest::Approx((10.0 / 3 + 1) / (2 * per_image)));
+  CHECK(work[2] == doctest::Approx(0.5));
+  CHECK(work[4] == doctest::Approx(1.0));
+  CHECK(report_cost(o, 2, 28, 28, 1) == doctest::Approx(2 * per_image));
   REQUIRE(r.targets.size() == 2);
 
   for (const char* image : {"image_0000", "image_0001"})

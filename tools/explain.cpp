@@ -227,8 +227,8 @@ int run_explain(const cli::Args& a) {
   ReportResult r;
   {
     cli::ProgressBar bar("explain", N * int64_t(o.methods.size()), "map");
-    r = explain_report(model, in.x, in.labels, o, [&](int64_t done, int64_t, const std::string& what) {
-      bar.update(done, what);
+    r = explain_report(model, in.x, in.labels, o, [&](int64_t done, int64_t, double work, const std::string& what) {
+      bar.update(done, work, what);
     });
   }
   print_summary(r.table);

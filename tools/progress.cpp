@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/error.h"
@@ -26,6 +27,10 @@ ProgressBar::~ProgressBar() {
 }
 
 void ProgressBar::update(int64_t done, const std::string& detail) {
+  update(done, total_ > 0 ? double(done) / double(total_) : 1.0, detail);
+}
+
+void ProgressBar::update(int64_t done, double work, const std::string& detail) {
   const auto now = std::chrono::steady_clock::now();
   const double since_print = std::chrono::duration<double>(now - last_print_).count();
   const bool last = done >= total_;
@@ -33,8 +38,8 @@ void ProgressBar::update(int64_t done, const std::string& detail) {
   last_print_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double rate = elapsed > 0 ? double(done) / elapsed : 0;
-  const double eta = rate > 0 ? double(total_ - done) / rate : 0;
-  const double fraction = total_ > 0 ? double(done) / double(total_) : 1;
+  const double fraction = std::clamp(work, 0.0, 1.0);
+  const double eta = fraction > 0 ? elapsed * (1 - fraction) / fraction : 0;
   std::string line = cat(label_, " ", done, "/", total_, " ", int(fraction * 100), "% ", int64_t(rate * 10) / 10.0, " ",
                          unit_, "/s ETA ", format_duration(eta), detail.empty() ? "" : "  " + detail);
   if (terminal_) {

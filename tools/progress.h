@@ -14,6 +14,9 @@ public:
   ~ProgressBar();  // ends the bar's line on a terminal
   // Reports `done` of `total`, with free text after the bar (loss, accuracy, ...).
   void update(int64_t done, const std::string& detail = "");
+  // The same when items differ in cost: `work` in [0, 1] is the share of the whole cost
+  // spent so far, and the bar's fill and ETA follow it rather than the item count.
+  void update(int64_t done, double work, const std::string& detail = "");
   void finish(const std::string& detail = "");
 
 private:
