@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "engine/autograd.h"
@@ -42,6 +43,12 @@ std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
 Storage::Storage(size_t size)
     : data_(static_cast<float*>(::operator new[](std::max<size_t>(size, 1) * sizeof(float), std::align_val_t(64)))),
       size_(size) {
+#ifndef NDEBUG
+  // Debug builds (the sanitizer build among them) fill new storage with NaN, so that code
+  // reading entries it never wrote shows in its results instead of passing by the luck of
+  // freshly zeroed pages.
+  std::fill(data_, data_ + size, std::numeric_limits<float>::quiet_NaN());
+#endif
   const int64_t now = live_bytes += int64_t(size * sizeof(float));
   int64_t peak = peak_bytes.load(std::memory_order_relaxed);
   while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {

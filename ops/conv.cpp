@@ -640,8 +640,12 @@ void winograd_input(const ConvGeometry& g, const float* x, const WinogradBand& b
   });
 }
 
-// The adjoint of winograd_input, accumulated: dx += B dV Bᵀ on every tile's patch (inside
-// the input). Patches overlap; every plane adds its contributions in a fixed order.
+// The adjoint of winograd_input: dx = Σ_tiles B dV Bᵀ on each tile's patch (inside the
+// input). Patches overlap by two rows; every plane adds its contributions in a fixed order.
+// The bands of an image must come in order from its top: a tile row writes the rows it is
+// the first to reach (all four for an image's first tile row, else its last two) and adds
+// onto the two its predecessor reached, so dx needs no zeroing beforehand (a pass over
+// memory saved); every row and column of the input lies in some patch.
 void winograd_input_adjoint(const ConvGeometry& g, const float* dV, const WinogradBand& band, float* dx) {
   const int64_t T = band.tiles(), TW = band.TW, vs = slice_stride(g.C, T);
   parallel_for(g.C, std::max<int64_t>(1, kCopyGrain / (16 * T)), [&](int64_t c0, int64_t c1) {
@@ -675,8 +679,13 @@ void winograd_input_adjoint(const ConvGeometry& g, const float* dV, const Winogr
             if (h < 0 || h >= g.H) continue;
             const float *pe = p.even(i), *po = p.odd(i);
             float* row = plane + h * g.W;
-            for (int64_t k = even.first; k < even.last; ++k) row[2 * k - g.pw] += pe[k];
-            for (int64_t k = odd.first; k < odd.last; ++k) row[2 * k + 1 - g.pw] += po[k];
+            if (i >= 2 || (band.oh0 == 0 && r == 0)) {  // the row's first contribution
+              for (int64_t k = even.first; k < even.last; ++k) row[2 * k - g.pw] = pe[k];
+              for (int64_t k = odd.first; k < odd.last; ++k) row[2 * k + 1 - g.pw] = po[k];
+            } else {
+              for (int64_t k = even.first; k < even.last; ++k) row[2 * k - g.pw] += pe[k];
+              for (int64_t k = odd.first; k < odd.last; ++k) row[2 * k + 1 - g.pw] += po[k];
+            }
           }
         }
   });
@@ -797,7 +806,8 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
   });
 }
 
-// As conv_backward (dx arrives zeroed), through the transform domain.
+// As conv_backward, through the transform domain, except that dx is overwritten (it need
+// not arrive zeroed).
 void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
                        float* db) {
   const WinogradTiling tiling = winograd_tiling(g, kWinogradMinTilesBackward);
@@ -882,11 +892,13 @@ class Conv2dNode : public Node {
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
     Tensor dx, dw, db;
-    if (needs[0]) dx = Tensor::zeros(x_.shape());  // the backward passes add into it
+    const bool winograd = winograd_applies(g_);
+    // conv_backward adds into dx; winograd_backward writes every entry.
+    if (needs[0]) dx = winograd ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
-    auto* backward = winograd_applies(g_) ? &winograd_backward : &conv_backward;
+    auto* backward = winograd ? &winograd_backward : &conv_backward;
     backward(g_, x_.data(), w_.data(), u.data(), pointer(dx), pointer(dw), pointer(db));
     return {dx, dw, db};
   }
