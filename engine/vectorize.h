@@ -15,16 +15,21 @@
 // Use it inside a parallel_for body, around loops that are compute-bound in cache (the
 // Winograd transforms, GELU's erf and exp); memory-bound loops gain nothing from it.
 #pragma once
+#include <atomic>
 
 namespace adjoint {
 
 #if defined(__x86_64__) && !defined(__AVX2__)
 
-// Whether the CPU runs AVX2 code; asked once.
-inline bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
+// Whether run_widest uses AVX2: the CPU has it, unless switched off (the tests compare the
+// two paths bit for bit).
+inline std::atomic<bool>& avx2_switch() {
+  static std::atomic<bool> on{__builtin_cpu_supports("avx2") != 0};
+  return on;
 }
+inline bool avx2_enabled() { return avx2_switch().load(std::memory_order_relaxed); }
+// Turns AVX2 off (false) or back on where the CPU has it (true).
+inline void enable_avx2(bool on) { avx2_switch() = on && __builtin_cpu_supports("avx2"); }
 
 // `body`, with every call it makes that can be inlined, compiled for AVX2.
 template <class Body>
@@ -34,11 +39,14 @@ template <class Body>
 
 template <class Body>
 [[gnu::always_inline]] inline void run_widest(Body&& body) {
-  if (cpu_has_avx2()) return run_avx2(body);
+  if (avx2_enabled()) return run_avx2(body);
   body();
 }
 
 #else  // AVX2 is the baseline already (-Dnative=true on such a CPU), or another architecture
+
+inline bool avx2_enabled() { return false; }
+inline void enable_avx2(bool) {}
 
 template <class Body>
 [[gnu::always_inline]] inline void run_widest(Body&& body) {

@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
+#include "engine/vectorize.h"
 #include "ops/activation.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
@@ -118,6 +120,40 @@ TEST_CASE("activation: transports against their definitions") {
       double lhs = 0, rhs = 0;
       for (size_t i = 0; i < p.size(); ++i) lhs += double(p[i]) * xv[i], rhs += double(uv[i]) * y[i];
       CHECK(lhs == doctest::Approx(rhs).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("activation: the AVX2 loops give the same bits as the plain x86-64 ones") {
+  // engine/vectorize.h promises that run_widest changes the speed, never a bit of the result.
+  if (!avx2_enabled()) {
+    MESSAGE("this CPU (or build) has no separate AVX2 path; nothing to compare");
+    return;
+  }
+  // Ragged length (not a multiple of 8) with negatives, zeros, large values and ±inf.
+  Tensor x = random_tensor({3, 1001}, 31, -6.0f, 6.0f);
+  x.data()[0] = 0.0f, x.data()[1] = 40.0f, x.data()[2] = -40.0f, x.data()[3] = INFINITY, x.data()[4] = -INFINITY;
+  const Tensor u = random_tensor({3, 1001}, 32);
+  // DeepLift needs the batch [inputs; baselines]: an even leading axis.
+  const Tensor xd = random_tensor({4, 777}, 33, -3.0f, 3.0f), ud = random_tensor({4, 777}, 34);
+  for (Activation kind : kAll) {
+    CAPTURE(to_string(kind));
+    std::vector<std::vector<float>> results[2];
+    for (bool avx2 : {true, false}) {
+      enable_avx2(avx2);
+      std::vector<std::vector<float>>& r = results[avx2 ? 1 : 0];
+      r.push_back(activation(x, kind).to_vector());
+      for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(),
+                                 Transport::guided()})
+        r.push_back(transported(kind, x, u, t).to_vector());
+      r.push_back(transported(kind, xd, ud, Transport::deeplift()).to_vector());
+    }
+    enable_avx2(true);
+    REQUIRE(results[0].size() == results[1].size());
+    for (size_t k = 0; k < results[0].size(); ++k) {
+      CAPTURE(k);
+      REQUIRE(results[0][k].size() == results[1][k].size());
+      CHECK(std::memcmp(results[0][k].data(), results[1][k].data(), results[0][k].size() * sizeof(float)) == 0);
     }
   }
 }
