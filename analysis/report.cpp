@@ -322,13 +322,13 @@ double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64
   const std::vector<std::string> metrics = resolve_metrics(o.metrics);
   const int64_t E = o.expensive_count > 0 ? std::min(o.expensive_count, images) : images;
   const double patches = double(patch_count(height, width));
-  const int64_t batch = std::max<int64_t>(1, o.batch_size);
+  const int64_t batch = std::max<int64_t>(1, o.batch_size), randomised = randomised_layers(o, layers);
   // Batch by batch, as explain_report spends it.
   double cost = 0;
   for (int64_t f = 0; f < images; f += batch) {
     const int64_t b = std::min(batch, images - f), e = std::clamp<int64_t>(E - f, 0, b);
     cost += probe_cost(metrics, o, b, e, patches);
-    for (const std::string& m : methods) cost += method_batch_cost(m, metrics, o, b, e, randomised_layers(o, layers));
+    for (const std::string& m : methods) cost += method_batch_cost(m, metrics, o, b, e, randomised);
   }
   return cost;
 }

@@ -66,12 +66,15 @@ void keep_freed_memory() {
 #endif
 }
 
+// `size` floats, aligned to a cache line.
+float* allocate_floats(size_t size) {
+  keep_freed_memory();
+  return static_cast<float*>(::operator new[](std::max<size_t>(size, 1) * sizeof(float), std::align_val_t(64)));
+}
+
 }  // namespace
 
-Storage::Storage(size_t size)
-    : data_((keep_freed_memory(),
-             static_cast<float*>(::operator new[](std::max<size_t>(size, 1) * sizeof(float), std::align_val_t(64))))),
-      size_(size) {
+Storage::Storage(size_t size) : data_(allocate_floats(size)), size_(size) {
 #ifndef NDEBUG
   // Debug builds (the sanitizer build among them) fill new storage with NaN, so that code
   // reading entries it never wrote shows in its results instead of passing by the luck of
