@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -338,8 +341,28 @@ Tensor explain(const std::string& method, const Model& model, const Tensor& x, c
 
 Explainer make_explainer(const std::string& method, const Model& model, const ExplainOptions& options) {
   const Method run = find_method(method);
-  return [run, &model, options](const Tensor& x, const std::vector<int64_t>& targets) {
-    return run(model, x, targets, options);
+  if (!options.gradcam_block.empty() || (method != "gradcam" && method != "guided_gradcam"))
+    return [run, &model, options](const Tensor& x, const std::vector<int64_t>& targets) {
+      return run(model, x, targets, options);
+    };
+  // Grad-CAM's default block depends on the image shape and takes a probe forward to find,
+  // so the explainer finds it once per shape, not on every call (the metrics call it on
+  // every perturbed batch). Shapes only: re-initialised weights do not change it.
+  struct BlockPerShape {
+    std::mutex lock;
+    std::map<Shape, std::string> block;
+  };
+  auto resolved = std::make_shared<BlockPerShape>();
+  return [run, &model, options, resolved](const Tensor& x, const std::vector<int64_t>& targets) {
+    ExplainOptions o = options;
+    if (x.defined() && x.dim() == 4) {
+      const Shape image{1, x.size(1), x.size(2), x.size(3)};
+      std::lock_guard guard(resolved->lock);
+      auto it = resolved->block.find(image);
+      if (it == resolved->block.end()) it = resolved->block.emplace(image, default_gradcam_block(model, image)).first;
+      o.gradcam_block = it->second;
+    }
+    return run(model, x, targets, o);
   };
 }
 

@@ -15,6 +15,12 @@
 
 namespace adjoint::testing {
 
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (float v : t.to_vector()) m = std::max(m, double(std::fabs(v)));
+  return m;
+}
+
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
   Generator gen(seed);
   return uniform(shape, lo, hi, gen);

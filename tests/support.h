@@ -39,6 +39,9 @@ Tensor golden(const std::string& fixture_name, const std::string& tensor_name);
 // atol + rtol·|expected|; the message names `what` and the worst element.
 void check_close(const Tensor& actual, const Tensor& expected, double rtol, double atol, const std::string& what);
 
+// The largest |entry| (0 for an empty tensor).
+double max_abs(const Tensor& t);
+
 // A random tensor with entries in [lo, hi) from a seeded generator.
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 

@@ -109,12 +109,6 @@ FixtureCase fixture_case(const std::string& name) {
   return {fixture_model(name), golden("explain", name + ".x"), fixture_targets(name)};
 }
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.to_vector()) m = std::max(m, double(std::fabs(v)));
-  return m;
-}
-
 // Attributions compared relative to their own scale: elementwise within
 // rtol·|expected| + rtol·max|expected|.
 void check_attribution(const Tensor& actual, const Tensor& expected, double rtol, const std::string& what) {
@@ -452,6 +446,21 @@ TEST_CASE("explain: Grad-CAM's default blocks, token grid and bilinear resize") 
     for (size_t i = b + 1; i + 1 < vgg->num_blocks(); ++i) {
       const Tensor later = vgg->features(Tensor::zeros({1, 1, 28, 28}), i);
       CHECK(later.size(2) * later.size(3) == 1);
+    }
+  }
+  // An explainer finds the default block once per image shape: one explainer called on
+  // 32×32 and then 28×28 images must use each shape's own block.
+  {
+    vgg->train(false);
+    const Explainer cam = make_explainer("gradcam", *vgg, {});
+    for (int64_t side : {32, 28, 32}) {
+      CAPTURE(side);
+      const Tensor x = random_tensor({2, 1, side, side}, 7);
+      ExplainOptions at_default;
+      at_default.gradcam_block = default_gradcam_block(*vgg, x.shape());
+      const Tensor want = explain("gradcam", *vgg, x, {0, 1}, at_default);
+      CHECK(max_abs(cam(x, {0, 1}) - want) == 0.0);
+      CHECK(max_abs(want) > 0);
     }
   }
   auto vit = fixture_model("vit");
