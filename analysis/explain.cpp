@@ -245,6 +245,7 @@ using Method = Tensor (*)(const Model&, const Tensor&, const std::vector<int64_t
 struct NamedMethod {
   const char* name;
   Method run;
+  bool reads_gradcam_block = false;  // resolves ExplainOptions::gradcam_block when it is empty
 };
 
 const std::vector<NamedMethod>& method_table() {
@@ -258,17 +259,17 @@ const std::vector<NamedMethod>& method_table() {
       {"smoothgrad", smoothgrad},
       {"integrated_gradients", integrated_gradients},
       {"guided_backprop", guided_backprop},
-      {"gradcam", gradcam},
-      {"guided_gradcam", guided_gradcam},
+      {"gradcam", gradcam, true},
+      {"guided_gradcam", guided_gradcam, true},
       {"deeplift", deeplift},
   };
   return table;
 }
 
-Method find_method(const std::string& name) {
+const NamedMethod& find_method(const std::string& name) {
   std::string names;
   for (const NamedMethod& m : method_table()) {
-    if (name == m.name) return m.run;
+    if (name == m.name) return m;
     names += cat(" ", m.name);
   }
   throw UsageError(cat("unknown explanation method '", name, "'; known:", names));
@@ -336,29 +337,31 @@ std::vector<std::string> explanation_methods() {
 
 Tensor explain(const std::string& method, const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
                const ExplainOptions& options) {
-  return find_method(method)(model, x, targets, options);
+  return find_method(method).run(model, x, targets, options);
 }
 
 Explainer make_explainer(const std::string& method, const Model& model, const ExplainOptions& options) {
-  const Method run = find_method(method);
-  if (!options.gradcam_block.empty() || (method != "gradcam" && method != "guided_gradcam"))
+  const NamedMethod& found = find_method(method);
+  const Method run = found.run;
+  if (!found.reads_gradcam_block || !options.gradcam_block.empty())
     return [run, &model, options](const Tensor& x, const std::vector<int64_t>& targets) {
       return run(model, x, targets, options);
     };
   // Grad-CAM's default block depends on the image shape and takes a probe forward to find,
-  // so the explainer finds it once per shape, not on every call (the metrics call it on
-  // every perturbed batch). Shapes only: re-initialised weights do not change it.
+  // so the explainer finds it once per shape, not on every call (max-sensitivity calls it
+  // on every perturbed batch). Shapes only: re-initialised weights do not change it.
   struct BlockPerShape {
     std::mutex lock;
     std::map<Shape, std::string> block;
   };
   auto resolved = std::make_shared<BlockPerShape>();
   return [run, &model, options, resolved](const Tensor& x, const std::vector<int64_t>& targets) {
+    if (!x.defined() || x.dim() != 4) return run(model, x, targets, options);  // run's own check reports it
+    const Shape image{1, x.size(1), x.size(2), x.size(3)};
     ExplainOptions o = options;
-    if (x.defined() && x.dim() == 4) {
-      const Shape image{1, x.size(1), x.size(2), x.size(3)};
+    {
       std::lock_guard guard(resolved->lock);
-      auto it = resolved->block.find(image);
+      auto it = resolved->block.find(image);  // stored only once found: a failed probe is not cached
       if (it == resolved->block.end()) it = resolved->block.emplace(image, default_gradcam_block(model, image)).first;
       o.gradcam_block = it->second;
     }
