@@ -20,6 +20,7 @@ void for_each_field(ModelConfig& c, F f) {
   f("depth", c.depth);
   f("heads", c.heads);
   f("mlp_ratio", c.mlp_ratio);
+  f("pool", c.pool);
   f("hidden", c.hidden);
   f("in_features", c.in_features);
   f("vocab", c.vocab);

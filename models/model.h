@@ -27,6 +27,8 @@ struct ModelConfig {
   int64_t patch = 4;            // ViT
   int64_t dim = 0, depth = 0, heads = 0;  // ViT / bilinear LM (0 = the arch's default)
   int64_t mlp_ratio = 4;
+  std::string pool = "token";   // ViT: "token" (class token, then norm) or "avg" (timm's
+                                // global_pool='avg': mean of the patch tokens, then fc_norm)
   int64_t hidden = 256;         // bilinear MLP hidden width
   int64_t in_features = 0;      // bilinear MLP flat input size (0: in_channels·image_size²)
   int64_t vocab = 256, seq_len = 64;   // bilinear LM

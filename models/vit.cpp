@@ -2,14 +2,18 @@
 // pos_embed, blocks.<i>.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2, norm, head):
 // patch embedding, class token, learned position embeddings, pre-LN blocks with GELU
 // MLPs, any patch size that divides the image.
-// Blocks: "patch_embed" (tokens + class token + positions), "blocks.<i>", "head"
-// (final norm, class-token pooling, linear head).
+// Blocks: "patch_embed" (tokens + class token + positions), "blocks.<i>", "head".
+// The head pools as timm does: pool "token" takes the class token after the final `norm`;
+// pool "avg" (timm's global_pool='avg') averages the patch tokens, leaving the class token
+// out, and normalises the mean with `fc_norm`. Averaging lets every token's output reach
+// the loss, which trains faster on short schedules.
 #include "engine/error.h"
 #include "models/layers.h"
 #include "models/model.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/layout.h"
+#include "ops/reduce.h"
 
 namespace adjoint {
 
@@ -61,11 +65,12 @@ public:
       auto block = blocks->register_module(std::to_string(i), std::make_shared<VitBlock>(dim, heads, config.mlp_ratio, gen));
       add_block(cat("blocks.", i), [block](const Tensor& x) { return block->forward(x); });
     }
-    auto norm = register_module("norm", std::make_shared<LayerNorm>(dim, 1e-6f));
+    const bool average = config.pool == "avg";
+    auto norm = register_module(average ? "fc_norm" : "norm", std::make_shared<LayerNorm>(dim, 1e-6f));
     auto head = register_module("head", std::make_shared<Linear>(dim, config.num_classes, true, gen));
-    add_block("head", [norm, head](const Tensor& x) {
-      Tensor cls_token = squeeze(slice(norm->forward(x), 1, 0, 1), 1);  // (B, D)
-      return head->forward(cls_token);
+    add_block("head", [norm, head, average](const Tensor& x) {
+      if (average) return head->forward(norm->forward(mean(slice(x, 1, 1, x.size(1)), {1})));  // (B, D)
+      return head->forward(squeeze(slice(norm->forward(x), 1, 0, 1), 1));
     });
   }
 };
@@ -82,6 +87,8 @@ std::shared_ptr<Model> make_vit(const ModelConfig& config, Generator& gen) {
   if (config.dim > 0) dim = config.dim;
   if (config.depth > 0) depth = config.depth;
   if (config.heads > 0) heads = config.heads;
+  if (config.pool != "token" && config.pool != "avg")
+    throw UsageError(cat("vit: pool must be token or avg, got '", config.pool, "'"));
   check(dim > 0 && heads > 0, "vit_custom needs dim and heads (got dim ", dim, ", heads ", heads, ")");
   return std::make_shared<Vit>(config, dim, depth, heads, gen);
 }

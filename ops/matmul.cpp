@@ -13,16 +13,29 @@ namespace adjoint {
 
 namespace {
 
-// out[c] = Σ_r m[r, c] for a row-major (rows, cols) matrix, summed in double in row order.
-// Each column's sum is one sequential loop, so the result does not depend on the threads.
+// out[c] = Σ_r m[r, c] for a row-major (rows, cols) matrix, summed in double. Rows are
+// summed within fixed blocks of kRowBlock rows (in parallel, vectorised along the row),
+// then the block sums are added in block order. The blocks do not depend on the thread
+// count, so neither does the result.
 void column_sums(const float* m, int64_t rows, int64_t cols, float* out) {
-  parallel_for(cols, 256, [&](int64_t c0, int64_t c1) {
-    std::vector<double> acc(static_cast<size_t>(c1 - c0), 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = m + r * cols;
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += row[c];
+  constexpr int64_t kRowBlock = 64;
+  const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks * cols), 0.0);
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      double* sum = partial.data() + b * cols;
+      for (int64_t r = b * kRowBlock; r < std::min(rows, (b + 1) * kRowBlock); ++r) {
+        const float* row = m + r * cols;
+        for (int64_t c = 0; c < cols; ++c) sum[c] += row[c];
+      }
     }
-    for (int64_t c = c0; c < c1; ++c) out[c] = static_cast<float>(acc[c - c0]);
+  });
+  parallel_for(cols, 1024, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double total = 0;
+      for (int64_t b = 0; b < blocks; ++b) total += partial[static_cast<size_t>(b * cols + c)];
+      out[c] = static_cast<float>(total);
+    }
   });
 }
 

@@ -77,6 +77,9 @@ ModelConfig config_for(const std::string& case_name) {
   if (case_name == "vgg11_bn_small") c.arch = "vgg11_bn", c.small_stem = true, c.in_channels = 1;
   if (case_name == "vit_custom")
     c.arch = "vit_custom", c.dim = 48, c.depth = 2, c.heads = 3, c.patch = 4, c.image_size = 16, c.in_channels = 3;
+  if (case_name == "vit_custom_avg")
+    c.arch = "vit_custom", c.dim = 48, c.depth = 2, c.heads = 3, c.patch = 4, c.image_size = 16, c.in_channels = 3,
+    c.pool = "avg";
   return c;
 }
 
@@ -91,7 +94,7 @@ std::shared_ptr<Model> golden_model(const std::string& case_name) {
 }  // namespace
 
 TEST_CASE("models: logits match PyTorch (torchvision/timm names, weights loaded by name)") {
-  for (const char* name : {"resnet18", "resnet18_small", "resnet50", "vgg11_bn_small", "vit_custom"}) {
+  for (const char* name : {"resnet18", "resnet18_small", "resnet50", "vgg11_bn_small", "vit_custom", "vit_custom_avg"}) {
     CAPTURE(name);
     auto model = golden_model(name);
     NoGrad off;
@@ -104,7 +107,7 @@ TEST_CASE("models: logits match PyTorch (torchvision/timm names, weights loaded 
 }
 
 TEST_CASE("models: running from any block equals the whole forward") {
-  for (const char* name : {"resnet18_small", "vit_custom"}) {
+  for (const char* name : {"resnet18_small", "vit_custom", "vit_custom_avg"}) {
     auto model = golden_model(name);
     NoGrad off;
     Tensor x = golden("models", std::string(name) + ".input");
@@ -116,6 +119,17 @@ TEST_CASE("models: running from any block equals the whole forward") {
     CHECK(model->block_index(model->blocks()[1].name) == 1);
     CHECK_THROWS_WITH_AS(model->block_index("nope"), doctest::Contains("blocks: "), Error);
   }
+}
+
+TEST_CASE("models: a ViT's pool option picks timm's head, survives the checkpoint config and is validated") {
+  ModelConfig c = config_for("vit_custom_avg");
+  CHECK(ModelConfig::from_map(c.to_map()).pool == "avg");
+  Generator gen(1);
+  const auto names = make_model(c, gen)->state_dict();
+  CHECK(names.count("fc_norm.weight") == 1);
+  CHECK(names.count("norm.weight") == 0);
+  c.pool = "max";
+  CHECK_THROWS_WITH_AS(make_model(c, gen), doctest::Contains("pool must be token or avg, got 'max'"), UsageError);
 }
 
 TEST_CASE("models: mismatched weight files list every bad name") {

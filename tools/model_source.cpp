@@ -17,6 +17,8 @@ const std::vector<cli::OptionSpec>& model_options() {
       {"width", "X", "channel multiplier (ResNet, VGG)", "1"},
       {"imagenet-stem", "", "ResNet: 7x7 stride-2 stem + max-pool; VGG: ImageNet classifier", ""},
       {"patch", "N", "ViT patch size", "4"},
+      {"pool", "KIND", "ViT head: token (class token) or avg (mean of patch tokens, timm's global_pool='avg')",
+       "token"},
       {"dim", "N", "ViT / bilinear LM width (0: the model's default)", "0"},
       {"depth", "N", "ViT / bilinear LM blocks (0: the model's default)", "0"},
       {"heads", "N", "attention heads (0: the model's default)", "0"},
@@ -51,6 +53,7 @@ ModelConfig model_config(const cli::Args& a) {
   c.width = a.number("width");
   c.small_stem = !a.flag("imagenet-stem");
   c.patch = a.integer("patch");
+  c.pool = a.text("pool");
   c.dim = a.integer("dim");
   c.depth = a.integer("depth");
   c.heads = a.integer("heads");

@@ -59,20 +59,27 @@ class PatchEmbed(nn.Module):
 
 
 class VisionTransformer(nn.Module):  # timm's names and order of operations
-    def __init__(self, img, p, c, classes, dim, depth, heads):
+    def __init__(self, img, p, c, classes, dim, depth, heads, pool="token"):
         super().__init__()
+        self.pool = pool
         self.patch_embed = PatchEmbed(c, dim, p)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, (img // p) ** 2 + 1, dim))
         self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(depth)])
-        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        # timm: with global_pool='avg' the final norm moves after pooling, as fc_norm
+        if pool == "avg":
+            self.fc_norm = nn.LayerNorm(dim, eps=1e-6)
+        else:
+            self.norm = nn.LayerNorm(dim, eps=1e-6)
         self.head = nn.Linear(dim, classes)
 
     def forward(self, x):
         x = self.patch_embed.proj(x).flatten(2).transpose(1, 2)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
-        x = self.norm(self.blocks(x))
-        return self.head(x[:, 0])
+        x = self.blocks(x)
+        if self.pool == "avg":
+            return self.head(self.fc_norm(x[:, 1:].mean(dim=1)))
+        return self.head(self.norm(x)[:, 0])
 
 
 def vit_tiny(img, patch, channels, classes):

@@ -66,6 +66,7 @@ cases = {
     "resnet50": (torchvision.models.resnet50(num_classes=10), [1, 3, 64, 64]),
     "vgg11_bn_small": (torch_models.small_vgg("vgg11_bn", 10, 1), [2, 1, 28, 28]),
     "vit_custom": (torch_models.VisionTransformer(16, 4, 3, 10, 48, 2, 3), [2, 3, 16, 16]),
+    "vit_custom_avg": (torch_models.VisionTransformer(16, 4, 3, 10, 48, 2, 3, pool="avg"), [2, 3, 16, 16]),
 }
 
 out, meta = {}, {}
