@@ -202,7 +202,7 @@ void backward(const Tensor& output, const Tensor& cotangent, const Transport& tr
 }
 
 std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent,
-                         const Transport& transport) {
+                         const Transport& transport, bool keep_graph) {
   std::unordered_set<const void*> wanted;
   for (const Tensor& t : wrt) {
     check(t.defined(), "grad: an undefined tensor among the inputs to differentiate");
@@ -211,7 +211,7 @@ std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, c
   std::unordered_map<const void*, Tensor> got;
   run(
       output, cotangent, transport, wanted, [&](const void* key, const Tensor& cot) { accumulate(got[key], cot); },
-      /*release_graph=*/false);
+      /*release_graph=*/!keep_graph);
   std::vector<Tensor> result;
   for (const Tensor& t : wrt) {
     auto it = got.find(key_of(t));

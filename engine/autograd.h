@@ -97,9 +97,11 @@ void attach(Tensor& out, std::shared_ptr<Node> node, std::vector<Tensor> inputs)
 void backward(const Tensor& output, const Tensor& cotangent = {}, const Transport& transport = {});
 
 // Like backward, but returns the cotangents that reach `wrt` (leaves or intermediate
-// tensors of the graph; zeros where nothing reaches) and touches no .grad.
+// tensors of the graph; zeros where nothing reaches) and touches no .grad. The graph is
+// kept for another pass unless keep_graph is false (then it is freed on the way, as
+// backward does).
 std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt,
-                         const Tensor& cotangent = {}, const Transport& transport = {});
+                         const Tensor& cotangent = {}, const Transport& transport = {}, bool keep_graph = true);
 
 // Functional form: evaluates f at fresh leaves holding `primals`' values and returns the
 // input cotangents of `cotangent` under `transport`. Parameters' .grad are untouched.

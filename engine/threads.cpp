@@ -5,6 +5,7 @@
 #include <tbb/global_control.h>
 #include <tbb/info.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <memory>
@@ -39,14 +40,14 @@ void set_num_threads(int n) {
 
 int num_threads() {
   ensure_initialised();
-  return current;
+  return std::min(current, tbb::this_task_arena::max_concurrency());
 }
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   ensure_initialised();
-  if (n <= grain || current == 1) {
+  if (n <= grain || num_threads() == 1) {
     // Same chunk boundaries as the parallel path, so reductions inside a chunk match.
     for (int64_t b = 0; b < n; b += grain) body(b, std::min(n, b + grain));
     return;
@@ -56,6 +57,20 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
       tbb::blocked_range<int64_t>(0, chunks, 1),
       [&](const tbb::blocked_range<int64_t>& r) {
         for (int64_t c = r.begin(); c < r.end(); ++c) body(c * grain, std::min(n, (c + 1) * grain));
+      },
+      tbb::simple_partitioner());
+}
+
+void run_concurrently(int64_t n, const std::function<void(int64_t)>& task) {
+  if (n <= 0) return;
+  ensure_initialised();
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, n, 1),
+      [&](const tbb::blocked_range<int64_t>& r) {
+        for (int64_t i = r.begin(); i < r.end(); ++i) {
+          tbb::task_arena one_thread(1);  // the calling thread alone works in it
+          one_thread.execute([&] { task(i); });
+        }
       },
       tbb::simple_partitioner());
 }

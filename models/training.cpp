@@ -1,5 +1,6 @@
 #include "models/training.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -11,7 +12,9 @@
 #include "engine/files.h"
 #include "engine/json.h"
 #include "engine/optim.h"
+#include "engine/threads.h"
 #include "models/checkpoint.h"
+#include "ops/elementwise.h"
 #include "ops/layout.h"
 #include "ops/loss.h"
 
@@ -153,8 +156,47 @@ void fit_config_to_data(ModelConfig& config, const DataSource& data) {
   }
 }
 
+namespace {
+
+// Data parallelism inside the process: a batch cut into `parts` contiguous parts that run
+// at the same time, one thread each. Results are combined in part order, so they do not
+// depend on how the parts were scheduled.
+struct BatchPart {
+  Tensor inputs;
+  std::vector<int64_t> labels;
+};
+
+int64_t part_count(const Batch& batch, int64_t wanted) {
+  return std::clamp<int64_t>(wanted, 1, std::max<int64_t>(batch.size(), 1));
+}
+
+// Runs fn(s, part s) for every part: directly when there is one, else all at once.
+void for_each_part(const Batch& batch, int64_t parts, const std::function<void(int64_t, const BatchPart&)>& fn) {
+  if (parts == 1) return fn(0, BatchPart{batch.inputs, batch.labels});
+  const int64_t n = batch.size(), per_example = static_cast<int64_t>(batch.labels.size()) / n;
+  run_concurrently(parts, [&](int64_t s) {
+    const int64_t begin = s * n / parts, end = (s + 1) * n / parts;
+    fn(s, BatchPart{slice(batch.inputs, 0, begin, end).contiguous(),
+                    std::vector<int64_t>(batch.labels.begin() + begin * per_example,
+                                         batch.labels.begin() + end * per_example)});
+  });
+}
+
+// What a forward pass over a batch (or part of one) reports: the loss times the rows
+// (examples, or tokens of a sequence model), the correct predictions and the rows.
+struct PassOutcome {
+  double loss_sum = 0;
+  int64_t correct = 0, rows = 0;
+  PassOutcome& operator+=(const PassOutcome& o) {
+    loss_sum += o.loss_sum, correct += o.correct, rows += o.rows;
+    return *this;
+  }
+};
+
+}  // namespace
+
 Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
-                    int64_t batch_size, int64_t limit) {
+                    int64_t batch_size, int64_t limit, int64_t parts) {
   NoGrad off;
   const bool was_training = model.training();
   const_cast<Model&>(model).train(false);
@@ -165,22 +207,80 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
     subset = std::make_shared<Subset>(data, first);
   }
   Loader loader(subset, LoaderOptions{batch_size, false, false, true, 0, transforms});
-  Evaluation e;
-  double loss_sum = 0;
-  int64_t correct = 0;
+  PassOutcome total;
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     Batch batch = loader.next();
-    Tensor logits = as_rows(model.forward(batch.inputs));
-    const int64_t rows = logits.size(0);
-    loss_sum += double(cross_entropy(logits, batch.labels).item()) * double(rows);
-    correct += count_correct(logits, batch.labels);
-    e.count += rows;
+    std::vector<PassOutcome> outcomes(static_cast<size_t>(part_count(batch, parts)));
+    for_each_part(batch, static_cast<int64_t>(outcomes.size()), [&](int64_t s, const BatchPart& part) {
+      NoGrad off_here;  // recording is per thread
+      Tensor logits = as_rows(model.forward(part.inputs));
+      const int64_t rows = logits.size(0);
+      outcomes[size_t(s)] = {double(cross_entropy(logits, part.labels).item()) * double(rows),
+                             count_correct(logits, part.labels), rows};
+    });
+    for (const PassOutcome& o : outcomes) total += o;
   }
   const_cast<Model&>(model).train(was_training);
-  e.loss = e.count ? loss_sum / double(e.count) : 0;
-  e.accuracy = e.count ? double(correct) / double(e.count) : 0;
+  Evaluation e;
+  e.count = total.rows;
+  e.loss = e.count ? total.loss_sum / double(e.count) : 0;
+  e.accuracy = e.count ? double(total.correct) / double(e.count) : 0;
   return e;
 }
+
+namespace {
+
+// Forward, loss and gradient of one step, the batch run in `parts` parts (for_each_part).
+// Each part's loss is weighted by its share of the batch's rows, so the parts' gradients,
+// added in part order, are the batch gradient.
+PassOutcome training_step(Model& model, const Batch& batch, const std::vector<Tensor>& params, float label_smoothing,
+                          int64_t parts, int64_t step) {
+  parts = part_count(batch, parts);
+  const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
+  std::vector<PassOutcome> outcomes(static_cast<size_t>(parts));
+  std::vector<std::vector<Tensor>> grads(static_cast<size_t>(parts));
+  for_each_part(batch, parts, [&](int64_t s, const BatchPart& part) {
+    GradientOnly training_graph;  // this graph only ever takes the exact gradient
+    Tensor logits = as_rows(model.forward(part.inputs));
+    Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
+    const float value = loss.item();
+    check(std::isfinite(value), "train: the loss became ", value, " at step ", step, "; lower --lr or check the data");
+    const int64_t rows = logits.size(0);
+    if (parts == 1)
+      backward(loss);  // straight into .grad
+    else
+      grads[size_t(s)] = grad(loss, params, Tensor::full(loss.shape(), float(double(rows) / double(total_rows))), {},
+                              /*keep_graph=*/false);
+    NoGrad off;
+    outcomes[size_t(s)] = {double(value) * double(rows), count_correct(logits, part.labels), rows};
+  });
+  PassOutcome total;
+  for (const PassOutcome& o : outcomes) total += o;
+  if (parts > 1) {
+    NoGrad off;
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor sum = grads[0][i];
+      for (size_t s = 1; s < grads.size(); ++s) sum = sum + grads[s][i];
+      Tensor param = params[i];  // a handle on the parameter
+      param.set_grad(sum);
+    }
+  }
+  return total;
+}
+
+// Data parallelism gives each part its own batch statistics and would update BatchNorm's
+// running averages (and a dropout generator) from several threads at once.
+void check_data_parallel(const Model& model, int64_t shards) {
+  if (shards <= 1) return;
+  const ModelConfig& c = model.config();
+  const bool dropout = c.arch.rfind("vgg", 0) == 0 && !c.small_stem;
+  if (!model.named_buffers().empty() || dropout)
+    throw UsageError(cat("--data-parallel ", shards, ": ", c.arch,
+                         dropout ? " has dropout" : " has BatchNorm",
+                         ", whose state would be updated by every part of the batch at once; use 1"));
+}
+
+}  // namespace
 
 std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& o,
                                const std::function<void(const Progress&)>& on_progress,
@@ -191,7 +291,9 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   const int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
   if (o.max_steps > 0) total = std::min(total, o.max_steps);
+  check_data_parallel(model, o.data_parallel);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(model, o);
+  const std::vector<Tensor> params = model.parameters();
   const Schedule schedule = make_schedule(o, total);
 
   int64_t step = 0;
@@ -226,22 +328,13 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
       optimizer->set_lr(schedule.at(step));
       Batch batch = loader.next();
       optimizer->zero_grad();
-      GradientOnly training_graph;  // this graph only ever takes the exact gradient
-      Tensor logits = as_rows(model.forward(batch.inputs));
-      Tensor loss = cross_entropy(logits, batch.labels, float(o.label_smoothing));
-      const float loss_value = loss.item();
-      check(std::isfinite(loss_value), "train: the loss became ", loss_value, " at step ", step,
-            " (epoch ", epoch + 1, "); lower --lr or check the data");
-      backward(loss);
+      const PassOutcome r = training_step(model, batch, params, float(o.label_smoothing), o.data_parallel, step);
       optimizer->step();
       ++step;
-      {
-        NoGrad off;
-        correct += count_correct(logits, batch.labels);
-      }
-      rows_seen += logits.size(0);
+      correct += r.correct;
+      rows_seen += r.rows;
       samples += batch.size();
-      loss_sum += double(loss_value) * double(logits.size(0));
+      loss_sum += r.loss_sum;
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
       if (on_progress)
         on_progress(Progress{epoch + 1, o.epochs, b + 1, std::min(per_epoch, b + 1 + total - step), step, total,
@@ -250,7 +343,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
                              optimizer->lr()});
     }
     const double train_seconds = seconds_since(start);
-    Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit);
+    Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit, o.data_parallel);
     model.train(true);
     EpochRecord r{epoch + 1, step, loss_sum / double(std::max<int64_t>(rows_seen, 1)),
                   double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,

@@ -24,6 +24,7 @@ struct TrainOptions {
   int64_t epochs = 10;
   int64_t max_steps = 0;  // stop after this many steps in all (0: no limit); counted in checkpoints
   int64_t batch_size = 128;
+  int64_t data_parallel = 1;  // parts of each batch run at once, one thread each (no BatchNorm)
   bool augment = true;
   uint64_t seed = 0;
   int64_t eval_limit = 0;  // evaluate on at most this many test examples (0: all)
@@ -54,9 +55,10 @@ struct Evaluation {
   int64_t count = 0;
 };
 
-// Accuracy and mean cross-entropy of `model` (eval mode, no autograd) on `data`.
+// Accuracy and mean cross-entropy of `model` (eval mode, no autograd) on `data`, each
+// batch run as `parts` parts at once, one thread each.
 Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
-                    int64_t batch_size, int64_t limit = 0);
+                    int64_t batch_size, int64_t limit = 0, int64_t parts = 1);
 
 // Trains `model` (freshly built, or restored from options.resume by the caller through
 // resume_from) and returns one record per finished epoch. `on_progress` is called after

@@ -156,3 +156,62 @@ TEST_CASE("training: a learning run improves test accuracy; bad options are refu
   o.batch_size = 1000;
   CHECK_THROWS_WITH_AS(train(*model, data, o), doctest::Contains("no full batch of 1000"), Error);
 }
+
+TEST_CASE("training: data-parallel parts give the batch gradient, reproducibly; BatchNorm models are refused") {
+  set_num_threads(2);
+  std::vector<int> inside(3, 0);
+  run_concurrently(3, [&](int64_t i) { inside[size_t(i)] = num_threads(); });
+  CHECK(inside == std::vector<int>{1, 1, 1});  // each part is confined to its thread
+  CHECK(num_threads() == 2);
+
+  DataSource data = quadrants();
+  ModelConfig c;
+  c.arch = "vit_custom", c.dim = 16, c.depth = 1, c.heads = 2, c.patch = 4;
+  fit_config_to_data(c, data);
+  // Plain SGD: the weights move by lr times the gradient, so they compare the gradients
+  // (Adam would magnify rounding in near-zero gradient components to a full step).
+  TrainOptions o;
+  o.lr = 0.1, o.momentum = 0, o.weight_decay = 0;
+  o.epochs = 1;
+  o.batch_size = 16;
+  o.augment = false;
+  auto weights_after = [&](int64_t parts) {
+    Generator gen(5);
+    auto model = make_model(c, gen);
+    o.data_parallel = parts;
+    auto records = train(*model, data, o);
+    return std::make_pair(all_weights(*model), records.back().train_loss);
+  };
+  const auto [whole, whole_loss] = weights_after(1);
+  for (int64_t parts : {2, 3}) {  // 3 parts of 16 examples: 5, 5 and 6
+    CAPTURE(parts);
+    const auto [split, split_loss] = weights_after(parts);
+    REQUIRE(split.size() == whole.size());
+    double worst = 0;
+    for (size_t i = 0; i < whole.size(); ++i) worst = std::max(worst, double(std::abs(split[i] - whole[i])));
+    CHECK(worst < 1e-6);
+    CHECK(split_loss == doctest::Approx(whole_loss).epsilon(1e-5));
+    CHECK(weights_after(parts).first == split);  // same parts, same threads: same bits
+  }
+  // The weights did move: the comparison above is not between untouched models.
+  Generator gen(5);
+  auto fresh = make_model(c, gen);
+  CHECK(all_weights(*fresh) != whole);
+  // Evaluation in parts (batches of 24 of the 64 test images: 8 parts of 3, and a last
+  // batch of 16 in parts of 2) sees every image once.
+  const Evaluation one = evaluate(*fresh, data.test, data.eval_transforms(), 24);
+  const Evaluation eight = evaluate(*fresh, data.test, data.eval_transforms(), 24, 0, 8);
+  CHECK(eight.count == 64);
+  CHECK(eight.accuracy == one.accuracy);
+  CHECK(eight.loss == doctest::Approx(one.loss).epsilon(1e-6));
+
+  ModelConfig bn;
+  bn.arch = "resnet18";
+  bn.width = 0.0625;
+  fit_config_to_data(bn, data);
+  Generator g2(0);
+  auto resnet = make_model(bn, g2);
+  o.data_parallel = 2;
+  CHECK_THROWS_WITH_AS(train(*resnet, data, o), doctest::Contains("has BatchNorm"), UsageError);
+  set_num_threads(0);
+}

@@ -45,6 +45,8 @@ int run_train(const cli::Args& a) {
   o.epochs = quick && !a.has("epochs") ? 1 : a.integer("epochs");
   o.max_steps = quick && !a.has("max-steps") ? 150 : a.integer("max-steps");
   o.batch_size = a.integer("batch");
+  o.data_parallel = a.integer("data-parallel");
+  if (o.data_parallel < 1) throw UsageError(cat("--data-parallel must be at least 1, got ", o.data_parallel));
   o.augment = !a.flag("no-augment");
   o.seed = uint64_t(a.integer("seed"));
   o.eval_limit = quick && !a.has("eval-limit") ? 2000 : a.integer("eval-limit");
@@ -57,9 +59,11 @@ int run_train(const cli::Args& a) {
   std::printf("adjoint train: %s (%lld parameters) on %s, %lld train / %lld test examples, %d threads\n",
               config.arch.c_str(), (long long)count_parameters(*model), data.spec.c_str(), (long long)data.train->size(),
               (long long)data.test->size(), num_threads());
-  std::printf("  %s lr %g, weight decay %g, %s schedule, batch %lld, %lld epochs%s; writing %s\n", o.optimizer.c_str(),
-              o.lr, o.weight_decay, o.schedule.c_str(), (long long)o.batch_size, (long long)o.epochs,
-              o.max_steps ? cat(" (at most ", o.max_steps, " steps)").c_str() : "", o.out_dir.c_str());
+  std::printf("  %s lr %g, weight decay %g, %s schedule, batch %lld%s, %lld epochs%s; writing %s\n",
+              o.optimizer.c_str(), o.lr, o.weight_decay, o.schedule.c_str(), (long long)o.batch_size,
+              o.data_parallel > 1 ? cat(" in ", o.data_parallel, " data-parallel parts").c_str() : "",
+              (long long)o.epochs, o.max_steps ? cat(" (at most ", o.max_steps, " steps)").c_str() : "",
+              o.out_dir.c_str());
   std::fflush(stdout);
 
   std::unique_ptr<cli::ProgressBar> bar;
@@ -102,6 +106,9 @@ const cli::Registration train_command({
         {"data", "SPEC", "the data set", "fashion-mnist"},
         {"epochs", "N", "passes over the training set", "10"},
         {"batch", "N", "examples per step", "128"},
+        {"data-parallel", "N",
+         "run each batch as N parts at once, one thread each, gradients added in order (models without BatchNorm)",
+         "1"},
         {"optimizer", "NAME", "sgd (momentum, Nesterov) or adamw", "sgd"},
         {"lr", "X", "peak learning rate (default 0.1 for sgd, 1e-3 for adamw)", ""},
         {"momentum", "X", "SGD momentum", "0.9"},
