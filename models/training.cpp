@@ -193,43 +193,6 @@ struct PassOutcome {
   }
 };
 
-}  // namespace
-
-Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
-                    int64_t batch_size, int64_t limit, int64_t parts) {
-  NoGrad off;
-  const bool was_training = model.training();
-  const_cast<Model&>(model).train(false);
-  std::shared_ptr<const Dataset> subset = data;
-  if (limit > 0 && limit < data->size()) {
-    std::vector<int64_t> first(static_cast<size_t>(limit));
-    for (int64_t i = 0; i < limit; ++i) first[size_t(i)] = i;
-    subset = std::make_shared<Subset>(data, first);
-  }
-  Loader loader(subset, LoaderOptions{batch_size, false, false, true, 0, transforms});
-  PassOutcome total;
-  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
-    Batch batch = loader.next();
-    std::vector<PassOutcome> outcomes(static_cast<size_t>(part_count(batch, parts)));
-    for_each_part(batch, static_cast<int64_t>(outcomes.size()), [&](int64_t s, const BatchPart& part) {
-      NoGrad off_here;  // recording is per thread
-      Tensor logits = as_rows(model.forward(part.inputs));
-      const int64_t rows = logits.size(0);
-      outcomes[size_t(s)] = {double(cross_entropy(logits, part.labels).item()) * double(rows),
-                             count_correct(logits, part.labels), rows};
-    });
-    for (const PassOutcome& o : outcomes) total += o;
-  }
-  const_cast<Model&>(model).train(was_training);
-  Evaluation e;
-  e.count = total.rows;
-  e.loss = e.count ? total.loss_sum / double(e.count) : 0;
-  e.accuracy = e.count ? double(total.correct) / double(e.count) : 0;
-  return e;
-}
-
-namespace {
-
 // Forward, loss and gradient of one step, the batch run in `parts` parts (for_each_part).
 // Each part's loss is weighted by its share of the batch's rows, so the parts' gradients,
 // added in part order, are the batch gradient.
@@ -270,17 +233,50 @@ PassOutcome training_step(Model& model, const Batch& batch, const std::vector<Te
 
 // Data parallelism gives each part its own batch statistics and would update BatchNorm's
 // running averages (and a dropout generator) from several threads at once.
-void check_data_parallel(const Model& model, int64_t shards) {
-  if (shards <= 1) return;
+void check_data_parallel(const Model& model, int64_t parts) {
+  if (parts <= 1) return;
   const ModelConfig& c = model.config();
   const bool dropout = c.arch.rfind("vgg", 0) == 0 && !c.small_stem;
   if (!model.named_buffers().empty() || dropout)
-    throw UsageError(cat("--data-parallel ", shards, ": ", c.arch,
+    throw UsageError(cat("--data-parallel ", parts, ": ", c.arch,
                          dropout ? " has dropout" : " has BatchNorm",
                          ", whose state would be updated by every part of the batch at once; use 1"));
 }
 
 }  // namespace
+
+Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
+                    int64_t batch_size, int64_t limit, int64_t parts) {
+  NoGrad off;
+  const bool was_training = model.training();
+  const_cast<Model&>(model).train(false);
+  std::shared_ptr<const Dataset> subset = data;
+  if (limit > 0 && limit < data->size()) {
+    std::vector<int64_t> first(static_cast<size_t>(limit));
+    for (int64_t i = 0; i < limit; ++i) first[size_t(i)] = i;
+    subset = std::make_shared<Subset>(data, first);
+  }
+  Loader loader(subset, LoaderOptions{batch_size, false, false, true, 0, transforms});
+  PassOutcome total;
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    Batch batch = loader.next();
+    std::vector<PassOutcome> outcomes(static_cast<size_t>(part_count(batch, parts)));
+    for_each_part(batch, static_cast<int64_t>(outcomes.size()), [&](int64_t s, const BatchPart& part) {
+      NoGrad off_here;  // recording is per thread
+      Tensor logits = as_rows(model.forward(part.inputs));
+      const int64_t rows = logits.size(0);
+      outcomes[size_t(s)] = {double(cross_entropy(logits, part.labels).item()) * double(rows),
+                             count_correct(logits, part.labels), rows};
+    });
+    for (const PassOutcome& o : outcomes) total += o;
+  }
+  const_cast<Model&>(model).train(was_training);
+  Evaluation e;
+  e.count = total.rows;
+  e.loss = e.count ? total.loss_sum / double(e.count) : 0;
+  e.accuracy = e.count ? double(total.correct) / double(e.count) : 0;
+  return e;
+}
 
 std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& o,
                                const std::function<void(const Progress&)>& on_progress,
