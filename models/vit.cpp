@@ -5,8 +5,7 @@
 // Blocks: "patch_embed" (tokens + class token + positions), "blocks.<i>", "head".
 // The head pools as timm does: pool "token" takes the class token after the final `norm`;
 // pool "avg" (timm's global_pool='avg') averages the patch tokens, leaving the class token
-// out, and normalises the mean with `fc_norm`. Averaging lets every token's output reach
-// the loss, which trains faster on short schedules.
+// out, and normalises the mean with `fc_norm`.
 #include "engine/error.h"
 #include "models/layers.h"
 #include "models/model.h"
