@@ -60,8 +60,8 @@ public:
     if (needs[2]) {  // dV = Aᵀ u, A the forward pattern or, for the soft pullback, the re-tempered one
       Tensor a = t.is_soft() ? pattern(q_.data(), k_.data(), sh_, scale_ / t.tau.attention, causal_) : a_;
       const float* pa = a.data();
-      // With no queries (T = 0) the product is empty and dV must be zero.
-      Tensor dv_t = T == 0 ? Tensor::zeros(v_.shape()) : Tensor::empty(v_.shape());
+      // gemm writes every element, zeros when there are no queries (T = 0, an empty sum).
+      Tensor dv_t = Tensor::empty(v_.shape());
       gemm_batched(batch, true, false, S, dv, T, 1.0f, pa, S, T * S, pu, dv, T * dv, 0.0f, dv_t.data(), dv, S * dv);
       out[2] = dv_t;
     }
@@ -88,7 +88,7 @@ public:
       out[0] = dq;
     }
     if (needs[1]) {  // dK = s·dZᵀ Q
-      Tensor dk = T == 0 ? Tensor::zeros(k_.shape()) : Tensor::empty(k_.shape());  // as dV
+      Tensor dk = Tensor::empty(k_.shape());  // as dV
       gemm_batched(batch, true, false, S, d, T, scale_, pz, S, T * S, q_.data(), d, T * d, 0.0f, dk.data(), d, S * d);
       out[1] = dk;
     }
