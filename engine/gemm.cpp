@@ -132,20 +132,21 @@ void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 }
 
 void gemm_batched(int64_t count, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C,
-                  int64_t ldc, int64_t stride_c) {
+                  int64_t lda, BatchStrides stride_a, const float* B, int64_t ldb, BatchStrides stride_b, float beta,
+                  float* C, int64_t ldc, BatchStrides stride_c) {
   if (count == 0 || M == 0 || N == 0) return;
   const double flops = 2.0 * double(M) * double(N) * double(K);
   if (flops >= kSplitFlops || count == 1) {  // each product is big: split inside it
     for (int64_t b = 0; b < count; ++b)
-      gemm(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
+      gemm(ta, tb, M, N, K, alpha, A + stride_a.at(b), lda, B + stride_b.at(b), ldb, beta, C + stride_c.at(b), ldc);
     return;
   }
   // Small products: several per task, about kSplitFlops of work each.
   const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(kSplitFlops / std::max(flops, 1.0)));
   parallel_for(count, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
-      gemm_serial(ta, tb, M, N, K, alpha, A + b * stride_a, lda, B + b * stride_b, ldb, beta, C + b * stride_c, ldc);
+      gemm_serial(ta, tb, M, N, K, alpha, A + stride_a.at(b), lda, B + stride_b.at(b), ldb, beta, C + stride_c.at(b),
+                  ldc);
   });
 }
 

@@ -7,7 +7,6 @@
 #include "ops/attention.h"
 #include "ops/bilinear.h"
 #include "ops/embedding.h"
-#include "ops/layout.h"
 #include "ops/matmul.h"
 #include "ops/norm.h"
 
@@ -80,14 +79,8 @@ SelfAttention::SelfAttention(int64_t dim, int64_t heads_, bool qkv_bias, Generat
 
 Tensor SelfAttention::forward(const Tensor& x, bool causal) const {
   check(x.dim() == 3, "SelfAttention: expects (batch, tokens, dim), got ", x.shape());
-  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), dh = D / heads;
-  // (B, T, 3D) → (3, B, H, T, dh), as timm does.
-  Tensor qkv_ = permute(reshape(qkv->forward(x), {B, T, 3, heads, dh}), {2, 0, 3, 1, 4});
-  Tensor q = squeeze(slice(qkv_, 0, 0, 1), 0);
-  Tensor k = squeeze(slice(qkv_, 0, 1, 2), 0);
-  Tensor v = squeeze(slice(qkv_, 0, 2, 3), 0);
-  Tensor o = scaled_dot_product_attention(q, k, v, causal);  // (B, H, T, dh)
-  return proj->forward(reshape(transpose(o, 1, 2), {B, T, D}));
+  // qkv (B, T, 3D) is split into heads as timm's reshape(B, T, 3, H, dh) does, in place.
+  return proj->forward(packed_qkv_attention(qkv->forward(x), heads, causal));
 }
 
 }  // namespace adjoint

@@ -18,16 +18,32 @@ struct AttentionShape {
   int64_t batch, T, S, d, dv;
 };
 
+// Where one operand's per-head matrices lie: rows `ld` floats apart, head i's matrix at
+// heads.at(i) from the operand's first element. Separate q, k, v tensors are contiguous
+// (batch, rows, cols); a packed qkv tensor interleaves the heads within each token's row.
+struct HeadLayout {
+  int64_t ld;
+  BatchStrides heads;
+};
+
+// Where q, k or v is read from: input `input` of the op, `offset` elements in, in `layout`.
+struct Operand {
+  size_t input;
+  int64_t offset;
+  HeadLayout layout;
+};
+
 // Rows of the pattern per parallel chunk: about 16K scores.
 int64_t row_grain(int64_t S) { return std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(S, 1)); }
 
-// The attention pattern softmax(Q Kᵀ·alpha [+ mask]) for every head, (batch, T, S). The
-// forward pass uses alpha = s; the soft pullback alpha = s/τ.
-Tensor pattern(const float* q, const float* k, const AttentionShape& sh, float alpha, bool causal) {
+// The attention pattern softmax(Q Kᵀ·alpha [+ mask]) for every head, contiguous (batch, T, S).
+// The forward pass uses alpha = s; the soft pullback alpha = s/τ.
+Tensor pattern(const float* q, const HeadLayout& lq, const float* k, const HeadLayout& lk, const AttentionShape& sh,
+               float alpha, bool causal) {
   const auto [batch, T, S, d, dv] = sh;
   Tensor a = Tensor::empty({batch, T, S});
   float* pa = a.data();
-  gemm_batched(batch, false, true, T, S, d, alpha, q, d, T * d, k, d, S * d, 0.0f, pa, S, T * S);
+  gemm_batched(batch, false, true, T, S, d, alpha, q, lq.ld, lq.heads, k, lk.ld, lk.heads, 0.0f, pa, S, T * S);
   parallel_for(batch * T, row_grain(S), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* row = pa + r * S;
@@ -45,34 +61,60 @@ Tensor pattern(const float* q, const float* k, const AttentionShape& sh, float a
   return a;
 }
 
+// One call's operands: q, k and v (from one packed input or from three), the output's
+// layout (the cotangent's too), and the shape.
+struct AttentionCall {
+  Operand q, k, v;
+  HeadLayout out;
+  AttentionShape shape;
+  bool causal;
+  float scale;
+};
+
 class AttentionNode : public Node {
 public:
-  AttentionNode(Tensor q, Tensor k, Tensor v, Tensor a, AttentionShape shape, bool causal, float scale)
-      : q_(std::move(q)), k_(std::move(k)), v_(std::move(v)), a_(std::move(a)), sh_(shape), causal_(causal),
-        scale_(scale) {}
+  // `inputs` are the op's inputs, detached and contiguous; `a` the forward pattern.
+  AttentionNode(std::vector<Tensor> inputs, Tensor a, AttentionCall call)
+      : inputs_(std::move(inputs)), a_(std::move(a)), c_(call) {}
   std::string name() const override { return "scaled_dot_product_attention"; }
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
-    const auto [batch, T, S, d, dv] = sh_;
-    const float* pu = u.data();
-    std::vector<Tensor> out(3);
-
-    if (needs[2]) {  // dV = Aᵀ u, A the forward pattern or, for the soft pullback, the re-tempered one
-      Tensor a = t.is_soft() ? pattern(q_.data(), k_.data(), sh_, scale_ / t.tau.attention, causal_) : a_;
-      const float* pa = a.data();
-      // gemm writes every element, zeros when there are no queries (T = 0, an empty sum).
-      Tensor dv_t = Tensor::empty(v_.shape());
-      gemm_batched(batch, true, false, S, dv, T, 1.0f, pa, S, T * S, pu, dv, T * dv, 0.0f, dv_t.data(), dv, S * dv);
-      out[2] = dv_t;
+    const auto [batch, T, S, d, dv] = c_.shape;
+    const Operand* operands[3] = {&c_.q, &c_.k, &c_.v};
+    // v is always transported; only the gradient differentiates the pattern, so only it
+    // reaches q and k (the pullbacks hold the pattern fixed).
+    bool written[3];
+    for (int j = 0; j < 3; ++j) written[j] = needs[operands[j]->input] && (j == 2 || t.is_gradient());
+    // An input's cotangent: uninitialised when the products below write all of it, zeros
+    // when part of it (q and k of a packed input under a pullback) receives nothing.
+    std::vector<Tensor> out(inputs_.size());
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      bool any = false, all = true;
+      for (int j = 0; j < 3; ++j)
+        if (operands[j]->input == i) any |= written[j], all &= written[j];
+      if (any) out[i] = all ? Tensor::empty(inputs_[i].shape()) : Tensor::zeros(inputs_[i].shape());
     }
-    // Only the gradient differentiates the pattern; the pullbacks hold it fixed.
-    if (!t.is_gradient() || !(needs[0] || needs[1])) return out;
+    auto value = [&](const Operand& o) { return inputs_[o.input].data() + o.offset; };
+    auto cotangent = [&](const Operand& o) { return out[o.input].data() + o.offset; };
+    const HeadLayout &lq = c_.q.layout, &lk = c_.k.layout, &lv = c_.v.layout, &lu = c_.out;
+    const float* pu = u.data();
+
+    if (written[2]) {  // dV = Aᵀ u, A the forward pattern or, for the soft pullback, the re-tempered one
+      Tensor a = t.is_soft() ? pattern(value(c_.q), lq, value(c_.k), lk, c_.shape, c_.scale / t.tau.attention,
+                                       c_.causal)
+                             : a_;
+      // gemm writes every element, zeros when there are no queries (T = 0, an empty sum).
+      gemm_batched(batch, true, false, S, dv, T, 1.0f, a.data(), S, T * S, pu, lu.ld, lu.heads, 0.0f,
+                   cotangent(c_.v), lv.ld, lv.heads);
+    }
+    if (!written[0] && !written[1]) return out;
 
     // dA = u Vᵀ, then through the softmax: dZ = A ⊙ (dA − rowsum(dA ⊙ A)).
     const float* pa = a_.data();
     Tensor dz = Tensor::empty({batch, T, S});
     float* pz = dz.data();
-    gemm_batched(batch, false, true, T, S, dv, 1.0f, pu, dv, T * dv, v_.data(), dv, S * dv, 0.0f, pz, S, T * S);
+    gemm_batched(batch, false, true, T, S, dv, 1.0f, pu, lu.ld, lu.heads, value(c_.v), lv.ld, lv.heads, 0.0f, pz, S,
+                 T * S);
     parallel_for(batch * T, row_grain(S), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const float* ar = pa + r * S;
@@ -82,29 +124,45 @@ public:
         for (int64_t j = 0; j < S; ++j) zr[j] = ar[j] * (zr[j] - float(dot));  // masked: A = 0
       }
     });
-    if (needs[0]) {  // dQ = s·dZ K
-      Tensor dq = Tensor::empty(q_.shape());
-      gemm_batched(batch, false, false, T, d, S, scale_, pz, S, T * S, k_.data(), d, S * d, 0.0f, dq.data(), d, T * d);
-      out[0] = dq;
-    }
-    if (needs[1]) {  // dK = s·dZᵀ Q
-      Tensor dk = Tensor::empty(k_.shape());  // as dV
-      gemm_batched(batch, true, false, S, d, T, scale_, pz, S, T * S, q_.data(), d, T * d, 0.0f, dk.data(), d, S * d);
-      out[1] = dk;
-    }
+    if (written[0])  // dQ = s·dZ K
+      gemm_batched(batch, false, false, T, d, S, c_.scale, pz, S, T * S, value(c_.k), lk.ld, lk.heads, 0.0f,
+                   cotangent(c_.q), lq.ld, lq.heads);
+    if (written[1])  // dK = s·dZᵀ Q, written in full as dV
+      gemm_batched(batch, true, false, S, d, T, c_.scale, pz, S, T * S, value(c_.q), lq.ld, lq.heads, 0.0f,
+                   cotangent(c_.k), lk.ld, lk.heads);
     return out;
   }
 
 public:
-  void release() override { q_ = k_ = v_ = a_ = Tensor(); }
+  void release() override {
+    inputs_.clear();
+    a_ = Tensor();
+  }
 
 private:
-  Tensor q_, k_, v_;  // detached, contiguous
-  Tensor a_;          // the forward pattern (batch, T, S)
-  AttentionShape sh_;
-  bool causal_;
-  float scale_;
+  std::vector<Tensor> inputs_;  // detached, contiguous: q, k, v or one packed qkv
+  Tensor a_;                    // the forward pattern (batch, T, S)
+  AttentionCall c_;
 };
+
+// The forward pass shared by both entry points: the pattern, then out = A V in the output's
+// layout, and the node when an input needs a cotangent.
+Tensor attend(std::vector<Tensor> inputs, const AttentionCall& c, const Shape& out_shape) {
+  const auto& sh = c.shape;
+  auto value = [&](const Operand& o) { return inputs[o.input].data() + o.offset; };
+  Tensor a = pattern(value(c.q), c.q.layout, value(c.k), c.k.layout, sh, c.scale, c.causal);
+  Tensor out = Tensor::empty(out_shape);
+  gemm_batched(sh.batch, false, false, sh.T, sh.dv, sh.S, 1.0f, a.data(), sh.S, sh.T * sh.S, value(c.v),
+               c.v.layout.ld, c.v.layout.heads, 0.0f, out.data(), c.out.ld, c.out.heads);
+  if (needs_grad(inputs)) {
+    std::vector<Tensor> detached;
+    for (const Tensor& x : inputs) detached.push_back(x.detach());
+    attach(out, std::make_shared<AttentionNode>(std::move(detached), a, c), inputs);
+  }
+  return out;
+}
+
+float default_scale(float scale, int64_t d) { return scale < 0 ? float(1.0 / std::sqrt(double(d))) : scale; }
 
 }  // namespace
 
@@ -126,20 +184,35 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   const AttentionShape sh{numel(Shape(q.shape().begin(), q.shape().end() - 2)), q.size(-2), k.size(-2), q.size(-1),
                           v.size(-1)};
   require(sh.d > 0 && sh.S > 0 && sh.dv > 0, "empty head or key set");
-  if (scale < 0) scale = float(1.0 / std::sqrt(double(sh.d)));
-
-  Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  Tensor a = pattern(qc.data(), kc.data(), sh, scale, causal);
+  scale = default_scale(scale, sh.d);
+  const AttentionCall call{{0, 0, {sh.d, sh.T * sh.d}},
+                           {1, 0, {sh.d, sh.S * sh.d}},
+                           {2, 0, {sh.dv, sh.S * sh.dv}},
+                           {sh.dv, sh.T * sh.dv},
+                           sh,
+                           causal,
+                           scale};
   Shape out_shape = q.shape();
   out_shape.back() = sh.dv;
-  Tensor out = Tensor::empty(out_shape);
-  gemm_batched(sh.batch, false, false, sh.T, sh.dv, sh.S, 1.0f, a.data(), sh.S, sh.T * sh.S, vc.data(), sh.dv,
-               sh.S * sh.dv, 0.0f, out.data(), sh.dv, sh.T * sh.dv);
+  return attend({q.contiguous(), k.contiguous(), v.contiguous()}, call, out_shape);
+}
 
-  if (needs_grad({qc, kc, vc}))
-    attach(out, std::make_shared<AttentionNode>(qc.detach(), kc.detach(), vc.detach(), a, sh, causal, scale),
-           {qc, kc, vc});
-  return out;
+Tensor packed_qkv_attention(const Tensor& qkv, int64_t heads, bool causal, float scale) {
+  check(qkv.defined(), "packed_qkv_attention: undefined input");
+  check(qkv.dim() == 3 && qkv.size(2) % 3 == 0, "packed_qkv_attention: expects qkv (batch, tokens, 3·dim), got ",
+        qkv.shape());
+  const int64_t B = qkv.size(0), T = qkv.size(1), D = qkv.size(2) / 3;
+  check(heads > 0 && D % heads == 0, "packed_qkv_attention: dim ", D, " (qkv ", qkv.shape(),
+        ") is not divisible by ", heads, " heads");
+  check(T > 0 && D > 0, "packed_qkv_attention: empty token set or head: qkv ", qkv.shape());
+  const int64_t dh = D / heads;
+  const AttentionShape sh{B * heads, T, T, dh, dh};
+  // Head h of example n: rows 3D apart, starting n·T·3D + h·dh in (q), then D and 2D further
+  // (k, v). The output has the heads side by side in rows D apart.
+  const HeadLayout in{3 * D, BatchStrides(T * 3 * D, heads, dh)};
+  const AttentionCall call{{0, 0, in}, {0, D, in}, {0, 2 * D, in}, {D, BatchStrides(T * D, heads, dh)},
+                           sh,         causal,     default_scale(scale, dh)};
+  return attend({qkv.contiguous()}, call, {B, T, D});
 }
 
 }  // namespace adjoint

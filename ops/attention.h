@@ -19,4 +19,11 @@ namespace adjoint {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false,
                                     float scale = -1.0f);
 
+// Multi-head self-attention on the packed output of a qkv projection, laid out as timm and
+// nanoGPT do: qkv (B, T, 3·D) holds, per token, q then k then v, each `heads` heads of
+// D/heads. Returns (B, T, D) with the heads side by side, ready for the output projection.
+// The maths and transports are scaled_dot_product_attention's on the split heads; the heads
+// are read and written in place, so neither they nor their cotangents are copied.
+Tensor packed_qkv_attention(const Tensor& qkv, int64_t heads, bool causal = false, float scale = -1.0f);
+
 }  // namespace adjoint
