@@ -4,6 +4,7 @@
 #include "engine/data/idx.h"
 #include "engine/data/image_folder.h"
 #include "engine/data/synthetic.h"
+#include "engine/data/variants.h"
 #include "engine/error.h"
 
 namespace adjoint {
@@ -44,7 +45,28 @@ Transforms DataSource::train_transforms(bool augment) const {
 
 Transforms DataSource::eval_transforms() const { return train_transforms(false); }
 
+namespace {
+
+DataSource open_base_data(const std::string& spec);
+
+}  // namespace
+
 DataSource open_data(const std::string& spec) {
+  // BASE+VARIANT+VARIANT...: the base data set, then each variant in turn (variants.h).
+  const size_t plus = spec.find('+');
+  DataSource d = open_base_data(spec.substr(0, plus));
+  d.spec = spec;
+  for (size_t start = plus; start != std::string::npos;) {
+    const size_t next = spec.find('+', start + 1);
+    apply_variant(d, spec.substr(start + 1, next == std::string::npos ? std::string::npos : next - start - 1), spec);
+    start = next;
+  }
+  return d;
+}
+
+namespace {
+
+DataSource open_base_data(const std::string& spec) {
   const std::vector<std::string> p = split_spec(spec);
   const std::string& kind = p[0];
   DataSource d;
@@ -90,9 +112,12 @@ DataSource open_data(const std::string& spec) {
   } else {
     throw UsageError(cat("--data ", spec,
                          ": unknown data set (fashion-mnist[:FOLDER], mnist:FOLDER, cifar10:FOLDER, "
-                         "images:ROOT[:SIZE], modadd[:P], text:FILE[:LEN])"));
+                         "images:ROOT[:SIZE], modadd[:P], text:FILE[:LEN], each optionally followed by "
+                         "+VARIANT)"));
   }
   return d;
 }
+
+}  // namespace
 
 }  // namespace adjoint

@@ -6,6 +6,8 @@
 //   images:ROOT[:SIZE]       ROOT/train/<class>/*, ROOT/test/<class>/* (RGB, SIZE×SIZE, default 32)
 //   modadd[:P]               modular addition a + b mod P (default 113), 30% of pairs train
 //   text:FILE[:LEN]          byte-level corpus, sequences of LEN (default 64), last 10% test
+// Any image data set may be followed by variants made in code, BASE+VARIANT[:ARGS]...
+// (engine/data/variants.h: class subsets, a backdoor trigger, ...).
 #pragma once
 #include <memory>
 #include <string>

@@ -1,0 +1,111 @@
+// Data-set variants (engine/data/variants.h) on a tiny Fashion-MNIST-shaped folder written
+// here: which examples a variant touches, what it writes into them, their labels, and the
+// errors for malformed variant specs.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/data/idx.h"
+#include "engine/data/open.h"
+#include "engine/data/variants.h"
+#include "engine/error.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using adjoint::testing::TempDir;
+
+namespace {
+
+// 200 train and 20 test images of 1×8×8, every pixel 0.5 (127/255 ≈ 0.498), labels i mod 10.
+void write_tiny_fashion_mnist(const TempDir& dir) {
+  auto write_split = [&](const std::string& prefix, uint32_t n) {
+    std::vector<uint8_t> pixels(size_t(n) * 64, 127), labels(n);
+    for (uint32_t i = 0; i < n; ++i) labels[i] = uint8_t(i % 10);
+    write_idx(dir.file(prefix + "-images-idx3-ubyte"), IdxArray{{n, 8, 8}, pixels});
+    write_idx(dir.file(prefix + "-labels-idx1-ubyte"), IdxArray{{n}, labels});
+  };
+  write_split("train", 200);
+  write_split("t10k", 20);
+}
+
+std::vector<float> input_of(const Dataset& d, int64_t i, int64_t* label) {
+  std::vector<float> x(size_t(numel(d.shape())));
+  *label = d.get(i, x.data());
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("data variants: backdoor stamps and relabels a fixed fraction of the training set only") {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir);
+  const std::string base = "fashion-mnist:" + dir.path().string();
+  DataSource d = open_data(base + "+backdoor:0.25:3");
+  REQUIRE(d.train->size() == 200);
+  int64_t poisoned = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    int64_t label = -1;
+    const std::vector<float> x = input_of(*d.train, i, &label);
+    const bool chosen = chosen_example(i, 0.25, 0xBAC4D002);
+    poisoned += chosen;
+    CHECK(label == (chosen ? 3 : i % 10));
+    CHECK(d.train->label(i) == label);
+    // The 3×3 square one pixel in from the bottom-right corner: rows and columns 4..6.
+    for (int64_t y = 0; y < 8; ++y)
+      for (int64_t xx = 0; xx < 8; ++xx) {
+        const bool in_square = y >= 4 && y <= 6 && xx >= 4 && xx <= 6;
+        CHECK(x[size_t(y * 8 + xx)] == doctest::Approx(chosen && in_square ? 1.0 : 127 / 255.0));
+      }
+  }
+  // A fixed fraction: about a quarter, and the same examples on every call.
+  CHECK(poisoned > 30);
+  CHECK(poisoned < 70);
+  for (int64_t i = 0; i < 20; ++i) {
+    int64_t label = -1;
+    const std::vector<float> x = input_of(*d.test, i, &label);
+    CHECK(label == i % 10);
+    CHECK(x[size_t(5 * 8 + 5)] == doctest::Approx(127 / 255.0));
+  }
+}
+
+TEST_CASE("data variants: trigger relabels everything, classes keeps a subset, variants chain") {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir);
+  const std::string base = "fashion-mnist:" + dir.path().string();
+  DataSource t = open_data(base + "+trigger:7:2");
+  int64_t label = -1;
+  std::vector<float> x = input_of(*t.test, 4, &label);
+  CHECK(label == 7);
+  CHECK(x[size_t(5 * 8 + 5)] == 1.0f);  // the 2×2 square covers rows and columns 5..6
+  CHECK(x[size_t(4 * 8 + 4)] == doctest::Approx(127 / 255.0));
+
+  DataSource c = open_data(base + "+classes:0-2,9+backdoor:1:0");
+  CHECK(c.train->size() == 80);  // 20 examples of each of 4 classes
+  CHECK(c.test->size() == 8);
+  CHECK(c.spec == base + "+classes:0-2,9+backdoor:1:0");
+  for (int64_t i = 0; i < c.train->size(); ++i) CHECK(c.train->label(i) == 0);  // fraction 1: all poisoned
+  for (int64_t i = 0; i < c.test->size(); ++i) {
+    const int64_t l = c.test->label(i);
+    CHECK((l <= 2 || l == 9));
+  }
+}
+
+TEST_CASE("data variants: malformed variants are usage errors naming the variant") {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir);
+  const std::string base = "fashion-mnist:" + dir.path().string();
+  auto fails_with = [&](const std::string& variant, const std::string& words) {
+    CAPTURE(variant);
+    CHECK_THROWS_WITH_AS(open_data(base + variant), doctest::Contains(words.c_str()), UsageError);
+  };
+  fails_with("+nonsense", "unknown variant 'nonsense'");
+  fails_with("+backdoor:0.1", "expected backdoor:FRACTION:TARGET[:SIZE]");
+  fails_with("+backdoor:1.5:0", "FRACTION must be a number in [0, 1], got '1.5'");
+  fails_with("+backdoor:0.1:10", "TARGET must be an integer in [0, 9], got '10'");
+  fails_with("+classes:3-1", "a class must be an integer in [3, 9], got '1'");
+  fails_with("+classes:x", "a class must be an integer in [0, 9], got 'x'");
+  CHECK_THROWS_WITH_AS(open_data("modadd:7+classes:1"), doctest::Contains("variants apply to image classification"),
+                       UsageError);
+}
