@@ -1,8 +1,14 @@
 // Bilinear models (METHODS.md §3): every nonlinearity is a bilinear form, so the network
-// is a polynomial whose weights can be compared as tensors.
+// is a polynomial whose weights can be compared as tensors. Each model also describes itself
+// as that polynomial (polynomial_view, models/polynomial.h), from the same layers its
+// forward runs.
 //
-// bilinear_mlp: [embed: Linear(d→e, no bias)] → Bilinear(→hidden) → head Linear(hidden→classes,
-//   no bias, the "D" matrix). Blocks: ["embed",] "bilinear", "head". Images are flattened.
+// bilinear_mlp, depth 0 (default): [embed: Linear(d→e, no bias)] → Bilinear(→hidden) → head
+//   Linear(hidden→classes, no bias, the "D" matrix). Blocks: ["embed",] "bilinear", "head".
+// bilinear_mlp, depth K ≥ 1: [embed: Linear(d→dim, no bias)] → K residual blocks
+//   h ← h + s·out((L h̃) ⊙ (R h̃)) (width dim, or d without embed; hidden units per block) →
+//   head Linear(→classes, no bias). Blocks: ["embed",] "blocks.<i>", "head".
+//   Images are flattened.
 // bilinear_lm: token embedding + learned positions, `depth` residual blocks
 //   x ← x + s·attn(x); x ← x + s·D((L x̃) ⊙ (R x̃)), attention softmax (causal) or the
 //   bilinear polynomial score ((q1·k1)(q2·k2))/d_head² with a causal mask and no softmax,
@@ -21,20 +27,88 @@ namespace adjoint {
 
 namespace {
 
+PolynomialStep linear_step(const std::string& name, const Linear& layer) {
+  PolynomialStep s;
+  s.kind = PolynomialStep::Kind::Linear;
+  s.name = name;
+  s.weight = layer.weight;
+  s.bias = layer.bias;
+  return s;
+}
+
+// out((L h̃) ⊙ (R h̃)): the bilinear feed-forward layer of the deep MLP and the LM's blocks.
+class BilinearFeedForward : public Module {
+public:
+  BilinearFeedForward(int64_t dim, int64_t hidden, Generator& gen) {
+    bilinear = register_module("bilinear", std::make_shared<Bilinear>(dim, hidden, gen));
+    out = register_module("out", std::make_shared<Linear>(hidden, dim, false, gen));
+  }
+  Tensor forward(const Tensor& x) const { return out->forward(bilinear->forward(x)); }
+  PolynomialStep step(const std::string& name, double scale) const {
+    PolynomialStep s;
+    s.kind = PolynomialStep::Kind::Bilinear;
+    s.name = name;
+    s.left = bilinear->left, s.right = bilinear->right, s.down = out->weight;
+    s.residual = true, s.scale = scale;
+    return s;
+  }
+  std::shared_ptr<Bilinear> bilinear;
+  std::shared_ptr<Linear> out;
+};
+
 class BilinearMlp : public Model {
 public:
   BilinearMlp(const ModelConfig& config, Generator& gen) : Model(config) {
-    int64_t in = config.in_features > 0 ? config.in_features : config.in_channels * config.image_size * config.image_size;
+    input_dim_ = config.in_features > 0 ? config.in_features : config.in_channels * config.image_size * config.image_size;
+    int64_t width = input_dim_;
     if (config.dim > 0) {
-      auto embed = register_module("embed", std::make_shared<Linear>(in, config.dim, false, gen));
-      add_block("embed", [embed](const Tensor& x) { return embed->forward(flatten(x, 1)); });
-      in = config.dim;
+      embed_ = register_module("embed", std::make_shared<Linear>(width, config.dim, false, gen));
+      add_block("embed", [embed = embed_](const Tensor& x) { return embed->forward(flatten(x, 1)); });
+      width = config.dim;
     }
-    auto layer = register_module("bilinear", std::make_shared<Bilinear>(in, config.hidden, gen));
-    add_block("bilinear", [layer](const Tensor& x) { return layer->forward(flatten(x, 1)); });
-    auto head = register_module("head", std::make_shared<Linear>(config.hidden, config.num_classes, false, gen));
-    add_block("head", [head](const Tensor& x) { return head->forward(x); });
+    if (config.depth > 0) {
+      const float scale = float(config.residual_scale);
+      auto blocks = register_module("blocks", std::make_shared<Module>());
+      for (int64_t i = 0; i < config.depth; ++i) {
+        auto block = blocks->register_module(std::to_string(i), std::make_shared<BilinearFeedForward>(width, config.hidden, gen));
+        blocks_.push_back(block);
+        add_block(cat("blocks.", i), [block, scale](const Tensor& x) {
+          Tensor h = flatten(x, 1);
+          return h + block->forward(h) * scale;
+        });
+      }
+    } else {
+      layer_ = register_module("bilinear", std::make_shared<Bilinear>(width, config.hidden, gen));
+      add_block("bilinear", [layer = layer_](const Tensor& x) { return layer->forward(flatten(x, 1)); });
+      width = config.hidden;
+    }
+    head_ = register_module("head", std::make_shared<Linear>(width, config.num_classes, false, gen));
+    add_block("head", [head = head_](const Tensor& x) { return head->forward(x); });
   }
+
+  PolynomialView polynomial_view(int64_t) const override {
+    PolynomialView v{config().arch, input_dim_, 1, {}};
+    if (embed_) v.steps.push_back(linear_step("embed", *embed_));
+    for (size_t i = 0; i < blocks_.size(); ++i)
+      v.steps.push_back(blocks_[i]->step(cat("blocks.", i), config().residual_scale));
+    if (layer_) {
+      // The one-layer model: the head is the bilinear layer's D (a Linear after it would be too).
+      PolynomialStep s;
+      s.kind = PolynomialStep::Kind::Bilinear;
+      s.name = "bilinear";
+      s.left = layer_->left, s.right = layer_->right, s.down = head_->weight;
+      v.steps.push_back(s);
+    } else {
+      v.steps.push_back(linear_step("head", *head_));
+    }
+    return v;
+  }
+
+private:
+  int64_t input_dim_ = 0;
+  std::shared_ptr<Linear> embed_, head_;
+  std::shared_ptr<Bilinear> layer_;
+  std::vector<std::shared_ptr<BilinearFeedForward>> blocks_;
 };
 
 // Polynomial attention: S = ((Q1 K1ᵀ) ⊙ (Q2 K2ᵀ)) / d_head² ⊙ causal mask, out = S V.
@@ -72,16 +146,27 @@ public:
     if (c.attention == "bilinear") poly_attn = register_module("attn", std::make_shared<BilinearAttention>(dim, heads, gen));
     else if (c.attention == "softmax") softmax_attn = register_module("attn", std::make_shared<SelfAttention>(dim, heads, false, gen));
     else throw UsageError(cat("bilinear_lm: attention must be softmax or bilinear, got '", c.attention, "'"));
-    auto mlp = register_module("mlp", std::make_shared<Module>());
-    mlp_in = mlp->register_module("bilinear", std::make_shared<Bilinear>(dim, dim * c.mlp_ratio, gen));
-    mlp_out = mlp->register_module("out", std::make_shared<Linear>(dim * c.mlp_ratio, dim, false, gen));
+    mlp = register_module("mlp", std::make_shared<BilinearFeedForward>(dim, dim * c.mlp_ratio, gen));
   }
   Tensor forward(const Tensor& x) const {
     Tensor a = norm1 ? norm1->forward(x) : x;
     a = poly_attn ? poly_attn->forward(a) : softmax_attn->forward(a, true);
     Tensor h = x + a * scale;
     Tensor m = norm2 ? norm2->forward(h) : h;
-    return h + mlp_out->forward(mlp_in->forward(m)) * scale;
+    return h + mlp->forward(m) * scale;
+  }
+
+  // The block's two polynomial steps; a LayerNorm or softmax attention is refused by name.
+  void append_steps(const std::string& name, std::vector<PolynomialStep>& steps) const {
+    if (norm1) throw Error(cat("bilinear_lm: ", name, ".norm1 is a LayerNorm, which is not polynomial"));
+    if (softmax_attn) throw Error(cat("bilinear_lm: ", name, ".attn is softmax attention, which is not polynomial"));
+    PolynomialStep a;
+    a.kind = PolynomialStep::Kind::Attention;
+    a.name = name + ".attn";
+    a.qkv = poly_attn->qkv->weight, a.proj = poly_attn->proj->weight, a.heads = poly_attn->heads;
+    a.residual = true, a.scale = scale;
+    steps.push_back(a);
+    steps.push_back(mlp->step(name + ".mlp", scale));
   }
 
 private:
@@ -89,8 +174,7 @@ private:
   std::shared_ptr<LayerNorm> norm1, norm2;
   std::shared_ptr<BilinearAttention> poly_attn;
   std::shared_ptr<SelfAttention> softmax_attn;
-  std::shared_ptr<Bilinear> mlp_in;
-  std::shared_ptr<Linear> mlp_out;
+  std::shared_ptr<BilinearFeedForward> mlp;
 };
 
 class BilinearLm : public Model {
@@ -117,11 +201,37 @@ public:
     auto blocks = register_module("blocks", std::make_shared<Module>());
     for (int64_t i = 0; i < depth; ++i) {
       auto block = blocks->register_module(std::to_string(i), std::make_shared<BilinearLmBlock>(c, dim, heads, gen));
+      blocks_.push_back(block);
       add_block(cat("blocks.", i), [block](const Tensor& x) { return block->forward(x); });
     }
-    auto unembed = register_module("unembed", std::make_shared<Linear>(dim, c.vocab, false, gen));
-    add_block("unembed", [unembed](const Tensor& x) { return unembed->forward(x); });
+    unembed_ = register_module("unembed", std::make_shared<Linear>(dim, c.vocab, false, gen));
+    add_block("unembed", [unembed = unembed_](const Tensor& x) { return unembed->forward(x); });
+    embed_ = embed, pos_ = pos;
   }
+
+  // Over `positions` tokens (the context the comparison looks at): the embedding is a linear
+  // map of each position's one-hot token with the position's embedding as its bias.
+  PolynomialView polynomial_view(int64_t positions) const override {
+    if (positions == 0) positions = pos_.size(0);
+    check(positions >= 1 && positions <= pos_.size(0), "bilinear_lm: a context of ", positions,
+          " positions is outside [1, ", pos_.size(0), "]");
+    PolynomialView v{config().arch, config().vocab, positions, {}};
+    PolynomialStep e;
+    e.kind = PolynomialStep::Kind::Linear;
+    e.name = "embed";
+    e.weight = transpose(embed_->weight, 0, 1).contiguous();  // (dim, vocab)
+    e.bias = slice(pos_, 0, 0, positions).contiguous();        // (T, dim)
+    v.steps.push_back(e);
+    for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->append_steps(cat("blocks.", i), v.steps);
+    v.steps.push_back(linear_step("unembed", *unembed_));
+    return v;
+  }
+
+private:
+  std::shared_ptr<Embedding> embed_;
+  Tensor pos_;
+  std::vector<std::shared_ptr<BilinearLmBlock>> blocks_;
+  std::shared_ptr<Linear> unembed_;
 };
 
 }  // namespace

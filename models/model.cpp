@@ -94,6 +94,12 @@ Tensor Model::run(const Tensor& x, size_t from, size_t to) const {
   return h;
 }
 
+PolynomialView Model::polynomial_view(int64_t) const {
+  throw Error(cat(config_.arch, " is not a polynomial network: its block '", blocks_.empty() ? "" : blocks_[0].name,
+                  "' already applies ReLU, GELU, softmax or a normalisation. Tensor similarity compares bilinear_mlp ",
+                  "and bilinear_lm (--attention bilinear, no --layer-norm)"));
+}
+
 void Model::add_block(std::string name, std::function<Tensor(const Tensor&)> forward) {
   blocks_.push_back({std::move(name), std::move(forward)});
 }

@@ -12,6 +12,7 @@
 
 #include "engine/module.h"
 #include "engine/random.h"
+#include "models/polynomial.h"
 
 namespace adjoint {
 
@@ -29,7 +30,7 @@ struct ModelConfig {
   int64_t mlp_ratio = 4;
   std::string pool = "token";   // ViT: "token" (class token, then norm) or "avg" (timm's
                                 // global_pool='avg': mean of the patch tokens, then fc_norm)
-  int64_t hidden = 256;         // bilinear MLP hidden width
+  int64_t hidden = 256;         // bilinear MLP hidden width (with depth: of each block)
   int64_t in_features = 0;      // bilinear MLP flat input size (0: in_channels·image_size²)
   int64_t vocab = 256, seq_len = 64;   // bilinear LM
   std::string attention = "softmax";   // bilinear LM: softmax | bilinear
@@ -60,6 +61,11 @@ public:
   Tensor forward(const Tensor& x) const { return run(x, 0, blocks_.size()); }
   Tensor features(const Tensor& x, size_t block) const { return run(x, 0, block + 1); }
   Tensor forward_from(const Tensor& features, size_t block) const { return run(features, block + 1, blocks_.size()); }
+
+  // The network as a polynomial (models/polynomial.h), for tensor similarity, over the first
+  // `positions` sequence positions of a sequence model (0: all it takes). Throws an Error
+  // naming the first layer that is not polynomial (ReLU, GELU, softmax, LayerNorm).
+  virtual PolynomialView polynomial_view(int64_t positions = 0) const;
 
 protected:
   void add_block(std::string name, std::function<Tensor(const Tensor&)> forward);

@@ -1,0 +1,31 @@
+// Tensor similarity of deep polynomial networks (METHODS.md §3.3): the second-moment
+// recursion. For two networks a and b on a shared input x ~ N(0, I), it carries the joint
+// second moments of their states z = (1, h_1, ..., h_T) through the layers in lockstep,
+//   Σ_aa = E[z_a z_aᵀ],  Σ_ab = E[z_a z_bᵀ],  Σ_bb = E[z_b z_bᵀ]
+// starting from the identity, and scores the outputs f by
+//   E[f_a·f_b] / sqrt(E[f_a·f_a] E[f_b·f_b]) = tr Σ_ab / sqrt(tr Σ_aa tr Σ_bb)
+// over the non-constant coordinates. A linear layer maps Σ_xy ↦ W̃_x Σ_xy W̃_yᵀ exactly. A
+// bilinear layer's moments come from Isserlis' theorem over the pairings of its legs,
+// treating the state as Gaussian with the carried mean (Σ's constant column) and second
+// moment: exact for one layer on the input, a Gaussian-closure approximation after that.
+// Residual layers add the cross terms E[z·y] (three legs) and E[y·y] (four legs).
+#pragma once
+#include "models/polynomial.h"
+
+namespace adjoint {
+
+struct DeepSimilarity {
+  double similarity = 0;
+  double inner_ab = 0, inner_aa = 0, inner_bb = 0;  // E[f_a·f_b], E[|f_a|²], E[|f_b|²]
+};
+
+// Both views must have the same kinds of layers in the same order and the same input and
+// output sizes (their hidden widths may differ). Throws naming the layer otherwise, and for
+// layers the recursion does not handle (bilinear attention: not yet).
+DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b);
+
+// The same three inner products estimated from `samples` Gaussian inputs (seeded), by
+// evaluating both networks: the recursion's reference.
+DeepSimilarity monte_carlo_similarity(const PolynomialView& a, const PolynomialView& b, int64_t samples, uint64_t seed);
+
+}  // namespace adjoint

@@ -1,0 +1,36 @@
+// Dense row-major matrices of doubles: what the closed forms of tensor similarity and the
+// polynomial evaluation of bilinear models compute in, so that sums of many products of
+// float weights lose nothing to rounding. Products go to OpenBLAS's dgemm.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace adjoint {
+
+struct Matrix64 {
+  int64_t rows = 0, cols = 0;
+  std::vector<double> data;
+
+  Matrix64() = default;
+  Matrix64(int64_t r, int64_t c, double fill = 0.0) : rows(r), cols(c), data(size_t(r * c), fill) {}
+  double& operator()(int64_t r, int64_t c) { return data[size_t(r * cols + c)]; }
+  double operator()(int64_t r, int64_t c) const { return data[size_t(r * cols + c)]; }
+  static Matrix64 identity(int64_t n);
+};
+
+// A 1-D or 2-D float tensor as a matrix (a vector becomes one row... of its length as columns
+// when `as_column` is false, or a column otherwise).
+Matrix64 to_matrix64(const Tensor& t, bool as_column = false);
+
+// op(A)·op(B), op = transpose when the flag is set.
+Matrix64 matmul(const Matrix64& a, const Matrix64& b, bool trans_a = false, bool trans_b = false);
+Matrix64 transpose(const Matrix64& a);
+// Elementwise product and sum of elementwise products (⟨A, B⟩_F).
+Matrix64 hadamard(const Matrix64& a, const Matrix64& b);
+double frobenius_inner(const Matrix64& a, const Matrix64& b);
+// The columns [begin, end) of a.
+Matrix64 columns(const Matrix64& a, int64_t begin, int64_t end);
+
+}  // namespace adjoint
