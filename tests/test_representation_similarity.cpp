@@ -1,0 +1,65 @@
+// The baselines beside tensor similarity (analysis/representation_similarity.h), against
+// values computed with numpy from the definitions (the script is in each comment).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "analysis/representation_similarity.h"
+#include "engine/error.h"
+#include "engine/random.h"
+#include "models/model.h"
+
+using namespace adjoint;
+
+namespace {
+
+Matrix64 matrix(int64_t rows, int64_t cols, std::vector<double> values) {
+  Matrix64 m(rows, cols);
+  m.data = std::move(values);
+  return m;
+}
+
+// X = [[1,2],[0,1],[3,-1],[2,2],[-1,0],[4,1]], Y = [[0,1,2],[1,1,0],[2,-1,1],[0,3,1],[1,0,0],[2,2,-2]].
+const Matrix64 kX = matrix(6, 2, {1, 2, 0, 1, 3, -1, 2, 2, -1, 0, 4, 1});
+const Matrix64 kY = matrix(6, 3, {0, 1, 2, 1, 1, 0, 2, -1, 1, 0, 3, 1, 1, 0, 0, 2, 2, -2});
+
+}  // namespace
+
+TEST_CASE("representation similarity: linear CKA, biased and debiased, against numpy") {
+  // numpy: X -= X.mean(0); Y -= Y.mean(0); norm(Y.T@X)**2 / (norm(X.T@X) * norm(Y.T@Y))
+  CHECK(linear_cka(kX, kY) == doctest::Approx(0.35477741791172135).epsilon(1e-12));
+  // numpy: K = X@X.T, L = Y@Y.T, diagonals zeroed, hsic_u(K, L) =
+  //   (tr(KL) + 1ᵀK1·1ᵀL1/((n-1)(n-2)) − 2/(n-2)·1ᵀKL1) / (n(n-3)); cka = hsic_u(K,L)/sqrt(hsic_u(K,K)·hsic_u(L,L))
+  CHECK(linear_cka_debiased(kX, kY) == doctest::Approx(-0.1056539081823157).epsilon(1e-12));
+  // Invariances: CKA of a representation with an orthogonal rotation and scaling of itself is 1.
+  Matrix64 rotated(6, 2);
+  for (int64_t r = 0; r < 6; ++r) rotated(r, 0) = 3 * kX(r, 1), rotated(r, 1) = -3 * kX(r, 0);
+  CHECK(linear_cka(kX, rotated) == doctest::Approx(1.0).epsilon(1e-12));
+  CHECK(linear_cka_debiased(kX, rotated) == doctest::Approx(1.0).epsilon(1e-12));
+  CHECK_THROWS_WITH_AS(linear_cka(kX, matrix(2, 1, {1, 2})), doctest::Contains("cover 6 and 2 examples"), Error);
+}
+
+TEST_CASE("representation similarity: agreement, output correlation and weight cosine") {
+  const Matrix64 a = matrix(4, 3, {1, 2, 0, 3, 1, 2, 0, 0, 1, 1, 5, 2});
+  const Matrix64 b = matrix(4, 3, {2, 1, 0, 3, 4, 2, 1, 0, 0.5, 0, 5, 2});
+  // arg-max per row: a 1, 0, 2, 1; b 0, 1, 0, 1: only the last row agrees.
+  CHECK(prediction_agreement(a, b) == doctest::Approx(0.25));
+  // numpy: np.corrcoef(a.ravel(), b.ravel())[0, 1]
+  CHECK(output_correlation(a, b) == doctest::Approx(0.7617193096357989).epsilon(1e-12));
+
+  ModelConfig c;
+  c.arch = "bilinear_mlp", c.num_classes = 3, c.in_channels = 1, c.image_size = 2, c.hidden = 4;
+  Generator g1(1), g2(2);
+  auto m1 = make_model(c, g1), m2 = make_model(c, g2);
+  CHECK(weight_cosine(*m1, *m1) == doctest::Approx(1.0).epsilon(1e-12));
+  double ab = 0, aa = 0, bb = 0;
+  for (const auto& name : {"bilinear.left", "bilinear.right", "head.weight"}) {
+    const auto x = m1->state_dict().at(name).to_vector(), y = m2->state_dict().at(name).to_vector();
+    for (size_t i = 0; i < x.size(); ++i) ab += double(x[i]) * y[i], aa += double(x[i]) * x[i], bb += double(y[i]) * y[i];
+  }
+  CHECK(weight_cosine(*m1, *m2) == doctest::Approx(ab / std::sqrt(aa * bb)).epsilon(1e-12));
+  c.hidden = 5;
+  auto m3 = make_model(c, g2);
+  CHECK_THROWS_WITH_AS(weight_cosine(*m1, *m3), doctest::Contains("parameter bilinear.left [4, 5] meets bilinear.left [5, 5]"),
+                       Error);
+}
