@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -138,6 +139,39 @@ std::string join(const std::vector<float>& v) {
 }
 
 }  // namespace
+
+std::vector<int64_t> checkpoint_steps(const std::string& spec, int64_t total) {
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  int64_t n = 0;
+  try {
+    size_t used = 0;
+    const std::string value = colon == std::string::npos ? "" : spec.substr(colon + 1);
+    n = std::stoll(value, &used);
+    if (used != value.size()) n = 0;
+  } catch (const std::exception&) {
+    n = 0;
+  }
+  if ((kind != "every" && kind != "log") || n < 1 || (kind == "log" && n < 2))
+    throw UsageError(cat("--keep-checkpoints ", spec, ": expected every:N (N ≥ 1) or log:K (K ≥ 2)"));
+  std::vector<int64_t> steps;
+  if (kind == "every") {
+    for (int64_t s = n; s < total; s += n) steps.push_back(s);
+  } else {
+    for (int64_t i = 0; i + 1 < n; ++i) {
+      const int64_t s = std::llround(std::pow(double(total), double(i) / double(n - 1)));
+      if (steps.empty() || s > steps.back()) steps.push_back(s);
+    }
+  }
+  if (total > 0 && (steps.empty() || steps.back() < total)) steps.push_back(total);
+  return steps;
+}
+
+std::string kept_checkpoint_path(const std::string& out_dir, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/checkpoints/step_%08lld.safetensors", (long long)step);
+  return out_dir + name;
+}
 
 void fit_config_to_data(ModelConfig& config, const DataSource& data) {
   const Shape s = data.train->shape();
@@ -313,6 +347,14 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     save_checkpoint(o.out_dir + "/checkpoint.safetensors", model, optimizer.get(), epochs_done, step, meta);
   };
 
+  const std::vector<int64_t> keep =
+      o.keep_checkpoints.empty() ? std::vector<int64_t>{} : checkpoint_steps(o.keep_checkpoints, total);
+  if (!keep.empty() && !o.out_dir.empty()) std::filesystem::create_directories(o.out_dir + "/checkpoints");
+  auto keep_if_due = [&](int64_t epoch) {
+    if (o.out_dir.empty() || !std::binary_search(keep.begin(), keep.end(), step)) return;
+    save_checkpoint(kept_checkpoint_path(o.out_dir, step), model, nullptr, epoch, step, meta);
+  };
+
   loader.seek(step / per_epoch, step % per_epoch);
   model.train(true);
   while (step < total) {
@@ -332,6 +374,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
       samples += batch.size();
       loss_sum += r.loss_sum;
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
+      keep_if_due(step % per_epoch == 0 ? epoch + 1 : epoch);
       if (on_progress)
         on_progress(Progress{epoch + 1, o.epochs, b + 1, std::min(per_epoch, b + 1 + total - step), step, total,
                              loss_sum / double(rows_seen),

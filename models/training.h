@@ -30,6 +30,9 @@ struct TrainOptions {
   int64_t eval_limit = 0;  // evaluate on at most this many test examples (0: all)
   std::string out_dir;     // checkpoints and logs; empty: none written
   int64_t checkpoint_every = 0;  // also save every N steps (0: only at epoch ends)
+  // Checkpoints kept for later analysis, in out_dir/checkpoints/step_<step>.safetensors:
+  // "every:N" or "log:K" (checkpoint_steps); empty: none.
+  std::string keep_checkpoints;
   std::string resume;      // a checkpoint to continue from
 };
 
@@ -66,6 +69,14 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
 std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& options,
                                const std::function<void(const Progress&)>& on_progress = {},
                                const std::function<void(const EpochRecord&)>& on_epoch = {});
+
+// The steps at which a run of `total_steps` keeps a checkpoint: "every:N" (N, 2N, ... and the
+// last step) or "log:K" (K steps spaced evenly in log(step) from 1 to the last, fewer when
+// they coincide). Throws UsageError naming the spec when malformed.
+std::vector<int64_t> checkpoint_steps(const std::string& spec, int64_t total_steps);
+
+// The file a kept checkpoint of `step` is written to inside a run folder.
+std::string kept_checkpoint_path(const std::string& out_dir, int64_t step);
 
 // Fills in a model config's data-dependent fields (channels, size, classes, input size).
 void fit_config_to_data(ModelConfig& config, const DataSource& data);

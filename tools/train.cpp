@@ -52,6 +52,7 @@ int run_train(const cli::Args& a) {
   o.eval_limit = quick && !a.has("eval-limit") ? 2000 : a.integer("eval-limit");
   o.out_dir = a.has("out") ? a.text("out") : "runs/" + config.arch;
   o.checkpoint_every = a.integer("checkpoint-every");
+  o.keep_checkpoints = a.has("keep-checkpoints") ? a.text("keep-checkpoints") : "";
   o.resume = a.has("resume") ? a.text("resume") : "";
 
   Generator init(o.seed);
@@ -125,6 +126,8 @@ const cli::Registration train_command({
         {"eval-limit", "N", "evaluate on the first N test examples (0: all)", "0"},
         {"out", "DIR", "where checkpoints and logs go (default runs/MODEL)", ""},
         {"checkpoint-every", "N", "also checkpoint every N steps", "0"},
+        {"keep-checkpoints", "SCHEDULE",
+         "keep checkpoints for later analysis in OUT/checkpoints: every:N steps or log:K (K log-spaced steps)", ""},
         {"resume", "FILE", "continue from a checkpoint", ""},
         {"quick", "", "a demo of a few minutes: width 0.25, 150 steps, 2000 test images", ""},
     }),

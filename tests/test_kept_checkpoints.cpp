@@ -1,0 +1,51 @@
+// Checkpoints kept over a training run for later analysis (--keep-checkpoints): the schedule
+// and the files a run leaves.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "engine/error.h"
+#include "models/checkpoint.h"
+#include "models/training.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+
+TEST_CASE("kept checkpoints: every:N and log:K schedules") {
+  CHECK(checkpoint_steps("every:3", 10) == std::vector<int64_t>{3, 6, 9, 10});
+  CHECK(checkpoint_steps("every:5", 10) == std::vector<int64_t>{5, 10});
+  // log:K: round(total^(i/(K-1))), i = 0..K-1: 1000^(0, 1/3, 2/3, 1) = 1, 10, 100, 1000.
+  CHECK(checkpoint_steps("log:4", 1000) == std::vector<int64_t>{1, 10, 100, 1000});
+  // Coinciding steps appear once: 4^(i/4) rounds to 1, 1, 2, 3, 4.
+  CHECK(checkpoint_steps("log:5", 4) == std::vector<int64_t>{1, 2, 3, 4});
+  for (const char* bad : {"every:0", "log:1", "every", "sometimes:3", "every:3x"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(checkpoint_steps(bad, 10), doctest::Contains("expected every:N (N ≥ 1) or log:K (K ≥ 2)"),
+                         UsageError);
+  }
+}
+
+TEST_CASE("kept checkpoints: a run leaves one loadable checkpoint per scheduled step") {
+  adjoint::testing::TempDir dir;
+  DataSource data = open_data("modadd:7");
+  ModelConfig config;
+  config.arch = "bilinear_mlp", config.hidden = 8;
+  fit_config_to_data(config, data);
+  Generator gen(0);
+  auto model = make_model(config, gen);
+  TrainOptions o;
+  o.optimizer = "adamw", o.lr = 1e-2, o.weight_decay = 0, o.schedule = "constant";
+  o.batch_size = 4, o.epochs = 2, o.augment = false;  // 15 training pairs: 3 full batches an epoch
+  o.out_dir = dir.path().string();
+  o.keep_checkpoints = "every:4";
+  train(*model, data, o);
+  for (int64_t step : {4, 6}) {
+    CAPTURE(step);
+    REQUIRE(std::filesystem::exists(kept_checkpoint_path(o.out_dir, step)));
+    CHECK(load_checkpoint(kept_checkpoint_path(o.out_dir, step)).step == step);
+  }
+  CHECK(!std::filesystem::exists(kept_checkpoint_path(o.out_dir, 3)));
+  // The last kept checkpoint holds the final weights.
+  const Checkpoint last = load_checkpoint(kept_checkpoint_path(o.out_dir, 6));
+  for (const auto& [name, t] : model->state_dict()) CHECK(last.model.at(name).to_vector() == t.to_vector());
+}
