@@ -1,0 +1,81 @@
+#include "analysis/model_similarity.h"
+
+#include "analysis/representation_similarity.h"
+#include "analysis/second_moment.h"
+#include "analysis/tensor_similarity.h"
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/matrix64.h"
+
+namespace adjoint {
+
+namespace {
+
+bool single_bilinear_layer(const PolynomialView& v) {
+  int64_t bilinear = 0;
+  for (const PolynomialStep& s : v.steps) bilinear += s.kind != PolynomialStep::Kind::Linear;
+  return v.positions == 1 && bilinear == 1 && v.steps.size() <= 3;
+}
+
+// Activations (..., width) as rows of a matrix: one row per example (or token).
+Matrix64 as_rows(const Tensor& t) {
+  const int64_t width = t.size(-1);
+  Matrix64 m(t.numel() / width, width);
+  const std::vector<float> v = t.contiguous().to_vector();
+  for (size_t i = 0; i < v.size(); ++i) m.data[i] = v[i];
+  return m;
+}
+
+struct Activations {
+  Matrix64 hidden, logits;
+};
+
+Activations activations(const Model& m, const Tensor& inputs) {
+  NoGrad off;
+  check(m.num_blocks() >= 2, m.config().arch, " has no hidden block before its head");
+  const size_t penultimate = m.num_blocks() - 2;
+  const Tensor hidden = m.features(inputs, penultimate);
+  return {as_rows(hidden), as_rows(m.forward_from(hidden, penultimate))};
+}
+
+}  // namespace
+
+TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& o, const Model* reference) {
+  const PolynomialView va = a.polynomial_view(o.positions), vb = b.polynomial_view(o.positions);
+  TensorSimScore score;
+  if (single_bilinear_layer(va) && single_bilinear_layer(vb)) {
+    const SimilarityMetric& metric = similarity_metric(o.metric);
+    BilinearForm fa = bilinear_form(va);
+    if (reference) fa = difference(fa, bilinear_form(reference->polynomial_view(o.positions)));
+    const Similarity s = tensor_similarity(metric, fa, bilinear_form(vb), o.bias);
+    score.method = cat("closed form, ", metric.name, " metric", o.bias ? "" : ", no bias");
+    score.total = s.total;
+    score.slices = s.slices;
+    return score;
+  }
+  if (o.metric != "gaussian" || !o.bias)
+    throw UsageError(cat("tensor similarity: ", a.config().arch,
+                         " has more than one bilinear layer; the second-moment recursion uses the Gaussian metric with "
+                         "the bias coordinate (drop --metric and --no-bias)"));
+  if (reference)
+    throw UsageError("tensor similarity: --diff needs models of one bilinear layer (a difference of deep networks "
+                     "is not a polynomial of the same shape)");
+  score.method = "second-moment recursion (gaussian)";
+  score.total = deep_similarity(va, vb).similarity;
+  return score;
+}
+
+std::vector<BaselineScore> baseline_scores(const Model& a, const Model& b, const Tensor& inputs) {
+  const Activations xa = activations(a, inputs), xb = activations(b, inputs);
+  return {
+      {"cka_hidden", "linear CKA of the hidden features (the block before the head)", linear_cka(xa.hidden, xb.hidden)},
+      {"cka_hidden_debiased", "debiased linear CKA of the hidden features", linear_cka_debiased(xa.hidden, xb.hidden)},
+      {"cka_logits", "linear CKA of the logits", linear_cka(xa.logits, xb.logits)},
+      {"cka_logits_debiased", "debiased linear CKA of the logits", linear_cka_debiased(xa.logits, xb.logits)},
+      {"agreement", "share of inputs on which the predicted classes agree", prediction_agreement(xa.logits, xb.logits)},
+      {"output_correlation", "Pearson correlation of all logits", output_correlation(xa.logits, xb.logits)},
+      {"weight_cosine", "cosine of the flattened parameters", weight_cosine(a, b)},
+  };
+}
+
+}  // namespace adjoint
