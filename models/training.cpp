@@ -328,14 +328,20 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
 
   int64_t step = 0;
   std::vector<EpochRecord> records;
-  if (!o.resume.empty()) {
-    Checkpoint ck = load_checkpoint(o.resume);
-    check(ck.config.arch == model.config().arch, "--resume ", o.resume, ": checkpoint holds a ", ck.config.arch,
+  // A resumed run, or a new run that starts where another left off (its weights, optimizer
+  // state and step) on this run's data: a curriculum, a poisoned or a control branch.
+  const std::string start = !o.resume.empty() ? o.resume : o.continue_from;
+  if (!start.empty()) {
+    const char* option = !o.resume.empty() ? "--resume " : "--continue-from ";
+    Checkpoint ck = load_checkpoint(start);
+    check(ck.config.arch == model.config().arch, option, start, ": checkpoint holds a ", ck.config.arch,
           ", this run trains a ", model.config().arch);
-    load_state_dict(model, ck.model, o.resume);
+    load_state_dict(model, ck.model, start);
     optimizer->set_state(ck.optimizer);
     step = ck.step;
-    if (!o.out_dir.empty()) records = read_log(o.out_dir);
+    check(step < total, option, start, ": the checkpoint is at step ", step, ", this run ends at step ", total,
+          "; give more --epochs (they count from the start of the first run)");
+    if (!o.resume.empty() && !o.out_dir.empty()) records = read_log(o.out_dir);
     while (!records.empty() && records.back().step > step) records.pop_back();
   }
   if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);

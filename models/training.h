@@ -33,7 +33,8 @@ struct TrainOptions {
   // Checkpoints kept for later analysis, in out_dir/checkpoints/step_<step>.safetensors:
   // "every:N" or "log:K" (checkpoint_steps); empty: none.
   std::string keep_checkpoints;
-  std::string resume;      // a checkpoint to continue from
+  std::string resume;      // a checkpoint of this run to continue from
+  std::string continue_from;  // another run's checkpoint to start from, on this run's data
 };
 
 struct Progress {

@@ -49,3 +49,30 @@ TEST_CASE("kept checkpoints: a run leaves one loadable checkpoint per scheduled 
   const Checkpoint last = load_checkpoint(kept_checkpoint_path(o.out_dir, 6));
   for (const auto& [name, t] : model->state_dict()) CHECK(last.model.at(name).to_vector() == t.to_vector());
 }
+
+TEST_CASE("continue-from: a new run starts where another stopped, on its own data") {
+  adjoint::testing::TempDir dir;
+  DataSource data = open_data("modadd:7");
+  ModelConfig config;
+  config.arch = "bilinear_mlp", config.hidden = 8;
+  fit_config_to_data(config, data);
+  auto run = [&](const std::string& out, int64_t epochs, const std::string& from) {
+    Generator gen(0);
+    auto model = make_model(config, gen);
+    TrainOptions o;
+    o.optimizer = "adamw", o.lr = 1e-2, o.weight_decay = 0.1, o.schedule = "constant";
+    o.batch_size = 4, o.epochs = epochs, o.augment = false;
+    o.out_dir = dir.file(out);
+    o.continue_from = from;
+    train(*model, data, o);
+    return model;
+  };
+  run("first", 2, "");
+  auto continued = run("second", 3, dir.file("first/checkpoint.safetensors"));
+  auto straight = run("straight", 3, "");
+  // Same data, so the continued run is the uninterrupted one, bit for bit.
+  for (const auto& [name, t] : straight->state_dict()) CHECK(continued->state_dict().at(name).to_vector() == t.to_vector());
+  CHECK(load_checkpoint(dir.file("second/checkpoint.safetensors")).step == 9);
+  CHECK_THROWS_WITH_AS(run("third", 2, dir.file("second/checkpoint.safetensors")),
+                       doctest::Contains("the checkpoint is at step 9, this run ends at step 6"), Error);
+}

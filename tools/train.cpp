@@ -54,6 +54,8 @@ int run_train(const cli::Args& a) {
   o.checkpoint_every = a.integer("checkpoint-every");
   o.keep_checkpoints = a.has("keep-checkpoints") ? a.text("keep-checkpoints") : "";
   o.resume = a.has("resume") ? a.text("resume") : "";
+  o.continue_from = a.has("continue-from") ? a.text("continue-from") : "";
+  if (!o.resume.empty() && !o.continue_from.empty()) throw UsageError("give --resume or --continue-from, not both");
 
   Generator init(o.seed);
   auto model = make_model(config, init);
@@ -129,6 +131,10 @@ const cli::Registration train_command({
         {"keep-checkpoints", "SCHEDULE",
          "keep checkpoints for later analysis in OUT/checkpoints: every:N steps or log:K (K log-spaced steps)", ""},
         {"resume", "FILE", "continue from a checkpoint", ""},
+        {"continue-from", "FILE",
+         "start from another run's checkpoint (weights, optimizer state, step) on this run's data; --epochs counts from "
+         "that run's start",
+         ""},
         {"quick", "", "a demo of a few minutes: width 0.25, 150 steps, 2000 test images", ""},
     }),
     .run = run_train,
