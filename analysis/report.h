@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,8 +32,9 @@ namespace adjoint {
 // One metric's column: what it is, on how many images it was computed and how.
 struct MetricColumn {
   MetricInfo info;
-  int64_t images = 0;  // images (or mosaics, for focus) each method was scored on
-  std::string note;    // how it was computed, when that differs from the defaults
+  int64_t images = 0;            // images (or mosaics, for focus) each method was scored on
+  std::string note;              // how it was computed, when that differs from the defaults
+  std::string unit = "images";   // what `images` counts ("mosaics" for focus)
 };
 
 struct MetricRow {
@@ -64,10 +66,53 @@ std::string table_json(const MetricTable& table);
 // interval and the counts.
 std::string table_markdown(const MetricTable& table);
 
+// ---- the metric table ---------------------------------------------------------------------
+
+struct ReportOptions;
+// What the metrics' steps work on (defined in report.cpp): the whole run (the model, the
+// images and their targets, the metrics' settings), one batch of images with its probes,
+// one method's maps of a batch, and what a batch's cost depends on.
+struct ReportRun;
+struct ReportBatch;
+struct MethodMaps;
+struct BatchCounts;
+
+// One metric as a report runs it. The table of them, report_metrics(), is the one place
+// that says which metrics probe, how each scores a map, what each costs and how the
+// command line names and describes it: explain_report, report_cost and `adjoint explain`
+// (its default metrics and --help) all read it.
+struct ReportMetric {
+  MetricInfo info{};          // the catalogue's name, direction and description
+  std::string alias{};        // a shorter name also accepted; empty when none
+  bool expensive = false;     // runs on the first expensive_count images only
+  bool by_default = false;    // runs when no metric is named (`adjoint explain` without --metrics)
+  bool on_mosaics = false;    // scored on mosaics of the images rather than on the images
+  std::string help{};         // its line in `adjoint explain --help`
+  // Once per report, before the first batch (focus draws its mosaics); null: nothing.
+  void (*prepare)(ReportRun& run) = nullptr;
+  // Once per batch: the model's responses to the batch's perturbations, which score every
+  // method on the same draws; null: the metric needs no probe.
+  void (*probe)(const ReportRun& run, ReportBatch& batch) = nullptr;
+  // Per method and batch: the scores of the batch's images, or nothing when the metric
+  // does not run on this batch (past the expensive set, one class only).
+  std::optional<MetricResult> (*score)(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps) = nullptr;
+  // A batch's cost in forward+backward passes of one image: the probe's passes (null: 0),
+  // and the explanations the metric asks of a method (null: 0), each at the method's cost.
+  double (*probe_passes)(const BatchCounts& counts) = nullptr;
+  double (*explanations)(const BatchCounts& counts) = nullptr;
+  // How it was computed, for the table (null: nothing to say).
+  std::string (*note)(const ReportRun& run) = nullptr;
+};
+
+// Every metric of the catalogue (analysis/metrics.h), in its order: the table's columns.
+const std::vector<ReportMetric>& report_metrics();
+// The row of a name or alias; nullptr for an unknown name.
+const ReportMetric* find_report_metric(const std::string& name);
+
 // ---- names -------------------------------------------------------------------------------
 
 // The metric names a report accepts: the catalogue's (analysis/metrics.h), in its order.
-// "randomisation" is accepted for "model_parameter_randomisation".
+// The aliases of report_metrics() are accepted too ("randomisation").
 std::vector<std::string> report_metric_names();
 // Checked names: a UsageError listing the known ones for an unknown name or a repeat.
 std::vector<std::string> resolve_metrics(const std::vector<std::string>& names);

@@ -16,19 +16,51 @@
 namespace adjoint {
 namespace {
 
-// The metrics that run when --metrics is not given: every one but the two that re-run
-// the explanation many times over (randomisation re-explains once per layer, focus on
-// extra mosaic images); --evaluate runs all of them.
+// The metrics that run when --metrics is not given: those the metric table marks as
+// default (all but the ones that re-run the explanation many times over); --evaluate runs
+// all of them.
 std::vector<std::string> default_metrics(bool evaluate) {
   std::vector<std::string> names;
-  for (const std::string& m : report_metric_names())
-    if (evaluate || (m != "model_parameter_randomisation" && m != "focus")) names.push_back(m);
+  for (const ReportMetric& m : report_metrics())
+    if (evaluate || m.by_default) names.push_back(m.info.name);
   return names;
 }
 
 std::string join(const std::vector<std::string>& items, const char* separator = ",") {
   std::string out;
   for (const std::string& s : items) out += (out.empty() ? "" : separator) + s;
+  return out;
+}
+
+// The name a person types: the alias when there is one.
+std::string short_name(const ReportMetric& m) { return m.alias.empty() ? m.info.name : m.alias; }
+
+// The short names of the metrics of the table that `keep` selects.
+std::vector<std::string> metric_names_where(bool (*keep)(const ReportMetric&)) {
+  std::vector<std::string> names;
+  for (const ReportMetric& m : report_metrics())
+    if (keep(m)) names.push_back(short_name(m));
+  return names;
+}
+
+bool expensive(const ReportMetric& m) { return m.expensive; }
+bool not_by_default(const ReportMetric& m) { return !m.by_default; }
+
+// "a, b and c"
+std::string spoken_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
+  return out;
+}
+
+// The help's list of metrics, one line each, from the metric table.
+std::string metrics_help() {
+  std::string out = "Metrics ((+) higher is better, (-) lower is better; [E] on the first --expensive-count images;\n"
+                    "[named] only with --evaluate or when named in --metrics):";
+  for (const ReportMetric& m : report_metrics())
+    out += cat("\n  ", short_name(m), m.info.higher_is_better ? " (+)" : " (-)", m.expensive ? " [E]" : "",
+               m.by_default ? "" : " [named]", ": ", m.help);
   return out;
 }
 
@@ -211,10 +243,11 @@ int run_explain(const cli::Args& a) {
               model.config().arch.c_str(), in.source.c_str(), (long long)N, (long long)in.x.size(1),
               (long long)in.x.size(2), (long long)in.x.size(3), o.methods.size(), o.metrics.size(), num_threads());
   std::printf("  input range [%g, %g]; writing %s\n", o.explain.range.lo, o.explain.range.hi, o.out_dir.c_str());
-  bool any_expensive = false;
-  for (const std::string& metric : o.metrics) any_expensive = any_expensive || is_expensive_metric(metric);
-  if (any_expensive && E < N)
-    std::printf("  max_sensitivity, monotonicity, randomisation and focus on the first %lld images (--expensive-count)\n",
+  std::vector<std::string> expensive_chosen;
+  for (const std::string& metric : o.metrics)
+    if (is_expensive_metric(metric)) expensive_chosen.push_back(short_name(*find_report_metric(metric)));
+  if (!expensive_chosen.empty() && E < N)
+    std::printf("  %s on the first %lld images (--expensive-count)\n", spoken_list(expensive_chosen).c_str(),
                 (long long)E);
   const double unit = seconds_per_pass(model, in.x, o.batch_size);
   const double passes = report_cost(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
@@ -252,10 +285,8 @@ const cli::Registration explain_command({
         "--evaluate: all methods x all metrics on the first --count (1000) test images of the checkpoint's\n"
         "data set, writing the tables and the pictures of the first 8 images; prints a time estimate first.\n"
         "Methods: soft_pullback, pullback, pullback_ascent, gradient_ascent, gradient, input_x_gradient,\n"
-        "smoothgrad, integrated_gradients, guided_backprop, gradcam, guided_gradcam, deeplift.\n"
-        "Metrics: infidelity, max_sensitivity, random_logit, faithfulness_correlation, faithfulness_estimate,\n"
-        "monotonicity_correlation, sparseness, complexity, randomisation, focus (the last two only with\n"
-        "--evaluate or when named).",
+        "smoothgrad, integrated_gradients, guided_backprop, gradcam, guided_gradcam, deeplift.\n" +
+        metrics_help(),
     .arguments = "[IMAGE...]",
     .options = with_model_source_options({
         {"image", "FILES", "comma-separated image files", ""},
@@ -281,10 +312,10 @@ const cli::Registration explain_command({
         {"gradcam-block", "NAME", "Grad-CAM block (default: the last before the head)", ""},
         {"seed", "N", "SmoothGrad noise and the metrics' draws", "0"},
         {"range", "LO,HI", "input range (default: [0, 1] through the normalisation)", ""},
-        {"metrics", "LIST", "metrics, or none (default: all but randomisation and focus)", ""},
+        {"metrics", "LIST", cat("metrics, or none (default: all but ", spoken_list(metric_names_where(not_by_default)), ")"), ""},
         {"perturbations", "N", "infidelity perturbations per image, half per patch size", "50"},
-        {"expensive-count", "N", "max_sensitivity, monotonicity, randomisation, focus on the first N images "
-                                 "(default: all; 100 with --evaluate)", ""},
+        {"expensive-count", "N", cat(join(metric_names_where(expensive), ", "), " on the first N images ",
+                                     "(default: all; 100 with --evaluate)"), ""},
         {"randomisation-layers", "N", "layers re-initialised by randomisation (0: all)", "0"},
         {"batch", "N", "images per explanation call", "32"},
         {"examples", "N", "pictures for the first N images (default: all; 8 with --evaluate)", ""},
