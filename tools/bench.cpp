@@ -30,6 +30,7 @@
 #include "tools/cli.h"
 #include "tools/bench_explain.h"
 #include "tools/bench_models.h"
+#include "tools/bench_tensorsim.h"
 #include "tools/timing.h"
 
 namespace adjoint {
@@ -185,11 +186,26 @@ void write_results(const std::string& path, const std::vector<Row>& rows, int64_
   std::printf("wrote %s\n", path.c_str());
 }
 
+// The benchmarks other than the ops', by their first argument.
+struct NamedBenchmark {
+  const char* name;
+  int (*run)(const cli::Args&);
+};
+const NamedBenchmark kBenchmarks[] = {
+    {"models", run_bench_models},
+    {"explain", run_bench_explain},
+    {"tensorsim", run_bench_tensorsim},
+};
+
 int run_bench(const cli::Args& args) {
-  if (!args.positionals().empty() && args.positionals()[0] == "explain") return run_bench_explain(args);
-  if (!args.positionals().empty() && args.positionals()[0] == "models") return run_bench_models(args);
-  if (!args.positionals().empty())
-    throw UsageError(cat("bench: unknown benchmark '", args.positionals()[0], "' (models, explain, or none for the ops)"));
+  if (!args.positionals().empty()) {
+    std::string names;
+    for (const NamedBenchmark& b : kBenchmarks) {
+      if (args.positionals()[0] == b.name) return b.run(args);
+      names += cat(b.name, ", ");
+    }
+    throw UsageError(cat("bench: unknown benchmark '", args.positionals()[0], "' (", names, "or none for the ops)"));
+  }
   const bool quick = args.flag("quick");
   const std::string only = args.has("only") ? args.text("only") : "";
   if (!only.empty() && only != "conv" && only != "matmul")
@@ -235,8 +251,10 @@ const cli::Registration bench_command({
         "  adjoint bench --out ours.json && /usr/bin/python3 tools/bench_torch.py --ours ours.json\n"
         "adjoint bench explain: ms per image of gradient, soft pullback, pullback ascent (K=5), SmoothGrad(50)\n"
         "and IG(50) and the ratio to the gradient on ResNet-18, VGG-11-BN, ViT-Tiny (32x32x3, batch 16;\n"
-        "--only resnet18,vgg11_bn,vit_tiny, --checkpoint FILE).",
-    .arguments = "[models|explain]",
+        "--only resnet18,vgg11_bn,vit_tiny, --checkpoint FILE).\n"
+        "adjoint bench tensorsim: tensor similarity's closed forms (d 1024, hidden 64) and recursion (a deep\n"
+        "bilinear MLP) beside Monte Carlo to the same accuracy (--tolerance, --max-samples).",
+    .arguments = "[models|explain|tensorsim]",
     .options = {{"quick", "", "a few seconds: batch 8, 3 runs, fewer matmul shapes", ""},
                 {"only", "KIND", "conv or matmul (default: both)", ""},
                 {"batch", "N", "images per conv batch (8 with --quick)", "64"},
@@ -245,7 +263,9 @@ const cli::Registration bench_command({
                 {"clock", "KIND", "wall, or cpu: process CPU time, steady on a busy machine (--threads 1 only)",
                  "wall"},
                 {"checkpoint", "FILE", "explain: time this checkpoint's model instead of the three defaults", ""},
-                {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""}},
+                {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""},
+                {"tolerance", "X", "tensorsim: Monte Carlo runs until its error is below X", "0.001"},
+                {"max-samples", "N", "tensorsim: the most Monte-Carlo samples tried", "10000000"}},
     .run = run_bench,
 });
 
