@@ -62,6 +62,22 @@ mv "$out/backdoor.csv.tmp" "$out/backdoor.csv"
   echo "| seed | branch | clean acc. % | trigger success % | slice of class $target | other slices (min–max) | whole tensor | CKA logits |"
   echo "|---:|---|---:|---:|---:|---|---:|---:|"
   awk -F, 'NR > 1 { printf "| %s | %s | %s | %s | %.4f | %.4f–%.4f | %.4f | %.4f |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }' "$out/backdoor.csv"
+  echo
+  echo "The effect read against the control: per class, control slice − poison slice (the drop the poison"
+  echo "adds to the drift of continued training), the target class beside the largest drop among the others."
+  echo
+  echo "| seed | drop of class $target | largest other drop (class) | median other drop |"
+  echo "|---:|---:|---|---:|"
+  for seed in $seeds; do
+    drops=$(paste -d, <(grep '^slice_' "$out/seed$seed/poison/tensorsim/tensorsim.csv") \
+                      <(grep '^slice_' "$out/seed$seed/control/tensorsim/tensorsim.csv") |
+            awk -F, '{ sub("slice_", "", $1); printf "%s %.4f\n", $1, $4 - $2 }')
+    own=$(echo "$drops" | awk -v t="$target" '$1 == t { print $2 }')
+    others=$(echo "$drops" | awk -v t="$target" '$1 != t' | sort -k2 -g)
+    best=$(echo "$others" | tail -1)
+    median=$(echo "$others" | awk '{ v[NR] = $2 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    echo "| $seed | $own | ${best#* } (${best%% *}) | $median |"
+  done
 } > "$out/backdoor.md.tmp"
 mv "$out/backdoor.md.tmp" "$out/backdoor.md"
 cat "$out/backdoor.md"
