@@ -285,3 +285,18 @@ TEST_CASE("second-moment recursion: exact for one layer, close to Monte Carlo fo
     }
   }
 }
+
+TEST_CASE("second-moment recursion: bilinear attention and mismatched networks are refused by name") {
+  ModelConfig c;
+  c.arch = "bilinear_lm", c.attention = "bilinear", c.vocab = 6, c.seq_len = 3, c.dim = 8, c.depth = 1, c.heads = 2;
+  Generator g(1);
+  const PolynomialView lm = make_model(c, g)->polynomial_view(3);
+  CHECK_THROWS_WITH_AS(deep_similarity(lm, lm), doctest::Contains("does not handle bilinear attention yet ('blocks.0.attn')"),
+                       Error);
+  ModelConfig m = bilinear_config("bilinear_mlp");
+  m.dim = 4, m.depth = 2;
+  const PolynomialView two = make_model(m, g)->polynomial_view();
+  m.depth = 3;
+  const PolynomialView three = make_model(m, g)->polynomial_view();
+  CHECK_THROWS_WITH_AS(deep_similarity(two, three), doctest::Contains("has 4 layers and bilinear_mlp has 5"), Error);
+}
