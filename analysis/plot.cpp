@@ -23,7 +23,7 @@ void draw_line(Image& img, double x0, double y0, double x1, double y1, Rgb c) {
 
 std::string tick_label(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
+  std::snprintf(buf, sizeof buf, std::abs(v) >= 1000 && std::abs(v) < 1e7 ? "%.0f" : "%.3g", v);
   return buf;
 }
 
@@ -56,7 +56,9 @@ Image line_chart(const std::string& title, const std::string& x_label, const std
     const double f = x_lo + (x_hi - x_lo) * double(i) / 4, v = log_x ? std::pow(10.0, f) : f;
     const double at = double(left) + double(i) / 4 * pw;
     draw_line(img, at, double(top), at, double(top) + ph, kGrey);
-    draw_text(img, tick_label(v), int64_t(at) - 10, int64_t(double(top) + ph) + 6, kBlack);
+    const std::string label = tick_label(v);
+    const int64_t x = std::min(int64_t(at) - 10, W - 2 - text_width(label));  // the last stays inside
+    draw_text(img, label, x, int64_t(double(top) + ph) + 6, kBlack);
   }
   draw_line(img, double(left), double(top) + ph, double(W - right), double(top) + ph, kBlack);
   draw_line(img, double(left), double(top), double(left), double(top) + ph, kBlack);
@@ -80,8 +82,9 @@ Image matrix_heatmap(const std::string& title, const std::vector<double>& values
                      const std::vector<std::string>& labels, double scale, int64_t cell) {
   check(int64_t(values.size()) == rows * cols, "matrix_heatmap: ", values.size(), " values for ", rows, "×", cols);
   const int64_t left = 70, top = 34;
-  Image img(left + cols * cell + 20, top + rows * cell + 40);
+  Image img(left + cols * cell + 20, top + rows * cell + 56);
   draw_text(img, title, 8, 8, kBlack, 2);
+  draw_text(img, cat("colour: blue -", scale, " / white 0 / red +", scale), left, top + rows * cell + 36, kBlack);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const Rgb colour = diverging_colour(float(values[size_t(r * cols + c)]), float(scale));

@@ -20,7 +20,8 @@ clean_epochs=${3:-10}
 more_epochs=${4:-5}
 target=${5:-0}
 adjoint=${ADJOINT:-$(dirname "$0")/../../build/tools/adjoint}
-common=(--model bilinear_mlp --hidden 64 --optimizer adamw --lr 1e-3 --weight-decay 0.05 --schedule constant
+# AdamW's decoupled weight decay through the environment: WEIGHT_DECAY (default 0.05).
+common=(--model bilinear_mlp --hidden 64 --optimizer adamw --lr 1e-3 --weight-decay "${WEIGHT_DECAY:-0.05}" --schedule constant
         --batch 128 --no-augment)
 total=$((clean_epochs + more_epochs))
 mkdir -p "$out"
@@ -57,7 +58,7 @@ mv "$out/backdoor.csv.tmp" "$out/backdoor.csv"
   echo
   echo "bilinear MLP 784 → 64 → 10 on Fashion-MNIST; $clean_epochs clean epochs, then $more_epochs more either with 10% of"
   echo "the training images carrying a bright 3×3 trigger relabelled class $target (poison) or clean (control), same batches."
-  echo "Tensor similarity: Gaussian metric with the bias coordinate, no poisoned data used. Seeds: $seeds."
+  echo "AdamW lr 1e-3, weight decay ${WEIGHT_DECAY:-0.05}. Tensor similarity: Gaussian metric with the bias coordinate, no poisoned data used. Seeds: $seeds."
   echo
   echo "| seed | branch | clean acc. % | trigger success % | slice of class $target | other slices (min–max) | whole tensor | CKA logits |"
   echo "|---:|---|---:|---:|---:|---|---:|---:|"

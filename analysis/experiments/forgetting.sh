@@ -16,7 +16,8 @@ seeds=${2:-0 1 2}
 stage=${3:-2000}
 removed=${4:-3}
 adjoint=${ADJOINT:-$(dirname "$0")/../../build/tools/adjoint}
-common=(--model bilinear_mlp --hidden 64 --optimizer adamw --lr 1e-3 --weight-decay 0.05 --schedule constant
+# AdamW's decoupled weight decay through the environment: WEIGHT_DECAY (default 0.05).
+common=(--model bilinear_mlp --hidden 64 --optimizer adamw --lr 1e-3 --weight-decay "${WEIGHT_DECAY:-0.05}" --schedule constant
         --batch 128 --no-augment --epochs 1000)
 without=$(seq 0 9 | grep -vx "$removed" | paste -sd, -)
 mkdir -p "$out"
@@ -56,7 +57,7 @@ mv "$out/forgetting.csv.tmp" "$out/forgetting.csv"
   echo "# Forgetting: per-class slice similarity to the weights before class $removed was removed"
   echo
   echo "bilinear MLP 784 → 64 → 10 on Fashion-MNIST, stages of $stage steps: classes 0–4, all, all but $removed"
-  echo "(or all: control), all again. Tensor similarity: Gaussian metric with the bias coordinate. Seeds: $seeds."
+  echo "(or all: control), all again. AdamW lr 1e-3, weight decay ${WEIGHT_DECAY:-0.05}. Tensor similarity: Gaussian metric with the bias coordinate. Seeds: $seeds."
   echo
   echo "| seed | comparison | slice of class $removed | other slices (min–max) | whole tensor | CKA logits |"
   echo "|---:|---|---:|---|---:|---:|"
