@@ -97,8 +97,8 @@ int run_pair(const cli::Args& a) {
   const TensorSimScore score = naming(pair, [&] {
     return tensor_similarity(*ca.model, *cb.model, o, reference ? reference->model.get() : nullptr);
   });
-  std::printf("tensor similarity of %s%s: %s (%s)\n", reference ? cat("(A - ", a.text("diff"), ") against B").c_str() : "A and B",
-              "", fixed(score.total).c_str(), score.method.c_str());
+  const std::string compared = reference ? cat("(A - ", a.text("diff"), ") against B") : "A and B";
+  std::printf("tensor similarity of %s: %s (%s)\n", compared.c_str(), fixed(score.total).c_str(), score.method.c_str());
   Json json(Json::Object{{"a", files[0]}, {"b", files[1]}, {"method", score.method}, {"tensor_similarity", number(score.total)}});
   if (reference) json["diff_reference"] = a.text("diff");
   std::string md = cat("# Tensor similarity\n\nA = `", files[0], "`, B = `", files[1], "`",
@@ -170,11 +170,14 @@ int run_run(const cli::Args& a) {
   int64_t done = 0;
   std::vector<double> steps, accuracy, to_last, cka_logits;
   std::vector<std::string> labels;
+  std::string method;
   for (const LoadedCheckpoint& c : cks) {
     steps.push_back(double(c.checkpoint.step));
     labels.push_back(std::to_string(c.checkpoint.step));
     accuracy.push_back(evaluate(*c.model, data.test, data.eval_transforms(), 256, a.integer("count")).accuracy);
-    to_last.push_back(naming(c.path, [&] { return tensor_similarity(*c.model, *cks.back().model, o).total; }));
+    const TensorSimScore score = naming(c.path, [&] { return tensor_similarity(*c.model, *cks.back().model, o); });
+    to_last.push_back(score.total);
+    method = score.method;
     double cka = NAN;
     for (const BaselineScore& b : baseline_scores(*c.model, *cks.back().model, ex.inputs))
       if (b.name == "cka_logits") cka = b.value;
@@ -218,7 +221,7 @@ int run_run(const cli::Args& a) {
   write_file_atomic(out + "/pairwise_similarity.csv", pair_csv);
   write_file_atomic(out + "/run_similarity.md", md);
   write_file_atomic(out + "/run_similarity.json",
-                    to_json(Json(Json::Object{{"run", dir}, {"method", cks.size() ? tensor_similarity(*cks[0].model, *cks[0].model, o).method : ""},
+                    to_json(Json(Json::Object{{"run", dir}, {"method", method},
                                               {"checkpoints", rows}, {"pairwise", matrix}}), 2) + "\n");
   const bool log_x = steps.front() > 0 && steps.back() / steps.front() > 50;
   Image over_steps = line_chart("similarity to the last checkpoint", "step", steps,
