@@ -196,7 +196,7 @@ int run_run(const cli::Args& a) {
   fs::create_directories(out);
   std::string csv = "step,test_accuracy,tensor_similarity_to_last,cka_logits_to_last\n";
   std::string md = cat("# Tensor similarity over a run\n\nRun `", dir, "`, ", K, " checkpoints, compared with the last (step ",
-                       labels.back(), "); accuracy on the first ", a.integer("count") ? cat(a.integer("count")) : "all",
+                       labels.back(), "); accuracy on ", a.integer("count") ? cat("the first ", a.integer("count")) : std::string("all"),
                        " test examples.\n\n| step | test accuracy | tensor similarity to last | CKA of logits to last |\n|---:|---:|---:|---:|\n");
   Json rows = Json::array(), matrix = Json::array();
   for (size_t i = 0; i < K; ++i) {
