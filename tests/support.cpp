@@ -135,4 +135,19 @@ void check_close(const Tensor& actual, const Tensor& expected, double rtol, doub
   CHECK(bad == 0);
 }
 
+std::shared_ptr<Model> train_tiny_bilinear(uint64_t seed, const std::function<void(TrainOptions&)>& adjust) {
+  const DataSource data = open_data("modadd:7");
+  ModelConfig config;
+  config.arch = "bilinear_mlp", config.hidden = 8;
+  fit_config_to_data(config, data);
+  Generator gen(seed);
+  auto model = make_model(config, gen);
+  TrainOptions o;
+  o.optimizer = "adamw", o.lr = 1e-2, o.weight_decay = 0, o.schedule = "constant";
+  o.batch_size = 4, o.epochs = 2, o.augment = false, o.seed = seed;
+  adjust(o);
+  train(*model, data, o);
+  return model;
+}
+
 }  // namespace adjoint::testing

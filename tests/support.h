@@ -9,6 +9,7 @@
 #include "engine/safetensors.h"
 #include "engine/tensor.h"
 #include "engine/transport.h"
+#include "models/training.h"
 
 namespace adjoint::testing {
 
@@ -64,5 +65,11 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A bilinear MLP (hidden 8, seed `seed`) trained on modadd:7 with AdamW at a constant lr 1e-2:
+// 15 training pairs, batch 4, so 3 steps an epoch. `adjust` sets anything else (epochs,
+// out_dir, keep_checkpoints, continue_from, ...) before training. For tests of runs and of
+// the analyses that read their checkpoints.
+std::shared_ptr<Model> train_tiny_bilinear(uint64_t seed, const std::function<void(TrainOptions&)>& adjust);
 
 }  // namespace adjoint::testing

@@ -27,45 +27,28 @@ TEST_CASE("kept checkpoints: every:N and log:K schedules") {
 
 TEST_CASE("kept checkpoints: a run leaves one loadable checkpoint per scheduled step") {
   adjoint::testing::TempDir dir;
-  DataSource data = open_data("modadd:7");
-  ModelConfig config;
-  config.arch = "bilinear_mlp", config.hidden = 8;
-  fit_config_to_data(config, data);
-  Generator gen(0);
-  auto model = make_model(config, gen);
-  TrainOptions o;
-  o.optimizer = "adamw", o.lr = 1e-2, o.weight_decay = 0, o.schedule = "constant";
-  o.batch_size = 4, o.epochs = 2, o.augment = false;  // 15 training pairs: 3 full batches an epoch
-  o.out_dir = dir.path().string();
-  o.keep_checkpoints = "every:4";
-  train(*model, data, o);
+  const std::string out = dir.path().string();
+  auto model = adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) {
+    o.out_dir = out;  // 2 epochs of 3 steps
+    o.keep_checkpoints = "every:4";
+  });
   for (int64_t step : {4, 6}) {
     CAPTURE(step);
-    REQUIRE(std::filesystem::exists(kept_checkpoint_path(o.out_dir, step)));
-    CHECK(load_checkpoint(kept_checkpoint_path(o.out_dir, step)).step == step);
+    REQUIRE(std::filesystem::exists(kept_checkpoint_path(out, step)));
+    CHECK(load_checkpoint(kept_checkpoint_path(out, step)).step == step);
   }
-  CHECK(!std::filesystem::exists(kept_checkpoint_path(o.out_dir, 3)));
+  CHECK(!std::filesystem::exists(kept_checkpoint_path(out, 3)));
   // The last kept checkpoint holds the final weights.
-  const Checkpoint last = load_checkpoint(kept_checkpoint_path(o.out_dir, 6));
+  const Checkpoint last = load_checkpoint(kept_checkpoint_path(out, 6));
   for (const auto& [name, t] : model->state_dict()) CHECK(last.model.at(name).to_vector() == t.to_vector());
 }
 
 TEST_CASE("continue-from: a new run starts where another stopped, on its own data") {
   adjoint::testing::TempDir dir;
-  DataSource data = open_data("modadd:7");
-  ModelConfig config;
-  config.arch = "bilinear_mlp", config.hidden = 8;
-  fit_config_to_data(config, data);
   auto run = [&](const std::string& out, int64_t epochs, const std::string& from) {
-    Generator gen(0);
-    auto model = make_model(config, gen);
-    TrainOptions o;
-    o.optimizer = "adamw", o.lr = 1e-2, o.weight_decay = 0.1, o.schedule = "constant";
-    o.batch_size = 4, o.epochs = epochs, o.augment = false;
-    o.out_dir = dir.file(out);
-    o.continue_from = from;
-    train(*model, data, o);
-    return model;
+    return adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) {
+      o.weight_decay = 0.1, o.epochs = epochs, o.out_dir = dir.file(out), o.continue_from = from;
+    });
   };
   run("first", 2, "");
   auto continued = run("second", 3, dir.file("first/checkpoint.safetensors"));

@@ -49,20 +49,11 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// A run of a tiny bilinear MLP on modadd:7 keeping a checkpoint every 3 steps.
+// A run of a tiny bilinear MLP on modadd:7, 3 epochs of 3 steps, keeping a checkpoint every 3 steps.
 void train_tiny_run(const std::string& dir, uint64_t seed) {
-  DataSource data = open_data("modadd:7");
-  ModelConfig config;
-  config.arch = "bilinear_mlp", config.hidden = 8;
-  fit_config_to_data(config, data);
-  Generator gen(seed);
-  auto model = make_model(config, gen);
-  TrainOptions o;
-  o.optimizer = "adamw", o.lr = 1e-2, o.weight_decay = 0, o.schedule = "constant";
-  o.batch_size = 4, o.epochs = 3, o.augment = false, o.seed = seed;
-  o.out_dir = dir;
-  o.keep_checkpoints = "every:3";
-  train(*model, data, o);
+  adjoint::testing::train_tiny_bilinear(seed, [&](TrainOptions& o) {
+    o.epochs = 3, o.out_dir = dir, o.keep_checkpoints = "every:3";
+  });
 }
 
 }  // namespace
