@@ -16,6 +16,7 @@
 #include "engine/error.h"
 #include "engine/json.h"
 #include "engine/files.h"
+#include "engine/gemm.h"
 #include "engine/optim.h"
 #include "engine/random.h"
 #include "engine/threads.h"
@@ -211,7 +212,7 @@ int run_bench_models(const cli::Args& args) {
                                        {"infer_samples_per_s", r.infer_per_s},
                                        {"peak_step_mib", r.peak_mib},
                                        {"peak_rss_step_mib", r.peak_rss_mib}}));
-    Json doc(Json::Object{{"threads", num_threads()}, {"batch", batch}, {"models", rows}});
+    Json doc(Json::Object{{"threads", num_threads()}, {"batch", batch}, {"blas", blas_kernels()}, {"models", rows}});
     write_file_atomic(args.text("out"), to_json(doc, 2) + "\n");
     std::printf("wrote %s; compare: /usr/bin/python3 tools/bench_models_torch.py --threads %d --ours %s --memory\n",
                 args.text("out").c_str(), num_threads(), args.text("out").c_str());

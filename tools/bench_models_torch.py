@@ -15,10 +15,14 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_peer  # noqa: E402
+
+torch_peer.use_best_blas()  # before torch loads OpenBLAS: the engine's kernel choice
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
 import torch_models  # noqa: E402
 
 
@@ -122,11 +126,17 @@ def main():
         print(f"{peak_rss_step(args.batch):.1f}")
         return
     names = args.only.split(",") if args.only else list(models())
-    ours = {}
+    ours, ours_blas = {}, None
     if args.ours:
         with open(args.ours) as f:
-            ours = {r["model"]: r for r in json.load(f)["models"]}
-    print(f"PyTorch {torch.__version__}, {args.threads} threads, batch {args.batch} (bilinear_lm: 32x64 tokens)")
+            doc = json.load(f)
+        ours, ours_blas = {r["model"]: r for r in doc["models"]}, doc.get("blas")
+    peer = torch_peer.describe(torch)
+    print(f"PyTorch {torch.__version__}, {args.threads} threads, batch {args.batch} (bilinear_lm: 32x64 tokens); "
+          f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {'on' if peer['onednn'] else 'off'}"
+          + (f"; adjoint: OpenBLAS {ours_blas}" if ours_blas else ""))
+    if ours and not torch_peer.fair(peer, ours_blas):
+        ours = {}
     print(f"{'model':<12} {'train/s torch':>14} {'ours':>10} {'ratio':>7} {'infer/s torch':>14} {'ours':>10} {'ratio':>7}")
     for name in names:
         r = bench(name, args.batch, args.repeats)

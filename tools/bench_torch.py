@@ -11,11 +11,18 @@ torch.autograd.grad for every operand (no .grad accumulation), as adjoint bench 
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
-import torch
-import torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_peer  # noqa: E402
+
+torch_peer.use_best_blas()  # before torch loads OpenBLAS: the engine's kernel choice
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # cpu: process CPU time (1 thread)
@@ -117,8 +124,12 @@ def main():
     else:
         shapes = default_shapes(args.batch)
 
-    print(f"PyTorch {torch.__version__}: {threads} threads, median {clock_name} time of {repeats} runs"
+    peer = torch_peer.describe(torch)
+    print(f"PyTorch {torch.__version__}: {threads} threads, median {clock_name} time of {repeats} runs; "
+          f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {'on' if peer['onednn'] else 'off'}"
           + (f"; adjoint: {ours['threads']} threads, OpenBLAS kernels {ours['blas']}" if ours else ""))
+    if ours and not torch_peer.fair(peer, ours.get("blas")):
+        ours_rows = {}  # the times are still printed, the ratios are not
     header = f"{'op':8} {'shape':26} {'pass':8} {'torch ms':>10}"
     if ours:
         header += f" {'ours ms':>10} {'torch/ours':>10} {'ours/sgemm':>10}"

@@ -1,0 +1,80 @@
+"""A fair PyTorch peer for the benchmarks: the same OpenBLAS kernels the engine uses.
+
+Debian's PyTorch does its GEMMs in the system OpenBLAS. OpenBLAS 0.3.21 does not know some
+newer CPUs and falls back to generic kernels (Prescott, ...), several times slower; the
+engine re-selects the kernels for itself (engine/gemm.cpp: SkylakeX where the CPU has
+AVX-512, Haswell where it has AVX2 and FMA). Here the peer gets the same choice, made the
+same way, before torch loads: the library is probed with ctypes and, if it chose a generic
+core, the script re-runs itself with OPENBLAS_CORETYPE set. A user's own OPENBLAS_CORETYPE
+is respected, as the engine respects it.
+
+    import torch_peer
+    torch_peer.use_best_blas()      # before `import torch`
+    import torch
+    peer = torch_peer.describe(torch)   # {"blas": "Haswell", "cpu_capability": "AVX2", ...}
+"""
+import ctypes
+import os
+import sys
+
+GENERIC_CORES = {"Prescott", "Core2", "Nehalem", "Sandybridge"}
+_MARK = "ADJOINT_PEER_BLAS_CHOSEN"
+
+
+def openblas_core():
+    """The kernel family the process's OpenBLAS uses (loads it if torch has not yet)."""
+    for name in ("libopenblas.so.0", "libblas.so.3"):
+        try:
+            lib = ctypes.CDLL(name)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            continue
+    return "unknown"
+
+
+def best_core():
+    """The engine's choice for this CPU: SkylakeX with AVX-512 F/BW/VL, Haswell with AVX2 and FMA."""
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if {"avx512f", "avx512bw", "avx512vl"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return None
+
+
+def use_best_blas():
+    """Re-runs the script with OPENBLAS_CORETYPE set when OpenBLAS chose a generic core."""
+    if os.environ.get("OPENBLAS_CORETYPE") or os.environ.get(_MARK):
+        return
+    core, wanted = openblas_core(), best_core()
+    if core in GENERIC_CORES and wanted:
+        env = dict(os.environ, OPENBLAS_CORETYPE=wanted, **{_MARK: "1"})
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+def describe(torch):
+    """What the peer runs on: OpenBLAS's kernel family, ATen's vector ISA and whether oneDNN is on."""
+    capability = "unknown"
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            capability = line.split(":", 1)[1].strip()
+    return {"blas": openblas_core(), "cpu_capability": capability, "onednn": torch.backends.mkldnn.is_available()}
+
+
+def fair(peer, ours_blas=None):
+    """Whether ratios may be printed: the peer must not run generic kernels, and where ours is
+    known, both sides must run the same family. Prints the reason when not."""
+    if peer["blas"] in GENERIC_CORES:
+        print(f"PEER MISCONFIGURED: PyTorch's OpenBLAS runs the generic {peer['blas']} kernels; no ratio is printed "
+              f"(set OPENBLAS_CORETYPE={best_core()} or unset it to let this script choose)")
+        return False
+    if ours_blas and ours_blas != peer["blas"]:
+        print(f"PEER MISMATCH: adjoint ran OpenBLAS {ours_blas} kernels, PyTorch runs {peer['blas']}; no ratio is printed")
+        return False
+    return True
