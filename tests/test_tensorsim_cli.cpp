@@ -78,6 +78,18 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
     CHECK(read_text(dir.file("pair/tensorsim.csv")).rfind("measure,value\ntensor_similarity,", 0) == 0);
     CHECK(read_text(dir.file("pair/tensorsim.md")).find("| slice 6 |") != std::string::npos);
   }
+  SUBCASE("a difference tensor: (A - A0) against B") {
+    const std::string a0 = kept_checkpoint_path(run, 6);
+    const Outcome o = adjoint_cli({"tensorsim", a, b, "--diff", a0, "--no-baselines", "--out", dir.file("diff")});
+    REQUIRE_MESSAGE(o.code == 0, o.err);
+    const Json j = parse_json(read_text(dir.file("diff/tensorsim.json")));
+    CHECK(j.find("diff_reference")->as_string() == a0);
+    auto ma = model_from_checkpoint(load_checkpoint(a)), mb = model_from_checkpoint(load_checkpoint(b));
+    auto m0 = model_from_checkpoint(load_checkpoint(a0));
+    const double want = tensor_similarity(*ma, *mb, TensorSimOptions{}, m0.get()).total;
+    CHECK(j.find("tensor_similarity")->as_number() == doctest::Approx(want).epsilon(1e-12));
+    CHECK(std::abs(want - tensor_similarity(*ma, *mb, TensorSimOptions{}).total) > 1e-3);  // not the plain score
+  }
   SUBCASE("a run: every checkpoint against the last and each other") {
     const Outcome o = adjoint_cli({"tensorsim", "--run", run, "--no-baselines"});
     REQUIRE_MESSAGE(o.code == 0, o.err);
