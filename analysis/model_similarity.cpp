@@ -1,5 +1,7 @@
 #include "analysis/model_similarity.h"
 
+#include <algorithm>
+
 #include "analysis/representation_similarity.h"
 #include "analysis/second_moment.h"
 #include "analysis/tensor_similarity.h"
@@ -65,17 +67,51 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
   return score;
 }
 
-std::vector<BaselineScore> baseline_scores(const Model& a, const Model& b, const Tensor& inputs) {
+namespace {
+
+// The baselines: each reads the two models' activations on the same inputs, or their weights.
+struct Baseline {
+  const char* name;
+  const char* summary;
+  double (*score)(const Activations& a, const Activations& b, const Model& ma, const Model& mb);
+};
+
+const Baseline kBaselines[] = {
+    {"cka_hidden", "linear CKA of the hidden features (the block before the head)",
+     [](const Activations& a, const Activations& b, const Model&, const Model&) { return linear_cka(a.hidden, b.hidden); }},
+    {"cka_hidden_debiased", "debiased linear CKA of the hidden features",
+     [](const Activations& a, const Activations& b, const Model&, const Model&) {
+       return linear_cka_debiased(a.hidden, b.hidden);
+     }},
+    {"cka_logits", "linear CKA of the logits",
+     [](const Activations& a, const Activations& b, const Model&, const Model&) { return linear_cka(a.logits, b.logits); }},
+    {"cka_logits_debiased", "debiased linear CKA of the logits",
+     [](const Activations& a, const Activations& b, const Model&, const Model&) {
+       return linear_cka_debiased(a.logits, b.logits);
+     }},
+    {"agreement", "share of inputs on which the predicted classes agree",
+     [](const Activations& a, const Activations& b, const Model&, const Model&) {
+       return prediction_agreement(a.logits, b.logits);
+     }},
+    {"output_correlation", "Pearson correlation of all logits",
+     [](const Activations& a, const Activations& b, const Model&, const Model&) {
+       return output_correlation(a.logits, b.logits);
+     }},
+    {"weight_cosine", "cosine of the flattened parameters",
+     [](const Activations&, const Activations&, const Model& ma, const Model& mb) { return weight_cosine(ma, mb); }},
+};
+
+}  // namespace
+
+std::vector<BaselineScore> baseline_scores(const Model& a, const Model& b, const Tensor& inputs,
+                                           const std::vector<std::string>& only) {
   const Activations xa = activations(a, inputs), xb = activations(b, inputs);
-  return {
-      {"cka_hidden", "linear CKA of the hidden features (the block before the head)", linear_cka(xa.hidden, xb.hidden)},
-      {"cka_hidden_debiased", "debiased linear CKA of the hidden features", linear_cka_debiased(xa.hidden, xb.hidden)},
-      {"cka_logits", "linear CKA of the logits", linear_cka(xa.logits, xb.logits)},
-      {"cka_logits_debiased", "debiased linear CKA of the logits", linear_cka_debiased(xa.logits, xb.logits)},
-      {"agreement", "share of inputs on which the predicted classes agree", prediction_agreement(xa.logits, xb.logits)},
-      {"output_correlation", "Pearson correlation of all logits", output_correlation(xa.logits, xb.logits)},
-      {"weight_cosine", "cosine of the flattened parameters", weight_cosine(a, b)},
-  };
+  std::vector<BaselineScore> out;
+  for (const Baseline& base : kBaselines)
+    if (only.empty() || std::find(only.begin(), only.end(), base.name) != only.end())
+      out.push_back({base.name, base.summary, base.score(xa, xb, a, b)});
+  check(only.empty() || out.size() == only.size(), "baseline_scores: an unknown baseline among those asked for");
+  return out;
 }
 
 }  // namespace adjoint

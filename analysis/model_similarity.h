@@ -34,9 +34,11 @@ struct BaselineScore {
   std::string name, summary;
   double value = 0;
 };
-// Every baseline of the table, on the first rows of `inputs` (already normalised):
-// linear CKA (biased, debiased) on the hidden features (the output of the block before the
-// head) and on the logits, prediction agreement, output correlation, weight cosine.
-std::vector<BaselineScore> baseline_scores(const Model& a, const Model& b, const Tensor& inputs);
+// The baselines of the table (all, or those named in `only`), on `inputs` (already
+// normalised): linear CKA (biased, debiased) on the hidden features (the output of the
+// block before the head) and on the logits, prediction agreement, output correlation,
+// weight cosine.
+std::vector<BaselineScore> baseline_scores(const Model& a, const Model& b, const Tensor& inputs,
+                                           const std::vector<std::string>& only = {});
 
 }  // namespace adjoint

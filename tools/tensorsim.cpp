@@ -178,10 +178,7 @@ int run_run(const cli::Args& a) {
     const TensorSimScore score = naming(c.path, [&] { return tensor_similarity(*c.model, *cks.back().model, o); });
     to_last.push_back(score.total);
     method = score.method;
-    double cka = NAN;
-    for (const BaselineScore& b : baseline_scores(*c.model, *cks.back().model, ex.inputs))
-      if (b.name == "cka_logits") cka = b.value;
-    cka_logits.push_back(cka);
+    cka_logits.push_back(baseline_scores(*c.model, *cks.back().model, ex.inputs, {"cka_logits"}).front().value);
     bar.update(++done);
   }
   std::vector<double> pairwise(K * K, 1.0);
