@@ -75,6 +75,9 @@ private:
 
 class ResNet : public Model {
 public:
+  PolynomialView polynomial_view(int64_t) const override {
+    throw Error(cat(config().arch, ": the ReLU after 'bn1' is not polynomial; tensor similarity compares bilinear models"));
+  }
   ResNet(const ModelConfig& config, const std::vector<int64_t>& depths, bool bottleneck, Generator& gen)
       : Model(config) {
     auto widths = [&](int64_t base) { return std::max<int64_t>(1, int64_t(std::lround(base * config.width))); };

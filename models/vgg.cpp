@@ -35,6 +35,10 @@ std::vector<int64_t> vgg_layout(int depth) {
 
 class Vgg : public Model {
 public:
+  PolynomialView polynomial_view(int64_t) const override {
+    throw Error(cat(config().arch, ": the ReLU in block 'features.0' is not polynomial; tensor similarity compares "
+                    "bilinear models"));
+  }
   Vgg(const ModelConfig& config, int depth, bool batch_norm, Generator& gen) : Model(config) {
     std::vector<int64_t> layout = vgg_layout(depth);
     if (config.small_stem) layout.pop_back();  // keep a spatial map on 28×28 / 32×32 inputs

@@ -41,6 +41,10 @@ private:
 
 class Vit : public Model {
 public:
+  PolynomialView polynomial_view(int64_t) const override {
+    throw Error(cat(config().arch, ": blocks.0.norm1 is a LayerNorm (and blocks.0.attn softmax attention, the MLP a "
+                    "GELU), which is not polynomial; tensor similarity compares bilinear models"));
+  }
   Vit(const ModelConfig& config, int64_t dim, int64_t depth, int64_t heads, Generator& gen) : Model(config) {
     const int64_t p = config.patch, side = config.image_size;
     check(p > 0 && side % p == 0, "vit: patch size ", p, " does not divide the image size ", side);

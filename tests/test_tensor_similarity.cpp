@@ -151,8 +151,14 @@ TEST_CASE("polynomial view: non-polynomial layers are refused by name") {
   CHECK_THROWS_WITH_AS(make_model(lm, gen)->polynomial_view(), doctest::Contains("blocks.0.norm1 is a LayerNorm"), Error);
   ModelConfig r;
   r.arch = "resnet18", r.width = 0.125, r.in_channels = 1, r.image_size = 8;
-  CHECK_THROWS_WITH_AS(make_model(r, gen)->polynomial_view(), doctest::Contains("resnet18 is not a polynomial network"),
+  CHECK_THROWS_WITH_AS(make_model(r, gen)->polynomial_view(), doctest::Contains("resnet18: the ReLU after 'bn1' is not polynomial"),
                        Error);
+  ModelConfig v;
+  v.arch = "vit_custom", v.dim = 8, v.depth = 1, v.heads = 2, v.in_channels = 1, v.image_size = 8, v.patch = 4;
+  CHECK_THROWS_WITH_AS(make_model(v, gen)->polynomial_view(), doctest::Contains("blocks.0.norm1 is a LayerNorm"), Error);
+  ModelConfig g;
+  g.arch = "vgg11_bn", g.width = 0.125, g.in_channels = 1, g.image_size = 32;
+  CHECK_THROWS_WITH_AS(make_model(g, gen)->polynomial_view(), doctest::Contains("'features.0' is not polynomial"), Error);
 }
 
 TEST_CASE("tensor similarity: the identity metric is the symmetrised tensors' inner product") {
