@@ -62,8 +62,10 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
   if (reference)
     throw UsageError("tensor similarity: --diff needs models of one bilinear layer (a difference of deep networks "
                      "is not a polynomial of the same shape)");
+  const DeepSimilarity deep = deep_similarity(va, vb);
   score.method = "second-moment recursion (gaussian)";
-  score.total = deep_similarity(va, vb).similarity;
+  score.total = deep.similarity;
+  score.slices = deep.slices;
   return score;
 }
 

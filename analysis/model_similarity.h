@@ -21,7 +21,7 @@ struct TensorSimOptions {
 struct TensorSimScore {
   std::string method;          // "closed form, gaussian metric" or "second-moment recursion"
   double total = 0;
-  std::vector<double> slices;  // per output (class), one-layer closed form only
+  std::vector<double> slices;  // per output (class, token), summed over positions
 };
 
 // Tensor similarity of two models' polynomials; `reference`, when given, compares

@@ -191,6 +191,15 @@ DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b)
   r.inner_aa = trace_without_constant(aa);
   r.inner_bb = trace_without_constant(bb);
   r.similarity = r.inner_ab / std::sqrt(r.inner_aa * r.inner_bb);
+  const int64_t outputs = a.output_dim();
+  for (int64_t o = 0; o < outputs; ++o) {
+    double xy = 0, xx = 0, yy = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t i = 1 + t * outputs + o;
+      xy += ab(i, i), xx += aa(i, i), yy += bb(i, i);
+    }
+    r.slices.push_back(xy / std::sqrt(xx * yy));
+  }
   return r;
 }
 

@@ -10,6 +10,8 @@
 // moment: exact for one layer on the input, a Gaussian-closure approximation after that.
 // Residual layers add the cross terms E[z·y] (three legs) and E[y·y] (four legs).
 #pragma once
+#include <vector>
+
 #include "models/polynomial.h"
 
 namespace adjoint {
@@ -17,6 +19,9 @@ namespace adjoint {
 struct DeepSimilarity {
   double similarity = 0;
   double inner_ab = 0, inner_aa = 0, inner_bb = 0;  // E[f_a·f_b], E[|f_a|²], E[|f_b|²]
+  // Per output feature o (a class, a token), summed over positions:
+  // E[f_a,o f_b,o] / sqrt(E[f_a,o²] E[f_b,o²]). Filled by the recursion.
+  std::vector<double> slices;
 };
 
 // Both views must have the same kinds of layers in the same order and the same input and

@@ -262,6 +262,8 @@ TEST_CASE("second-moment recursion: exact for one layer, close to Monte Carlo fo
     const DeepSimilarity deep = deep_similarity(a, b);
     const Similarity closed = tensor_similarity(similarity_metric("gaussian"), bilinear_form(a), bilinear_form(b), true);
     CHECK(deep.similarity == doctest::Approx(closed.total).epsilon(1e-10));
+    REQUIRE(deep.slices.size() == closed.slices.size());
+    for (size_t o = 0; o < closed.slices.size(); ++o) CHECK(deep.slices[o] == doctest::Approx(closed.slices[o]).epsilon(1e-10));
     CHECK(deep_similarity(a, a).similarity == doctest::Approx(1.0).epsilon(1e-12));
   }
   SUBCASE("residual stacks of 2 and 3 blocks") {

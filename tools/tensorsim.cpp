@@ -107,7 +107,6 @@ int run_pair(const cli::Args& a) {
   std::string csv = cat("measure,value\ntensor_similarity,", score.total, "\n");
 
   if (a.flag("slices")) {
-    if (score.slices.empty()) throw UsageError("tensorsim --slices: per-output slices exist for one-layer models only");
     Json slices = Json::array();
     std::printf("per-output slices:");
     for (size_t k = 0; k < score.slices.size(); ++k) {
