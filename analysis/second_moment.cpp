@@ -1,5 +1,7 @@
 #include "analysis/second_moment.h"
 
+#include "analysis/attention_moments.h"
+
 #include <cmath>
 
 #include "engine/error.h"
@@ -66,19 +68,9 @@ QuadraticMap lower_bilinear(const PolynomialStep& s, int64_t T, int64_t width) {
   return m;
 }
 
-std::vector<QuadraticMap> lower(const PolynomialStep& s, int64_t T, int64_t width) {
-  switch (s.kind) {
-    case PolynomialStep::Kind::Linear: return {lower_linear(s, T)};
-    case PolynomialStep::Kind::Bilinear: return {lower_bilinear(s, T, width)};
-    case PolynomialStep::Kind::Attention:
-      // Its output is a product of five legs, so its moments need Isserlis sums over ten legs.
-      // A Gaussian closure after each of its three products (q·k, the two scores' product,
-      // the pattern times v) was tried and is far off: 0.80 against Monte Carlo's 0.47 for
-      // one layer of a small model. The exact ten-leg sum is not written yet.
-      throw Error(cat("tensor similarity: the second-moment recursion does not handle bilinear attention yet ('",
-                      s.name, "')"));
-  }
-  return {};
+QuadraticMap lower(const PolynomialStep& s, int64_t T, int64_t width) {
+  check(s.kind != PolynomialStep::Kind::Attention, "lower: attention is not one quadratic map (attention_moments.h)");
+  return s.kind == PolynomialStep::Kind::Linear ? lower_linear(s, T) : lower_bilinear(s, T, width);
 }
 
 // What the Isserlis sums need of one map's legs under moments Σ_xx: the means Lμ and Rμ
@@ -157,35 +149,55 @@ double trace_without_constant(const Matrix64& m) {
   return t;
 }
 
+// Σ'_xy after one layer of each network, from Σ_xy and each network's own moments before it
+// (x reads wx features per position, y reads wy).
+Matrix64 layer_moments(const PolynomialStep& sx, const PolynomialStep& sy, int64_t T, int64_t wx, int64_t wy,
+                       const Matrix64& xy, const Matrix64& xx, const Matrix64& yy) {
+  if (sx.kind == PolynomialStep::Kind::Attention) return attention_next_moments(sx, sy, T, xy, xx, yy);
+  return next_moments(lower(sx, T, wx), lower(sy, T, wy), xy, xx, yy);
+}
+
 }  // namespace
 
+MomentTrace self_moments(const PolynomialView& v) {
+  MomentTrace trace{v.arch, {Matrix64::identity(1 + v.positions * v.input_dim)}};
+  int64_t width = v.input_dim;
+  for (size_t i = 0; i < v.steps.size(); ++i) {
+    const Matrix64& s = trace.sigma.back();
+    trace.sigma.push_back(layer_moments(v.steps[i], v.steps[i], v.positions, width, width, s, s, s));
+    check(std::isfinite(trace_without_constant(trace.sigma.back())), "tensor similarity: ", v.arch,
+          "'s second moments overflow after layer '", v.steps[i].name, "'");
+    width = v.width_after(i);
+  }
+  return trace;
+}
+
 DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b) {
+  return deep_similarity(a, b, self_moments(a), self_moments(b));
+}
+
+DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b, const MomentTrace& ta,
+                               const MomentTrace& tb) {
   check(a.input_dim == b.input_dim && a.positions == b.positions, "tensor similarity: ", a.arch, " reads ",
         a.positions, "×", a.input_dim, " inputs and ", b.arch, " reads ", b.positions, "×", b.input_dim);
   check(a.steps.size() == b.steps.size(), "tensor similarity: ", a.arch, " has ", a.steps.size(), " layers and ",
         b.arch, " has ", b.steps.size(), "; the recursion compares networks layer by layer");
   check(a.output_dim() == b.output_dim(), "tensor similarity: outputs of ", a.output_dim(), " and ", b.output_dim(),
         " values cannot be compared");
+  check(ta.sigma.size() == a.steps.size() + 1 && tb.sigma.size() == b.steps.size() + 1,
+        "tensor similarity: moment traces that do not belong to these networks");
   const int64_t T = a.positions;
-  const int64_t n0 = 1 + T * a.input_dim;
-  Matrix64 aa = Matrix64::identity(n0), ab = aa, bb = aa;
+  Matrix64 ab = Matrix64::identity(1 + T * a.input_dim);
   int64_t wa = a.input_dim, wb = b.input_dim;
   for (size_t i = 0; i < a.steps.size(); ++i) {
     const PolynomialStep &sa = a.steps[i], &sb = b.steps[i];
     check(sa.kind == sb.kind && sa.residual == sb.residual && sa.heads == sb.heads, "tensor similarity: layer ", i,
           " is ", kind_name(sa.kind), " '", sa.name, "' in one network and ", kind_name(sb.kind), " '", sb.name,
           "' in the other");
-    const std::vector<QuadraticMap> ma = lower(sa, T, wa), mb = lower(sb, T, wb);
-    for (size_t k = 0; k < ma.size(); ++k) {
-      Matrix64 next_aa = next_moments(ma[k], ma[k], aa, aa, aa);
-      Matrix64 next_ab = next_moments(ma[k], mb[k], ab, aa, bb);
-      Matrix64 next_bb = next_moments(mb[k], mb[k], bb, bb, bb);
-      aa = std::move(next_aa), ab = std::move(next_ab), bb = std::move(next_bb);
-    }
+    ab = layer_moments(sa, sb, T, wa, wb, ab, ta.sigma[i], tb.sigma[i]);
     wa = a.width_after(i), wb = b.width_after(i);
-    check(std::isfinite(trace_without_constant(aa)) && std::isfinite(trace_without_constant(bb)),
-          "tensor similarity: the second moments overflow after layer '", sa.name, "'");
   }
+  const Matrix64 &aa = ta.sigma.back(), &bb = tb.sigma.back();
   DeepSimilarity r;
   r.inner_ab = trace_without_constant(ab);
   r.inner_aa = trace_without_constant(aa);

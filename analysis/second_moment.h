@@ -8,10 +8,13 @@
 // bilinear layer's moments come from Isserlis' theorem over the pairings of its legs,
 // treating the state as Gaussian with the carried mean (Σ's constant column) and second
 // moment: exact for one layer on the input, a Gaussian-closure approximation after that.
-// Residual layers add the cross terms E[z·y] (three legs) and E[y·y] (four legs).
+// Residual layers add the cross terms E[z·y] (three legs) and E[y·y] (four legs). The bilinear
+// LM's attention, a product of five legs, has its own step (attention_moments.h).
 #pragma once
+#include <string>
 #include <vector>
 
+#include "engine/matrix64.h"
 #include "models/polynomial.h"
 
 namespace adjoint {
@@ -24,10 +27,20 @@ struct DeepSimilarity {
   std::vector<double> slices;
 };
 
+// One network's own second moments Σ_xx before each layer and after the last: the half of
+// the recursion that does not depend on the other network, computed once per network when
+// many pairs are compared (a run's checkpoints).
+struct MomentTrace {
+  std::string arch;
+  std::vector<Matrix64> sigma;  // layers + 1 matrices
+};
+MomentTrace self_moments(const PolynomialView& v);
+
 // Both views must have the same kinds of layers in the same order and the same input and
-// output sizes (their hidden widths may differ). Throws naming the layer otherwise, and for
-// layers the recursion does not handle (bilinear attention: not yet).
+// output sizes (their hidden widths may differ). Throws naming the layer otherwise.
 DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b);
+DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b, const MomentTrace& ta,
+                               const MomentTrace& tb);
 
 // The same three inner products estimated from `samples` Gaussian inputs (seeded), by
 // evaluating both networks: the recursion's reference.

@@ -265,7 +265,8 @@ const cli::Registration bench_command({
                 {"checkpoint", "FILE", "explain: time this checkpoint's model instead of the three defaults", ""},
                 {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""},
                 {"tolerance", "X", "tensorsim: Monte Carlo runs until its error is below X", "0.001"},
-                {"max-samples", "N", "tensorsim: the most Monte-Carlo samples tried", "10000000"}},
+                {"max-samples", "N", "tensorsim: the most Monte-Carlo samples tried", "10000000"},
+                {"lm-dim", "N", "tensorsim: the width of the bilinear-attention LM", "16"}},
     .run = run_bench,
 });
 

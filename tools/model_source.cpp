@@ -1,5 +1,7 @@
 #include "tools/model_source.h"
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "engine/data/image_folder.h"
@@ -19,11 +21,13 @@ const std::vector<cli::OptionSpec>& model_options() {
       {"patch", "N", "ViT patch size", "4"},
       {"pool", "KIND", "ViT head: token (class token) or avg (mean of patch tokens, timm's global_pool='avg')",
        "token"},
-      {"dim", "N", "ViT / bilinear LM width (0: the model's default)", "0"},
-      {"depth", "N", "ViT / bilinear LM blocks (0: the model's default)", "0"},
+      {"dim", "N", "ViT / bilinear LM width, bilinear MLP embedding width (0: the model's default / none)", "0"},
+      {"depth", "N", "ViT / bilinear LM blocks; bilinear MLP residual blocks (0: the model's default)", "0"},
       {"heads", "N", "attention heads (0: the model's default)", "0"},
       {"hidden", "N", "bilinear MLP hidden width", "256"},
       {"attention", "KIND", "bilinear LM attention: softmax or bilinear", "softmax"},
+      {"mlp-ratio", "N", "ViT / bilinear LM MLP hidden width as a multiple of the width", "4"},
+      {"residual-scale", "X", "bilinear LM and deep bilinear MLP: x + X·block(x)", "1"},
   };
   return options;
 }
@@ -59,6 +63,10 @@ ModelConfig model_config(const cli::Args& a) {
   c.heads = a.integer("heads");
   c.hidden = a.integer("hidden");
   c.attention = a.text("attention");
+  c.mlp_ratio = a.integer("mlp-ratio");
+  c.residual_scale = a.number("residual-scale");
+  if (c.mlp_ratio < 1) throw UsageError(cat("--mlp-ratio must be at least 1, got ", c.mlp_ratio));
+  if (!std::isfinite(c.residual_scale)) throw UsageError(cat("--residual-scale must be a finite number, got ", c.residual_scale));
   return c;
 }
 
