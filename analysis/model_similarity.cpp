@@ -42,14 +42,36 @@ Activations activations(const Model& m, const Tensor& inputs) {
 
 }  // namespace
 
-TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& o, const Model* reference) {
+const MomentTrace& MomentCache::of(const Model& model, const PolynomialView& view, double input_std) {
+  auto it = traces_.find({&model, input_std});
+  if (it == traces_.end()) it = traces_.emplace(std::make_pair(&model, input_std), self_moments(view, input_std)).first;
+  return it->second;
+}
+
+namespace {
+
+// A form's x columns scaled by s: the layer read on inputs x = s·x₀.
+BilinearForm on_scaled_inputs(BilinearForm f, double s) {
+  for (Matrix64* m : {&f.left, &f.right})
+    for (int64_t r = 0; r < m->rows; ++r)
+      for (int64_t c = 1; c < m->cols; ++c) (*m)(r, c) *= s;
+  return f;
+}
+
+}  // namespace
+
+TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& o, const Model* reference,
+                                 MomentCache* cache) {
   const PolynomialView va = a.polynomial_view(o.positions), vb = b.polynomial_view(o.positions);
   TensorSimScore score;
   if (single_bilinear_layer(va) && single_bilinear_layer(vb)) {
     const SimilarityMetric& metric = similarity_metric(o.metric);
+    if (o.input_std != 1.0 && std::string(metric.name) != "gaussian")
+      throw UsageError("tensor similarity: --input-std sets the Gaussian metric's input; the identity metric has none");
     BilinearForm fa = bilinear_form(va);
     if (reference) fa = difference(fa, bilinear_form(reference->polynomial_view(o.positions)));
-    const Similarity s = tensor_similarity(metric, fa, bilinear_form(vb), o.bias);
+    const Similarity s = tensor_similarity(metric, on_scaled_inputs(fa, o.input_std),
+                                           on_scaled_inputs(bilinear_form(vb), o.input_std), o.bias);
     score.method = cat("closed form, ", metric.name, " metric", o.bias ? "" : ", no bias");
     score.total = s.total;
     score.slices = s.slices;
@@ -62,7 +84,10 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
   if (reference)
     throw UsageError("tensor similarity: --diff needs models of one bilinear layer (a difference of deep networks "
                      "is not a polynomial of the same shape)");
-  const DeepSimilarity deep = deep_similarity(va, vb);
+  MomentCache own;
+  MomentCache& traces = cache ? *cache : own;
+  const DeepSimilarity deep =
+      deep_similarity(va, vb, traces.of(a, va, o.input_std), traces.of(b, vb, o.input_std));
   score.method = "second-moment recursion (gaussian)";
   score.total = deep.similarity;
   score.slices = deep.slices;

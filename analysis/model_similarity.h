@@ -3,10 +3,13 @@
 // of METHODS.md §3.4 beside it, computed on a batch of inputs. What `adjoint tensorsim`
 // prints and writes, for one pair of checkpoints or every checkpoint of a run.
 #pragma once
+#include <map>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "analysis/second_moment.h"
 #include "engine/tensor.h"
 #include "models/model.h"
 
@@ -16,6 +19,17 @@ struct TensorSimOptions {
   std::string metric = "gaussian";  // identity | gaussian (one bilinear layer); deep networks: gaussian
   bool bias = true;                 // include the constant coordinate x̃_0 = 1
   int64_t positions = 0;            // sequence models: positions compared (0: the model's context)
+  double input_std = 1.0;           // gaussian metric: x ~ N(0, input_std²·I)
+};
+
+// Each model's own second moments, kept across the comparisons of many pairs (a run's
+// checkpoints) so that the recursion computes only the cross moments of each pair.
+class MomentCache {
+public:
+  const MomentTrace& of(const Model& model, const PolynomialView& view, double input_std);
+
+private:
+  std::map<std::pair<const Model*, double>, MomentTrace> traces_;
 };
 
 struct TensorSimScore {
@@ -27,7 +41,7 @@ struct TensorSimScore {
 // Tensor similarity of two models' polynomials; `reference`, when given, compares
 // (a − reference) against b (the difference tensor: what changed since the reference).
 TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& options,
-                                 const Model* reference = nullptr);
+                                 const Model* reference = nullptr, MomentCache* cache = nullptr);
 
 // A data-based or weight-based baseline: name, what it measures, and its value.
 struct BaselineScore {

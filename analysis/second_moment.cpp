@@ -159,8 +159,22 @@ Matrix64 layer_moments(const PolynomialStep& sx, const PolynomialStep& sy, int64
 
 }  // namespace
 
-MomentTrace self_moments(const PolynomialView& v) {
-  MomentTrace trace{v.arch, {Matrix64::identity(1 + v.positions * v.input_dim)}};
+namespace {
+
+// E[x̃ x̃ᵀ] for x̃ = (1, x), x ~ N(0, input_std²·I).
+Matrix64 input_moments(int64_t n, double input_std) {
+  check(input_std > 0 && std::isfinite(input_std), "tensor similarity: the input's standard deviation must be positive, got ",
+        input_std);
+  Matrix64 m(n, n);
+  m(0, 0) = 1.0;
+  for (int64_t i = 1; i < n; ++i) m(i, i) = input_std * input_std;
+  return m;
+}
+
+}  // namespace
+
+MomentTrace self_moments(const PolynomialView& v, double input_std) {
+  MomentTrace trace{v.arch, input_std, {input_moments(1 + v.positions * v.input_dim, input_std)}};
   int64_t width = v.input_dim;
   for (size_t i = 0; i < v.steps.size(); ++i) {
     const Matrix64& s = trace.sigma.back();
@@ -172,8 +186,8 @@ MomentTrace self_moments(const PolynomialView& v) {
   return trace;
 }
 
-DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b) {
-  return deep_similarity(a, b, self_moments(a), self_moments(b));
+DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b, double input_std) {
+  return deep_similarity(a, b, self_moments(a, input_std), self_moments(b, input_std));
 }
 
 DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b, const MomentTrace& ta,
@@ -184,10 +198,10 @@ DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b,
         b.arch, " has ", b.steps.size(), "; the recursion compares networks layer by layer");
   check(a.output_dim() == b.output_dim(), "tensor similarity: outputs of ", a.output_dim(), " and ", b.output_dim(),
         " values cannot be compared");
-  check(ta.sigma.size() == a.steps.size() + 1 && tb.sigma.size() == b.steps.size() + 1,
+  check(ta.sigma.size() == a.steps.size() + 1 && tb.sigma.size() == b.steps.size() + 1 && ta.input_std == tb.input_std,
         "tensor similarity: moment traces that do not belong to these networks");
   const int64_t T = a.positions;
-  Matrix64 ab = Matrix64::identity(1 + T * a.input_dim);
+  Matrix64 ab = input_moments(1 + T * a.input_dim, ta.input_std);
   int64_t wa = a.input_dim, wb = b.input_dim;
   for (size_t i = 0; i < a.steps.size(); ++i) {
     const PolynomialStep &sa = a.steps[i], &sb = b.steps[i];
@@ -215,7 +229,8 @@ DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b,
   return r;
 }
 
-DeepSimilarity monte_carlo_similarity(const PolynomialView& a, const PolynomialView& b, int64_t samples, uint64_t seed) {
+DeepSimilarity monte_carlo_similarity(const PolynomialView& a, const PolynomialView& b, int64_t samples, uint64_t seed,
+                                      double input_std) {
   check(a.input_dim == b.input_dim && a.positions == b.positions && a.output_dim() == b.output_dim(),
         "monte carlo similarity: the networks' input or output sizes differ");
   Generator gen(seed);
@@ -223,7 +238,7 @@ DeepSimilarity monte_carlo_similarity(const PolynomialView& a, const PolynomialV
   DeepSimilarity r;
   for (int64_t done = 0; done < samples; done += chunk) {
     const int64_t n = std::min(chunk, samples - done);
-    const std::vector<float> draw = normal({n, per}, 0.0f, 1.0f, gen).to_vector();
+    const std::vector<float> draw = normal({n, per}, 0.0f, float(input_std), gen).to_vector();
     const std::vector<double> x(draw.begin(), draw.end());
     const std::vector<double> fa = evaluate_polynomial(a, x, n), fb = evaluate_polynomial(b, x, n);
     for (size_t i = 0; i < fa.size(); ++i)

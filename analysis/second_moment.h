@@ -32,18 +32,22 @@ struct DeepSimilarity {
 // many pairs are compared (a run's checkpoints).
 struct MomentTrace {
   std::string arch;
+  double input_std = 1.0;
   std::vector<Matrix64> sigma;  // layers + 1 matrices
 };
-MomentTrace self_moments(const PolynomialView& v);
+MomentTrace self_moments(const PolynomialView& v, double input_std = 1.0);
 
 // Both views must have the same kinds of layers in the same order and the same input and
 // output sizes (their hidden widths may differ). Throws naming the layer otherwise.
-DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b);
+// The input is x ~ N(0, input_std²·I): METHODS' identity is 1; a token model's one-hot inputs
+// have the norm of 1/sqrt(vocab).
+DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b, double input_std = 1.0);
 DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b, const MomentTrace& ta,
                                const MomentTrace& tb);
 
 // The same three inner products estimated from `samples` Gaussian inputs (seeded), by
 // evaluating both networks: the recursion's reference.
-DeepSimilarity monte_carlo_similarity(const PolynomialView& a, const PolynomialView& b, int64_t samples, uint64_t seed);
+DeepSimilarity monte_carlo_similarity(const PolynomialView& a, const PolynomialView& b, int64_t samples, uint64_t seed,
+                                      double input_std = 1.0);
 
 }  // namespace adjoint

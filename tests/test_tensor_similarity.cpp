@@ -333,19 +333,26 @@ TEST_CASE("second-moment recursion: bilinear attention against Monte Carlo") {
   SUBCASE("one attention layer on the input: exact") {
     const auto [a, b] = related_lms(1, 3, false, 0.5);
     const DeepSimilarity deep = deep_similarity(a, b);
-    const DeepSimilarity mc = monte_carlo_similarity(a, b, 2000000, 5);
+    const DeepSimilarity mc = monte_carlo_similarity(a, b, 1000000, 5);
     MESSAGE("one attention layer: recursion ", deep.similarity, " (E[fa·fb] ", deep.inner_ab, ", E[fa²] ", deep.inner_aa,
             "), Monte Carlo ", mc.similarity, " (", mc.inner_ab, ", ", mc.inner_aa, ")");
     CHECK(deep.similarity == doctest::Approx(mc.similarity).epsilon(0.02).scale(0));
+    CHECK(deep.inner_ab == doctest::Approx(mc.inner_ab).epsilon(0.02).scale(0));
     CHECK(deep_similarity(a, a).similarity == doctest::Approx(1.0).epsilon(1e-12));
+    // Inputs x ~ N(0, 0.6²·I) (--input-std), on both sides of the comparison.
+    const DeepSimilarity narrow = deep_similarity(a, b, 0.6), narrow_mc = monte_carlo_similarity(a, b, 1000000, 8, 0.6);
+    MESSAGE("input std 0.6: recursion ", narrow.similarity, ", Monte Carlo ", narrow_mc.similarity);
+    CHECK(narrow.inner_ab == doctest::Approx(narrow_mc.inner_ab).epsilon(0.02).scale(0));
+    CHECK(std::abs(narrow.inner_ab - deep.inner_ab) > 0.1 * deep.inner_ab);
   }
   SUBCASE("one block: attention, then the bilinear MLP under the Gaussian closure") {
-    for (double scale : {0.3, 0.5}) {
-      const auto [a, b] = related_lms(1, 2, true, scale);
-      const DeepSimilarity deep = deep_similarity(a, b);
-      const DeepSimilarity mc = monte_carlo_similarity(a, b, 1000000, 6);
-      MESSAGE("attention + MLP, scale ", scale, ": recursion ", deep.similarity, ", Monte Carlo ", mc.similarity);
-    }
+    // The MLP after the attention sees a state that is no longer Gaussian: the closure's error,
+    // reported, and small at a residual scale of 0.3 (at 0.5 it reached 0.86 against 0.66).
+    const auto [a, b] = related_lms(1, 2, true, 0.3);
+    const DeepSimilarity deep = deep_similarity(a, b);
+    const DeepSimilarity mc = monte_carlo_similarity(a, b, 1000000, 6);
+    MESSAGE("attention + MLP, scale 0.3: recursion ", deep.similarity, ", Monte Carlo ", mc.similarity);
+    CHECK(deep.similarity == doctest::Approx(mc.similarity).epsilon(0.05).scale(0));
   }
 }
 

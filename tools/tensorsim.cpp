@@ -52,6 +52,7 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.metric = a.text("metric");
   o.bias = !a.flag("no-bias");
   o.positions = a.integer("positions");
+  o.input_std = a.number("input-std");
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
   return o;
 }
@@ -170,11 +171,13 @@ int run_run(const cli::Args& a) {
   std::vector<double> steps, accuracy, to_last, cka_logits;
   std::vector<std::string> labels;
   std::string method;
+  MomentCache traces;  // each checkpoint's own moments, computed once
   for (const LoadedCheckpoint& c : cks) {
     steps.push_back(double(c.checkpoint.step));
     labels.push_back(std::to_string(c.checkpoint.step));
     accuracy.push_back(evaluate(*c.model, data.test, data.eval_transforms(), 256, a.integer("count")).accuracy);
-    const TensorSimScore score = naming(c.path, [&] { return tensor_similarity(*c.model, *cks.back().model, o); });
+    const TensorSimScore score =
+        naming(c.path, [&] { return tensor_similarity(*c.model, *cks.back().model, o, nullptr, &traces); });
     to_last.push_back(score.total);
     method = score.method;
     cka_logits.push_back(baseline_scores(*c.model, *cks.back().model, ex.inputs, {"cka_logits"}).front().value);
@@ -184,7 +187,8 @@ int run_run(const cli::Args& a) {
   for (size_t i = 0; i < K; ++i)
     for (size_t j = i + 1; j < K; ++j) {
       pairwise[i * K + j] = pairwise[j * K + i] =
-          naming(cat(files[i], " vs ", files[j]), [&] { return tensor_similarity(*cks[i].model, *cks[j].model, o).total; });
+          naming(cat(files[i], " vs ", files[j]),
+                 [&] { return tensor_similarity(*cks[i].model, *cks[j].model, o, nullptr, &traces).total; });
       bar.update(++done);
     }
   bar.finish();
@@ -253,6 +257,10 @@ const cli::Registration tensorsim_command({
                 {"slices", "", "also the similarity per output (class)", ""},
                 {"diff", "A0.ckpt", "compare (A − A0) against B: what changed since A0", ""},
                 {"positions", "T", "sequence models: positions compared (0: the whole context)", "0"},
+                {"input-std", "X",
+                 "gaussian metric: inputs x ~ N(0, X²·I); token models' one-hot inputs have the norm of "
+                 "X = 1/sqrt(vocab)",
+                 "1"},
                 {"run", "DIR", "compare every kept checkpoint of a training run", ""},
                 {"data", "SPEC", "data set for the baselines and accuracy (default: the checkpoint's)", ""},
                 {"count", "N", "test examples for the baselines and accuracy (0: all)", "2000"},
