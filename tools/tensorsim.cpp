@@ -168,14 +168,15 @@ int run_run(const cli::Args& a) {
 
   cli::ProgressBar bar("tensorsim", int64_t(K * (K + 1) / 2 + K), "comparison");
   int64_t done = 0;
-  std::vector<double> steps, accuracy, to_last, cka_logits;
+  std::vector<double> steps, loss, accuracy, to_last, cka_logits;
   std::vector<std::string> labels;
   std::string method;
   MomentCache traces;  // each checkpoint's own moments, computed once
   for (const LoadedCheckpoint& c : cks) {
     steps.push_back(double(c.checkpoint.step));
     labels.push_back(std::to_string(c.checkpoint.step));
-    accuracy.push_back(evaluate(*c.model, data.test, data.eval_transforms(), 256, a.integer("count")).accuracy);
+    const Evaluation e = evaluate(*c.model, data.test, data.eval_transforms(), 256, a.integer("count"));
+    loss.push_back(e.loss), accuracy.push_back(e.accuracy);
     const TensorSimScore score =
         naming(c.path, [&] { return tensor_similarity(*c.model, *cks.back().model, o, nullptr, &traces); });
     to_last.push_back(score.total);
@@ -194,15 +195,17 @@ int run_run(const cli::Args& a) {
   bar.finish();
 
   fs::create_directories(out);
-  std::string csv = "step,test_accuracy,tensor_similarity_to_last,cka_logits_to_last\n";
+  std::string csv = "step,test_loss,test_accuracy,tensor_similarity_to_last,cka_logits_to_last\n";
   std::string md = cat("# Tensor similarity over a run\n\nRun `", dir, "`, ", K, " checkpoints, compared with the last (step ",
                        labels.back(), "); accuracy on ", a.integer("count") ? cat("the first ", a.integer("count")) : std::string("all"),
-                       " test examples.\n\n| step | test accuracy | tensor similarity to last | CKA of logits to last |\n|---:|---:|---:|---:|\n");
+                       " test examples.\n\n| step | test loss | test accuracy | tensor similarity to last | CKA of logits to last |\n"
+                       "|---:|---:|---:|---:|---:|\n");
   Json rows = Json::array(), matrix = Json::array();
   for (size_t i = 0; i < K; ++i) {
-    csv += cat(labels[i], ",", accuracy[i], ",", to_last[i], ",", cka_logits[i], "\n");
-    md += cat("| ", labels[i], " | ", fixed(accuracy[i]), " | ", fixed(to_last[i]), " | ", fixed(cka_logits[i]), " |\n");
-    rows.push_back(Json(Json::Object{{"step", steps[i]}, {"test_accuracy", number(accuracy[i])},
+    csv += cat(labels[i], ",", loss[i], ",", accuracy[i], ",", to_last[i], ",", cka_logits[i], "\n");
+    md += cat("| ", labels[i], " | ", fixed(loss[i]), " | ", fixed(accuracy[i]), " | ", fixed(to_last[i]), " | ",
+              fixed(cka_logits[i]), " |\n");
+    rows.push_back(Json(Json::Object{{"step", steps[i]}, {"test_loss", number(loss[i])}, {"test_accuracy", number(accuracy[i])},
                                      {"tensor_similarity_to_last", number(to_last[i])},
                                      {"cka_logits_to_last", number(cka_logits[i])}}));
     Json row = Json::array();

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The language experiment of METHODS.md §3.5, end to end: a 2-block bilinear-attention
+# transformer trained on English text from Debian's `fortunes` package (nothing downloaded),
+# checkpoints kept over training, then every checkpoint compared with the last and with each
+# other by tensor similarity over a context of 4 positions, with the validation loss beside it.
+#
+#   analysis/experiments/language.sh OUT [STEPS] [CHECKPOINTS]
+#
+# The model is small enough for the exact attention term of the recursion (its cost grows
+# with the sixth power of the head width): width 16, 2 heads, bilinear MLP of 32, residual
+# scale 0.5, byte-level, sequences of 16 bytes, AdamW 3e-3 with a cosine schedule, STEPS steps
+# (default 3000), CHECKPOINTS log-spaced checkpoints (default 10). Tensor similarity uses
+# Gaussian inputs of the one-hot tokens' norm (--input-std 1/16 for 256 byte values).
+# Needs `apt-get install fortunes`.
+set -euo pipefail
+out=${1:?usage: language.sh OUT [STEPS] [CHECKPOINTS]}
+steps=${2:-3000}
+checkpoints=${3:-10}
+adjoint=${ADJOINT:-$(dirname "$0")/../../build/tools/adjoint}
+texts=/usr/share/games/fortunes
+[ -d "$texts" ] || { echo "language.sh: $texts is missing: apt-get install fortunes" >&2; exit 1; }
+mkdir -p "$out"
+# The English fortunes, without the ASCII-art collections and the index files.
+[ -f "$out/corpus.txt" ] ||
+  find "$texts" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' ! -name '*art*' | sort | xargs cat > "$out/corpus.txt"
+[ -f "$out/run/done" ] || {
+  "$adjoint" train --model bilinear_lm --attention bilinear --dim 16 --depth 2 --heads 2 --mlp-ratio 2 \
+    --residual-scale 0.5 --data "text:$out/corpus.txt:16" --optimizer adamw --lr 3e-3 --weight-decay 0.05 \
+    --batch 64 --epochs 1 --max-steps "$steps" --schedule cosine --warmup 100 --keep-checkpoints "log:$checkpoints" \
+    --eval-limit 2000 --out "$out/run"
+  touch "$out/run/done"
+}
+"$adjoint" tensorsim --run "$out/run" --positions 4 --input-std 0.0625 --count 2000
+cat "$out/run/tensorsim/run_similarity.md"
