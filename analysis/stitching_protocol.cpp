@@ -143,7 +143,7 @@ void write_tables(const std::string& dir, const Endpoint& front, const Endpoint&
       "front_block,front_block_name,end_block,end_block_name,objective,protocol,train_images,final_loss,"
       "stitched_accuracy,end_accuracy,relative_score,end_agrees_on_iris,iri_median_distance\n";
   std::string md = cat("# Stitching ", front.name, " into ", end.name, " on ", data_spec,
-                       "\n\nAccuracies on the clean test set; relative score = stitched / end (higher: more similar). "
+                       "\n\nAccuracies on the test set of ", data_spec, "; relative score = stitched / end (higher: more similar). "
                        "\"B on IRIs\": the end model's agreement with y(x) on the front model's IRIs x′.\n\n"
                        "| front block | end block | objective | protocol | stitched acc. | end acc. | relative | "
                        "B on IRIs | IRI median dist. |\n|---|---|---|---|---|---|---|---|---|\n");

@@ -1,0 +1,31 @@
+#!/bin/sh
+# The first small shortcut experiment of issue #13 (METHODS.md §2.4): two clean models
+# (C1, C2) on Fashion-MNIST and two shortcut models (S1, S2) on fashion-mnist+shortcut
+# (a bright 2×2 patch whose position codes the class), VGG-11-BN at width 1/4, 800 AdamW
+# steps each; then slm stitching under the standard and invariance-aware protocols for the
+# same-bias pairs C1→C2, S1→S2 and the cross-bias pairs C1→S1, S1→C1, after blocks 3 and 7,
+# stitch data and test set fashion-mnist+shortcut. Run from the repository root after
+# building; about 20 minutes on 2 cores. Writes runs/stitch_shortcut/ (not committed) and
+# prints the tables.
+set -e
+ADJ=./build/tools/adjoint
+OUT=runs/stitch_shortcut
+mkdir -p $OUT
+train() {  # name seed data
+  [ -f $OUT/$1/checkpoint.safetensors ] || nice -n 19 $ADJ train --model vgg11_bn --width 0.25 --data $3 \
+    --epochs 1 --max-steps 800 --batch 128 --optimizer adamw --lr 2e-3 --no-augment --seed $2 --threads 2 \
+    --out $OUT/$1 > $OUT/$1.log
+  tail -n 1 $OUT/$1.log
+}
+train C1 1 fashion-mnist
+train C2 2 fashion-mnist
+train S1 3 fashion-mnist+shortcut
+train S2 4 fashion-mnist+shortcut
+for pair in C1:C2 S1:S2 C1:S1 S1:C1; do
+  front=${pair%%:*}; end=${pair##*:}
+  nice -n 19 $ADJ stitch --front $OUT/$front/checkpoint.safetensors --end $OUT/$end/checkpoint.safetensors \
+    --data fashion-mnist+shortcut --blocks 3,7 --objectives slm --protocol standard,invariance \
+    --train-images 5000 --iri-images 256 --iri-steps 300 --epochs 3 --threads 2 \
+    --out $OUT/${front}_${end} > $OUT/${front}_${end}.log 2>&1
+  cat $OUT/${front}_${end}/results.md
+done
