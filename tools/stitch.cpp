@@ -13,9 +13,11 @@
 namespace adjoint {
 namespace {
 
-Endpoint load_endpoint(const std::string& path) {
+// A frozen model from its checkpoint; *data_spec receives the data set it was trained on.
+Endpoint load_endpoint(const std::string& path, std::string* data_spec) {
   Checkpoint ck = load_checkpoint(path);
   Endpoint e{path, model_from_checkpoint(ck), {}, {}};
+  *data_spec = ck.metadata.count("data.spec") ? ck.metadata.at("data.spec") : "";
   if (ck.metadata.count("data.mean")) e.mean = parse_floats(ck.metadata.at("data.mean"), "checkpoint data.mean");
   if (ck.metadata.count("data.std")) e.std = parse_floats(ck.metadata.at("data.std"), "checkpoint data.std");
   e.model->train(false);
@@ -48,7 +50,8 @@ std::vector<std::pair<size_t, size_t>> stitch_points(const cli::Args& a, const E
 }
 
 int run_stitch(const cli::Args& a) {
-  const Endpoint front = load_endpoint(a.text("front")), end = load_endpoint(a.text("end"));
+  std::string front_data, end_data;
+  const Endpoint front = load_endpoint(a.text("front"), &front_data), end = load_endpoint(a.text("end"), &end_data);
   StitchSweepOptions o;
   o.points = stitch_points(a, front, end);
   o.objectives = a.list("objectives");
@@ -73,8 +76,7 @@ int run_stitch(const cli::Args& a) {
   o.iri.start = a.text("iri-start");
   o.iri.batch = a.integer("iri-batch");
   o.iri.seed = o.train.seed;
-  std::string spec = a.has("data") ? a.text("data") : "";
-  if (spec.empty()) spec = load_checkpoint(a.text("front")).metadata["data.spec"];
+  const std::string spec = a.has("data") ? a.text("data") : front_data;
   if (spec.empty()) throw UsageError("stitch: the front checkpoint names no data set; give --data");
   const DataSource data = open_data(spec);
   std::printf("adjoint stitch: %s → %s on %s, %zu stitch points × %zu objectives × %zu protocols; writing %s\n",
