@@ -5,7 +5,7 @@
 # steps each; then slm stitching under the standard and invariance-aware protocols for the
 # same-bias pairs C1→C2, S1→S2 and the cross-bias pairs C1→S1, S1→C1, after blocks 3 and 7,
 # stitch data and test set fashion-mnist+shortcut. Run from the repository root after
-# building; about 20 minutes on 2 cores. Writes runs/stitch_shortcut/ (not committed) and
+# building; about 45 minutes on 2 cores. Writes runs/stitch_shortcut/ (not committed) and
 # prints the tables.
 set -e
 ADJ=./build/tools/adjoint
@@ -28,4 +28,30 @@ for pair in C1:C2 S1:S2 C1:S1 S1:C1; do
     --train-images 5000 --iri-images 256 --iri-steps 300 --epochs 3 --threads 2 \
     --out $OUT/${front}_${end} > $OUT/${front}_${end}.log 2>&1
   cat $OUT/${front}_${end}/results.md
+done
+# The sanity rows (a model stitched into itself), block 7 with the default 1000 IRI steps,
+# and the four objectives under the standard protocol.
+for pair in C1:C1 S1:S1; do
+  front=${pair%%:*}; end=${pair##*:}
+  nice -n 19 $ADJ stitch --front $OUT/$front/checkpoint.safetensors --end $OUT/$end/checkpoint.safetensors \
+    --data fashion-mnist+shortcut --blocks 3,7 --objectives slm --protocol standard,invariance \
+    --train-images 5000 --iri-images 256 --iri-steps 300 --epochs 3 --threads 2 \
+    --out $OUT/${front}_${end} > $OUT/${front}_${end}.log 2>&1
+  cat $OUT/${front}_${end}/results.md
+done
+for pair in C1:C2 C1:S1 S1:S2 S1:C1; do
+  front=${pair%%:*}; end=${pair##*:}
+  nice -n 19 $ADJ stitch --front $OUT/$front/checkpoint.safetensors --end $OUT/$end/checkpoint.safetensors \
+    --data fashion-mnist+shortcut --blocks 7 --objectives slm --protocol invariance \
+    --train-images 5000 --iri-images 256 --iri-steps 1000 --epochs 3 --threads 2 \
+    --out $OUT/${front}_${end}_1000 > $OUT/${front}_${end}_1000.log 2>&1
+  tail -n 1 $OUT/${front}_${end}_1000/results.md
+done
+for pair in C1:C2 C1:S1; do
+  front=${pair%%:*}; end=${pair##*:}
+  nice -n 19 $ADJ stitch --front $OUT/$front/checkpoint.safetensors --end $OUT/$end/checkpoint.safetensors \
+    --data fashion-mnist+shortcut --blocks 3,7 --objectives hlm,slm,dm,fula --protocol standard \
+    --train-images 5000 --epochs 3 --threads 2 \
+    --out $OUT/${front}_${end}_objectives > $OUT/${front}_${end}_objectives.log 2>&1
+  cat $OUT/${front}_${end}_objectives/results.md
 done
