@@ -299,7 +299,14 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
         initialise(stitch, pair, training, o);
         StitchTrainOptions train = o.train;
         train.objective = objective_name;
-        const StitchTrainResult r = train_stitch(stitch, pair, training, train);
+        // A progress line at most every 10 seconds of a long cell.
+        auto last_line = std::chrono::steady_clock::now();
+        const StitchTrainResult r = train_stitch(stitch, pair, training, train, [&](int64_t step, int64_t steps, double loss) {
+          const auto now = std::chrono::steady_clock::now();
+          if (!log || std::chrono::duration<double>(now - last_line).count() < 10.0) return;
+          last_line = now;
+          log(cat("[", index, "/", total, "] ", c.key(), ": step ", step, "/", steps, ", loss ", fixed(loss, 4)));
+        });
         c.train_images = training.front_inputs.size(0);
         c.final_loss = r.last_epoch_loss;
         c.stitched_accuracy =
