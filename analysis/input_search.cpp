@@ -123,8 +123,8 @@ InputSearchResult minimise_per_example(const std::function<Tensor(const Tensor&)
         std::copy(x.data() + n * D, x.data() + (n + 1) * D, r.best.data() + n * D);
       }
     if (step == o.steps) break;
-    // Examples are independent (eval mode), so the gradient of the sum is each example's own.
-    const Tensor g = grad(sum(loss), {leaf}, {}, {}, false)[0];
+    // Examples are independent (eval mode), so the cotangent of the sum is each example's own.
+    const Tensor g = grad(sum(loss), {leaf}, {}, o.transport, false)[0];
     rule->descend(x, g, o);
   }
   return r;

@@ -18,6 +18,7 @@
 
 #include "analysis/attribution.h"
 #include "engine/tensor.h"
+#include "engine/transport.h"
 
 namespace adjoint {
 
@@ -32,6 +33,9 @@ struct InputSearchOptions {
   float step = 0.5f;        // α: the L2 step length per example, or Adam's learning rate
   InputRange range{0.0f, 1.0f};
   bool clamp = true;        // keep every iterate inside `range`
+  // How the loss's cotangent reaches x: the gradient, or a soft pullback (IRIs may use any
+  // transport; which reaches lower distances for the same cost is an open question).
+  Transport transport = Transport::gradient();
 };
 
 // The rules' names, for --help and errors.

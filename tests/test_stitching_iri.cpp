@@ -135,6 +135,12 @@ TEST_CASE("IRIs: on the tiny model the relative distance falls far below its sta
     CHECK(achieved < 0.2 * start);
   }
   for (float v : set.inputs.to_vector()) CHECK((v >= 0.0f && v <= 1.0f));
+  // The soft pullback carries another cotangent through the ReLUs and max-pools: the option
+  // reaches the search and changes its path.
+  IriOptions soft = o;
+  soft.search.transport = Transport::soft_pullback();
+  const IriSet soft_set = find_iris(a, 1, x, soft);
+  CHECK(soft_set.inputs.to_vector() != set.inputs.to_vector());
   CHECK(set.quality.count == 6);
   CHECK(set.quality.median < 0.05);
   CHECK_THROWS_WITH_AS(find_iris(a, 1, random_tensor({0, 1, 16, 16}, 1), o), doctest::Contains("is empty"), Error);

@@ -24,6 +24,26 @@ Endpoint load_endpoint(const std::string& path, std::string* data_spec) {
   return e;
 }
 
+// The transports the IRI search may carry its cotangent with (--iri-transport).
+struct NamedTransport {
+  const char* name;
+  Transport transport;
+};
+const NamedTransport kIriTransports[] = {
+    {"gradient", Transport::gradient()},
+    {"soft_pullback", Transport::soft_pullback()},
+    {"pullback", Transport::pullback()},
+};
+
+Transport iri_transport(const std::string& name) {
+  std::string names;
+  for (const NamedTransport& t : kIriTransports) {
+    if (name == t.name) return t.transport;
+    names += cat(names.empty() ? "" : ", ", t.name);
+  }
+  throw UsageError(cat("--iri-transport: unknown transport '", name, "'; transports: ", names));
+}
+
 // A block given by index ("3") or by name ("layer2.0").
 size_t block_of(const Endpoint& e, const std::string& text, const char* option) {
   if (text.empty()) throw UsageError(cat("--", option, ": an empty block"));
@@ -73,6 +93,7 @@ int run_stitch(const cli::Args& a) {
   o.iri.search.rule = a.text("iri-rule");
   o.iri.search.steps = a.integer("iri-steps");
   o.iri.search.step = float(a.number("iri-step"));
+  o.iri.search.transport = iri_transport(a.text("iri-transport"));
   o.iri.start = a.text("iri-start");
   o.iri.batch = a.integer("iri-batch");
   o.iri.seed = o.train.seed;
@@ -127,6 +148,7 @@ const cli::Registration stitch_command({
                 {"iri-steps", "N", "IRI search iterations", "1000"},
                 {"iri-step", "X", "l2 step length or Adam rate in [0,1] pixel units (0: 0.5·sqrt(D/3072))", "0"},
                 {"iri-start", "NAME", "derangement (another image of the set) or noise", "derangement"},
+                {"iri-transport", "NAME", "IRI search cotangent: gradient, soft_pullback or pullback", "gradient"},
                 {"iri-batch", "N", "images per IRI search batch", "128"},
                 {"seed", "N", "stitch training order, random init, IRI starts", "0"}},
     .run = run_stitch,
