@@ -17,7 +17,10 @@
 // (its weight and bias), iris/front_block_<i>.safetensors (an IRI set with its starts and
 // distances), and results.csv, results.json, results.md rewritten after every cell. Every
 // file is written atomically, and a cell whose file exists is read back, never recomputed,
-// so an interrupted sweep continues where it stopped.
+// so an interrupted sweep continues where it stopped. The key of a cell is its blocks,
+// objective and protocol only: a rerun with other training or IRI options into the same
+// folder reuses what it finds (remove cells/ or iris/ to remake them). The results tables
+// list the cells of the current invocation.
 #pragma once
 #include <cmath>
 #include <cstdint>
