@@ -5,7 +5,7 @@
 # steps each; then slm stitching under the standard and invariance-aware protocols for the
 # same-bias pairs C1→C2, S1→S2 and the cross-bias pairs C1→S1, S1→C1, after blocks 3 and 7,
 # stitch data and test set fashion-mnist+shortcut. Run from the repository root after
-# building; about 45 minutes on 2 cores. Writes runs/stitch_shortcut/ (not committed) and
+# building; about 50 minutes on 2 cores. Writes runs/stitch_shortcut/ (not committed) and
 # prints the tables.
 set -e
 ADJ=./build/tools/adjoint
@@ -54,4 +54,15 @@ for pair in C1:C2 C1:S1; do
     --train-images 5000 --epochs 3 --threads 2 \
     --out $OUT/${front}_${end}_objectives > $OUT/${front}_${end}_objectives.log 2>&1
   cat $OUT/${front}_${end}_objectives/results.md
+done
+# A random front (untrained: one step at lr 1e-12) into C2, on clean and on shortcut data.
+[ -f $OUT/R/checkpoint.safetensors ] || nice -n 19 $ADJ train --model vgg11_bn --width 0.25 --data fashion-mnist \
+  --epochs 1 --max-steps 1 --lr 1e-12 --optimizer adamw --weight-decay 0 --no-augment --seed 5 --threads 2 \
+  --out $OUT/R > $OUT/R.log
+for data in fashion-mnist fashion-mnist+shortcut; do
+  nice -n 19 $ADJ stitch --front $OUT/R/checkpoint.safetensors --end $OUT/C2/checkpoint.safetensors \
+    --data $data --blocks 3,7 --objectives slm --protocol standard,invariance \
+    --train-images 5000 --iri-images 256 --iri-steps 300 --epochs 3 --threads 2 \
+    --out $OUT/R_C2_$data > $OUT/R_C2_$data.log 2>&1
+  cat $OUT/R_C2_$data/results.md
 done
