@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 
+#include "analysis/input_search.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"
@@ -400,22 +401,11 @@ AscentResult ascent(const Model& model, const Tensor& x, const std::vector<int64
   const float alpha = o.ascent_alpha > 0 ? o.ascent_alpha : default_ascent_alpha(x, o.range);
   const Tensor x0 = x.contiguous();
   Tensor xt = dense_copy(x0);
-  const int64_t N = x.size(0), D = x.numel() / N;
+  // The input-space optimiser's normalised L2 step (analysis/input_search.h); a zero
+  // cotangent (a dead example) gives no direction, so that example stays put.
   for (int64_t step = 0; step < o.ascent_steps; ++step) {
     const Tensor nu = input_cotangent(method, model, xt, targets, transport);
-    const float* pn = nu.data();
-    float* px = xt.data();
-    for (int64_t n = 0; n < N; ++n) {
-      double norm2 = 0;
-      for (int64_t i = n * D; i < (n + 1) * D; ++i) norm2 += double(pn[i]) * pn[i];
-      // A zero cotangent (a dead example) gives no direction: the example stays put.
-      const float scale = norm2 > 0 ? static_cast<float>(alpha / std::sqrt(norm2)) : 0.0f;
-      for (int64_t i = n * D; i < (n + 1) * D; ++i) {
-        float v = px[i] + scale * pn[i];
-        if (o.ascent_clip) v = std::clamp(v, o.range.lo, o.range.hi);
-        px[i] = v;
-      }
-    }
+    normalised_step(xt, nu, alpha, o.ascent_clip ? &o.range : nullptr);
   }
   const float *pk = xt.data(), *p0 = x0.data();
   return {generate(x.shape(), [=](int64_t i) { return pk[i] - p0[i]; }), xt};

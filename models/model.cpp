@@ -100,6 +100,15 @@ PolynomialView Model::polynomial_view(int64_t) const {
                   "and bilinear_lm (--attention bilinear, no --layer-norm)"));
 }
 
+std::vector<Tensor> Model::trace(const Tensor& x, size_t from, size_t to) const {
+  check(from <= to && to <= blocks_.size(), "Model::trace: block range [", from, ", ", to, ") is outside the ",
+        blocks_.size(), " blocks of ", config_.arch);
+  std::vector<Tensor> outputs;
+  Tensor h = x;
+  for (size_t i = from; i < to; ++i) outputs.push_back(h = blocks_[i].forward(h));
+  return outputs;
+}
+
 void Model::add_block(std::string name, std::function<Tensor(const Tensor&)> forward) {
   blocks_.push_back({std::move(name), std::move(forward)});
 }

@@ -61,6 +61,9 @@ public:
   Tensor forward(const Tensor& x) const { return run(x, 0, blocks_.size()); }
   Tensor features(const Tensor& x, size_t block) const { return run(x, 0, block + 1); }
   Tensor forward_from(const Tensor& features, size_t block) const { return run(features, block + 1, blocks_.size()); }
+  // Runs blocks [from, to) and keeps every block's output: element k is the output of
+  // block from + k (what layer-wise losses such as stitching's FuLA compare).
+  std::vector<Tensor> trace(const Tensor& x, size_t from, size_t to) const;
 
   // The network as a polynomial (models/polynomial.h), for tensor similarity, over the first
   // `positions` sequence positions of a sequence model (0: all it takes). Throws an Error

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -108,4 +109,38 @@ TEST_CASE("data variants: malformed variants are usage errors naming the variant
   fails_with("+classes:x", "a class must be an integer in [0, 9], got 'x'");
   CHECK_THROWS_WITH_AS(open_data("modadd:7+classes:1"), doctest::Contains("variants apply to image classification"),
                        UsageError);
+}
+
+TEST_CASE("data variants: the stitching shortcut codes the class by a patch's position; shortcut-train and invert") {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir);
+  const std::string base = "fashion-mnist:" + dir.path().string();
+  const float grey = 127 / 255.0f;
+  // Size 1 on 8×8: three slots per row (columns 1, 3, 5), rows 1, 3, 5, 7.
+  auto patch_at = [](int64_t label) { return std::pair<int64_t, int64_t>{1 + (label / 3) * 2, 1 + (label % 3) * 2}; };
+  DataSource d = open_data(base + "+shortcut:1");
+  std::set<std::pair<int64_t, int64_t>> positions;
+  for (const auto& set : {d.train, d.test})
+    for (int64_t i = 0; i < 20; ++i) {
+      int64_t label = -1;
+      const std::vector<float> x = input_of(*set, i, &label);
+      CHECK(label == i % 10);
+      const auto [row, col] = patch_at(label);
+      positions.insert({row, col});
+      for (int64_t p = 0; p < 64; ++p)
+        CHECK(x[size_t(p)] == doctest::Approx(p == row * 8 + col ? 1.0 : grey));
+    }
+  CHECK(positions.size() == 10);  // one position per class
+  DataSource t = open_data(base + "+shortcut-train:1");
+  int64_t label = -1;
+  std::vector<float> x = input_of(*t.train, 4, &label);
+  CHECK(x[size_t(patch_at(4).first * 8 + patch_at(4).second)] == doctest::Approx(1.0));
+  x = input_of(*t.test, 4, &label);
+  for (float v : x) CHECK(v == doctest::Approx(grey));
+  DataSource inv = open_data(base + "+invert");
+  x = input_of(*inv.test, 3, &label);
+  for (float v : x) CHECK(v == doctest::Approx(1.0 - grey));
+  CHECK_THROWS_WITH_AS(open_data(base + "+shortcut:3"),
+                       doctest::Contains("10 class positions of 3×3 patches do not fit in 8×8 images"), UsageError);
+  CHECK_THROWS_AS(open_data(base + "+invert:1"), UsageError);
 }

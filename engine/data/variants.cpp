@@ -84,6 +84,20 @@ ModifiedDataset::ChangeInput trigger_stamp(const Shape& chw, int64_t size) {
   };
 }
 
+// The stitching shortcut (METHODS §2.4): a bright size×size patch whose position codes the
+// class. Class k takes slot k of a grid that fills rows from the top-left, one pixel in from
+// the top and left borders and one pixel between patches, so every class has its own position.
+ModifiedDataset::ChangeInput class_position_stamp(const Shape& chw, int64_t classes, int64_t size,
+                                                  const VariantArgs& args) {
+  const int64_t per_row = (chw[2] - 2) / (size + 1);
+  const int64_t rows = per_row > 0 ? (classes + per_row - 1) / per_row : 0;
+  if (per_row == 0 || rows * (size + 1) > chw[1])
+    args.fail(cat(classes, " class positions of ", size, "×", size, " patches do not fit in ", chw[1], "×", chw[2], " images"));
+  return [chw, size, per_row](int64_t, int64_t label, float* input) {
+    stamp_square(input, chw, 1 + (label / per_row) * (size + 1), 1 + (label % per_row) * (size + 1), size, 1.0f);
+  };
+}
+
 std::shared_ptr<const Dataset> modified(const std::shared_ptr<const Dataset>& base, const std::string& what,
                                         ModifiedDataset::Relabel relabel, ModifiedDataset::ChangeInput change) {
   return std::make_shared<ModifiedDataset>(base, cat(base->name(), "+", what), std::move(relabel), std::move(change));
@@ -158,6 +172,31 @@ const VariantRule kVariants[] = {
        auto relabel = [=](int64_t, int64_t) { return target; };
        d.train = modified(d.train, cat("trigger:", target), relabel, stamp);
        d.test = modified(d.test, cat("trigger:", target), relabel, stamp);
+     }},
+    {"shortcut", "[SIZE]", 0, 1,
+     "every image, train and test, carries a bright SIZE×SIZE patch (default 2) whose position codes its "
+     "class: a pixel shortcut",
+     [](DataSource& d, const VariantArgs& a) {
+       const int64_t size = a.values.empty() ? 2 : a.integer(0, "SIZE", 1, d.train->shape()[1] - 2);
+       auto stamp = class_position_stamp(d.train->shape(), d.train->num_classes(), size, a);
+       d.train = modified(d.train, cat("shortcut:", size), {}, stamp);
+       d.test = modified(d.test, cat("shortcut:", size), {}, stamp);
+     }},
+    {"shortcut-train", "[SIZE]", 0, 1,
+     "the shortcut patch in the training images only; the test set stays clean (excessive agreement)",
+     [](DataSource& d, const VariantArgs& a) {
+       const int64_t size = a.values.empty() ? 2 : a.integer(0, "SIZE", 1, d.train->shape()[1] - 2);
+       d.train = modified(d.train, cat("shortcut-train:", size), {},
+                          class_position_stamp(d.train->shape(), d.train->num_classes(), size, a));
+     }},
+    {"invert", "", 0, 0, "inverted intensities 1 − x in train and test (a cross-data pair)",
+     [](DataSource& d, const VariantArgs&) {
+       const int64_t n = numel(d.train->shape());
+       auto invert = [n](int64_t, int64_t, float* input) {
+         for (int64_t i = 0; i < n; ++i) input[i] = 1.0f - input[i];
+       };
+       d.train = modified(d.train, "invert", {}, invert);
+       d.test = modified(d.test, "invert", {}, invert);
      }},
 };
 

@@ -1,0 +1,78 @@
+// The stitch (METHODS.md §2.1): an affine map S_θ from the front model's features after
+// its block i to the end model's features after its block j, the only thing that trains
+// when two frozen models are stitched.
+//
+//   feature maps  (N, C, H, W) → (N, C', H', W'): a 1×1 convolution. Where the spatial
+//                 sizes differ, each axis is first resized on its own: an axis that shrinks
+//                 takes area averages (the windows of adaptive average pooling), an axis that
+//                 grows is interpolated linearly (bilinear, align_corners = False, PyTorch's
+//                 F.interpolate convention). Both are fixed linear maps whose rows sum to
+//                 one, so the resize commutes with the 1×1 convolution and its bias.
+//   tokens        (N, T, D) → (N, T, D'): the same linear map applied to every token; the
+//                 token counts must agree.
+// Anything else (a feature map into tokens, logits) is refused with a one-line error that
+// names the models, the blocks and the shapes. The map↔token adapter between CNNs and ViTs
+// is not built yet.
+//
+// Initialisation: identity (equal channel counts), least squares on paired features
+// (normal equations in double precision, optional ridge), or random.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/module.h"
+#include "engine/random.h"
+#include "engine/tensor.h"
+
+namespace adjoint {
+
+// The features a stitch joins, one example each (no batch axis): (C, H, W) or (T, D).
+// `where` names the models and blocks for error messages ("front a.ckpt block 2 'layer1.1'
+// → end b.ckpt block 2 'layer1.1'").
+struct StitchShapes {
+  Shape front, end;
+  std::string where;
+};
+
+class Stitch : public Module {
+public:
+  // Throws Error naming shapes.where and both shapes when no affine map joins them.
+  explicit Stitch(StitchShapes shapes);
+  const StitchShapes& shapes() const { return shapes_; }
+  bool maps() const { return shapes_.front.size() == 3; }  // feature maps (else tokens)
+  int64_t in_features() const { return weight.size(1); }
+  int64_t out_features() const { return weight.size(0); }
+
+  // (N, *front) → (N, *end).
+  Tensor forward(const Tensor& front_features) const;
+
+  // W = I, b = 0. Throws unless the channel (or token width) counts agree.
+  void init_identity();
+  // W ~ U(−1/√in, 1/√in) (torch's default for a 1×1 convolution), b = 0.
+  void init_random(Generator& gen);
+  // The affine map that best predicts `end` (N, *end) from `front` (N, *front) in the
+  // least-squares sense over all examples and positions, with ridge λ = ridge ·
+  // trace(XᵀX)/in on the weights (never on the bias), X the resized front features.
+  // Throws when the normal equations are singular (then a ridge > 0 helps).
+  void init_least_squares(const Tensor& front, const Tensor& end, double ridge = 0.0);
+
+  Tensor weight;  // (out, in)
+  Tensor bias;    // (out)
+
+private:
+  StitchShapes shapes_;
+};
+
+// The stitch as a function of its parameters: h (N, C, H, W) resized to end_hw and mapped
+// by the 1×1 convolution (weight (out, C)), or h (N, T, D) mapped token by token.
+Tensor apply_stitch(const Tensor& h, const Tensor& weight, const Tensor& bias, const Shape& end_example_shape);
+
+// Resizes feature maps (N, C, H, W) to (N, C, height, width) by the rule above: area
+// averages on an axis that shrinks, linear interpolation on one that grows. Recorded
+// (two matrix products), so gradients flow through it.
+Tensor resize_maps(const Tensor& maps, int64_t height, int64_t width);
+
+// The (out × in) matrix of that rule along one axis.
+Tensor resize_matrix(int64_t in, int64_t out);
+
+}  // namespace adjoint

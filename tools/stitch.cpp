@@ -1,0 +1,158 @@
+// `adjoint stitch`: model stitching between two checkpoints under the standard, control
+// and invariance-aware protocols (METHODS.md §2). The work is in analysis/stitching_*;
+// this file turns options into a sweep and its lines into output.
+#include <cstdio>
+
+#include "analysis/stitching_protocol.h"
+#include "engine/data/open.h"
+#include "engine/error.h"
+#include "models/checkpoint.h"
+#include "tools/cli.h"
+#include "tools/model_source.h"
+
+namespace adjoint {
+namespace {
+
+// A frozen model from its checkpoint; *data_spec receives the data set it was trained on.
+Endpoint load_endpoint(const std::string& path, std::string* data_spec) {
+  Checkpoint ck = load_checkpoint(path);
+  Endpoint e{path, model_from_checkpoint(ck), {}, {}};
+  *data_spec = ck.metadata.count("data.spec") ? ck.metadata.at("data.spec") : "";
+  if (ck.metadata.count("data.mean")) e.mean = parse_floats(ck.metadata.at("data.mean"), "checkpoint data.mean");
+  if (ck.metadata.count("data.std")) e.std = parse_floats(ck.metadata.at("data.std"), "checkpoint data.std");
+  e.model->train(false);
+  return e;
+}
+
+// The transports the IRI search may carry its cotangent with (--iri-transport).
+struct NamedTransport {
+  const char* name;
+  Transport transport;
+};
+const NamedTransport kIriTransports[] = {
+    {"gradient", Transport::gradient()},
+    {"soft_pullback", Transport::soft_pullback()},
+    {"pullback", Transport::pullback()},
+};
+
+Transport iri_transport(const std::string& name) {
+  std::string names;
+  for (const NamedTransport& t : kIriTransports) {
+    if (name == t.name) return t.transport;
+    names += cat(names.empty() ? "" : ", ", t.name);
+  }
+  throw UsageError(cat("--iri-transport: unknown transport '", name, "'; transports: ", names));
+}
+
+// A block given by index ("3") or by name ("layer2.0").
+size_t block_of(const Endpoint& e, const std::string& text, const char* option) {
+  if (text.empty()) throw UsageError(cat("--", option, ": an empty block"));
+  if (text.find_first_not_of("0123456789") != std::string::npos) return e.model->block_index(text);
+  try {
+    return size_t(std::stoull(text));
+  } catch (const std::exception&) {
+    throw UsageError(cat("--", option, ": '", text, "' is not a block index"));
+  }
+}
+
+std::vector<std::pair<size_t, size_t>> stitch_points(const cli::Args& a, const Endpoint& front, const Endpoint& end) {
+  if (a.has("blocks") == a.has("pairs")) throw UsageError("stitch: give --blocks I,J,... or --pairs I:J,..., one of them");
+  std::vector<std::pair<size_t, size_t>> points;
+  if (a.has("blocks"))
+    for (const std::string& b : a.list("blocks")) points.emplace_back(block_of(front, b, "blocks"), block_of(end, b, "blocks"));
+  else
+    for (const std::string& p : a.list("pairs")) {
+      const size_t colon = p.find(':');
+      if (colon == std::string::npos) throw UsageError(cat("--pairs: '", p, "' is not FRONT:END"));
+      points.emplace_back(block_of(front, p.substr(0, colon), "pairs"), block_of(end, p.substr(colon + 1), "pairs"));
+    }
+  return points;
+}
+
+int run_stitch(const cli::Args& a) {
+  std::string front_data, end_data;
+  const Endpoint front = load_endpoint(a.text("front"), &front_data), end = load_endpoint(a.text("end"), &end_data);
+  StitchSweepOptions o;
+  o.points = stitch_points(a, front, end);
+  o.objectives = a.list("objectives");
+  o.protocols = a.list("protocol");
+  o.out_dir = a.text("out");
+  o.train_images = a.integer("train-images");
+  o.iri_images = a.integer("iri-images");
+  o.test_images = a.integer("test-images");
+  o.init = a.text("init");
+  o.ridge = a.number("ridge");
+  o.train.epochs = a.integer("epochs");
+  o.train.batch = a.integer("batch");
+  o.train.lr = a.number("lr");
+  o.train.seed = uint64_t(a.integer("seed"));
+  o.train.objective_options.temperature = a.number("temperature");
+  if (a.has("fula-weights"))
+    for (float w : parse_floats(a.text("fula-weights"), "fula-weights")) o.train.objective_options.fula_weights.push_back(w);
+  o.train.objective_options.fula_normalise = !a.flag("fula-raw");
+  o.iri.search.rule = a.text("iri-rule");
+  o.iri.search.steps = a.integer("iri-steps");
+  o.iri.search.step = float(a.number("iri-step"));
+  o.iri.search.transport = iri_transport(a.text("iri-transport"));
+  o.iri.start = a.text("iri-start");
+  o.iri.batch = a.integer("iri-batch");
+  o.iri.seed = o.train.seed;
+  const std::string spec = a.has("data") ? a.text("data") : front_data;
+  if (spec.empty()) throw UsageError("stitch: the front checkpoint names no data set; give --data");
+  const DataSource data = open_data(spec);
+  std::printf("adjoint stitch: %s → %s on %s, %zu stitch points × %zu objectives × %zu protocols; writing %s\n",
+              front.name.c_str(), end.name.c_str(), spec.c_str(), o.points.size(), o.objectives.size(),
+              o.protocols.size(), o.out_dir.c_str());
+  std::fflush(stdout);
+  run_stitch_sweep(front, end, data, o, [](const std::string& line) {
+    std::FILE* stream = line.rfind("WARNING", 0) == 0 ? stderr : stdout;
+    std::fprintf(stream, "%s\n", line.c_str());
+    std::fflush(stream);
+  });
+  std::printf("done: %s/results.md, results.csv, results.json; stitches in %s/stitches\n", o.out_dir.c_str(),
+              o.out_dir.c_str());
+  return 0;
+}
+
+const cli::Registration stitch_command({
+    .name = "stitch",
+    .summary = "stitch two checkpoints block to block: standard, control and invariance-aware (IRI) protocols",
+    .description =
+        "Trains an affine stitch from the front model's block I into the end model's block J (1×1 conv on\n"
+        "feature maps, per-token linear on tokens; area/bilinear resize where sizes differ) on each objective\n"
+        "(hlm, slm, dm, fula) under each protocol: standard (real images), control (the N images the IRIs\n"
+        "imitate), invariance (the front model's identically represented inputs). Blocks are indices or names\n"
+        "(adjoint info lists them). Writes OUT/results.{csv,json,md}, OUT/stitches/*.safetensors,\n"
+        "OUT/iris/*.safetensors; a rerun with the same OUT skips every finished cell.",
+    .arguments = "",
+    .options = {{"front", "FILE", "the front model's checkpoint (A)", ""},
+                {"end", "FILE", "the end model's checkpoint (B)", ""},
+                {"blocks", "LIST", "stitch after the same block of both: 1,2,3", ""},
+                {"pairs", "LIST", "stitch after front block I into end block J: I:J,...", ""},
+                {"objectives", "LIST", "hlm, slm, dm, fula", "hlm,slm,dm,fula"},
+                {"protocol", "LIST", "standard, control, invariance", "standard,control,invariance"},
+                {"out", "DIR", "where tables, stitches and IRIs go", "runs/stitch"},
+                {"data", "SPEC", "the data set (default: the front checkpoint's)", ""},
+                {"train-images", "N", "training images of the standard protocol", "5000"},
+                {"iri-images", "N", "images of the IRI set and of the control protocol", "500"},
+                {"test-images", "N", "test images scored (0: all)", "0"},
+                {"init", "NAME", "least-squares, identity or random", "least-squares"},
+                {"ridge", "X", "least-squares ridge, relative to trace(XᵀX)/channels", "1e-4"},
+                {"epochs", "N", "stitch training epochs", "5"},
+                {"batch", "N", "stitch training batch", "128"},
+                {"lr", "X", "stitch AdamW learning rate", "1e-3"},
+                {"temperature", "X", "slm temperature", "1"},
+                {"fula-weights", "LIST", "fula weight per term, stitch point to penultimate block (default all 1)", ""},
+                {"fula-raw", "", "fula terms without the ‖B_l(x)‖² normalisation", ""},
+                {"iri-rule", "NAME", "IRI search: l2 (normalised L2 steps) or adam", "l2"},
+                {"iri-steps", "N", "IRI search iterations", "1000"},
+                {"iri-step", "X", "l2 step length or Adam rate in [0,1] pixel units (0: 0.5·sqrt(D/3072))", "0"},
+                {"iri-start", "NAME", "derangement (another image of the set) or noise", "derangement"},
+                {"iri-transport", "NAME", "IRI search cotangent: gradient, soft_pullback or pullback", "gradient"},
+                {"iri-batch", "N", "images per IRI search batch", "128"},
+                {"seed", "N", "stitch training order, random init, IRI starts", "0"}},
+    .run = run_stitch,
+});
+
+}  // namespace
+}  // namespace adjoint
