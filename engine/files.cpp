@@ -1,9 +1,11 @@
 #include "engine/files.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "engine/error.h"
 
@@ -50,6 +52,23 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   AtomicFile file(path, "write");
   file.write(text);
   file.commit();
+}
+
+int remove_stale_temporaries(const std::string& folder) {
+  int removed = 0;
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ignored)) {
+    const std::string name = entry.path().filename().string();
+    const size_t mark = name.rfind(".tmp.");
+    if (mark == std::string::npos || mark == 0) continue;
+    const std::string digits = name.substr(mark + 5);
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    // kill(pid, 0) sends nothing: it fails with ESRCH exactly when no such process exists.
+    if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    if (std::filesystem::remove(entry.path(), ignored)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace adjoint

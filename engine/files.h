@@ -18,6 +18,7 @@ public:
   void write(const std::string& text) { write(text.data(), text.size()); }
   // Flushes, syncs, closes and renames onto the target. Throws Error naming the path.
   void commit();
+  const std::string& path() const { return path_; }
 
 private:
   std::string path_, temporary_, who_;
@@ -27,5 +28,10 @@ private:
 
 // The whole text in one atomic write.
 void write_file_atomic(const std::string& path, const std::string& text);
+
+// Removes the files `<name>.tmp.<pid>` in `folder` whose process is no longer running:
+// what a writer killed mid-write (kill -9, a crash) leaves behind. Temporaries of live
+// processes are kept, as they may be being written. Returns how many were removed.
+int remove_stale_temporaries(const std::string& folder);
 
 }  // namespace adjoint

@@ -10,7 +10,9 @@ namespace adjoint::cli {
 class ProgressBar {
 public:
   // `label` prefixes every line; `unit` names what is counted ("batch", "image").
-  ProgressBar(std::string label, int64_t total, std::string unit);
+  // `already_done` items were done before this bar started (a resumed run): they fill the
+  // bar but not the rate or the ETA, which measure this process's work.
+  ProgressBar(std::string label, int64_t total, std::string unit, int64_t already_done = 0);
   ~ProgressBar();  // ends the bar's line on a terminal
   // Reports `done` of `total`, with free text after the bar (loss, accuracy, ...).
   void update(int64_t done, const std::string& detail = "");
@@ -21,7 +23,7 @@ public:
 
 private:
   std::string label_, unit_;
-  int64_t total_;
+  int64_t total_, already_done_;
   bool terminal_;
   bool open_line_ = false;
   std::chrono::steady_clock::time_point start_, last_print_;
