@@ -146,6 +146,10 @@ TEST_CASE("data: corrupt IDX files are errors naming the file and the fault") {
   expect("wrong-type", bad, "type code");
   expect("truncated-data", std::vector<uint8_t>(raw.begin(), raw.end() - 5), "truncated IDX data");
   expect("truncated-header", std::vector<uint8_t>(raw.begin(), raw.begin() + 9), "truncated IDX header");
+  // Found by fuzzing (fuzz/fuzz_idx.cpp): four extents of 65536 multiply to 2^64, which
+  // overflowed to 0 and matched an empty data section.
+  expect("overflowing-extents", {0, 0, 8, 4, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0},
+         "truncated IDX data (header [65536, 65536, 65536, 65536] needs more than the 0 bytes found)");
   expect("tiny", std::vector<uint8_t>(raw.begin(), raw.begin() + 2), "no header");
   bad = raw;
   bad.push_back(0);
