@@ -6,6 +6,9 @@
 
 namespace adjoint {
 
+// The temporary is removed when the writer fails (an exception), and also when the
+// process is interrupted while writing (SIGINT, SIGTERM, SIGHUP: the signal then takes
+// its course). Only kill -9 or a crash leaves it; remove_stale_temporaries cleans up.
 class AtomicFile {
 public:
   // Opens `<path>.tmp.<pid>`; `who` prefixes error messages ("write_safetensors").
@@ -24,6 +27,7 @@ private:
   std::string path_, temporary_, who_;
   std::FILE* file_ = nullptr;
   bool committed_ = false;
+  int slot_ = -1;  // in the table of temporaries removed on SIGINT, SIGTERM and SIGHUP
 };
 
 // The whole text in one atomic write.

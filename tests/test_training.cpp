@@ -2,6 +2,7 @@
 // as an uninterrupted run; logs and checkpoints are written; bad options are refused.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -407,4 +408,25 @@ TEST_CASE("training: stale temporary files of dead writers are removed; a run fa
   auto other = small_model(poisoned);
   CHECK_THROWS_WITH_AS(train(*other, poisoned, small_run(fresh)), doctest::Contains("diverged"), Error);
   CHECK(!std::filesystem::exists(fresh));
+}
+
+TEST_CASE("files: a write interrupted by SIGINT or SIGTERM removes its temporary; the signal still ends the process") {
+  testing::TempDir dir;
+  for (const int signal_number : {SIGINT, SIGTERM}) {
+    CAPTURE(signal_number);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::signal(signal_number, SIG_DFL);  // as in the command line (the test runner has its own handler)
+      AtomicFile file(dir.file("checkpoint.safetensors"), "test");
+      file.write("half a checkpoint");
+      ::raise(signal_number);
+      ::_exit(7);  // not reached: the signal ends the process
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == signal_number);
+    CHECK(std::filesystem::is_empty(dir.path()));
+  }
 }
