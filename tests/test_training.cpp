@@ -430,3 +430,33 @@ TEST_CASE("files: a write interrupted by SIGINT or SIGTERM removes its temporary
     CHECK(std::filesystem::is_empty(dir.path()));
   }
 }
+
+TEST_CASE("training: the train command refuses to overwrite a run and says 'resumed from step N' on --resume") {
+  testing::TempDir dir;
+  const std::string out = dir.file("run");
+  const std::vector<std::string> run = {"train", "--data", "modadd:11", "--model", "bilinear_mlp", "--hidden", "8",
+                                        "--epochs", "2", "--batch", "8", "--out", out};
+  std::vector<std::string> first = run;
+  first.insert(first.end(), {"--max-steps", "2"});
+  REQUIRE(testing::run_adjoint(first).code == 0);
+
+  const testing::CommandOutcome again = testing::run_adjoint(run);
+  CAPTURE(again.err);
+  CHECK(again.code == 2);
+  CHECK(testing::contains(again.err, "already holds checkpoint.safetensors; give --resume " + out +
+                                         "/checkpoint.safetensors to continue that run, or --overwrite"));
+
+  std::vector<std::string> resume = run;
+  resume.insert(resume.end(), {"--resume", out + "/checkpoint.safetensors"});
+  const testing::CommandOutcome resumed = testing::run_adjoint(resume);
+  CAPTURE(resumed.out);
+  CAPTURE(resumed.err);
+  CHECK(resumed.code == 0);
+  CHECK(testing::contains(resumed.out, "resumed from step 2\n"));
+
+  std::vector<std::string> overwrite = run;
+  overwrite.push_back("--overwrite");
+  const testing::CommandOutcome fresh = testing::run_adjoint(overwrite);
+  CHECK(fresh.code == 0);
+  CHECK(!testing::contains(fresh.out, "resumed from"));
+}
