@@ -307,6 +307,21 @@ void check_resumable(const Checkpoint& ck, const Model& model, const TrainOption
                     "from an uninterrupted one; use it as --weights of a new run instead"));
 }
 
+// Refuses to replace the checkpoint of another run in the output folder (unless this run
+// resumes it, or --overwrite), and removes the temporary files that writers killed
+// there (kill -9, a crash) left behind.
+void check_out_dir(const TrainOptions& o, const std::string& checkpoint_path) {
+  namespace fs = std::filesystem;
+  if (o.out_dir.empty()) return;
+  if (fs::exists(checkpoint_path) && !o.overwrite) {
+    const bool resuming_it = !o.resume.empty() && fs::exists(o.resume) && fs::equivalent(o.resume, checkpoint_path);
+    if (!resuming_it)
+      throw UsageError(cat("--out ", o.out_dir, " already holds checkpoint.safetensors; give --resume ",
+                           checkpoint_path, " to continue that run, or --overwrite to replace it"));
+  }
+  if (fs::is_directory(o.out_dir)) remove_stale_temporaries(o.out_dir);
+}
+
 }  // namespace
 
 Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
@@ -349,12 +364,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   check(o.batch_size > 0, "train: --batch must be positive, got ", o.batch_size);
   check_options(o);
   const std::string checkpoint_path = o.out_dir.empty() ? "" : o.out_dir + "/checkpoint.safetensors";
-  if (!o.out_dir.empty() && std::filesystem::exists(checkpoint_path) && !o.overwrite &&
-      !(!o.resume.empty() && std::filesystem::exists(o.resume) && std::filesystem::equivalent(o.resume, checkpoint_path)))
-    throw UsageError(cat("--out ", o.out_dir, " already holds checkpoint.safetensors; give --resume ", checkpoint_path,
-                         " to continue that run, or --overwrite to replace it"));
-  // Temporary files of a writer that was killed (kill -9, a crash) would lie there forever.
-  if (!o.out_dir.empty() && std::filesystem::is_directory(o.out_dir)) remove_stale_temporaries(o.out_dir);
+  check_out_dir(o, checkpoint_path);
   Loader loader(data.train, LoaderOptions{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment)});
   const int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
