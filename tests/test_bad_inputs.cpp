@@ -149,16 +149,20 @@ TEST_CASE("bad inputs: a checkpoint's bad metadata is an error naming the file a
   TempDir dir;
   const std::string ck = save_tiny_checkpoint(dir);
   edit_file(ck, "config.arch", "frobnet");
-  check_fails(run_adjoint({"info", ck}), 1, "adjoint: error: checkpoint " + ck + ": metadata config.*: unknown model 'frobnet'");
+  check_fails(run_adjoint({"info", ck}), 1,
+              "adjoint: error: checkpoint " + ck + ": metadata config.*: unknown model 'frobnet'");
   save_tiny_checkpoint(dir);
   edit_file(ck, "config.num_classes", "-5");
-  check_fails(run_adjoint({"eval", "--checkpoint", ck}), 1, "checkpoint " + ck + ": metadata config.*: model config: 'num_classes' must be positive, got -5");
+  check_fails(run_adjoint({"eval", "--checkpoint", ck}), 1,
+              "checkpoint " + ck + ": metadata config.*: model config: 'num_classes' must be positive, got -5");
   save_tiny_checkpoint(dir);
   edit_file(ck, "config.hidden", "many");
-  check_fails(run_adjoint({"eval", "--checkpoint", ck}), 1, "checkpoint " + ck + ": metadata: model config: 'hidden' must be an integer");
+  check_fails(run_adjoint({"eval", "--checkpoint", ck}), 1,
+              "checkpoint " + ck + ": metadata: model config: 'hidden' must be an integer");
   save_tiny_checkpoint(dir);
   edit_file(ck, "data.spec", "nosuchdata");
-  check_fails(run_adjoint({"eval", "--checkpoint", ck}), 1, "checkpoint " + ck + ": metadata data.spec: --data nosuchdata: unknown data set");
+  check_fails(run_adjoint({"eval", "--checkpoint", ck}), 1,
+              "checkpoint " + ck + ": metadata data.spec: --data nosuchdata: unknown data set");
   save_tiny_checkpoint(dir);
   edit_file(ck, "data.std", "0");
   stbi_write_png(dir.file("a.png").c_str(), 2, 2, 1, std::vector<uint8_t>(4, 9).data(), 2);
@@ -171,7 +175,8 @@ TEST_CASE("bad inputs: a model fed the wrong input shape names the model and wha
   const std::string ck = save_tiny_checkpoint(dir);
   write_safetensors(dir.file("x.safetensors"), {{"x", Tensor::zeros({2, 7})}});
   check_fails(run_adjoint({"predict", "--checkpoint", ck, "--input", dir.file("x.safetensors")}), 1,
-              "x.safetensors: inputs of shape [2, 7] do not fit the model bilinear_mlp, which expects N examples of 10 values");
+              "x.safetensors: inputs of shape [2, 7] do not fit the model bilinear_mlp, which expects N examples "
+              "of 10 values");
 }
 
 TEST_CASE("bad inputs: predict that cannot write its .csv leaves no .safetensors either") {
@@ -179,13 +184,15 @@ TEST_CASE("bad inputs: predict that cannot write its .csv leaves no .safetensors
   const std::string ck = save_tiny_checkpoint(dir);
   write_safetensors(dir.file("x.safetensors"), {{"x", Tensor::zeros({2, 10})}});
   fs::create_directories(dir.file("p.csv"));  // the .csv cannot replace a folder
-  const CommandOutcome o = run_adjoint({"predict", "--checkpoint", ck, "--input", dir.file("x.safetensors"), "--out", dir.file("p")});
+  const std::vector<std::string> predict = {"predict", "--checkpoint", ck, "--input", dir.file("x.safetensors"),
+                                            "--out", dir.file("p")};
+  const CommandOutcome o = run_adjoint(predict);
   check_fails(o, 1, "p.csv");
   CHECK(!fs::exists(dir.file("p.safetensors")));
   for (const auto& entry : fs::directory_iterator(dir.path()))  // no temporary file is left
     CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
   fs::remove(dir.file("p.csv"));
-  const CommandOutcome ok = run_adjoint({"predict", "--checkpoint", ck, "--input", dir.file("x.safetensors"), "--out", dir.file("p")});
+  const CommandOutcome ok = run_adjoint(predict);
   CHECK(ok.code == 0);
   CHECK(fs::exists(dir.file("p.safetensors")));
   CHECK(fs::exists(dir.file("p.csv")));
@@ -199,7 +206,8 @@ std::vector<uint8_t> file_bytes(const std::string& path) {
 }
 
 void put_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
 }
 
 void put_big_endian(std::vector<uint8_t>& bytes, size_t at, uint32_t value) {
