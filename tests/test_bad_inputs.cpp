@@ -175,8 +175,8 @@ TEST_CASE("bad inputs: a model fed the wrong input shape names the model and wha
   const std::string ck = save_tiny_checkpoint(dir);
   write_safetensors(dir.file("x.safetensors"), {{"x", Tensor::zeros({2, 7})}});
   check_fails(run_adjoint({"predict", "--checkpoint", ck, "--input", dir.file("x.safetensors")}), 1,
-              "x.safetensors: inputs of shape [2, 7] do not fit the model bilinear_mlp, which expects N examples "
-              "of 10 values");
+              "x.safetensors: inputs of shape [2, 7] do not fit the model bilinear_mlp (checkpoint " + ck +
+                  "), which expects N examples of 10 values");
 }
 
 TEST_CASE("bad inputs: predict that cannot write its .csv leaves no .safetensors either") {

@@ -102,6 +102,7 @@ LoadedModel load_model(const cli::Args& a) {
     if (a.has("weights")) throw UsageError("give either --checkpoint or --model with --weights, not both");
     Checkpoint ck = load_checkpoint(a.text("checkpoint"));
     m.model = model_from_checkpoint(ck);
+    m.origin = "checkpoint " + ck.path;
     // The checkpoint's statistics: malformed ones are the file's fault, not an option's.
     try {
       if (ck.metadata.count("data.mean")) m.mean = parse_floats(ck.metadata.at("data.mean"), "data.mean");
@@ -120,6 +121,7 @@ LoadedModel load_model(const cli::Args& a) {
     c.image_size = a.integer("image-size");
     Generator gen(0);
     m.model = make_model(c, gen);
+    m.origin = "weights " + a.text("weights");
     const SafetensorsFile weights = read_safetensors(a.text("weights"));
     for (const auto& [name, t] : weights.tensors)  // torch stores BatchNorm's counter as I64
       if (!name.ends_with("num_batches_tracked")) require_floating_point(weights, name, a.text("weights"));
@@ -159,7 +161,8 @@ void check_model_input(const LoadedModel& m, const Tensor& x, const std::string&
     fits = fits && x.dim() == 4 && x.size(1) == c.in_channels;
     if (c.arch.rfind("vit", 0) == 0) fits = fits && x.size(2) == c.image_size && x.size(3) == c.image_size;
   }
-  check(fits, source, ": inputs of shape ", x.shape(), " do not fit the model ", c.arch, ", which expects ", expected);
+  check(fits, source, ": inputs of shape ", x.shape(), " do not fit the model ", c.arch, " (", m.origin,
+        "), which expects ", expected);
 }
 
 Tensor load_image_files(const std::vector<std::string>& files, const LoadedModel& m) {

@@ -37,6 +37,7 @@ struct LoadedModel {
   std::shared_ptr<Model> model;
   std::vector<float> mean, std;  // per-channel normalisation (empty: none known)
   std::string data_spec;         // the data set a checkpoint was trained on (empty: unknown)
+  std::string origin;            // "checkpoint FILE" or "weights FILE", for messages
 };
 
 // Reads --checkpoint, or --model/--weights/--classes/--in-channels/--image-size; then
