@@ -20,6 +20,7 @@
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tests/support.h"
+#include "tools/progress.h"
 
 using namespace adjoint;
 
@@ -459,4 +460,16 @@ TEST_CASE("training: the train command refuses to overwrite a run and says 'resu
   const testing::CommandOutcome fresh = testing::run_adjoint(overwrite);
   CHECK(fresh.code == 0);
   CHECK(!testing::contains(fresh.out, "resumed from"));
+}
+
+TEST_CASE("progress: after a resume the rate and ETA count only the items of this process") {
+  // 2 of 4 batches were done before the resume; 1 more in 1 s: 1 batch/s, 1 s to go.
+  const cli::Pace resumed = cli::pace_of(3, 2, 4, 0.75, 1.0);
+  CHECK(resumed.per_second == 1.0);
+  CHECK(resumed.eta_seconds == doctest::Approx(1.0));
+  // A fresh run: 3 batches in 1 s, the last one in a third of a second.
+  const cli::Pace fresh = cli::pace_of(3, 0, 4, 0.75, 1.0);
+  CHECK(fresh.per_second == 3.0);
+  CHECK(fresh.eta_seconds == doctest::Approx(1.0 / 3));
+  CHECK(cli::pace_of(2, 2, 4, 0.5, 0.0).per_second == 0.0);  // nothing done yet, no time passed
 }

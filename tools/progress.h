@@ -29,6 +29,14 @@ private:
   std::chrono::steady_clock::time_point start_, last_print_;
 };
 
+// The rate and the time left of work of which `done` of `total` items are done, the
+// share `fraction` of its cost, `elapsed` seconds after this process started with
+// `already_done` items done (a resumed run): only this process's items count.
+struct Pace {
+  double per_second = 0, eta_seconds = 0;
+};
+Pace pace_of(int64_t done, int64_t already_done, int64_t total, double fraction, double elapsed);
+
 // "1m05s", "12.3s": durations for humans.
 std::string format_duration(double seconds);
 
