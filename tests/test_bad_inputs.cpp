@@ -275,6 +275,16 @@ TEST_CASE("bad inputs: damaged PNGs are refused (CRC, zlib checksum), errors nam
   put_bytes(dir.file("bomb.bmp"), bomb);
   CHECK(decode_error(dir.file("bomb.bmp")) ==
         dir.file("bomb.bmp") + ": BMP image of 524290 × 213 pixels is over the limit of 67108864 pixels");
+  // The same as a top-down BMP, whose negative height stbi_info reports as it is: 54
+  // bytes declaring 34 × 2555947 pixels (a fuzzer timeout, and an out-of-memory at 130
+  // pixels wide).
+  const std::vector<uint8_t> top_down = {
+      0x42, 0x4d, 0x21, 0x0,  0x0, 0x0,  0x0,  0x0,  0x0,  0x0,  0x36, 0x0, 0x0,  0x0,  0x28, 0x0,  0x0, 0x0,
+      0x22, 0x0,  0x0,  0x0,  0xd5, 0xff, 0xd8, 0xff, 0x1,  0x0,  0x18, 0x0, 0x0,  0x0,  0x0,  0x0,  0x10, 0x0,
+      0x0,  0x0,  0x0,  0x0,  0x0,  0x0,  0xff, 0xd8, 0xff, 0x0,  0x0,  0xc2, 0x0, 0xff, 0x0,  0x0,  0x0,  0x0};
+  put_bytes(dir.file("top_down.bmp"), top_down);
+  CHECK(decode_error(dir.file("top_down.bmp")) ==
+        dir.file("top_down.bmp") + ": BMP image of 34 × 2555947 pixels is over the limit of 67108864 pixels");
 }
 
 TEST_CASE("bad inputs: an image folder whose test classes differ from the train classes is refused") {

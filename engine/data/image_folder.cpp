@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -147,11 +148,12 @@ void decode_image(const uint8_t* bytes, size_t size, const std::string& path, in
   if (format && format->check) format->check(bytes, size, path);
   int w = 0, h = 0, n = 0;
   // A header may claim any size: 65 bytes of BMP can declare 111 million pixels, which
-  // stb would allocate and decode (found by fuzz/fuzz_image.cpp).
+  // stb would allocate and decode (found by fuzz/fuzz_image.cpp). stbi_info reports a
+  // top-down BMP's height as negative.
   constexpr int64_t max_pixels = int64_t(1) << 26;  // 64 megapixels, e.g. 8192 × 8192
   if (stbi_info_from_memory(bytes, static_cast<int>(size), &w, &h, &n) != 0)
-    check(int64_t(w) * int64_t(h) <= max_pixels, path, ": ", what, " of ", w, " × ", h, " pixels is over the limit of ",
-          max_pixels, " pixels");
+    check(std::abs(int64_t(w) * int64_t(h)) <= max_pixels, path, ": ", what, " of ", w, " × ", std::abs(h),
+          " pixels is over the limit of ", max_pixels, " pixels");
   // stb converts to the requested channel count; its failure reason is thread-local.
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
       stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &n, static_cast<int>(channels)), stbi_image_free);
