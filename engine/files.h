@@ -6,6 +6,9 @@
 
 namespace adjoint {
 
+// The temporary is removed when the writer fails (an exception), and also when the
+// process is interrupted while writing (SIGINT, SIGTERM, SIGHUP: the signal then takes
+// its course). Only kill -9 or a crash leaves it; remove_stale_temporaries cleans up.
 class AtomicFile {
 public:
   // Opens `<path>.tmp.<pid>`; `who` prefixes error messages ("write_safetensors").
@@ -18,14 +21,21 @@ public:
   void write(const std::string& text) { write(text.data(), text.size()); }
   // Flushes, syncs, closes and renames onto the target. Throws Error naming the path.
   void commit();
+  const std::string& path() const { return path_; }
 
 private:
   std::string path_, temporary_, who_;
   std::FILE* file_ = nullptr;
   bool committed_ = false;
+  int slot_ = -1;  // in the table of temporaries removed on SIGINT, SIGTERM and SIGHUP
 };
 
 // The whole text in one atomic write.
 void write_file_atomic(const std::string& path, const std::string& text);
+
+// Removes the files `<name>.tmp.<pid>` in `folder` whose process is no longer running:
+// what a writer killed mid-write (kill -9, a crash) leaves behind. Temporaries of live
+// processes are kept, as they may be being written. Returns how many were removed.
+int remove_stale_temporaries(const std::string& folder);
 
 }  // namespace adjoint

@@ -1,12 +1,14 @@
 #include "engine/gemm.h"
 
 #include <cblas.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
+#include "engine/error.h"
 #include "engine/threads.h"
 
 // OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels from the CPU model when
@@ -51,9 +53,28 @@ void select_blas_kernels() {
   });
 }
 
+// OpenBLAS maps a work buffer (128 MiB in Debian's build, plus guard pages) on a thread's
+// first product, and when that mapping fails (the address space is exhausted, ulimit -v)
+// blas_memory_alloc retries it forever at 100% CPU. So a thread's first product first
+// maps and unmaps a region of that size itself, and fails with "out of memory" if it
+// cannot; later products reuse the buffer OpenBLAS keeps.
+constexpr size_t kBlasBufferBytes = (size_t(128) << 20) + (size_t(1) << 20);
+
+void check_blas_buffer() {
+  thread_local bool mapped_once = false;
+  if (mapped_once) return;
+  void* region = ::mmap(nullptr, kBlasBufferBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region == MAP_FAILED)
+    throw Error(cat("out of memory: cannot map the ", kBlasBufferBytes >> 20,
+                    " MiB work buffer of a matrix product (OpenBLAS); is the address space limited (ulimit -v)?"));
+  ::munmap(region, kBlasBufferBytes);
+  mapped_once = true;
+}
+
 // One single-threaded sgemm (OpenBLAS is pinned to one thread by engine/threads.cpp).
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc) {
+  check_blas_buffer();
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
               static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
               C, static_cast<int>(ldc));

@@ -412,7 +412,12 @@ void write_string(std::string& out, const std::string& s) {
 }
 
 void write_number(std::string& out, double x) {
-  check(std::isfinite(x), "json: cannot write ", x, " (JSON has no NaN or infinity)");
+  // JSON has no NaN or infinity; null is what JavaScript's JSON.stringify and Python's
+  // json.dumps(allow_nan=False) users expect for "no number here" (a diverged loss).
+  if (!std::isfinite(x)) {
+    out += "null";
+    return;
+  }
   char buffer[32];
   std::to_chars_result result;
   if (std::trunc(x) == x && std::fabs(x) <= kMaxExactInteger) {

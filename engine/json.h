@@ -85,7 +85,7 @@ Json parse_json(std::string_view text);
 // Serialises a value. indent < 0: compact, no spaces ({"a":[1,2]}); indent >= 0: one
 // element per line, nested levels indented by `indent` spaces more. Integral numbers up
 // to 2^53 print without a fraction, other numbers in the shortest form that round-trips.
-// Throws Error for NaN or infinity, which JSON cannot represent.
+// NaN and infinity, which JSON cannot represent, are written as null.
 std::string to_json(const Json& value, int indent = -1);
 
 }  // namespace adjoint

@@ -83,22 +83,23 @@ struct Dtype {
   const char* name;
   int64_t size;         // bytes per element
   Converter convert;    // nullptr for F32, which is read straight into the tensor
+  bool floating;        // a real number; else counts, ids, masks
 };
 
 constexpr Dtype kDtypes[] = {
-    {"F32", 4, nullptr},
-    {"F16", 2, convert_f16},
-    {"BF16", 2, convert_bf16},
-    {"F64", 8, convert_number<double>},
-    {"I64", 8, convert_number<int64_t>},
-    {"I32", 4, convert_number<int32_t>},
-    {"I16", 2, convert_number<int16_t>},
-    {"I8", 1, convert_number<int8_t>},
-    {"U64", 8, convert_number<uint64_t>},
-    {"U32", 4, convert_number<uint32_t>},
-    {"U16", 2, convert_number<uint16_t>},
-    {"U8", 1, convert_number<uint8_t>},
-    {"BOOL", 1, convert_bool},
+    {"F32", 4, nullptr, true},
+    {"F16", 2, convert_f16, true},
+    {"BF16", 2, convert_bf16, true},
+    {"F64", 8, convert_number<double>, true},
+    {"I64", 8, convert_number<int64_t>, false},
+    {"I32", 4, convert_number<int32_t>, false},
+    {"I16", 2, convert_number<int16_t>, false},
+    {"I8", 1, convert_number<int8_t>, false},
+    {"U64", 8, convert_number<uint64_t>, false},
+    {"U32", 4, convert_number<uint32_t>, false},
+    {"U16", 2, convert_number<uint16_t>, false},
+    {"U8", 1, convert_number<uint8_t>, false},
+    {"BOOL", 1, convert_bool, false},
 };
 
 const Dtype* find_dtype(const std::string& name) {
@@ -147,8 +148,9 @@ struct Entry {
 int64_t non_negative_integer(const Json& value, const char* what) {
   if (!value.is_number()) throw Error(cat(what, " is a ", to_string(value.kind()), ", expected an integer"));
   const double x = value.as_number();
-  if (std::trunc(x) != x || x < 0 || x > 9007199254740992.0)
-    throw Error(cat(what, " is ", to_json(value), ", expected a non-negative integer"));
+  if (x > 9007199254740992.0)
+    throw Error(cat(what, " is ", to_json(value), ", too large (integers above 2^53 are not exact in JSON)"));
+  if (std::trunc(x) != x || x < 0) throw Error(cat(what, " is ", to_json(value), ", expected a non-negative integer"));
   return static_cast<int64_t>(x);
 }
 
@@ -242,9 +244,12 @@ SafetensorsFile read_safetensors(const std::string& path) {
     throw Error(cat(where, "file of ", file_bytes, " bytes is too short for the 8-byte header length"));
   uint64_t header_bytes = 0;
   read_exactly(file.get(), &header_bytes, 8, cat(where, "reading the header length"));
-  if (header_bytes > kMaxHeaderBytes || header_bytes > file_bytes - 8)
+  if (header_bytes > kMaxHeaderBytes)
+    throw Error(cat(where, "header length ", header_bytes, " is over the limit of ", kMaxHeaderBytes,
+                    " bytes (not a safetensors file?)"));
+  if (header_bytes > file_bytes - 8)
     throw Error(cat(where, "header length ", header_bytes, " exceeds the ", file_bytes - 8,
-                    " bytes after the length field (not a safetensors file, or truncated)"));
+                    " bytes after the length field (truncated, or not a safetensors file)"));
   std::string header_text(header_bytes, '\0');
   read_exactly(file.get(), header_text.data(), header_bytes, cat(where, "reading the header"));
 
@@ -298,9 +303,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
   return result;
 }
 
-void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+void write_safetensors(AtomicFile& file, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  const std::string where = cat("write_safetensors: ", path, ": ");
+  const std::string where = cat("write_safetensors: ", file.path(), ": ");
 
   // The header: metadata first, then the tensors in key order (std::map is sorted),
   // back to back in the data section.
@@ -327,14 +332,29 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
   const uint64_t header_bytes = header_text.size();
 
-  AtomicFile file(path, "write_safetensors");
   file.write(&header_bytes, 8);
   file.write(header_text);
   for (const auto& [name, tensor] : tensors) {
     const Tensor dense = tensor.detach().contiguous();  // a copy only for strided views
     file.write(dense.data(), static_cast<size_t>(dense.numel()) * sizeof(float));
   }
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  AtomicFile file(path, "write_safetensors");
+  write_safetensors(file, tensors, metadata);
   file.commit();
+}
+
+void require_floating_point(const SafetensorsFile& file, const std::string& name, const std::string& path) {
+  auto it = file.dtypes.find(name);
+  if (it == file.dtypes.end()) return;  // built in memory, not read
+  const Dtype* dtype = find_dtype(it->second);
+  if (dtype == nullptr || !dtype->floating)
+    throw Error(cat(path, ": tensor '", name, "' has dtype ", it->second,
+                    ", expected floating point (F32, F16, BF16, F64); integer and boolean tensors are ids, counts "
+                    "or masks, not weights or inputs"));
 }
 
 }  // namespace adjoint

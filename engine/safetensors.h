@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "engine/files.h"
 #include "engine/tensor.h"
 
 namespace adjoint {
@@ -18,7 +19,16 @@ struct SafetensorsFile {
 // Throws Error naming the file and the tensor at fault for a missing, truncated or
 // malformed file.
 SafetensorsFile read_safetensors(const std::string& path);
+// Throws Error naming `path`, the tensor and its dtype unless tensor `name` was stored as a
+// floating-point dtype: integer and boolean values (token ids, masks, counters) read
+// as floats would pass silently as weights or inputs.
+void require_floating_point(const SafetensorsFile& file, const std::string& name, const std::string& path);
+
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+// The same into an open temporary that the caller commits: to publish several files
+// together only once all of them are written.
+void write_safetensors(AtomicFile& file, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace adjoint

@@ -1,5 +1,6 @@
 #include "models/checkpoint.h"
 
+#include <cmath>
 #include <set>
 
 #include "engine/error.h"
@@ -50,6 +51,15 @@ void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensor
     list_names(msg, "wrong shape", mis_shaped);
     throw Error(msg);
   }
+  for (const auto& [name, t] : tensors) {
+    const Tensor values = t.contiguous();
+    const float* p = values.data();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < values.numel(); ++i) bad += !std::isfinite(p[i]);
+    if (bad > 0)
+      throw Error(cat("loading ", source, ": tensor '", name, "' holds ", bad, " NaN or infinite value",
+                      bad > 1 ? "s" : "", " of ", values.numel(), " (a diverged or corrupted model)"));
+  }
   for (auto& [name, t] : own) {
     auto it = tensors.find(name);
     if (it == tensors.end()) continue;
@@ -78,15 +88,21 @@ Checkpoint load_checkpoint(const std::string& path) {
         ": not an adjoint checkpoint (metadata 'format' is missing or not ", kFormat,
         "); a plain weights file goes with --model and --weights");
   Checkpoint c;
+  c.path = path;
   std::map<std::string, std::string> config;
   for (const auto& [key, value] : file.metadata)
     if (key.rfind("config.", 0) == 0) config[key.substr(7)] = value;
   check(config.count("arch"), "checkpoint ", path, ": metadata has no model config");
-  c.config = ModelConfig::from_map(config);
+  try {
+    c.config = ModelConfig::from_map(config);
+  } catch (const Error& e) {
+    throw Error(cat("checkpoint ", path, ": metadata: ", e.what()));
+  }
   c.epoch = metadata_int(file.metadata, "epoch", path);
   c.step = metadata_int(file.metadata, "step", path);
   c.metadata = file.metadata;
   for (auto& [name, t] : file.tensors) {
+    require_floating_point(file, name, path);
     if (name.rfind("model.", 0) == 0) c.model[name.substr(6)] = t;
     else if (name.rfind("optim.", 0) == 0) c.optimizer[name.substr(6)] = t;
     else throw Error(cat("checkpoint ", path, ": unexpected tensor '", name, "'"));
@@ -96,8 +112,13 @@ Checkpoint load_checkpoint(const std::string& path) {
 
 std::shared_ptr<Model> model_from_checkpoint(const Checkpoint& checkpoint) {
   Generator gen(0);
-  auto model = make_model(checkpoint.config, gen);
-  load_state_dict(*model, checkpoint.model, "checkpoint of " + checkpoint.config.arch);
+  std::shared_ptr<Model> model;
+  try {
+    model = make_model(checkpoint.config, gen);
+  } catch (const Error& e) {
+    throw Error(cat("checkpoint ", checkpoint.path, ": metadata config.*: ", e.what()));
+  }
+  load_state_dict(*model, checkpoint.model, cat("checkpoint ", checkpoint.path, " (", checkpoint.config.arch, ")"));
   return model;
 }
 

@@ -15,10 +15,13 @@ namespace adjoint {
 
 // Copies `tensors` into the module's parameters and buffers by name. Throws an Error that
 // lists every missing, unexpected and mis-shaped name (as torch's load_state_dict does)
-// unless all match; `source` names the file in the message.
+// unless all match, and one naming the first tensor holding NaN or infinity (a diverged
+// or corrupted model would otherwise predict nonsense without a word); `source` names
+// the file in the message.
 void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensors, const std::string& source);
 
 struct Checkpoint {
+  std::string path;  // the file it was read from, for messages
   ModelConfig config;
   std::map<std::string, Tensor> model;      // state dict
   std::map<std::string, Tensor> optimizer;  // optimizer state
@@ -34,7 +37,8 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
 // path and what is wrong.
 Checkpoint load_checkpoint(const std::string& path);
 
-// Builds the model a checkpoint describes and loads its weights.
+// Builds the model a checkpoint describes and loads its weights. Metadata that describes
+// no model is an Error naming the checkpoint (not a UsageError: the user gave no option).
 std::shared_ptr<Model> model_from_checkpoint(const Checkpoint& checkpoint);
 
 }  // namespace adjoint

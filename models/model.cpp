@@ -120,6 +120,12 @@ std::vector<std::string> model_names() {
 
 std::shared_ptr<Model> make_model(const ModelConfig& config, Generator& gen) {
   const std::string& a = config.arch;
+  // Sizes every architecture needs; a negative one would otherwise surface as a failed
+  // allocation deep inside a layer.
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"num_classes", config.num_classes},
+                                   {"in_channels", config.in_channels},
+                                   {"image_size", config.image_size}})
+    if (value < 1) throw UsageError(cat("model config: '", key, "' must be positive, got ", value));
   if (a.rfind("resnet", 0) == 0) return make_resnet(config, gen);
   if (a.rfind("vgg", 0) == 0) return make_vgg(config, gen);
   if (a.rfind("vit", 0) == 0) return make_vit(config, gen);

@@ -6,8 +6,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "engine/autograd.h"
+#include "engine/csv.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
 #include "engine/files.h"
@@ -77,8 +79,9 @@ std::string csv_header() {
 }
 
 std::string csv_row(const EpochRecord& r) {
-  return cat(r.epoch, ",", r.step, ",", r.train_loss, ",", r.train_accuracy, ",", r.test_loss, ",", r.test_accuracy,
-             ",", r.seconds, ",", r.samples_per_second, ",", r.lr, "\n");
+  return cat(r.epoch, ",", r.step, ",", csv_number(r.train_loss), ",", csv_number(r.train_accuracy), ",",
+             csv_number(r.test_loss), ",", csv_number(r.test_accuracy), ",", csv_number(r.seconds), ",",
+             csv_number(r.samples_per_second), ",", csv_number(r.lr), "\n");
 }
 
 Json record_json(const EpochRecord& r) {
@@ -115,7 +118,7 @@ std::vector<EpochRecord> read_log(const std::string& dir) {
     auto field = [&](const char* key) {
       const Json* v = j.find(key);
       check(v != nullptr, path, ": a record has no '", key, "'");
-      return v->as_number();
+      return v->is_null() ? std::nan("") : v->as_number();  // a diverged epoch's loss is written as null
     };
     EpochRecord r;
     r.epoch = int64_t(field("epoch"));
@@ -241,7 +244,8 @@ PassOutcome training_step(Model& model, const Batch& batch, const std::vector<Te
     Tensor logits = as_rows(model.forward(part.inputs));
     Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
     const float value = loss.item();
-    check(std::isfinite(value), "train: the loss became ", value, " at step ", step, "; lower --lr or check the data");
+    check(std::isfinite(value), "train: diverged: the training loss became ", csv_number(value), " at step ", step,
+          "; lower --lr or check the data");
     const int64_t rows = logits.size(0);
     if (parts == 1)
       backward(loss);  // straight into .grad
@@ -275,6 +279,81 @@ void check_data_parallel(const Model& model, int64_t parts) {
     throw UsageError(cat("--data-parallel ", parts, ": ", c.arch,
                          dropout ? " has dropout" : " has BatchNorm",
                          ", whose state would be updated by every part of the batch at once; use 1"));
+}
+
+// Options that would fail at the first step or train nonsense, refused before any work:
+// each must be finite and within its range.
+void check_options(const TrainOptions& o) {
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  struct Range {
+    const char* option;
+    double value, low, high;
+    bool low_excluded;
+  };
+  const Range ranges[] = {
+      {"--lr", o.lr, 0, inf, true},
+      {"--momentum", o.momentum, 0, 1, false},
+      {"--weight-decay", o.weight_decay, 0, inf, false},
+      {"--label-smoothing", o.label_smoothing, 0, 1, false},
+      {"--warmup", double(o.warmup_steps), 0, inf, false},
+      {"--max-steps", double(o.max_steps), 0, inf, false},
+      {"--eval-limit", double(o.eval_limit), 0, inf, false},
+      {"--checkpoint-every", double(o.checkpoint_every), 0, inf, false},
+  };
+  for (const Range& r : ranges) {
+    const bool above_low = r.low_excluded ? r.value > r.low : r.value >= r.low;
+    if (!(std::isfinite(r.value) && above_low && r.value <= r.high))
+      throw UsageError(cat("option ", r.option, " must be a finite number ", r.low_excluded ? "above " : "at least ",
+                           r.low, r.high < inf ? cat(" and at most ", r.high) : "", ", got ", r.value));
+  }
+}
+
+// The options a resumed run must share with the run that wrote the checkpoint, each with
+// the metadata key it is stored under: with another value the continuation would differ
+// from an uninterrupted run without a word.
+std::vector<std::pair<std::string, std::string>> resume_keys(const TrainOptions& o, const DataSource& data) {
+  return {{"train.optimizer", o.optimizer},
+          {"seed", std::to_string(o.seed)},
+          {"train.batch", std::to_string(o.batch_size)},
+          {"data.spec", data.spec}};
+}
+
+// Refuses a checkpoint this run cannot continue bit for bit, naming the option that
+// differs or what is missing. Checkpoints from before a key was stored skip its check.
+void check_resumable(const Checkpoint& ck, const Model& model, const TrainOptions& o, const DataSource& data) {
+  const std::string at = cat("--resume ", o.resume, ": ");
+  check(ck.config.arch == model.config().arch, at, "checkpoint holds a ", ck.config.arch, ", this run trains a ",
+        model.config().arch);
+  for (const auto& [key, value] : resume_keys(o, data)) {
+    auto it = ck.metadata.find(key);
+    const std::string option = key == "data.spec" ? "data" : key.substr(key.find('.') + 1);
+    if (it != ck.metadata.end() && it->second != value)
+      throw UsageError(cat(at, "the checkpoint was trained with --", option, " ", it->second, ", this run has --",
+                           option, " ", value, "; resume with the same options"));
+  }
+  const bool has_state = o.optimizer == "adamw" || o.momentum != 0;
+  auto saved = ck.metadata.find("train.optimizer_tensors");
+  if (saved != ck.metadata.end() && saved->second != std::to_string(ck.optimizer.size()))
+    throw Error(cat(at, "the checkpoint holds ", ck.optimizer.size(), " optimizer tensors but ", saved->second,
+                    " were saved (a damaged or edited file)"));
+  if (has_state && ck.step > 0 && ck.optimizer.empty())
+    throw Error(cat(at, "the checkpoint holds no optimizer state (momentum / moments), so a resumed run would differ "
+                    "from an uninterrupted one; use it as --weights of a new run instead"));
+}
+
+// Refuses to replace the checkpoint of another run in the output folder (unless this run
+// resumes it, or --overwrite), and removes the temporary files that writers killed
+// there (kill -9, a crash) left behind.
+void check_out_dir(const TrainOptions& o, const std::string& checkpoint_path) {
+  namespace fs = std::filesystem;
+  if (o.out_dir.empty()) return;
+  if (fs::exists(checkpoint_path) && !o.overwrite) {
+    const bool resuming_it = !o.resume.empty() && fs::exists(o.resume) && fs::equivalent(o.resume, checkpoint_path);
+    if (!resuming_it)
+      throw UsageError(cat("--out ", o.out_dir, " already holds checkpoint.safetensors; give --resume ",
+                           checkpoint_path, " to continue that run, or --overwrite to replace it"));
+  }
+  if (fs::is_directory(o.out_dir)) remove_stale_temporaries(o.out_dir);
 }
 
 }  // namespace
@@ -317,6 +396,9 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
                                const std::function<void(const EpochRecord&)>& on_epoch) {
   check(o.epochs > 0, "train: --epochs must be positive, got ", o.epochs);
   check(o.batch_size > 0, "train: --batch must be positive, got ", o.batch_size);
+  check_options(o);
+  const std::string checkpoint_path = o.out_dir.empty() ? "" : o.out_dir + "/checkpoint.safetensors";
+  check_out_dir(o, checkpoint_path);
   Loader loader(data.train, LoaderOptions{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment)});
   const int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
@@ -334,8 +416,11 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   if (!start.empty()) {
     const char* option = !o.resume.empty() ? "--resume " : "--continue-from ";
     Checkpoint ck = load_checkpoint(start);
-    check(ck.config.arch == model.config().arch, option, start, ": checkpoint holds a ", ck.config.arch,
-          ", this run trains a ", model.config().arch);
+    if (!o.resume.empty())
+      check_resumable(ck, model, o, data);
+    else
+      check(ck.config.arch == model.config().arch, option, start, ": checkpoint holds a ", ck.config.arch,
+            ", this run trains a ", model.config().arch);
     load_state_dict(model, ck.model, start);
     optimizer->set_state(ck.optimizer);
     step = ck.step;
@@ -344,13 +429,17 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     if (!o.resume.empty() && !o.out_dir.empty()) records = read_log(o.out_dir);
     while (!records.empty() && records.back().step > step) records.pop_back();
   }
-  if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
+  const int64_t resumed_from = step;
 
-  std::map<std::string, std::string> meta = {{"data.spec", data.spec}, {"data.mean", join(data.mean)},
-                                             {"data.std", join(data.std)}, {"seed", std::to_string(o.seed)}};
+  std::map<std::string, std::string> meta = {{"data.mean", join(data.mean)}, {"data.std", join(data.std)}};
+  for (const auto& [key, value] : resume_keys(o, data)) meta[key] = value;
+  // The output folder is made by the first write, so that a run failing at its first
+  // step leaves no empty folder behind.
   auto save = [&](int64_t epochs_done) {
     if (o.out_dir.empty()) return;
-    save_checkpoint(o.out_dir + "/checkpoint.safetensors", model, optimizer.get(), epochs_done, step, meta);
+    std::filesystem::create_directories(o.out_dir);
+    meta["train.optimizer_tensors"] = std::to_string(optimizer->state().size());
+    save_checkpoint(checkpoint_path, model, optimizer.get(), epochs_done, step, meta);
   };
 
   const std::vector<int64_t> keep =
@@ -385,7 +474,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
         on_progress(Progress{epoch + 1, o.epochs, b + 1, std::min(per_epoch, b + 1 + total - step), step, total,
                              loss_sum / double(rows_seen),
                              double(correct) / double(rows_seen), double(samples) / seconds_since(start),
-                             optimizer->lr()});
+                             optimizer->lr(), resumed_from});
     }
     const double train_seconds = seconds_since(start);
     Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit, o.data_parallel);
@@ -393,10 +482,17 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     EpochRecord r{epoch + 1, step, loss_sum / double(std::max<int64_t>(rows_seen, 1)),
                   double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,
                   train_seconds, double(samples) / train_seconds, optimizer->lr()};
+    r.diverged = !std::isfinite(test.loss);
     records.push_back(r);
-    save(step % per_epoch == 0 ? epoch + 1 : epoch);
-    if (!o.out_dir.empty()) write_logs(o.out_dir, records);
+    // A diverged model's weights would replace the last good checkpoint: keep that one,
+    // log the epoch (its loss as null / nan) and stop; more epochs cannot recover.
+    if (!r.diverged) save(step % per_epoch == 0 ? epoch + 1 : epoch);
+    if (!o.out_dir.empty()) {
+      std::filesystem::create_directories(o.out_dir);
+      write_logs(o.out_dir, records);
+    }
     if (on_epoch) on_epoch(r);
+    if (r.diverged) break;
   }
   return records;
 }

@@ -35,6 +35,7 @@ struct TrainOptions {
   std::string keep_checkpoints;
   std::string resume;      // a checkpoint of this run to continue from
   std::string continue_from;  // another run's checkpoint to start from, on this run's data
+  bool overwrite = false;  // replace a checkpoint already in out_dir (else refused unless resuming it)
 };
 
 struct Progress {
@@ -44,6 +45,7 @@ struct Progress {
   double loss = 0, accuracy = 0;   // running means over the epoch so far
   double samples_per_second = 0;
   double lr = 0;
+  int64_t resumed_from = 0;  // the step this process started from (0: a fresh run)
 };
 
 struct EpochRecord {
@@ -52,6 +54,7 @@ struct EpochRecord {
   double test_loss = 0, test_accuracy = 0;
   double seconds = 0, samples_per_second = 0;
   double lr = 0;
+  bool diverged = false;  // the test loss is not finite: training stopped after this epoch
 };
 
 struct Evaluation {
@@ -66,7 +69,8 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
 
 // Trains `model` (freshly built, or restored from options.resume by the caller through
 // resume_from) and returns one record per finished epoch. `on_progress` is called after
-// every step; `on_epoch` after every evaluation.
+// every step; `on_epoch` after every evaluation. A run whose test loss is not finite
+// stops after that epoch, its last record marked `diverged`, without checkpointing it.
 std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& options,
                                const std::function<void(const Progress&)>& on_progress = {},
                                const std::function<void(const EpochRecord&)>& on_epoch = {});

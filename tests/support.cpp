@@ -6,12 +6,16 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <iostream>
 #include <map>
 #include <mutex>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"
+#include "engine/threads.h"
+#include "tools/cli.h"
 
 namespace adjoint::testing {
 
@@ -149,5 +153,63 @@ std::shared_ptr<Model> train_tiny_bilinear(uint64_t seed, const std::function<vo
   train(*model, data, o);
   return model;
 }
+
+namespace {
+
+// Points a file descriptor (1 or 2) at a fresh temporary file until destroyed, then
+// restores it; text() is what was written meanwhile.
+class CaptureDescriptor {
+ public:
+  explicit CaptureDescriptor(int fd) : fd_(fd), file_(std::tmpfile()) {
+    std::fflush(nullptr);
+    saved_ = ::dup(fd_);
+    ::dup2(::fileno(file_), fd_);
+  }
+  ~CaptureDescriptor() {
+    restore();
+    std::fclose(file_);
+  }
+  std::string text() {
+    restore();
+    std::string out;
+    std::rewind(file_);
+    char buffer[4096];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, file_)) > 0;) out.append(buffer, n);
+    return out;
+  }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(nullptr);
+    std::cout.flush();
+    std::cerr.flush();
+    ::dup2(saved_, fd_);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  int fd_;
+  std::FILE* file_;
+  int saved_ = -1;
+};
+
+}  // namespace
+
+CommandOutcome run_adjoint(std::vector<std::string> words) {
+  bool sets_threads = false;
+  for (const std::string& w : words) sets_threads = sets_threads || w.rfind("--threads", 0) == 0;
+  if (!sets_threads) words.insert(words.begin(), "--threads=" + std::to_string(num_threads()));
+  words.insert(words.begin(), "adjoint");
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  CommandOutcome o;
+  CaptureDescriptor out(1), err(2);
+  o.code = cli::run(static_cast<int>(argv.size()), argv.data());
+  o.out = out.text();
+  o.err = err.text();
+  return o;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace adjoint::testing

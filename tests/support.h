@@ -49,6 +49,20 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float 
 // Fresh leaves holding the values of `values` (each a copy, requiring grad).
 std::vector<Tensor> leaves(const std::vector<Tensor>& values);
 
+// What a command printed and returned.
+struct CommandOutcome {
+  int code = -1;
+  std::string out, err;  // everything written to the stdout and stderr file descriptors
+};
+
+// Runs `adjoint <words…>` in this process through cli::run, with the real commands of
+// tools/ linked in (train, predict, eval, explain, ...). Output is captured at the file
+// descriptor level, so printf and std::cout alike end up in `out`. Unless the words set
+// --threads, the current thread count is passed on.
+CommandOutcome run_adjoint(std::vector<std::string> words);
+
+bool contains(const std::string& text, const std::string& part);
+
 // A fresh folder under the system temp dir, unique to this process and object, removed
 // with everything in it at scope exit.
 class TempDir {

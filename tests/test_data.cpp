@@ -146,6 +146,10 @@ TEST_CASE("data: corrupt IDX files are errors naming the file and the fault") {
   expect("wrong-type", bad, "type code");
   expect("truncated-data", std::vector<uint8_t>(raw.begin(), raw.end() - 5), "truncated IDX data");
   expect("truncated-header", std::vector<uint8_t>(raw.begin(), raw.begin() + 9), "truncated IDX header");
+  // Found by fuzzing (fuzz/fuzz_idx.cpp): four extents of 65536 multiply to 2^64, which
+  // overflowed to 0 and matched an empty data section.
+  expect("overflowing-extents", {0, 0, 8, 4, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0},
+         "truncated IDX data (header [65536, 65536, 65536, 65536] needs more than the 0 bytes found)");
   expect("tiny", std::vector<uint8_t>(raw.begin(), raw.begin() + 2), "no header");
   bad = raw;
   bad.push_back(0);
@@ -267,12 +271,12 @@ TEST_CASE("data: image folder of PNGs, sorted classes, channel conversion and re
   // An unreadable image is named when the folder is opened.
   write_bytes(dir.file("b_dog/broken.png"), {1, 2, 3, 4, 5});
   CHECK_THROWS_WITH_AS(ImageFolder(dir.path().string(), 3, h, w), doctest::Contains("b_dog/broken.png"), Error);
-  // A PNG whose header is intact but whose data is cut is named when decoded.
+  // A PNG whose header is intact but whose data is cut is named, as damaged, when decoded.
   fs::remove(dir.path() / "b_dog/broken.png");
   const std::vector<uint8_t> png = bytes_of(dir.file("b_dog/img1.png"));
   write_bytes(dir.file("b_dog/img1.png"), std::vector<uint8_t>(png.begin(), png.begin() + 40));
   ImageFolder cut(dir.path().string(), 3, h, w);
-  CHECK_THROWS_WITH_AS(example_input(cut, 3), doctest::Contains("b_dog/img1.png: cannot decode image"), Error);
+  CHECK_THROWS_WITH_AS(example_input(cut, 3), doctest::Contains("b_dog/img1.png: damaged PNG: truncated at byte 33"), Error);
   CHECK_THROWS_WITH_AS(ImageFolder(dir.file("missing"), 3, h, w), doctest::Contains("no such folder"), Error);
   CHECK_THROWS_WITH_AS(ImageFolder(dir.path().string(), 2, h, w), doctest::Contains("channels must be 1, 3 or 4"),
                        Error);

@@ -1,8 +1,15 @@
 // matmul and linear: gradients, PyTorch goldens (tests/goldens/gen_conv.py), the engine
 // GEMM's panel split, bad shapes.
 #include <doctest/doctest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -120,4 +127,39 @@ TEST_CASE("linear: bad shapes") {
                        doctest::Contains("linear: bias [5] does not match weight [10, 20]"), Error);
   CHECK_THROWS_WITH_AS(linear(Tensor::zeros({8, 20}), Tensor::zeros({20})),
                        doctest::Contains("linear: weight must be 2-D (out, in), got [20]"), Error);
+}
+
+TEST_CASE("gemm: under an address-space limit a product fails with 'out of memory' instead of spinning") {
+  // In a child process limited to its current address space plus 48 MiB, a new thread's
+  // first product cannot map OpenBLAS's 128 MiB buffer. OpenBLAS alone would retry that
+  // mapping forever; the alarm turns such a hang into a failure.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(30);
+    long pages = 0;
+    std::FILE* statm = std::fopen("/proc/self/statm", "r");
+    if (statm == nullptr || std::fscanf(statm, "%ld", &pages) != 1) ::_exit(3);
+    std::fclose(statm);
+    const rlim_t limit = rlim_t(pages) * rlim_t(::sysconf(_SC_PAGESIZE)) + (rlim_t(48) << 20);
+    const rlimit as{limit, limit};
+    if (::setrlimit(RLIMIT_AS, &as) != 0) ::_exit(4);
+    int code = 1;
+    std::thread worker([&] {
+      std::vector<float> a(64 * 64, 1.0f), c(64 * 64);
+      try {
+        gemm_serial(false, false, 64, 64, 64, 1.0f, a.data(), 64, a.data(), 64, 0.0f, c.data(), 64);
+        code = 1;  // the product ran: the check did not fire
+      } catch (const Error& e) {
+        code = std::string(e.what()).find("out of memory: cannot map the 129 MiB work buffer") == 0 ? 0 : 2;
+      }
+    });
+    worker.join();
+    ::_exit(code);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  INFO("child status ", status, " (exit 0: refused with the message; 1: ran; 2: other message; signal: hung)");
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

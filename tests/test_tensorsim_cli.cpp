@@ -16,31 +16,13 @@
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tests/support.h"
-#include "tools/cli.h"
 
 using namespace adjoint;
+using adjoint::testing::CommandOutcome;
+using adjoint::testing::run_adjoint;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct Outcome {
-  int code = -1;
-  std::string err;
-};
-
-// Runs `adjoint --threads=<current> <words…>`, capturing std::cerr (errors).
-Outcome adjoint_cli(std::vector<std::string> words) {
-  words.insert(words.begin(), {"adjoint", "--threads=" + std::to_string(num_threads())});
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
-  std::ostringstream err;
-  std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
-  Outcome o;
-  o.code = cli::run(int(argv.size()), argv.data());
-  std::cerr.rdbuf(old);
-  o.err = err.str();
-  return o;
-}
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -66,7 +48,7 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
   const std::string a = kept_checkpoint_path(run, 3), b = kept_checkpoint_path(other, 9);
 
   SUBCASE("a pair: the library's numbers, with slices and baselines, in three formats") {
-    const Outcome o = adjoint_cli({"tensorsim", a, b, "--slices", "--out", dir.file("pair")});
+    const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--slices", "--out", dir.file("pair")});
     REQUIRE_MESSAGE(o.code == 0, o.err);
     const Json j = parse_json(read_text(dir.file("pair/tensorsim.json")));
     auto ma = model_from_checkpoint(load_checkpoint(a)), mb = model_from_checkpoint(load_checkpoint(b));
@@ -80,7 +62,7 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
   }
   SUBCASE("a difference tensor: (A - A0) against B") {
     const std::string a0 = kept_checkpoint_path(run, 6);
-    const Outcome o = adjoint_cli({"tensorsim", a, b, "--diff", a0, "--no-baselines", "--out", dir.file("diff")});
+    const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--diff", a0, "--no-baselines", "--out", dir.file("diff")});
     REQUIRE_MESSAGE(o.code == 0, o.err);
     const Json j = parse_json(read_text(dir.file("diff/tensorsim.json")));
     CHECK(j.find("diff_reference")->as_string() == a0);
@@ -91,7 +73,7 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
     CHECK(std::abs(want - tensor_similarity(*ma, *mb, TensorSimOptions{}).total) > 1e-3);  // not the plain score
   }
   SUBCASE("a run: every checkpoint against the last and each other") {
-    const Outcome o = adjoint_cli({"tensorsim", "--run", run, "--no-baselines"});
+    const CommandOutcome o = run_adjoint({"tensorsim", "--run", run, "--no-baselines"});
     REQUIRE_MESSAGE(o.code == 0, o.err);
     const std::vector<std::string> files = {"run_similarity.csv", "run_similarity.json", "run_similarity.md",
                                             "pairwise_similarity.csv", "pairwise_similarity.png",
@@ -107,13 +89,13 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
           doctest::Approx(tensor_similarity(*m3, *m6, TensorSimOptions{}).total).epsilon(1e-12));
   }
   SUBCASE("bad input: one line naming the file, the folder or the option") {
-    Outcome o = adjoint_cli({"tensorsim", "--run", dir.file("nowhere")});
+    CommandOutcome o = run_adjoint({"tensorsim", "--run", dir.file("nowhere")});
     CHECK(o.code == 1);
     CHECK(o.err.find("no checkpoints folder") != std::string::npos);
-    o = adjoint_cli({"tensorsim", a, b, "--metric", "cosine"});
+    o = run_adjoint({"tensorsim", a, b, "--metric", "cosine"});
     CHECK(o.code == 2);
     CHECK(o.err.find("unknown metric 'cosine'") != std::string::npos);
-    o = adjoint_cli({"tensorsim", a});
+    o = run_adjoint({"tensorsim", a});
     CHECK(o.code == 2);
     // NaN weights: the file and the layer are named.
     const SafetensorsFile file = read_safetensors(a);
@@ -122,9 +104,10 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
     poisoned.data()[5] = NAN;
     tensors["model.bilinear.left"] = poisoned;
     write_safetensors(dir.file("nan.safetensors"), tensors, file.metadata);
-    o = adjoint_cli({"tensorsim", dir.file("nan.safetensors"), b});
+    o = run_adjoint({"tensorsim", dir.file("nan.safetensors"), b});
     CHECK(o.code == 1);
-    CHECK(o.err.find("nan.safetensors: layer 'bilinear' has a non-finite weight") != std::string::npos);
+    CAPTURE(o.err);
+    CHECK(o.err.find("nan.safetensors (bilinear_mlp): tensor 'bilinear.left' holds 1 NaN") != std::string::npos);
     // A model of another shape: the files are named.
     DataSource data = open_data("modadd:5");
     ModelConfig c;
@@ -133,7 +116,7 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
     Generator gen(0);
     auto small = make_model(c, gen);
     save_checkpoint(dir.file("small.safetensors"), *small, nullptr, 0, 0, {{"data.spec", "modadd:5"}});
-    o = adjoint_cli({"tensorsim", dir.file("small.safetensors"), b, "--no-baselines"});
+    o = run_adjoint({"tensorsim", dir.file("small.safetensors"), b, "--no-baselines"});
     CHECK(o.code == 1);
     CHECK(o.err.find("small.safetensors vs ") != std::string::npos);
     CHECK(o.err.find("cannot be compared") != std::string::npos);

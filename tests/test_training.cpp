@@ -2,15 +2,25 @@
 // as an uninterrupted run; logs and checkpoints are written; bad options are refused.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "engine/data/synthetic.h"
 #include "engine/error.h"
+#include "engine/files.h"
+#include "engine/safetensors.h"
 #include "engine/random.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tests/support.h"
+#include "tools/progress.h"
 
 using namespace adjoint;
 
@@ -20,13 +30,15 @@ namespace {
 // milliseconds, image-shaped so that ResNet's BatchNorm buffers take part.
 class Quadrants : public Dataset {
 public:
-  explicit Quadrants(uint64_t seed) {
+  // `poisoned`: every image's first pixel is NaN (a test set that makes any model diverge).
+  explicit Quadrants(uint64_t seed, bool poisoned = false) {
     Generator gen(seed);
     pixels_ = uniform({64, 1, 8, 8}, 0.0f, 1.0f, gen).to_vector();
     for (int64_t i = 0; i < 64; ++i) {
       const int64_t q = i % 4, r0 = (q / 2) * 4, c0 = (q % 2) * 4;
       for (int64_t r = r0; r < r0 + 4; ++r)
         for (int64_t c = c0; c < c0 + 4; ++c) pixels_[size_t(i * 64 + r * 8 + c)] += 1.0f;
+      if (poisoned) pixels_[size_t(i * 64)] = std::nanf("");
     }
   }
   std::string name() const override { return "quadrants"; }
@@ -53,6 +65,13 @@ DataSource quadrants() {
   d.std = {0.5f};
   d.images = true;
   return d;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 std::vector<float> all_weights(const Model& m) {
@@ -96,7 +115,11 @@ void check_resume(ModelConfig config, const DataSource& data, TrainOptions o, in
   o.resume = o.out_dir + "/checkpoint.safetensors";
   Generator g3(12345);  // a different initialisation: everything must come from the checkpoint
   auto resumed = make_model(config, g3);
-  auto rest = train(*resumed, data, o);
+  int64_t resumed_from = -1;
+  auto rest = train(*resumed, data, o, [&](const Progress& p) {
+    if (resumed_from < 0) resumed_from = p.resumed_from;
+  });
+  CHECK(resumed_from == stop_at);  // what "resumed from step N" prints
   CHECK(rest.back().epoch == 3);
   CHECK(all_weights(*resumed) == all_weights(*straight));
 }
@@ -214,4 +237,239 @@ TEST_CASE("training: data-parallel parts give the batch gradient, reproducibly; 
   o.data_parallel = 2;
   CHECK_THROWS_WITH_AS(train(*resnet, data, o), doctest::Contains("has BatchNorm"), UsageError);
   set_num_threads(0);
+}
+
+TEST_CASE("training: a run whose test loss is NaN stops, logs null / nan and keeps no diverged checkpoint") {
+  DataSource data = quadrants();
+  data.test = std::make_shared<Quadrants>(2, /*poisoned=*/true);
+  ModelConfig c;
+  c.arch = "resnet18";
+  c.width = 0.0625;
+  fit_config_to_data(c, data);
+  Generator gen(0);
+  auto model = make_model(c, gen);
+  testing::TempDir dir;
+  TrainOptions o;
+  o.epochs = 3;
+  o.batch_size = 16;
+  o.out_dir = dir.path().string();
+  auto records = train(*model, data, o);
+  REQUIRE(records.size() == 1);  // stopped after the first epoch, not three
+  CHECK(records[0].diverged);
+  CHECK(std::isnan(records[0].test_loss));
+  CHECK(std::isfinite(records[0].train_loss));
+  const std::string json = read_text(o.out_dir + "/log.json");
+  CAPTURE(json);
+  CHECK(testing::contains(json, "\"test_loss\": null"));
+  const std::string csv = read_text(o.out_dir + "/log.csv");
+  CAPTURE(csv);
+  CHECK(testing::contains(csv, ",nan,"));
+  CHECK(!testing::contains(csv, "-nan"));
+  CHECK(!std::filesystem::exists(o.out_dir + "/checkpoint.safetensors"));
+}
+
+namespace {
+
+// A small run of the quadrants ResNet into `dir`: 4 steps per epoch.
+TrainOptions small_run(const std::string& dir) {
+  TrainOptions o;
+  o.epochs = 1;
+  o.batch_size = 16;
+  o.lr = 0.05;
+  o.out_dir = dir;
+  return o;
+}
+
+std::shared_ptr<Model> small_model(const DataSource& data) {
+  ModelConfig c;
+  c.arch = "resnet18";
+  c.width = 0.0625;
+  fit_config_to_data(c, data);
+  Generator gen(0);
+  return make_model(c, gen);
+}
+
+// The id of a process that has exited (and been reaped): nothing runs under it.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
+}  // namespace
+
+TEST_CASE("training: options that would fail at step 1 or train nonsense are refused, naming the option") {
+  DataSource data = quadrants();
+  auto model = small_model(data);
+  const auto refused = [&](TrainOptions o, const std::string& message) {
+    CHECK_THROWS_WITH_AS(train(*model, data, o), doctest::Contains(message.c_str()), UsageError);
+  };
+  TrainOptions o = small_run("");
+  o.lr = std::nan("");
+  refused(o, "option --lr must be a finite number above 0, got nan");
+  o.lr = INFINITY;
+  refused(o, "option --lr must be a finite number above 0, got inf");
+  o.lr = -0.1;
+  refused(o, "option --lr must be a finite number above 0, got -0.1");
+  o = small_run("");
+  o.momentum = std::nan("");
+  refused(o, "option --momentum must be a finite number at least 0 and at most 1, got nan");
+  o = small_run("");
+  o.weight_decay = std::nan("");
+  refused(o, "option --weight-decay must be a finite number at least 0, got nan");
+  o = small_run("");
+  o.label_smoothing = 2;
+  refused(o, "option --label-smoothing must be a finite number at least 0 and at most 1, got 2");
+}
+
+TEST_CASE("training: a folder holding a checkpoint is not overwritten unless resumed or --overwrite") {
+  DataSource data = quadrants();
+  testing::TempDir dir;
+  const std::string out = dir.path().string(), ck = out + "/checkpoint.safetensors";
+  auto model = small_model(data);
+  TrainOptions o = small_run(out);
+  train(*model, data, o);
+  REQUIRE(std::filesystem::exists(ck));
+  CHECK_THROWS_WITH_AS(train(*model, data, o),
+                       doctest::Contains(("already holds checkpoint.safetensors; give --resume " + ck).c_str()), UsageError);
+  o.overwrite = true;
+  CHECK(train(*model, data, o).size() == 1);
+}
+
+TEST_CASE("training: --resume refuses a checkpoint of another optimizer, seed, batch or data set, or without its state") {
+  DataSource data = quadrants();
+  testing::TempDir dir;
+  const std::string out = dir.path().string(), ck = out + "/checkpoint.safetensors";
+  TrainOptions o = small_run(out);
+  o.epochs = 2;
+  o.max_steps = 2;
+  auto model = small_model(data);
+  train(*model, data, o);
+  o.max_steps = 0;
+  o.resume = ck;
+  const auto refused = [&](TrainOptions changed, const DataSource& d, const std::string& message) {
+    auto fresh = small_model(d);
+    CHECK_THROWS_WITH_AS(train(*fresh, d, changed), doctest::Contains(message.c_str()), Error);
+  };
+  TrainOptions changed = o;
+  changed.optimizer = "adamw";
+  refused(changed, data, "the checkpoint was trained with --optimizer sgd, this run has --optimizer adamw");
+  changed = o;
+  changed.seed = 7;
+  refused(changed, data, "the checkpoint was trained with --seed 0, this run has --seed 7");
+  changed = o;
+  changed.batch_size = 8;
+  refused(changed, data, "the checkpoint was trained with --batch 16, this run has --batch 8");
+  DataSource other = data;
+  other.spec = "other-quadrants";
+  refused(o, other, "the checkpoint was trained with --data quadrants, this run has --data other-quadrants");
+
+  // One momentum tensor removed; then all of them.
+  const SafetensorsFile whole = read_safetensors(ck);
+  std::map<std::string, Tensor> tensors = whole.tensors;
+  tensors.erase("optim.momentum.fc.weight");
+  write_safetensors(ck, tensors, whole.metadata);
+  refused(o, data, "optimizer tensors but");
+  std::erase_if(tensors, [](const auto& item) { return item.first.rfind("optim.", 0) == 0; });
+  std::map<std::string, std::string> metadata = whole.metadata;
+  metadata.erase("train.optimizer_tensors");  // as a checkpoint from before that key was stored
+  write_safetensors(ck, tensors, metadata);
+  refused(o, data, "the checkpoint holds no optimizer state");
+
+  // The intact checkpoint resumes.
+  write_safetensors(ck, whole.tensors, whole.metadata);
+  auto resumed = small_model(data);
+  CHECK(train(*resumed, data, o).back().epoch == 2);
+}
+
+TEST_CASE("training: stale temporary files of dead writers are removed; a run failing at step 1 leaves no folder") {
+  DataSource data = quadrants();
+  testing::TempDir dir;
+  const std::string out = dir.path().string();
+  const std::string stale = out + "/checkpoint.safetensors.tmp." + std::to_string(dead_pid());
+  const std::string live = out + "/log.json.tmp." + std::to_string(::getppid());  // a running process's
+  write_file_atomic(stale, "half a checkpoint");
+  write_file_atomic(live, "being written");
+  write_file_atomic(out + "/notes.tmp.txt", "not a temporary of ours");
+  CHECK(remove_stale_temporaries(out) == 1);
+  CHECK(!std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(live));
+  CHECK(std::filesystem::exists(out + "/notes.tmp.txt"));
+  // A new run (as a resumed one) into the folder cleans up the same way.
+  write_file_atomic(stale, "half a checkpoint");
+  auto model = small_model(data);
+  train(*model, data, small_run(out));
+  CHECK(!std::filesystem::exists(stale));
+
+  // A training set that makes the first step's loss NaN: the run fails before writing.
+  DataSource poisoned = data;
+  poisoned.train = std::make_shared<Quadrants>(1, /*poisoned=*/true);
+  const std::string fresh = out + "/never";
+  auto other = small_model(poisoned);
+  CHECK_THROWS_WITH_AS(train(*other, poisoned, small_run(fresh)), doctest::Contains("diverged"), Error);
+  CHECK(!std::filesystem::exists(fresh));
+}
+
+TEST_CASE("files: a write interrupted by SIGINT or SIGTERM removes its temporary; the signal still ends the process") {
+  testing::TempDir dir;
+  for (const int signal_number : {SIGINT, SIGTERM}) {
+    CAPTURE(signal_number);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      ::signal(signal_number, SIG_DFL);  // as in the command line (the test runner has its own handler)
+      AtomicFile file(dir.file("checkpoint.safetensors"), "test");
+      file.write("half a checkpoint");
+      ::raise(signal_number);
+      ::_exit(7);  // not reached: the signal ends the process
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == signal_number);
+    CHECK(std::filesystem::is_empty(dir.path()));
+  }
+}
+
+TEST_CASE("training: the train command refuses to overwrite a run and says 'resumed from step N' on --resume") {
+  testing::TempDir dir;
+  const std::string out = dir.file("run");
+  const std::vector<std::string> run = {"train", "--data", "modadd:11", "--model", "bilinear_mlp", "--hidden", "8",
+                                        "--epochs", "2", "--batch", "8", "--out", out};
+  std::vector<std::string> first = run;
+  first.insert(first.end(), {"--max-steps", "2"});
+  REQUIRE(testing::run_adjoint(first).code == 0);
+
+  const testing::CommandOutcome again = testing::run_adjoint(run);
+  CAPTURE(again.err);
+  CHECK(again.code == 2);
+  CHECK(testing::contains(again.err, "already holds checkpoint.safetensors; give --resume " + out +
+                                         "/checkpoint.safetensors to continue that run, or --overwrite"));
+
+  std::vector<std::string> resume = run;
+  resume.insert(resume.end(), {"--resume", out + "/checkpoint.safetensors"});
+  const testing::CommandOutcome resumed = testing::run_adjoint(resume);
+  CAPTURE(resumed.out);
+  CAPTURE(resumed.err);
+  CHECK(resumed.code == 0);
+  CHECK(testing::contains(resumed.out, "resumed from step 2\n"));
+
+  std::vector<std::string> overwrite = run;
+  overwrite.push_back("--overwrite");
+  const testing::CommandOutcome fresh = testing::run_adjoint(overwrite);
+  CHECK(fresh.code == 0);
+  CHECK(!testing::contains(fresh.out, "resumed from"));
+}
+
+TEST_CASE("progress: after a resume the rate and ETA count only the items of this process") {
+  // 2 of 4 batches were done before the resume; 1 more in 1 s: 1 batch/s, 1 s to go.
+  const cli::Pace resumed = cli::pace_of(3, 2, 4, 0.75, 1.0);
+  CHECK(resumed.per_second == 1.0);
+  CHECK(resumed.eta_seconds == doctest::Approx(1.0));
+  // A fresh run: 3 batches in 1 s, the last one in a third of a second.
+  const cli::Pace fresh = cli::pace_of(3, 0, 4, 0.75, 1.0);
+  CHECK(fresh.per_second == 3.0);
+  CHECK(fresh.eta_seconds == doctest::Approx(1.0 / 3));
+  CHECK(cli::pace_of(2, 2, 4, 0.5, 0.0).per_second == 0.0);  // nothing done yet, no time passed
 }

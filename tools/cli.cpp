@@ -162,6 +162,8 @@ int64_t Args::integer(const std::string& name) const {
   const std::string s = text(name);
   int64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec == std::errc::result_out_of_range && end == s.data() + s.size())
+    throw UsageError(cat("option --", name, ": ", s, " is too large (the limit is ±9223372036854775807)"));
   if (ec != std::errc() || end != s.data() + s.size() || s.empty())
     throw UsageError(cat("option --", name, " expects an integer, got '", s, "'"));
   return v;
@@ -182,6 +184,7 @@ std::vector<std::string> Args::list(const std::string& name) const {
   std::stringstream in(text(name));
   for (std::string item; std::getline(in, item, ',');)
     if (!item.empty()) out.push_back(item);
+  if (out.empty()) throw UsageError(cat("option --", name, " expects a comma-separated list, got '", text(name), "'"));
   return out;
 }
 

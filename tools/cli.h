@@ -43,7 +43,8 @@ class Args {
   std::string text(const std::string& name) const;
   int64_t integer(const std::string& name) const;
   double number(const std::string& name) const;
-  // A comma-separated value: "a,b,c" → {"a", "b", "c"}.
+  // A comma-separated value: "a,b,c" → {"a", "b", "c"}; empty items are skipped, and a
+  // list with none left (",") is a UsageError.
   std::vector<std::string> list(const std::string& name) const;
   const std::vector<std::string>& positionals() const { return positionals_; }
   const std::string& command() const { return command_; }

@@ -229,6 +229,7 @@ int run_explain(const cli::Args& a) {
   o.write_attributions = !evaluate && !a.flag("no-attributions");
 
   const Inputs in = load_inputs(a, m, evaluate);
+  check_model_input(m, in.x, in.source);
   if (o.target == ReportOptions::Target::Label && in.labels.empty())
     throw UsageError("--target label needs images from a data set (--data)");
   o.normalisation = {in.mean, in.std};

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/data/image_folder.h"
 #include "engine/data/loader.h"
@@ -89,14 +90,36 @@ std::vector<float> parse_floats(const std::string& text, const char* option) {
   return out;
 }
 
+namespace {
+// The first value of m.mean that is not finite or of m.std that is not positive and
+// finite, described with the names given ("--std value 0 is not a positive number"); ""
+// when all are fine.
+std::string normalisation_problem(const LoadedModel& m, const char* mean_name, const char* std_name) {
+  for (float v : m.mean)
+    if (!std::isfinite(v)) return cat(mean_name, " value ", v, " is not a finite number");
+  for (float v : m.std)
+    if (!(std::isfinite(v) && v > 0))
+      return cat(std_name, " value ", v, " is not a positive number (images are divided by it)");
+  return "";
+}
+}  // namespace
+
 LoadedModel load_model(const cli::Args& a) {
   LoadedModel m;
   if (a.has("checkpoint")) {
     if (a.has("weights")) throw UsageError("give either --checkpoint or --model with --weights, not both");
     Checkpoint ck = load_checkpoint(a.text("checkpoint"));
     m.model = model_from_checkpoint(ck);
-    if (ck.metadata.count("data.mean")) m.mean = parse_floats(ck.metadata.at("data.mean"), "checkpoint data.mean");
-    if (ck.metadata.count("data.std")) m.std = parse_floats(ck.metadata.at("data.std"), "checkpoint data.std");
+    m.origin = "checkpoint " + ck.path;
+    // The checkpoint's statistics: malformed ones are the file's fault, not an option's.
+    try {
+      if (ck.metadata.count("data.mean")) m.mean = parse_floats(ck.metadata.at("data.mean"), "data.mean");
+      if (ck.metadata.count("data.std")) m.std = parse_floats(ck.metadata.at("data.std"), "data.std");
+    } catch (const Error& e) {
+      throw Error(cat("checkpoint ", ck.path, ": metadata: ", e.what()));
+    }
+    const std::string problem = normalisation_problem(m, "data.mean", "data.std");
+    if (!problem.empty()) throw Error(cat("checkpoint ", ck.path, ": metadata ", problem));
     if (ck.metadata.count("data.spec")) m.data_spec = ck.metadata.at("data.spec");
   } else {
     if (!a.has("model") || !a.has("weights")) throw UsageError("give --checkpoint FILE, or --model NAME with --weights FILE");
@@ -106,23 +129,48 @@ LoadedModel load_model(const cli::Args& a) {
     c.image_size = a.integer("image-size");
     Generator gen(0);
     m.model = make_model(c, gen);
-    load_state_dict(*m.model, read_safetensors(a.text("weights")).tensors, a.text("weights"));
+    m.origin = "weights " + a.text("weights");
+    const SafetensorsFile weights = read_safetensors(a.text("weights"));
+    for (const auto& [name, t] : weights.tensors)  // torch stores BatchNorm's counter as I64
+      if (!name.ends_with("num_batches_tracked")) require_floating_point(weights, name, a.text("weights"));
+    load_state_dict(*m.model, weights.tensors, a.text("weights"));
   }
   if (a.has("mean")) m.mean = parse_floats(a.text("mean"), "mean");
   if (a.has("std")) m.std = parse_floats(a.text("std"), "std");
+  const std::string problem = normalisation_problem(m, "--mean", "--std");
+  if (!problem.empty()) throw UsageError(cat("option ", problem));
   m.model->train(false);
   return m;
 }
 
 Tensor load_input_tensor(const std::string& path, const std::string& tensor) {
   SafetensorsFile f = read_safetensors(path);
-  if (!tensor.empty()) {
-    auto it = f.tensors.find(tensor);
-    check(it != f.tensors.end(), path, ": no tensor named '", tensor, "'");
-    return it->second;
+  if (tensor.empty()) check(f.tensors.size() == 1, path, " holds ", f.tensors.size(), " tensors; choose one with --tensor");
+  auto it = tensor.empty() ? f.tensors.begin() : f.tensors.find(tensor);
+  check(it != f.tensors.end(), path, ": no tensor named '", tensor, "'");
+  require_floating_point(f, it->first, path);
+  return it->second;
+}
+
+void check_model_input(const LoadedModel& m, const Tensor& x, const std::string& source) {
+  const ModelConfig& c = m.model->config();
+  const bool flat = c.arch == "bilinear_mlp", tokens = c.arch == "bilinear_lm";
+  const int64_t features = c.in_features > 0 ? c.in_features : c.in_channels * c.image_size * c.image_size;
+  bool fits = x.dim() >= 1 && x.size(0) > 0;
+  std::string expected;
+  if (tokens) {
+    expected = cat("(N, ", c.seq_len, ") token ids");
+    fits = fits && x.dim() == 2 && x.size(1) == c.seq_len;
+  } else if (flat) {
+    expected = cat("N examples of ", features, " values");
+    fits = fits && x.numel() / std::max<int64_t>(x.size(0), 1) == features;
+  } else {
+    expected = cat("(N, ", c.in_channels, ", ", c.image_size, ", ", c.image_size, ") images");
+    fits = fits && x.dim() == 4 && x.size(1) == c.in_channels;
+    if (c.arch.rfind("vit", 0) == 0) fits = fits && x.size(2) == c.image_size && x.size(3) == c.image_size;
   }
-  check(f.tensors.size() == 1, path, " holds ", f.tensors.size(), " tensors; choose one with --tensor");
-  return f.tensors.begin()->second;
+  check(fits, source, ": inputs of shape ", x.shape(), " do not fit the model ", c.arch, " (", m.origin,
+        "), which expects ", expected);
 }
 
 Tensor load_image_files(const std::vector<std::string>& files, const LoadedModel& m) {

@@ -37,6 +37,7 @@ struct LoadedModel {
   std::shared_ptr<Model> model;
   std::vector<float> mean, std;  // per-channel normalisation (empty: none known)
   std::string data_spec;         // the data set a checkpoint was trained on (empty: unknown)
+  std::string origin;            // "checkpoint FILE" or "weights FILE", for messages
 };
 
 // Reads --checkpoint, or --model/--weights/--classes/--in-channels/--image-size; then
@@ -45,6 +46,10 @@ LoadedModel load_model(const cli::Args& args);
 
 // One tensor of a safetensors file: `tensor` names it, or the file must hold exactly one.
 Tensor load_input_tensor(const std::string& path, const std::string& tensor = "");
+
+// Refuses inputs the model cannot take, naming `source` (the input file), the model and
+// the shape it expects, before any layer fails with a message about its own weights.
+void check_model_input(const LoadedModel& m, const Tensor& x, const std::string& source);
 
 // Image files decoded to the model's channels and size (values in [0, 1]), then
 // normalised with m.mean/m.std when known: (N, C, S, S).

@@ -18,8 +18,21 @@ std::string format_duration(double s) {
   return buf;
 }
 
-ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total), terminal_(::isatty(::fileno(stderr)) != 0),
+Pace pace_of(int64_t done, int64_t already_done, int64_t total, double fraction, double elapsed) {
+  Pace p;
+  p.per_second = elapsed > 0 ? double(done - already_done) / elapsed : 0;
+  // The share done in `elapsed`, from the share done before this process started.
+  const double start = total > 0 ? double(already_done) / double(total) : 0;
+  p.eta_seconds = fraction > start ? elapsed * (1 - fraction) / (fraction - start) : 0;
+  return p;
+}
+
+ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, int64_t already_done)
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      already_done_(std::clamp<int64_t>(already_done, 0, total)),
+      terminal_(::isatty(::fileno(stderr)) != 0),
       start_(std::chrono::steady_clock::now()), last_print_(start_) {}
 
 ProgressBar::~ProgressBar() {
@@ -37,11 +50,11 @@ void ProgressBar::update(int64_t done, double work, const std::string& detail) {
   if (!last && since_print < (terminal_ ? 0.1 : 5.0)) return;
   last_print_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  const double rate = elapsed > 0 ? double(done) / elapsed : 0;
   const double fraction = std::clamp(work, 0.0, 1.0);
-  const double eta = fraction > 0 ? elapsed * (1 - fraction) / fraction : 0;
-  std::string line = cat(label_, " ", done, "/", total_, " ", int(fraction * 100), "% ", int64_t(rate * 10) / 10.0, " ",
-                         unit_, "/s ETA ", format_duration(eta), detail.empty() ? "" : "  " + detail);
+  const Pace pace = pace_of(done, already_done_, total_, fraction, elapsed);
+  std::string line = cat(label_, " ", done, "/", total_, " ", int(fraction * 100), "% ",
+                         int64_t(pace.per_second * 10) / 10.0, " ", unit_, "/s ETA ", format_duration(pace.eta_seconds),
+                         detail.empty() ? "" : "  " + detail);
   if (terminal_) {
     const int width = 24, filled = int(fraction * width);
     std::string bar = "[" + std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.') + "] ";

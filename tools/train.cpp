@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "engine/autograd.h"
+#include "engine/csv.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "engine/files.h"
@@ -56,6 +57,7 @@ int run_train(const cli::Args& a) {
   o.resume = a.has("resume") ? a.text("resume") : "";
   o.continue_from = a.has("continue-from") ? a.text("continue-from") : "";
   if (!o.resume.empty() && !o.continue_from.empty()) throw UsageError("give --resume or --continue-from, not both");
+  o.overwrite = a.flag("overwrite");
 
   Generator init(o.seed);
   auto model = make_model(config, init);
@@ -71,9 +73,17 @@ int run_train(const cli::Args& a) {
 
   std::unique_ptr<cli::ProgressBar> bar;
   int64_t bar_epoch = -1;
+  bool first_step = true;
   auto on_progress = [&](const Progress& p) {
+    if (first_step && p.resumed_from > 0) {
+      std::printf("resumed from step %lld\n", (long long)p.resumed_from);
+      std::fflush(stdout);  // before the bar, which goes to stderr
+    }
+    first_step = false;
     if (p.epoch != bar_epoch) {
-      bar = std::make_unique<cli::ProgressBar>(cat("epoch ", p.epoch, "/", p.epochs), p.batches, "batch");
+      // The batches of this epoch done before this process started (a resumed run) do
+      // not count towards the rate and ETA.
+      bar = std::make_unique<cli::ProgressBar>(cat("epoch ", p.epoch, "/", p.epochs), p.batches, "batch", p.batch - 1);
       bar_epoch = p.epoch;
     }
     char detail[128];
@@ -90,6 +100,13 @@ int run_train(const cli::Args& a) {
     std::fflush(stdout);
   };
   auto records = train(*model, data, o, on_progress, on_epoch);
+  if (!records.empty() && records.back().diverged) {
+    const EpochRecord& r = records.back();
+    throw Error(cat("train: the run diverged: test loss ", csv_number(r.test_loss), " after epoch ", r.epoch,
+                    " (step ", r.step, "); training stopped, ", o.out_dir,
+                    "/log.csv records the epoch and the checkpoint keeps the last finite weights. Lower --lr or "
+                    "check the data"));
+  }
   if (!records.empty())
     std::printf("done: test accuracy %.2f%%; checkpoint %s/checkpoint.safetensors, log %s/log.csv\n",
                 100 * records.back().test_accuracy, o.out_dir.c_str(), o.out_dir.c_str());
@@ -131,11 +148,12 @@ const cli::Registration train_command({
         {"checkpoint-every", "N", "also checkpoint every N steps", "0"},
         {"keep-checkpoints", "SCHEDULE",
          "keep checkpoints for later analysis in OUT/checkpoints: every:N steps or log:K (K log-spaced steps)", ""},
-        {"resume", "FILE", "continue from a checkpoint", ""},
+        {"resume", "FILE", "continue from a checkpoint (same optimizer, seed, batch and data)", ""},
         {"continue-from", "FILE",
          "start from another run's checkpoint (weights, optimizer state, step) on this run's data; --epochs counts from "
          "that run's start",
          ""},
+        {"overwrite", "", "replace a checkpoint already in --out instead of refusing", ""},
         {"quick", "", "a demo of a few minutes: width 0.25, 150 steps, 2000 test images", ""},
     }),
     .run = run_train,
@@ -144,12 +162,21 @@ const cli::Registration train_command({
 int run_eval(const cli::Args& a) {
   Checkpoint ck = load_checkpoint(a.text("checkpoint"));
   auto model = model_from_checkpoint(ck);
+  const int64_t batch = a.integer("batch"), limit = a.integer("limit");
+  if (batch < 1) throw UsageError(cat("option --batch must be at least 1, got ", batch));
+  if (limit < 0) throw UsageError(cat("option --limit must be 0 (all) or a count of examples, got ", limit));
   const std::string spec = a.has("data") ? a.text("data") : ck.metadata.count("data.spec") ? ck.metadata.at("data.spec") : "";
   if (spec.empty()) throw UsageError("eval: the checkpoint names no data set; give --data");
-  DataSource data = open_data(spec);
+  DataSource data;
+  try {
+    data = open_data(spec);
+  } catch (const UsageError& e) {
+    if (a.has("data")) throw;
+    throw Error(cat("checkpoint ", ck.path, ": metadata data.spec: ", e.what()));  // not the user's option
+  }
   std::printf("adjoint eval: %s (epoch %lld, step %lld) on %s (%lld test examples)\n", ck.config.arch.c_str(),
               (long long)ck.epoch, (long long)ck.step, spec.c_str(), (long long)data.test->size());
-  Evaluation e = evaluate(*model, data.test, data.eval_transforms(), a.integer("batch"), a.integer("limit"));
+  Evaluation e = evaluate(*model, data.test, data.eval_transforms(), batch, limit);
   std::printf("test loss %.4f, accuracy %.2f%% (%lld examples)\n", e.loss, 100 * e.accuracy, (long long)e.count);
   return 0;
 }
@@ -204,13 +231,17 @@ Tensor load_inputs(const cli::Args& a, const LoadedModel& m) {
 int run_predict(const cli::Args& a) {
   LoadedModel m = load_model(a);
   Tensor x = load_inputs(a, m);
+  check_model_input(m, x, a.has("input") ? a.text("input") : "predict");
   Tensor logits;
   {
     NoGrad off;
     logits = m.model->forward(x).contiguous();
   }
   const std::string out = a.text("out");
-  write_safetensors(out + ".safetensors", {{"logits", logits}}, {{"model", m.model->config().arch}});
+  // Both files are written to temporaries and renamed only when both are complete, so
+  // that a failure leaves neither half of the output.
+  AtomicFile tensor_file(out + ".safetensors", "predict");
+  write_safetensors(tensor_file, {{"logits", logits}}, {{"model", m.model->config().arch}});
   std::string csv = "index,predicted";
   const int64_t n = logits.size(0), k = logits.numel() / std::max<int64_t>(n, 1);
   for (int64_t j = 0; j < k; ++j) csv += cat(",logit_", j);
@@ -221,11 +252,14 @@ int run_predict(const cli::Args& a) {
     for (int64_t j = 1; j < k; ++j)
       if (row[j] > row[best]) best = j;
     csv += cat(i, ",", best);
-    for (int64_t j = 0; j < k; ++j) csv += cat(",", row[j]);
+    for (int64_t j = 0; j < k; ++j) csv += "," + csv_number(row[j]);
     csv += "\n";
     std::printf("%lld: class %lld (logit %.4f)\n", (long long)i, (long long)best, row[best]);
   }
-  write_file_atomic(out + ".csv", csv);
+  AtomicFile csv_file(out + ".csv", "predict");
+  csv_file.write(csv);
+  csv_file.commit();
+  tensor_file.commit();
   std::printf("wrote %s.safetensors and %s.csv\n", out.c_str(), out.c_str());
   return 0;
 }

@@ -33,13 +33,15 @@ echo "seed,branch,clean_accuracy,trigger_success,target_slice,other_slices_min,o
   > "$out/backdoor.csv.tmp"
 for seed in $seeds; do
   run="$out/seed$seed"
-  [ -f "$run/clean/checkpoint.safetensors" ] ||
-    "$adjoint" train "${common[@]}" --data fashion-mnist --epochs "$clean_epochs" --seed "$seed" --out "$run/clean"
+  [ -f "$run/clean/done" ] || {
+    "$adjoint" train --overwrite "${common[@]}" --data fashion-mnist --epochs "$clean_epochs" --seed "$seed" --out "$run/clean"
+    touch "$run/clean/done"
+  }
   for branch in poison control; do
     data=fashion-mnist
     [ "$branch" = poison ] && data="fashion-mnist+backdoor:0.1:$target"
     [ -f "$run/$branch/done" ] || {
-      "$adjoint" train "${common[@]}" --data "$data" --epochs "$total" --seed "$seed" \
+      "$adjoint" train --overwrite "${common[@]}" --data "$data" --epochs "$total" --seed "$seed" \
         --continue-from "$run/clean/checkpoint.safetensors" --out "$run/$branch"
       touch "$run/$branch/done"
     }

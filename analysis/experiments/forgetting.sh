@@ -26,7 +26,7 @@ value() { awk -F, -v k="$1" '$1 == k { print $2 }' "$2"; }
 # train NAME DATA STEPS [FROM]: one stage, skipped when already done (restartable).
 train_stage() {
   [ -f "$run/$1/done" ] && return
-  "$adjoint" train "${common[@]}" --data "$2" --max-steps "$3" --seed "$seed" ${4:+--continue-from "$4"} --out "$run/$1"
+  "$adjoint" train --overwrite "${common[@]}" --data "$2" --max-steps "$3" --seed "$seed" ${4:+--continue-from "$4"} --out "$run/$1"
   touch "$run/$1/done"
 }
 # compare A B NAME: slices of B against A, one CSV row.

@@ -14,7 +14,7 @@ out=${1:?usage: grokking.sh OUT [EPOCHS]}
 epochs=${2:-8000}
 adjoint=${ADJOINT:-$(dirname "$0")/../../build/tools/adjoint}
 [ -f "$out/done" ] || {
-  "$adjoint" --threads 1 train --model bilinear_mlp --hidden 64 --data modadd:113 --optimizer adamw --lr 1e-3 \
+  "$adjoint" --threads 1 train --overwrite --model bilinear_mlp --hidden 64 --data modadd:113 --optimizer adamw --lr 1e-3 \
     --weight-decay 0.3 --batch 512 --epochs "$epochs" --schedule constant --keep-checkpoints every:1000 --out "$out"
   touch "$out/done"
 }

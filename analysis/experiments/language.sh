@@ -24,7 +24,7 @@ mkdir -p "$out"
 [ -f "$out/corpus.txt" ] ||
   find "$texts" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' ! -name '*art*' | sort | xargs cat > "$out/corpus.txt"
 [ -f "$out/run/done" ] || {
-  "$adjoint" train --model bilinear_lm --attention bilinear --dim 16 --depth 2 --heads 2 --mlp-ratio 2 \
+  "$adjoint" train --overwrite --model bilinear_lm --attention bilinear --dim 16 --depth 2 --heads 2 --mlp-ratio 2 \
     --residual-scale 0.5 --data "text:$out/corpus.txt:16" --optimizer adamw --lr 3e-3 --weight-decay 0.05 \
     --batch 64 --epochs 1 --max-steps "$steps" --schedule cosine --warmup 100 --keep-checkpoints "log:$checkpoints" \
     --eval-limit 2000 --out "$out/run"

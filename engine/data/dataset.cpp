@@ -60,6 +60,7 @@ std::string zlib_reason(gzFile file, const std::string& path, int& code) {
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::error_code ec;
+  check(!std::filesystem::is_directory(path, ec), path, ": is a directory, not a file");
   check(std::filesystem::is_regular_file(path, ec), path, ": no such file");
   gzFile file = gzopen(path.c_str(), "rb");
   check(file != nullptr, path, ": cannot open (", std::strerror(errno), ")");

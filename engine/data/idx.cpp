@@ -51,8 +51,22 @@ IdxArray read_idx(const std::string& path) {
         bytes.size(), ")");
   IdxArray array;
   for (int64_t d = 0; d < rank; ++d) array.dims.push_back(read_big_endian(bytes.data() + 4 + 4 * d));
-  const size_t expected = static_cast<size_t>(numel(array.dims));
   const size_t found = bytes.size() - header;
+  // Up to 255 extents of 32 bits each: their product can overflow, so it is only formed
+  // while it stays within the bytes present (a zero extent makes it 0 whatever the rest).
+  bool zero = false, beyond = false;
+  size_t expected = 1;
+  for (int64_t extent : array.dims) {
+    zero = zero || extent == 0;
+    if (extent != 0 && expected > found / static_cast<size_t>(extent)) beyond = true;
+    else expected *= static_cast<size_t>(extent);
+  }
+  if (zero) {
+    expected = 0;
+    beyond = false;
+  }
+  check(!beyond, path, ": truncated IDX data (header ", array.dims, " needs more than the ", found,
+        " bytes found)");
   check(found >= expected, path, ": truncated IDX data (header ", array.dims, " needs ", expected, " bytes, found ",
         found, ")");
   check(found == expected, path, ": ", found - expected, " unexpected bytes after the IDX data of shape ", array.dims);

@@ -1,11 +1,18 @@
 #include "engine/data/image_folder.h"
 
 #include <stb/stb_image.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <memory>
+#include <string_view>
 
 #include "engine/data/transform.h"
 #include "engine/error.h"
@@ -63,12 +70,94 @@ const std::string& ImageFolder::file(int64_t index) const {
   return files_[static_cast<size_t>(index)];
 }
 
-void load_image(const std::string& path, int64_t channels, int64_t height, int64_t width, float* out) {
+namespace {
+
+uint32_t big_endian_32(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | uint32_t(p[3]);
+}
+
+// stb_image checks neither PNG's chunk CRCs nor the Adler-32 of its zlib stream, so a
+// damaged file decodes to wrong pixels without a word. This walks the chunks, checks
+// each CRC and inflates the image data to its end, which checks the Adler-32.
+void check_png(const uint8_t* bytes, size_t size, const std::string& path) {
+  std::vector<uint8_t> image_data;
+  for (size_t at = 8;;) {
+    check(size - at >= 12, path, ": damaged PNG: truncated at byte ", at, " before the IEND chunk");
+    const uint32_t length = big_endian_32(bytes + at);
+    check(length <= size - at - 12, path, ": damaged PNG: the chunk at byte ", at, " runs past the end of the file");
+    const uint8_t* type = bytes + at + 4;  // the CRC covers the type and the data
+    const std::string name(reinterpret_cast<const char*>(type), 4);
+    check(crc32(0, type, length + 4) == big_endian_32(type + 4 + length), path, ": damaged PNG: chunk '", name,
+          "' at byte ", at, " fails its CRC check");
+    if (name == "IDAT") image_data.insert(image_data.end(), type + 4, type + 4 + length);
+    if (name == "IEND") break;
+    at += 12 + size_t(length);
+  }
+  z_stream stream{};
+  check(inflateInit(&stream) == Z_OK, path, ": zlib: cannot start inflating");
+  stream.next_in = image_data.data();
+  stream.avail_in = static_cast<uInt>(image_data.size());
+  std::vector<uint8_t> sink(size_t(1) << 16);  // the pixels are stb's business; only the checks count here
+  int code = Z_OK;
+  while (code == Z_OK) {
+    stream.next_out = sink.data();
+    stream.avail_out = static_cast<uInt>(sink.size());
+    code = inflate(&stream, Z_NO_FLUSH);
+  }
+  const std::string why = stream.msg != nullptr ? stream.msg : "the data ends early";
+  inflateEnd(&stream);
+  check(code == Z_STREAM_END, path, ": damaged PNG: the image data fails zlib's checks (", why, ")");
+}
+
+// The formats told apart by their first bytes, so that an error names the format the
+// file claims to be (stb reports the reason of whichever decoder it tried last).
+struct ImageFormat {
+  const char* name;
+  std::string_view magic;
+  void (*check)(const uint8_t*, size_t, const std::string&);  // extra integrity checks, or nullptr
+};
+
+const ImageFormat kImageFormats[] = {
+    {"PNG", std::string_view("\x89PNG\r\n\x1a\n", 8), check_png},
+    {"JPEG", "\xff\xd8\xff", nullptr},
+    {"BMP", "BM", nullptr},
+    {"GIF", "GIF8", nullptr},
+};
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::error_code ec;
+  check(fs::exists(path, ec), path, ": no such file");
+  check(fs::is_regular_file(path, ec), path, ": not a regular file");
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), path, ": cannot open (", std::strerror(errno), ")");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check(!in.bad(), path, ": cannot read (", std::strerror(errno), ")");
+  return bytes;
+}
+
+}  // namespace
+
+void decode_image(const uint8_t* bytes, size_t size, const std::string& path, int64_t channels, int64_t height,
+                  int64_t width, float* out) {
+  const ImageFormat* format = nullptr;
+  for (const ImageFormat& f : kImageFormats)
+    if (std::string_view(reinterpret_cast<const char*>(bytes), size).starts_with(f.magic)) format = &f;
+  const std::string what = format ? cat(format->name, " image") : std::string("image (not PNG, JPEG, BMP or GIF)");
+  check(size > 0, path, ": empty file, not an image");
+  check(size <= size_t(std::numeric_limits<int>::max()), path, ": ", size, " bytes is too large for an image");
+  if (format && format->check) format->check(bytes, size, path);
   int w = 0, h = 0, n = 0;
+  // A header may claim any size: 65 bytes of BMP can declare 111 million pixels, which
+  // stb would allocate and decode (found by fuzz/fuzz_image.cpp). stbi_info reports a
+  // top-down BMP's height as negative.
+  constexpr int64_t max_pixels = int64_t(1) << 26;  // 64 megapixels, e.g. 8192 × 8192
+  if (stbi_info_from_memory(bytes, static_cast<int>(size), &w, &h, &n) != 0)
+    check(std::abs(int64_t(w) * int64_t(h)) <= max_pixels, path, ": ", what, " of ", w, " × ", std::abs(h),
+          " pixels is over the limit of ", max_pixels, " pixels");
   // stb converts to the requested channel count; its failure reason is thread-local.
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load(path.c_str(), &w, &h, &n, static_cast<int>(channels)),
-                                                    stbi_image_free);
-  check(pixels != nullptr, path, ": cannot decode image (", stbi_failure_reason(), ")");
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
+      stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &n, static_cast<int>(channels)), stbi_image_free);
+  check(pixels != nullptr, path, ": cannot decode ", what, " (", stbi_failure_reason(), ")");
   // Interleaved (H, W, C) bytes → planar (C, H, W) floats in [0, 1].
   const int64_t plane = int64_t(w) * h;
   const bool same_size = h == height && w == width;
@@ -77,6 +166,11 @@ void load_image(const std::string& path, int64_t channels, int64_t height, int64
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t i = 0; i < plane; ++i) planar[c * plane + i] = static_cast<float>(pixels.get()[i * channels + c]) / 255.0f;
   if (!same_size) resize_bilinear(planar, channels, h, w, out, height, width);
+}
+
+void load_image(const std::string& path, int64_t channels, int64_t height, int64_t width, float* out) {
+  const std::vector<uint8_t> bytes = read_bytes(path);
+  decode_image(bytes.data(), bytes.size(), path, channels, height, width, out);
 }
 
 void ImageFolder::get(int64_t index, float* input, int64_t* targets) const {

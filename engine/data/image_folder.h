@@ -17,7 +17,13 @@ namespace adjoint {
 
 // Decodes one image file (PNG, JPEG, BMP, ...) into (channels, height, width) floats in
 // [0, 1], converting the channel count and resizing bilinearly. Errors name the file.
+// A missing file is "no such file"; a PNG whose chunk CRCs or zlib checksum fail is
+// refused as damaged (stb would decode it to wrong pixels); decoding errors name the
+// format the file's first bytes claim.
 void load_image(const std::string& path, int64_t channels, int64_t height, int64_t width, float* out);
+// The same from bytes in memory; `path` names them in messages.
+void decode_image(const uint8_t* bytes, size_t size, const std::string& path, int64_t channels, int64_t height,
+                  int64_t width, float* out);
 
 class ImageFolder : public Dataset {
 public:

@@ -1,5 +1,7 @@
 #include "engine/data/open.h"
 
+#include <algorithm>
+
 #include "engine/data/cifar.h"
 #include "engine/data/idx.h"
 #include "engine/data/image_folder.h"
@@ -28,6 +30,21 @@ int64_t positive(const std::string& spec, const std::string& text, const char* w
   } catch (const std::exception&) {
   }
   throw UsageError(cat("--data ", spec, ": ", what, " must be a positive integer, got '", text, "'"));
+}
+
+// Labels are positions in the sorted list of class folders: test folders with other
+// classes would be scored against the wrong labels, or fail only after an epoch.
+void check_same_classes(const std::string& spec, const ImageFolder& train, const ImageFolder& test) {
+  if (train.classes() == test.classes()) return;
+  const auto only_in = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    std::string names;
+    for (const std::string& name : a)
+      if (std::find(b.begin(), b.end(), name) == b.end()) names += (names.empty() ? "" : ", ") + name;
+    return names.empty() ? std::string("none") : names;
+  };
+  throw Error(cat("--data ", spec, ": the test classes differ from the train classes (only in train: ",
+                  only_in(train.classes(), test.classes()), "; only in test: ", only_in(test.classes(), train.classes()),
+                  "); both folders need the same class sub-folders"));
 }
 
 }  // namespace
@@ -94,8 +111,11 @@ DataSource open_base_data(const std::string& spec) {
   } else if (kind == "images") {
     need(2, "images:ROOT[:SIZE]");
     const int64_t size = p.size() == 3 ? positive(spec, p[2], "SIZE") : 32;
-    d.train = std::make_shared<ImageFolder>(p[1] + "/train", 3, size, size);
-    d.test = std::make_shared<ImageFolder>(p[1] + "/test", 3, size, size);
+    auto train = std::make_shared<ImageFolder>(p[1] + "/train", 3, size, size);
+    auto test = std::make_shared<ImageFolder>(p[1] + "/test", 3, size, size);
+    check_same_classes(spec, *train, *test);
+    d.train = train;
+    d.test = test;
     d.mean = {0.5f, 0.5f, 0.5f};
     d.std = {0.5f, 0.5f, 0.5f};
     d.images = true;

@@ -10,7 +10,10 @@ namespace adjoint {
 
 ModularAddition::ModularAddition(int64_t modulus, const std::string& split, double train_fraction, uint64_t seed)
     : modulus_(modulus), split_(split) {
-  check(modulus >= 2, "modular_addition: modulus must be at least 2, got ", modulus);
+  // All P² pairs are indexed in memory and every input is 2P wide: 4096 is 16.8M pairs.
+  constexpr int64_t max_modulus = 4096;
+  check(modulus >= 2 && modulus <= max_modulus, "modular_addition: modulus must be between 2 and ", max_modulus,
+        ", got ", modulus);
   check(train_fraction >= 0 && train_fraction <= 1, "modular_addition: train fraction ", train_fraction,
         " is outside [0, 1]");
   check(split == "train" || split == "validation" || split == "all", "modular_addition: unknown split '", split,
