@@ -473,3 +473,19 @@ TEST_CASE("progress: after a resume the rate and ETA count only the items of thi
   CHECK(fresh.eta_seconds == doctest::Approx(1.0 / 3));
   CHECK(cli::pace_of(2, 2, 4, 0.5, 0.0).per_second == 0.0);  // nothing done yet, no time passed
 }
+
+TEST_CASE("train command: the final line says which test examples its accuracy was measured on") {
+  testing::TempDir dir;
+  const std::vector<std::string> base = {"train", "--model", "bilinear_mlp", "--hidden", "8", "--data", "modadd:11",
+                                         "--batch", "8", "--epochs", "1", "--out", dir.file("run")};
+  std::vector<std::string> limited = base;
+  limited.insert(limited.end(), {"--eval-limit", "20"});
+  const testing::CommandOutcome some = testing::run_adjoint(limited);
+  REQUIRE_MESSAGE(some.code == 0, some.err);
+  CHECK(testing::contains(some.out, "(first 20 of 85 test examples)"));
+  std::vector<std::string> all = base;
+  all.push_back("--overwrite");
+  const testing::CommandOutcome every = testing::run_adjoint(all);
+  REQUIRE_MESSAGE(every.code == 0, every.err);
+  CHECK(testing::contains(every.out, "(all 85 test examples)"));
+}

@@ -1,6 +1,7 @@
 // `adjoint train`, `adjoint eval`, `adjoint info` and `adjoint predict`: the model life
 // cycle on the command line. The work is in models/training.cpp; this file turns options
 // into TrainOptions and results into files and lines.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -91,6 +92,11 @@ int run_train(const cli::Args& a) {
                   p.samples_per_second, p.lr);
     bar->update(p.batch, detail);
   };
+  // Which test images the accuracy was measured on: all of them, or the first --eval-limit.
+  const int64_t test_images = o.eval_limit > 0 ? std::min(o.eval_limit, data.test->size()) : data.test->size();
+  const std::string test_set = o.eval_limit > 0 && o.eval_limit < data.test->size()
+                                   ? cat("first ", test_images, " of ", data.test->size(), " test examples")
+                                   : cat("all ", test_images, " test examples");
   auto on_epoch = [&](const EpochRecord& r) {
     bar.reset();
     bar_epoch = -1;
@@ -108,8 +114,8 @@ int run_train(const cli::Args& a) {
                     "check the data"));
   }
   if (!records.empty())
-    std::printf("done: test accuracy %.2f%%; checkpoint %s/checkpoint.safetensors, log %s/log.csv\n",
-                100 * records.back().test_accuracy, o.out_dir.c_str(), o.out_dir.c_str());
+    std::printf("done: test accuracy %.2f%% (%s); checkpoint %s/checkpoint.safetensors, log %s/log.csv\n",
+                100 * records.back().test_accuracy, test_set.c_str(), o.out_dir.c_str(), o.out_dir.c_str());
   return 0;
 }
 
