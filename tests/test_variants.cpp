@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -143,4 +144,16 @@ TEST_CASE("data variants: the stitching shortcut codes the class by a patch's po
   CHECK_THROWS_WITH_AS(open_data(base + "+shortcut:3"),
                        doctest::Contains("10 class positions of 3×3 patches do not fit in 8×8 images"), UsageError);
   CHECK_THROWS_AS(open_data(base + "+invert:1"), UsageError);
+}
+
+TEST_CASE("data: TestOnly opens a data set without its training files") {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir);
+  std::filesystem::remove(dir.file("train-images-idx3-ubyte"));  // what eval never needs
+  const std::string spec = "fashion-mnist:" + dir.path().string();
+  CHECK_THROWS_WITH_AS(open_data(spec), doctest::Contains("train-images-idx3-ubyte"), Error);
+  const DataSource d = open_data(spec + "+classes:0-4", DataSplits::TestOnly);
+  CHECK(d.test->size() == 10);
+  CHECK(d.train->shape() == Shape{1, 8, 8});
+  CHECK(d.train->num_classes() == 10);
 }

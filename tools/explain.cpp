@@ -149,7 +149,7 @@ Inputs load_inputs(const cli::Args& a, const LoadedModel& m, bool evaluate) {
   if (spec.empty())
     throw UsageError(evaluate ? "--evaluate: the model names no data set; give --data SPEC"
                               : "give images to explain: --image FILES, --input FILE.safetensors or --data SPEC");
-  DataSource data = open_data(spec);
+  DataSource data = open_data(spec, a.text("split") == "train" ? DataSplits::TrainAndTest : DataSplits::TestOnly);
   check(data.images, "explain: ", spec, " is not an image data set");
   const int64_t count = a.has("count") ? at_least(a, "count", 1) : evaluate ? 1000 : 8;
   Examples ex = load_examples(data, a.text("split"), count);

@@ -66,7 +66,7 @@ Examples baseline_inputs(const cli::Args& a, const Checkpoint& first) {
                            : first.metadata.count("data.spec") ? first.metadata.at("data.spec")
                                                                 : "";
   if (spec.empty()) throw UsageError("tensorsim: the checkpoint names no data set for the baselines; give --data");
-  return load_examples(open_data(spec), "test", a.integer("count"));
+  return load_examples(open_data(spec, DataSplits::TestOnly), "test", a.integer("count"));
 }
 
 std::string fixed(double v, int digits = 4) {
@@ -155,7 +155,8 @@ int run_run(const cli::Args& a) {
   std::vector<LoadedCheckpoint> cks;
   for (const std::string& f : files) cks.push_back(load(f));
   const Examples ex = baseline_inputs(a, cks.front().checkpoint);
-  const DataSource data = open_data(a.has("data") ? a.text("data") : cks.front().checkpoint.metadata.at("data.spec"));
+  const DataSource data = open_data(a.has("data") ? a.text("data") : cks.front().checkpoint.metadata.at("data.spec"),
+                                    DataSplits::TestOnly);
 
   cli::ProgressBar bar("tensorsim", int64_t(K * (K + 1) / 2 + K), "comparison");
   int64_t done = 0;

@@ -175,7 +175,7 @@ int run_eval(const cli::Args& a) {
   if (spec.empty()) throw UsageError("eval: the checkpoint names no data set; give --data");
   DataSource data;
   try {
-    data = open_data(spec);
+    data = open_data(spec, DataSplits::TestOnly);  // eval reads no training files
   } catch (const UsageError& e) {
     if (a.has("data")) throw;
     throw Error(cat("checkpoint ", ck.path, ": metadata data.spec: ", e.what()));  // not the user's option

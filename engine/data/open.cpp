@@ -64,14 +64,14 @@ Transforms DataSource::eval_transforms() const { return train_transforms(false);
 
 namespace {
 
-DataSource open_base_data(const std::string& spec);
+DataSource open_base_data(const std::string& spec, bool with_train);
 
 }  // namespace
 
-DataSource open_data(const std::string& spec) {
+DataSource open_data(const std::string& spec, DataSplits splits) {
   // BASE+VARIANT+VARIANT...: the base data set, then each variant in turn (variants.h).
   const size_t plus = spec.find('+');
-  DataSource d = open_base_data(spec.substr(0, plus));
+  DataSource d = open_base_data(spec.substr(0, plus), splits == DataSplits::TrainAndTest);
   d.spec = spec;
   for (size_t start = plus; start != std::string::npos;) {
     const size_t next = spec.find('+', start + 1);
@@ -83,7 +83,7 @@ DataSource open_data(const std::string& spec) {
 
 namespace {
 
-DataSource open_base_data(const std::string& spec) {
+DataSource open_base_data(const std::string& spec, bool with_train) {
   const std::vector<std::string> p = split_spec(spec);
   const std::string& kind = p[0];
   DataSource d;
@@ -96,26 +96,29 @@ DataSource open_base_data(const std::string& spec) {
     if (p.size() > 2) throw UsageError(cat("--data ", spec, ": expected ", kind, "[:FOLDER]"));
     const std::string folder = p.size() == 2 ? p[1] : (kind == "mnist" ? "" : fashion_mnist_default_folder);
     if (folder.empty()) throw UsageError(cat("--data ", spec, ": mnist needs a folder (mnist:FOLDER)"));
-    d.train = kind == "mnist" ? mnist("train", folder) : fashion_mnist("train", folder);
     d.test = kind == "mnist" ? mnist("test", folder) : fashion_mnist("test", folder);
+    d.train = !with_train ? d.test : kind == "mnist" ? mnist("train", folder) : fashion_mnist("train", folder);
     d.mean = kind == "mnist" ? std::vector<float>{0.1307f} : std::vector<float>{0.2860f};
     d.std = kind == "mnist" ? std::vector<float>{0.3081f} : std::vector<float>{0.3530f};
     d.images = true;
   } else if (kind == "cifar10") {
     need(2, "cifar10:FOLDER");
-    d.train = cifar10(p[1], "train");
     d.test = cifar10(p[1], "test");
+    d.train = with_train ? cifar10(p[1], "train") : d.test;
     d.mean = {0.4914f, 0.4822f, 0.4465f};
     d.std = {0.2470f, 0.2435f, 0.2616f};
     d.images = true;
   } else if (kind == "images") {
     need(2, "images:ROOT[:SIZE]");
     const int64_t size = p.size() == 3 ? positive(spec, p[2], "SIZE") : 32;
-    auto train = std::make_shared<ImageFolder>(p[1] + "/train", 3, size, size);
     auto test = std::make_shared<ImageFolder>(p[1] + "/test", 3, size, size);
-    check_same_classes(spec, *train, *test);
-    d.train = train;
     d.test = test;
+    d.train = test;
+    if (with_train) {
+      auto train = std::make_shared<ImageFolder>(p[1] + "/train", 3, size, size);
+      check_same_classes(spec, *train, *test);
+      d.train = train;
+    }
     d.mean = {0.5f, 0.5f, 0.5f};
     d.std = {0.5f, 0.5f, 0.5f};
     d.images = true;

@@ -29,7 +29,12 @@ struct DataSource {
   Transforms eval_transforms() const;
 };
 
+// Which parts of a data set a command reads. TestOnly (eval, predict, analyses) does not
+// read the training files; its `train` is the test set, so that shapes, classes and
+// normalisation are still there.
+enum class DataSplits { TrainAndTest, TestOnly };
+
 // Throws UsageError naming the spec when it is malformed, Error when files are missing.
-DataSource open_data(const std::string& spec);
+DataSource open_data(const std::string& spec, DataSplits splits = DataSplits::TrainAndTest);
 
 }  // namespace adjoint
