@@ -1,9 +1,8 @@
 #include "analysis/second_moment.h"
 
-#include "analysis/attention_moments.h"
-
 #include <cmath>
 
+#include "analysis/attention_moments.h"
 #include "engine/error.h"
 #include "engine/matrix64.h"
 #include "engine/random.h"
@@ -12,12 +11,11 @@ namespace adjoint {
 
 namespace {
 
-// Every layer is lowered to one or more maps of the whole state z (constant coordinate
-// first, then each position's features, then any intermediate coordinates):
+// Every linear and bilinear layer is lowered to one map of the whole state z (constant
+// coordinate first, then each position's features):
 //   z' = A z + D((L z) ⊙ (R z))
-// with A's row 0 keeping the constant (D's row 0 is zero). One moment update serves every
-// kind of layer; a layer of one network and the same layer of the other lower to maps of the
-// same shape of computation, applied in lockstep.
+// with A's row 0 keeping the constant (D's row 0 is zero). One moment update serves both
+// kinds; the attention, a product of five legs, has its own (attention_moments.h).
 struct QuadraticMap {
   Matrix64 linear;       // A (n', n)
   Matrix64 left, right;  // L, R (H, n): the legs of H products
