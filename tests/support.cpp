@@ -7,9 +7,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -211,5 +213,12 @@ CommandOutcome run_adjoint(std::vector<std::string> words) {
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 }  // namespace adjoint::testing

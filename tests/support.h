@@ -63,6 +63,9 @@ CommandOutcome run_adjoint(std::vector<std::string> words);
 
 bool contains(const std::string& text, const std::string& part);
 
+// The whole text of a file (empty when it cannot be read; the caller's checks say so).
+std::string read_text(const std::filesystem::path& path);
+
 // A fresh folder under the system temp dir, unique to this process and object, removed
 // with everything in it at scope exit.
 class TempDir {

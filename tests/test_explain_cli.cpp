@@ -24,13 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::stringstream in(text);

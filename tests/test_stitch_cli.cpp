@@ -22,6 +22,7 @@
 
 using namespace adjoint;
 using adjoint::testing::TempDir;
+using adjoint::testing::read_text;
 namespace fs = std::filesystem;
 
 namespace {
@@ -89,13 +90,6 @@ std::vector<std::string> error_lines(const std::string& output) {
   for (std::string line; std::getline(in, line);)
     if (line.find("error") != std::string::npos) lines.push_back(line);
   return lines;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "models/model.h"
+#include "ops/elementwise.h"
 #include "tests/support.h"
 
 using namespace adjoint;
@@ -82,6 +83,18 @@ ModelConfig bilinear_config(const std::string& arch) {
   c.image_size = 3;  // 9 inputs
   c.hidden = 6;
   return c;
+}
+
+// Makes b a relative of a (as two checkpoints of one run are): a's weights plus b's own
+// initial weights at a third of their size, as noise.
+void make_relative(const Model& a, Model& b) {
+  for (const auto& [name, t] : b.named_parameters()) {
+    Tensor target = t;
+    const std::vector<float> own = a.state_dict().at(name).to_vector(), noise = t.to_vector();
+    std::vector<float> mixed(own.size());
+    for (size_t i = 0; i < own.size(); ++i) mixed[i] = own[i] + noise[i] / 3;
+    target.copy_from(Tensor::from_vector(t.shape(), mixed));
+  }
 }
 
 std::vector<double> to_double(const Tensor& t) {
@@ -275,14 +288,7 @@ TEST_CASE("second-moment recursion: exact for one layer, close to Monte Carlo fo
       c.dim = 5, c.depth = depth, c.residual_scale = 0.5;
       Generator ga(10 + depth), gb(20 + depth);
       auto ma = make_model(c, ga), mb = make_model(c, gb);
-      // b: a's weights plus noise of a third of their size, a related network (as two checkpoints are).
-      for (const auto& [name, t] : mb->named_parameters()) {
-        Tensor target = t;
-        const std::vector<float> own = ma->state_dict().at(name).to_vector(), noise = t.to_vector();
-        std::vector<float> mixed(own.size());
-        for (size_t i = 0; i < own.size(); ++i) mixed[i] = own[i] + noise[i] / 3;
-        target.copy_from(Tensor::from_vector(t.shape(), mixed));
-      }
+      make_relative(*ma, *mb);
       const PolynomialView a = ma->polynomial_view(), b = mb->polynomial_view();
       const DeepSimilarity deep = deep_similarity(a, b);
       const DeepSimilarity mc = monte_carlo_similarity(a, b, 400000, 99);
@@ -311,12 +317,11 @@ std::pair<PolynomialView, PolynomialView> related_lms(int64_t depth, int64_t pos
   c.heads = 2, c.mlp_ratio = 1, c.residual_scale = scale;
   Generator ga(30 + depth), gb(40 + depth);
   auto ma = make_model(c, ga), mb = make_model(c, gb);
-  for (const auto& [name, t] : mb->named_parameters()) {
-    Tensor target = t;
-    const std::vector<float> own = ma->state_dict().at(name).to_vector(), noise = t.to_vector();
-    std::vector<float> mixed(own.size());
-    for (size_t i = 0; i < own.size(); ++i) mixed[i] = (own[i] + noise[i] / 3) * (name == "embed.weight" ? 0.5f : 1.0f);
-    target.copy_from(Tensor::from_vector(t.shape(), mixed));
+  make_relative(*ma, *mb);
+  Tensor embed = mb->state_dict().at("embed.weight");  // and b's embedding at half the scale
+  {
+    NoGrad off;
+    embed.copy_from(embed * 0.5f);
   }
   PolynomialView a = ma->polynomial_view(positions), b = mb->polynomial_view(positions);
   if (!mlp)  // attention only: drop the MLP steps

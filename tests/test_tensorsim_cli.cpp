@@ -20,16 +20,10 @@
 using namespace adjoint;
 using adjoint::testing::CommandOutcome;
 using adjoint::testing::run_adjoint;
+using adjoint::testing::read_text;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A run of a tiny bilinear MLP on modadd:7, 3 epochs of 3 steps, keeping a checkpoint every 3 steps.
 void train_tiny_run(const std::string& dir, uint64_t seed) {

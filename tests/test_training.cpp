@@ -23,6 +23,7 @@
 #include "tools/progress.h"
 
 using namespace adjoint;
+using adjoint::testing::read_text;
 
 namespace {
 
@@ -65,13 +66,6 @@ DataSource quadrants() {
   d.std = {0.5f};
   d.images = true;
   return d;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 std::vector<float> all_weights(const Model& m) {
