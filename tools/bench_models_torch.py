@@ -134,7 +134,7 @@ def main():
     peer = torch_peer.describe(torch)
     print(f"PyTorch {torch.__version__}, {args.threads} threads, batch {args.batch} (bilinear_lm: 32x64 tokens); "
           f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {'on' if peer['onednn'] else 'off'}, "
-          f"OpenMP wait {peer['omp_wait_policy']}"
+          f"OpenMP wait {peer['omp_wait_policy']}, OpenBLAS threads {peer['blas_threads']}"
           + (f"; adjoint: OpenBLAS {ours_blas}" if ours_blas else ""))
     if ours and not torch_peer.fair(peer, ours_blas):
         ours = {}

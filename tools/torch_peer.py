@@ -48,16 +48,32 @@ def best_core():
     return None
 
 
+def _threads_from_argv():
+    """The script's --threads N (or --threads=N), read before argparse runs; all cores if absent."""
+    args = sys.argv[1:]
+    for i, a in enumerate(args):
+        if a == "--threads" and i + 1 < len(args) and args[i + 1].isdigit():
+            return int(args[i + 1])
+        if a.startswith("--threads=") and a.split("=", 1)[1].isdigit():
+            return int(a.split("=", 1)[1])
+    return os.cpu_count()
+
+
 def use_best_blas():
-    """Re-runs the script with the settings torch reads only when it loads: OPENBLAS_CORETYPE
-    when OpenBLAS chose a generic core, and OMP_WAIT_POLICY=PASSIVE. Debian's torch runs its
-    own loops on OpenMP threads and its GEMMs on OpenBLAS's pthreads; with OpenMP's default
-    active waiting, its idle threads spin on the cores the GEMM needs (measured here: ViT-Tiny
-    training at 2 threads 24.5 samples/s active, 57-63 passive). A user's own setting of
-    either variable is respected."""
+    """Re-runs the script with the settings torch reads only when it loads:
+    - OPENBLAS_CORETYPE, when OpenBLAS chose a generic core;
+    - OPENBLAS_NUM_THREADS = the script's --threads. Debian's torch does not tell OpenBLAS its
+      thread count, so at --threads 1 its GEMMs still ran on every core, against our one;
+    - OMP_WAIT_POLICY=PASSIVE. Torch runs its own loops on OpenMP threads and its GEMMs on
+      OpenBLAS's pthreads; with OpenMP's default active waiting its idle threads spin on the
+      cores the GEMM needs (measured here: ViT-Tiny training at 2 threads 24.5 samples/s active,
+      57-63 passive).
+    A user's own setting of any of them is respected."""
     if os.environ.get(_MARK):
         return
     changes = {}
+    if not os.environ.get("OPENBLAS_NUM_THREADS"):
+        changes["OPENBLAS_NUM_THREADS"] = str(_threads_from_argv())
     if not os.environ.get("OPENBLAS_CORETYPE"):
         core, wanted = openblas_core(), best_core()
         if core in GENERIC_CORES and wanted:
@@ -76,7 +92,8 @@ def describe(torch):
         if "CPU capability usage:" in line:
             capability = line.split(":", 1)[1].strip()
     return {"blas": openblas_core(), "cpu_capability": capability, "onednn": torch.backends.mkldnn.is_available(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default (active)")}
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default (active)"),
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "all cores")}
 
 
 def fair(peer, ours_blas=None):
