@@ -197,16 +197,20 @@ class CaptureDescriptor {
 
 }  // namespace
 
-CommandOutcome run_adjoint(std::vector<std::string> words) {
+int run_adjoint_words(std::vector<std::string> words) {
   bool sets_threads = false;
   for (const std::string& w : words) sets_threads = sets_threads || w.rfind("--threads", 0) == 0;
   if (!sets_threads) words.insert(words.begin(), "--threads=" + std::to_string(num_threads()));
   words.insert(words.begin(), "adjoint");
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
+  return cli::run(static_cast<int>(argv.size()), argv.data());
+}
+
+CommandOutcome run_adjoint(std::vector<std::string> words) {
   CommandOutcome o;
   CaptureDescriptor out(1), err(2);
-  o.code = cli::run(static_cast<int>(argv.size()), argv.data());
+  o.code = run_adjoint_words(std::move(words));
   o.out = out.text();
   o.err = err.text();
   return o;

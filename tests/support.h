@@ -60,6 +60,8 @@ struct CommandOutcome {
 // descriptor level, so printf and std::cout alike end up in `out`. Unless the words set
 // --threads, the current thread count is passed on.
 CommandOutcome run_adjoint(std::vector<std::string> words);
+// The same without capturing: cli::run's exit code, the output going where it goes.
+int run_adjoint_words(std::vector<std::string> words);
 
 bool contains(const std::string& text, const std::string& part);
 

@@ -17,6 +17,7 @@
 
 #include "engine/error.h"
 #include "engine/threads.h"
+#include "tests/support.h"
 #include "tools/cli.h"
 
 using namespace adjoint;
@@ -84,16 +85,10 @@ class CaptureStreams {
 // thread count is passed on, so that the default (all cores) does not change the thread
 // count of the tests that run after this one.
 Outcome run_cli(std::vector<std::string> words) {
-  bool sets_threads = false;
-  for (const std::string& w : words) sets_threads = sets_threads || w.rfind("--threads", 0) == 0;
-  if (!sets_threads) words.insert(words.begin(), "--threads=" + std::to_string(num_threads()));
-  words.insert(words.begin(), "adjoint");
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
   last_probe.reset();
   Outcome o;
   CaptureStreams capture;
-  o.code = cli::run(static_cast<int>(argv.size()), argv.data());
+  o.code = adjoint::testing::run_adjoint_words(std::move(words));
   o.out = capture.out.str();
   o.err = capture.err.str();
   return o;
