@@ -52,6 +52,11 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
+void Module::freeze() {
+  train(false);
+  for (auto& [name, t] : named_parameters()) t.requires_grad_(false);
+}
+
 void Module::zero_grad() {
   for (auto& [name, t] : named_parameters()) t.zero_grad();
 }

@@ -38,6 +38,12 @@ public:
   void train(bool on = true);
   bool training() const { return training_; }
   void zero_grad();
+  // Freezes the module for analysis (stitching, IRIs, adversarial attacks, explanations):
+  // eval mode, so BatchNorm reads its running statistics and dropout is off, and no
+  // parameter asks for a gradient any more, so a backward pass to the inputs computes no
+  // weight gradient and no optimizer can move it. Parameters are not copied: a model
+  // shared with other code is frozen for it too.
+  void freeze();
 
 private:
   void collect(const std::string& prefix, bool buffers, NamedTensors& out) const;

@@ -188,3 +188,36 @@ TEST_CASE("learning: training is bitwise reproducible at a fixed seed and thread
   }
   set_num_threads(0);
 }
+
+TEST_CASE("freeze: eval mode, no parameter gradient, and the input gradient unchanged") {
+  Generator init(3), data_gen(4);
+  SmallCnn net(init);
+  Tensor x;
+  std::vector<int64_t> y;
+  make_bars(4, data_gen, x, y);
+  // The input gradient of the live model (its parameters still ask for gradients).
+  Tensor live_input = x.clone().requires_grad_(true);
+  backward(cross_entropy(net.forward(live_input), y));
+  for (auto& [name, p] : net.named_parameters()) REQUIRE(p.grad().defined());
+  net.zero_grad();
+  const std::vector<float> params_before = [&] {
+    std::vector<float> all;
+    for (auto& [name, p] : net.named_parameters()) for (float v : p.to_vector()) all.push_back(v);
+    return all;
+  }();
+
+  net.freeze();
+  CHECK_FALSE(net.training());
+  Tensor frozen_input = x.clone().requires_grad_(true);
+  backward(cross_entropy(net.forward(frozen_input), y));
+  for (auto& [name, p] : net.named_parameters()) {
+    INFO(name);
+    CHECK_FALSE(p.requires_grad());
+    CHECK((!p.grad().defined() || testing::max_abs(p.grad()) == 0.0));
+  }
+  CHECK(testing::max_abs(live_input.grad()) > 0.0);
+  CHECK(frozen_input.grad().to_vector() == live_input.grad().to_vector());
+  std::vector<float> params_after;
+  for (auto& [name, p] : net.named_parameters()) for (float v : p.to_vector()) params_after.push_back(v);
+  CHECK(params_after == params_before);
+}
