@@ -9,13 +9,14 @@
 # position codes the class, in every training and test image). Then the same-bias pairs
 # C1→C2, S1→S2 and the cross-bias pairs C1→S1, S1→C1 are stitched after block 3
 # (`features.11`, 64×3×3) and block 7 (`features.25`, the last before the head) with the
-# slm objective under the standard protocol (5000 real images) and the invariance-aware one
-# (the front's IRIs of 256 images, 300 normalised-L2 steps: closer IRIs moved no score by
-# more than 0.03 at block 7, see analysis/results/stitch_shortcut.md); stitch training and
-# test set are fashion-mnist+shortcut. OUT/stitch_shortcut.{csv,md} gather every seed; the
+# slm objective under the standard protocol (5000 real images), the control (the 256 natural
+# images the IRIs imitate: the set's size alone) and the invariance-aware one (the front's
+# IRIs of those 256 images, 300 normalised-L2 steps: closer IRIs moved no score by more than
+# 0.03 at block 7, see analysis/results/stitch_shortcut.md); stitch training and test set
+# are fashion-mnist+shortcut. OUT/stitch_shortcut.{csv,md} gather every seed; the
 # Markdown gives the mean over seeds with the smallest and largest value.
 #
-# Sizes: 12 models of about a minute each and 16 stitch cells per seed; about 45 minutes
+# Sizes: 12 models of about a minute each and 24 stitch cells per seed; about 45 minutes
 # for three seeds on 2 cores. Every finished model and cell is kept, so a rerun continues.
 set -euo pipefail
 out=${1:?usage: stitch_shortcut.sh OUT [SEEDS] [EPOCHS]}
@@ -40,7 +41,7 @@ stitch() {  # seed front end
     for done in "$dir/$2"_*/iris; do [ -d "$done" ] && { mkdir -p "$cell"; cp -r "$done" "$cell/"; break; }; done
   fi
   "$adjoint" stitch --front "$dir/$2/checkpoint.safetensors" --end "$dir/$3/checkpoint.safetensors" \
-    --data fashion-mnist+shortcut --blocks 3,7 --objectives slm --protocol standard,invariance \
+    --data fashion-mnist+shortcut --blocks 3,7 --objectives slm --protocol standard,control,invariance \
     --train-images 5000 --iri-images 256 --iri-steps 300 --epochs 3 --seed "$1" --threads "$threads" \
     --out "$cell" > "$cell.log" 2>&1
 }
@@ -82,27 +83,32 @@ mv "$out/models.txt.tmp" "$out/models.txt"
   echo "Relative score = stitched / end accuracy on the fashion-mnist+shortcut test set: mean over seeds"
   echo "[smallest, largest]. \"B on IRIs\": the end model's accuracy against y(x) on the front's IRIs."
   echo
-  echo "| pair | bias | block | standard | invariance-aware | invariance / standard | B on IRIs | IRI median dist. |"
-  echo "|---|---|---|---|---|---|---|---|"
-  awk -F, 'NR > 1 {
+  echo "| pair | bias | block | standard | control | invariance-aware | invariance / standard | B on IRIs | IRI median dist. |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  awk -F, '
+    # "mean [smallest, largest]" of a cell over seeds, or a dash where it never ran.
+    function spread(key) {
+      return cnt[key] ? sprintf("%.3f [%.3f, %.3f]", sum[key] / cnt[key], lo[key], hi[key]) : "–"
+    }
+    NR > 1 {
       k = $2 "|" $3 "|" $4
       if (!(k in seen)) { seen[k] = 1; order[++n] = k }
       v = $8; key = k "|" $5
       sum[key] += v; cnt[key]++
       if (!(key in lo) || v < lo[key]) lo[key] = v
       if (!(key in hi) || v > hi[key]) hi[key] = v
-      if ($5 == "invariance") { agree[k] += $9; dist[k] += $10; ratio[k, $1] = v }
-      else std[k, $1] = v
+      if ($5 == "invariance") { agree[k] += $9; dist[k] += $10; inv[k, $1] = v }
+      if ($5 == "standard") std[k, $1] = v
       seeds[$1] = 1
     }
     END {
       for (i = 1; i <= n; i++) {
-        k = order[i]; split(k, f, "|"); s = k "|standard"; v = k "|invariance"
+        k = order[i]; split(k, f, "|"); v = k "|invariance"
         r = 0; m = 0
-        for (sd in seeds) if ((k, sd) in std && std[k, sd] > 0) { r += ratio[k, sd] / std[k, sd]; m++ }
-        printf "| %s | %s | %s | %.3f [%.3f, %.3f] | %.3f [%.3f, %.3f] | %.2f | %.1f%% | %.3f |\n",
-          f[1], f[2], f[3], sum[s] / cnt[s], lo[s], hi[s], sum[v] / cnt[v], lo[v], hi[v], r / m,
-          100 * agree[k] / cnt[v], dist[k] / cnt[v]
+        for (sd in seeds) if ((k, sd) in std && (k, sd) in inv && std[k, sd] > 0) { r += inv[k, sd] / std[k, sd]; m++ }
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], spread(k "|standard"),
+          spread(k "|control"), spread(v), m ? sprintf("%.2f", r / m) : "–",
+          cnt[v] ? sprintf("%.1f%%", 100 * agree[k] / cnt[v]) : "–", cnt[v] ? sprintf("%.3f", dist[k] / cnt[v]) : "–"
       }
     }' "$out/stitch_shortcut.csv"
   echo
