@@ -21,7 +21,7 @@ public:
   std::string name() const override { return "stitch training set"; }
   int64_t size() const override { return images_.size(0); }
   Shape shape() const override { return Shape(images_.shape().begin() + 1, images_.shape().end()); }
-  int64_t num_classes() const override { return 0; }
+  int64_t num_classes() const override { return *std::max_element(labels_.begin(), labels_.end()) + 1; }
   using Dataset::get;
   void get(int64_t index, float* input, int64_t* targets) const override {
     check_index(index);

@@ -92,6 +92,17 @@ int64_t error_lines(const std::string& output) {
   return lines;
 }
 
+// AdamW at 1e-2 on halves() in batches of 8 (4 steps an epoch), without augmentation.
+TrainOptions small_run(int64_t epochs) {
+  TrainOptions o;
+  o.optimizer = "adamw";
+  o.lr = 1e-2;
+  o.epochs = epochs;
+  o.batch_size = 8;
+  o.augment = false;
+  return o;
+}
+
 // The first `n` test images of halves(), raw.
 Tensor halves_test_images(const DataSource& data, int64_t n) {
   Tensor out = Tensor::empty({n, 1, 16, 16});
@@ -237,12 +248,7 @@ TEST_CASE("PGD training: one step is a classification step on the batch attacked
 
 TEST_CASE("PGD training: a resumed run equals an uninterrupted one bit for bit, and a changed attack is refused") {
   const DataSource data = halves();
-  TrainOptions o;
-  o.optimizer = "adamw";
-  o.lr = 1e-2;
-  o.epochs = 2;
-  o.batch_size = 8;  // 4 steps an epoch
-  o.augment = false;
+  TrainOptions o = small_run(2);
   o.checkpoint_every = 1;
   PgdOptions pgd;
   pgd.eps = 0.1f;
@@ -330,12 +336,7 @@ TEST_CASE("robust accuracy: clean at ε = 0, falling with ε; AuA is the trapezo
 TEST_CASE("stitch sweep: --raua-eps adds rAuA to every cell") {
   // An end model trained here, whose accuracy PGD can lower.
   const DataSource data = halves();
-  TrainOptions t;
-  t.optimizer = "adamw";
-  t.lr = 1e-2;
-  t.epochs = 8;
-  t.batch_size = 8;
-  t.augment = false;
+  const TrainOptions t = small_run(8);
   Generator gen(3);
   const Endpoint b{"halves model", make_model(tiny_vgg_config(), gen), data.mean, data.std};
   train(*b.model, data, t);

@@ -103,7 +103,7 @@ int run_train(const cli::Args& a) {
               o.data_parallel > 1 ? cat(" in ", o.data_parallel, " data-parallel parts").c_str() : "",
               (long long)o.epochs, o.max_steps ? cat(" (at most ", o.max_steps, " steps)").c_str() : "",
               o.out_dir.c_str());
-  if (!step.metadata.empty()) {
+  if (a.text("adversarial") != "none") {
     std::printf("  %s:", step.name.c_str());
     for (const auto& [key, value] : step.metadata) std::printf(" %s=%s", key.c_str(), value.c_str());
     std::printf("\n");
