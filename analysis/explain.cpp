@@ -11,6 +11,8 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
+#include "ops/elementwise.h"
+#include "ops/reduce.h"
 
 namespace adjoint {
 
@@ -29,9 +31,6 @@ void check_ready(const char* method, const Model& model, const Tensor& x, const 
   check(static_cast<int64_t>(targets.size()) == x.size(0), method, ": ", targets.size(), " targets for a batch of ",
         x.size(0), " examples ", x.shape());
 }
-
-// A contiguous copy of x with fresh storage: the loops below write into it.
-Tensor dense_copy(const Tensor& x) { return x.contiguous().clone(); }
 
 // out[i] = fn(i) over a new tensor of `shape`.
 template <class Fn>
@@ -400,13 +399,25 @@ AscentResult ascent(const Model& model, const Tensor& x, const std::vector<int64
   const Transport transport = soft ? Transport::soft_pullback(o.temperatures) : Transport::gradient();
   const float alpha = o.ascent_alpha > 0 ? o.ascent_alpha : default_ascent_alpha(x, o.range);
   const Tensor x0 = x.contiguous();
-  Tensor xt = dense_copy(x0);
-  // The input-space optimiser's normalised L2 step (analysis/input_search.h); a zero
-  // cotangent (a dead example) gives no direction, so that example stays put.
-  for (int64_t step = 0; step < o.ascent_steps; ++step) {
-    const Tensor nu = input_cotangent(method, model, xt, targets, transport);
-    normalised_step(xt, nu, alpha, o.ascent_clip ? &o.range : nullptr);
-  }
+  // The input-space optimiser (analysis/input_search.h) with its normalised L2 step,
+  // minimising the negated target logit: each step is x + α·ν/‖ν‖ with ν the cotangent of
+  // the target logit under `transport`. A zero cotangent (a dead example, or a target of
+  // −1) gives no direction, so that example stays put. The last iterate is x_K.
+  InputSearchOptions search;
+  search.rule = "l2";
+  search.steps = o.ascent_steps;
+  search.step = alpha;
+  search.range = o.range;
+  search.clamp = o.ascent_clip;
+  search.keep_best = false;
+  search.transport = transport;
+  const Tensor xt = minimise_per_example(
+                        [&](const Tensor& leaf) {
+                          const Tensor logits = model.forward(leaf);
+                          return -sum(logits * one_hot_rows(method, targets, logits), {1});
+                        },
+                        x0, search)
+                        .best;
   const float *pk = xt.data(), *p0 = x0.data();
   return {generate(x.shape(), [=](int64_t i) { return pk[i] - p0[i]; }), xt};
 }

@@ -97,6 +97,7 @@ Json cell_to_json(const StitchCell& c) {
   j["relative_score"] = number(c.relative_score);
   j["end_agrees_on_iris"] = number(c.end_agrees_on_iris);
   j["iri_median_distance"] = number(c.iri_median);
+  j["raua"] = number(c.raua);
   return j;
 }
 
@@ -119,6 +120,7 @@ StitchCell cell_from_json(const Json& j) {
   c.relative_score = number("relative_score");
   c.end_agrees_on_iris = number("end_agrees_on_iris");
   c.iri_median = number("iri_median_distance");
+  c.raua = number("raua");
   return c;
 }
 
@@ -141,22 +143,22 @@ void write_tables(const std::string& dir, const Endpoint& front, const Endpoint&
                   const std::vector<StitchCell>& cells) {
   std::string csv =
       "front_block,front_block_name,end_block,end_block_name,objective,protocol,train_images,final_loss,"
-      "stitched_accuracy,end_accuracy,relative_score,end_agrees_on_iris,iri_median_distance\n";
+      "stitched_accuracy,end_accuracy,relative_score,end_agrees_on_iris,iri_median_distance,raua\n";
   std::string md = cat("# Stitching ", front.name, " into ", end.name, " on ", data_spec,
                        "\n\nAccuracies on the test set of ", data_spec, "; relative score = stitched / end (higher: more similar). "
                        "\"B on IRIs\": the end model's agreement with y(x) on the front model's IRIs x′.\n\n"
                        "| front block | end block | objective | protocol | stitched acc. | end acc. | relative | "
-                       "B on IRIs | IRI median dist. |\n|---|---|---|---|---|---|---|---|---|\n");
+                       "B on IRIs | IRI median dist. | rAuA |\n|---|---|---|---|---|---|---|---|---|---|\n");
   Json rows = Json::array();
   for (const StitchCell& c : cells) {
     csv += cat(c.front_block, ",", c.front_name, ",", c.end_block, ",", c.end_name, ",", c.objective, ",", c.protocol,
                ",", c.train_images, ",", fixed(c.final_loss, 6), ",", fixed(c.stitched_accuracy, 4), ",",
                fixed(c.end_accuracy, 4), ",", fixed(c.relative_score, 4), ",", fixed(c.end_agrees_on_iris, 4), ",",
-               fixed(c.iri_median, 4), "\n");
+               fixed(c.iri_median, 4), ",", fixed(c.raua, 4), "\n");
     md += cat("| ", c.front_block, " ", c.front_name, " | ", c.end_block, " ", c.end_name, " | ", c.objective, " | ",
               c.protocol, " | ", fixed(100 * c.stitched_accuracy, 2), "% | ", fixed(100 * c.end_accuracy, 2), "% | ",
               fixed(c.relative_score, 3), " | ", fixed(100 * c.end_agrees_on_iris, 1),
-              std::isfinite(c.end_agrees_on_iris) ? "%" : "", " | ", fixed(c.iri_median, 4), " |\n");
+              std::isfinite(c.end_agrees_on_iris) ? "%" : "", " | ", fixed(c.iri_median, 4), " | ", fixed(c.raua, 3), " |\n");
     rows.push_back(cell_to_json(c));
   }
   Json all = Json::object();
@@ -255,6 +257,17 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
   const double end_accuracy =
       accuracy([&](const Tensor& raw) { return end.model->forward(end.input(raw)); }, test.images, test.labels);
   if (log) log(cat("end model ", end.name, ": test accuracy ", fixed(100 * end_accuracy, 2), "% on ", test.labels.size(), " images"));
+  // rAuA: the area under a model's accuracy-versus-ε curve under PGD on the first
+  // raua_images test images, the end model's computed once.
+  const bool raua = !o.raua_eps.empty();
+  const int64_t raua_count = raua ? std::min<int64_t>(o.raua_images, int64_t(test.labels.size())) : 0;
+  const Tensor raua_images = raua ? select_rows(test.images, 0, raua_count) : Tensor();
+  const std::vector<int64_t> raua_labels(test.labels.begin(), test.labels.begin() + raua_count);
+  auto area_under_attack = [&](const RawClassifier& logits) {
+    return area_under_accuracy(o.raua_eps, robust_accuracy(logits, raua_images, raua_labels, o.raua_eps, o.raua_attack));
+  };
+  const double end_area = raua ? area_under_attack([&](const Tensor& raw) { return end.model->forward(end.input(raw)); }) : NAN;
+  if (raua && log) log(cat("end model ", end.name, ": AuA ", fixed(end_area, 5), " under PGD ", o.raua_attack.norm, " on ", raua_count, " images"));
 
   std::vector<StitchCell> cells;
   const int64_t total = int64_t(pairs.size() * o.objectives.size() * o.protocols.size());
@@ -313,6 +326,7 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
             accuracy([&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); }, test.images, test.labels);
         c.end_accuracy = end_accuracy;
         c.relative_score = end_accuracy > 0 ? c.stitched_accuracy / end_accuracy : NAN;
+        if (raua) c.raua = area_under_attack([&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); }) / end_area;
         if (set) {
           c.end_agrees_on_iris = accuracy([&](const Tensor& raw) { return end.model->forward(end.input(raw)); },
                                           set->inputs, iri_source.labels);

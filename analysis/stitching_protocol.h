@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/robustness.h"
 #include "analysis/stitching_iri.h"
 #include "analysis/stitching_train.h"
 #include "engine/data/open.h"
@@ -48,6 +49,12 @@ struct StitchSweepOptions {
   StitchTrainOptions train;            // objective is set per cell
   IriOptions iri;
   std::string out_dir;
+  // rAuA (METHODS.md §2.4), when raua_eps is given: every cell also attacks the stitched
+  // and the end model with PGD (raua_attack, at each ε of the grid) on the first
+  // raua_images test images; raua = AuA(stitched) / AuA(end), AuA by the trapezoid rule.
+  std::vector<float> raua_eps;
+  int64_t raua_images = 200;
+  PgdOptions raua_attack;
 };
 
 struct StitchCell {
@@ -59,6 +66,7 @@ struct StitchCell {
   double stitched_accuracy = 0, end_accuracy = 0, relative_score = 0;
   double end_agrees_on_iris = NAN;  // NaN when no IRIs were made for this front block
   double iri_median = NAN;
+  double raua = NAN;  // NaN when the sweep computed no rAuA for the cell
   std::string key() const;  // "front2_end2_slm_invariance"
 };
 

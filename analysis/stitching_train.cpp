@@ -5,9 +5,37 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/optim.h"
-#include "engine/random.h"
+#include "engine/data/loader.h"
+#include "models/training.h"
 
 namespace adjoint {
+
+namespace {
+
+// The stitch's training examples as a data set, so that the training loop's Loader
+// shuffles and batches them: an example is a front image and its label; its index
+// finds the matching end image.
+class StitchExamples : public Dataset {
+public:
+  explicit StitchExamples(const StitchTrainingSet& data) : images_(data.front_inputs.contiguous()), labels_(data.labels) {}
+  std::string name() const override { return "stitch training set"; }
+  int64_t size() const override { return images_.size(0); }
+  Shape shape() const override { return Shape(images_.shape().begin() + 1, images_.shape().end()); }
+  int64_t num_classes() const override { return *std::max_element(labels_.begin(), labels_.end()) + 1; }
+  using Dataset::get;
+  void get(int64_t index, float* input, int64_t* targets) const override {
+    check_index(index);
+    const int64_t per = images_.numel() / images_.size(0);
+    std::copy(images_.data() + index * per, images_.data() + (index + 1) * per, input);
+    targets[0] = labels_[size_t(index)];
+  }
+
+private:
+  Tensor images_;
+  std::vector<int64_t> labels_;
+};
+
+}  // namespace
 
 StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const StitchTrainingSet& data,
                                const StitchTrainOptions& o, const std::function<void(int64_t, int64_t, double)>& progress) {
@@ -24,36 +52,42 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
   adam.lr = o.lr;
   adam.weight_decay = o.weight_decay;
   AdamW optimizer(stitch.named_parameters(), adam);
-  Generator order(o.seed);
-  const int64_t batches = (N + o.batch - 1) / o.batch, total = batches * o.epochs;
-  StitchTrainResult result;
-  for (int64_t epoch = 0; epoch < o.epochs; ++epoch) {
-    const std::vector<int64_t> shuffled = permutation(N, order);
-    double loss_sum = 0;
-    for (int64_t b = 0; b < batches; ++b) {
-      const std::vector<int64_t> indices(shuffled.begin() + b * o.batch,
-                                         shuffled.begin() + std::min(N, (b + 1) * o.batch));
-      std::vector<int64_t> labels;
-      for (int64_t i : indices) labels.push_back(data.labels[size_t(i)]);
-      Tensor front;
-      {
-        NoGrad off;
-        front = pair.front_features(select_rows(data.front_inputs, indices));
-      }
-      std::vector<Tensor> targets;
-      if (objective.needs_end_features) targets = pair.end_targets(select_rows(data.end_inputs, indices));
-      const Tensor loss = objective.loss(pair.stitched_path(stitch, front), targets, labels, o.objective_options);
-      const std::vector<Tensor> g = grad(loss, {stitch.weight, stitch.bias}, {}, {}, false);
-      stitch.weight.set_grad(g[0]);
-      stitch.bias.set_grad(g[1]);
-      optimizer.step();
-      const double value = loss.item();
-      loss_sum += value;
-      ++result.steps;
-      if (progress) progress(result.steps, total, value);
+  Schedule constant;
+  constant.kind = Schedule::Constant;
+  constant.base_lr = o.lr;
+  LoaderOptions batches;
+  batches.batch_size = o.batch;
+  batches.prefetch = false;  // an in-memory copy costs less than a hand-over
+  batches.seed = o.seed;
+  Loader loader(std::make_shared<StitchExamples>(data), batches);
+  const int64_t per_epoch = loader.batches_per_epoch(), total = per_epoch * o.epochs;
+
+  // The stitch step: A's features without autograd, B's targets on the end images of the
+  // same examples, and the gradient asked for the stitch's parameters alone.
+  auto stitch_step = [&](const Batch& batch, int64_t) {
+    Tensor front;
+    {
+      NoGrad off;
+      front = pair.front_features(batch.inputs);
     }
-    result.last_epoch_loss = loss_sum / double(batches);
-  }
+    std::vector<Tensor> targets;
+    if (objective.needs_end_features) targets = pair.end_targets(select_rows(data.end_inputs, batch.indices));
+    const Tensor loss = objective.loss(pair.stitched_path(stitch, front), targets, batch.labels, o.objective_options);
+    const std::vector<Tensor> g = grad(loss, {stitch.weight, stitch.bias}, {}, {}, false);
+    stitch.weight.set_grad(g[0]);
+    stitch.bias.set_grad(g[1]);
+    const double value = loss.item();
+    return StepOutcome{value * double(batch.size()), 0, batch.size()};
+  };
+  StitchTrainResult result;
+  double epoch_loss = 0;  // the sum of the batch losses of the current epoch
+  run_steps(loader, optimizer, constant, 0, total, stitch_step, [&](int64_t done, const Batch& batch, const StepOutcome& r) {
+    const double value = r.loss_sum / double(batch.size());
+    epoch_loss += value;
+    result.steps = done;
+    if (done % per_epoch == 0) result.last_epoch_loss = epoch_loss / double(per_epoch), epoch_loss = 0;
+    if (progress) progress(done, total, value);
+  });
   return result;
 }
 

@@ -2,14 +2,12 @@
 //
 // Only the stitch's weight and bias change: A runs without autograd, B's targets too, and
 // the gradient is asked for the stitch's parameters alone, so neither model's parameters,
-// gradients nor BatchNorm statistics (eval mode) are touched. The loop is AdamW over
-// shuffled mini-batches of raw images; the front model sees `front_inputs`, the end model's
-// targets come from `end_inputs` (the same images under the standard protocol, the IRIs
-// under the invariance-aware one) and HLM reads `labels`.
-//
-// This is a loop of its own for now: the one training loop with step functions that the
-// issue asks for (classification, stitching and PGD as three step functions) is left for
-// when models/training.cpp can be restructured.
+// gradients nor BatchNorm statistics (eval mode) are touched. Training is the shared
+// training loop's core (run_steps, models/training.h) with the stitch step as its step
+// function: AdamW at a constant rate over shuffled mini-batches of raw images; the front
+// model sees `front_inputs`, the end model's targets come from `end_inputs` (the same
+// images under the standard protocol, the IRIs under the invariance-aware one) and HLM
+// reads `labels`.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -34,7 +32,7 @@ struct StitchTrainOptions {
   int64_t batch = 128;
   double lr = 1e-3;
   double weight_decay = 0.0;
-  uint64_t seed = 0;  // the order of the examples
+  uint64_t seed = 0;  // the order of the examples (the Loader's shuffle)
 };
 
 struct StitchTrainResult {

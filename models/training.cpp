@@ -219,56 +219,6 @@ void for_each_part(const Batch& batch, int64_t parts, const std::function<void(i
   });
 }
 
-// What a forward pass over a batch (or part of one) reports: the loss times the rows
-// (examples, or tokens of a sequence model), the correct predictions and the rows.
-struct PassOutcome {
-  double loss_sum = 0;
-  int64_t correct = 0, rows = 0;
-  PassOutcome& operator+=(const PassOutcome& o) {
-    loss_sum += o.loss_sum, correct += o.correct, rows += o.rows;
-    return *this;
-  }
-};
-
-// Forward, loss and gradient of one step, the batch run in `parts` parts (for_each_part).
-// Each part's loss is weighted by its share of the batch's rows, so the parts' gradients,
-// added in part order, are the batch gradient.
-PassOutcome training_step(Model& model, const Batch& batch, const std::vector<Tensor>& params, float label_smoothing,
-                          int64_t parts, int64_t step) {
-  parts = part_count(batch, parts);
-  const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
-  std::vector<PassOutcome> outcomes(static_cast<size_t>(parts));
-  std::vector<std::vector<Tensor>> grads(static_cast<size_t>(parts));
-  for_each_part(batch, parts, [&](int64_t s, const BatchPart& part) {
-    GradientOnly training_graph;  // this graph only ever takes the exact gradient
-    Tensor logits = as_rows(model.forward(part.inputs));
-    Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
-    const float value = loss.item();
-    check(std::isfinite(value), "train: diverged: the training loss became ", csv_number(value), " at step ", step,
-          "; lower --lr or check the data");
-    const int64_t rows = logits.size(0);
-    if (parts == 1)
-      backward(loss);  // straight into .grad
-    else
-      grads[size_t(s)] = grad(loss, params, Tensor::full(loss.shape(), float(double(rows) / double(total_rows))), {},
-                              /*keep_graph=*/false);
-    NoGrad off;
-    outcomes[size_t(s)] = {double(value) * double(rows), count_correct(logits, part.labels), rows};
-  });
-  PassOutcome total;
-  for (const PassOutcome& o : outcomes) total += o;
-  if (parts > 1) {
-    NoGrad off;
-    for (size_t i = 0; i < params.size(); ++i) {
-      Tensor sum = grads[0][i];
-      for (size_t s = 1; s < grads.size(); ++s) sum = sum + grads[s][i];
-      Tensor param = params[i];  // a handle on the parameter
-      param.set_grad(sum);
-    }
-  }
-  return total;
-}
-
 // Data parallelism gives each part its own batch statistics and would update BatchNorm's
 // running averages (and a dropout generator) from several threads at once.
 void check_data_parallel(const Model& model, int64_t parts) {
@@ -311,20 +261,24 @@ void check_options(const TrainOptions& o) {
 // The options a resumed run must share with the run that wrote the checkpoint, each with
 // the metadata key it is stored under: with another value the continuation would differ
 // from an uninterrupted run without a word.
-std::vector<std::pair<std::string, std::string>> resume_keys(const TrainOptions& o, const DataSource& data) {
-  return {{"train.optimizer", o.optimizer},
-          {"seed", std::to_string(o.seed)},
-          {"train.batch", std::to_string(o.batch_size)},
-          {"data.spec", data.spec}};
+std::vector<std::pair<std::string, std::string>> resume_keys(const TrainOptions& o, const DataSource& data,
+                                                             const TrainingStep& step) {
+  std::vector<std::pair<std::string, std::string>> keys = {{"train.optimizer", o.optimizer},
+                                                           {"seed", std::to_string(o.seed)},
+                                                           {"train.batch", std::to_string(o.batch_size)},
+                                                           {"data.spec", data.spec}};
+  keys.insert(keys.end(), step.metadata.begin(), step.metadata.end());
+  return keys;
 }
 
 // Refuses a checkpoint this run cannot continue bit for bit, naming the option that
 // differs or what is missing. Checkpoints from before a key was stored skip its check.
-void check_resumable(const Checkpoint& ck, const Model& model, const TrainOptions& o, const DataSource& data) {
+void check_resumable(const Checkpoint& ck, const Model& model, const TrainOptions& o, const DataSource& data,
+                     const TrainingStep& step) {
   const std::string at = cat("--resume ", o.resume, ": ");
   check(ck.config.arch == model.config().arch, at, "checkpoint holds a ", ck.config.arch, ", this run trains a ",
         model.config().arch);
-  for (const auto& [key, value] : resume_keys(o, data)) {
+  for (const auto& [key, value] : resume_keys(o, data, step)) {
     auto it = ck.metadata.find(key);
     const std::string option = key == "data.spec" ? "data" : key.substr(key.find('.') + 1);
     if (it != ck.metadata.end() && it->second != value)
@@ -358,6 +312,67 @@ void check_out_dir(const TrainOptions& o, const std::string& checkpoint_path) {
 
 }  // namespace
 
+StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts,
+                                int64_t step) {
+  // The batch runs in `parts` parts (for_each_part). Each part's loss is weighted by its
+  // share of the batch's rows, so the parts' gradients, added in part order, are the
+  // batch gradient.
+  parts = part_count(batch, parts);
+  const std::vector<Tensor> params = parts > 1 ? model.parameters() : std::vector<Tensor>{};
+  const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
+  std::vector<StepOutcome> outcomes(static_cast<size_t>(parts));
+  std::vector<std::vector<Tensor>> grads(static_cast<size_t>(parts));
+  for_each_part(batch, parts, [&](int64_t s, const BatchPart& part) {
+    GradientOnly training_graph;  // this graph only ever takes the exact gradient
+    Tensor logits = as_rows(model.forward(part.inputs));
+    Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
+    const float value = loss.item();
+    check(std::isfinite(value), "train: diverged: the training loss became ", csv_number(value), " at step ", step,
+          "; lower --lr or check the data");
+    const int64_t rows = logits.size(0);
+    if (parts == 1)
+      backward(loss);  // straight into .grad
+    else
+      grads[size_t(s)] = grad(loss, params, Tensor::full(loss.shape(), float(double(rows) / double(total_rows))), {},
+                              /*keep_graph=*/false);
+    NoGrad off;
+    outcomes[size_t(s)] = {double(value) * double(rows), count_correct(logits, part.labels), rows};
+  });
+  StepOutcome total;
+  for (const StepOutcome& o : outcomes) total += o;
+  if (parts > 1) {
+    NoGrad off;
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor sum = grads[0][i];
+      for (size_t s = 1; s < grads.size(); ++s) sum = sum + grads[s][i];
+      Tensor param = params[i];  // a handle on the parameter
+      param.set_grad(sum);
+    }
+  }
+  return total;
+}
+
+TrainingStep classification_step(const TrainOptions& o) {
+  const float label_smoothing = float(o.label_smoothing);
+  const int64_t parts = o.data_parallel;
+  return {"classification", {{"train.adversarial", "none"}}, [=](Model& model, const Batch& batch, int64_t step) {
+            return classification_step(model, batch, label_smoothing, parts, step);
+          }};
+}
+
+void run_steps(Loader& loader, Optimizer& optimizer, const Schedule& schedule, int64_t first, int64_t last,
+               const StepFunction& step_function,
+               const std::function<void(int64_t, const Batch&, const StepOutcome&)>& after_step) {
+  for (int64_t step = first; step < last; ++step) {
+    optimizer.set_lr(schedule.at(step));
+    const Batch batch = loader.next();
+    optimizer.zero_grad();
+    const StepOutcome outcome = step_function(batch, step);
+    optimizer.step();
+    if (after_step) after_step(step + 1, batch, outcome);
+  }
+}
+
 Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
                     int64_t batch_size, int64_t limit, int64_t parts) {
   NoGrad off;
@@ -370,10 +385,10 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
     subset = std::make_shared<Subset>(data, first);
   }
   Loader loader(subset, LoaderOptions{batch_size, false, false, true, 0, transforms});
-  PassOutcome total;
+  StepOutcome total;
   for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
     Batch batch = loader.next();
-    std::vector<PassOutcome> outcomes(static_cast<size_t>(part_count(batch, parts)));
+    std::vector<StepOutcome> outcomes(static_cast<size_t>(part_count(batch, parts)));
     for_each_part(batch, static_cast<int64_t>(outcomes.size()), [&](int64_t s, const BatchPart& part) {
       NoGrad off_here;  // recording is per thread
       Tensor logits = as_rows(model.forward(part.inputs));
@@ -381,7 +396,7 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
       outcomes[size_t(s)] = {double(cross_entropy(logits, part.labels).item()) * double(rows),
                              count_correct(logits, part.labels), rows};
     });
-    for (const PassOutcome& o : outcomes) total += o;
+    for (const StepOutcome& o : outcomes) total += o;
   }
   const_cast<Model&>(model).train(was_training);
   Evaluation e;
@@ -392,6 +407,13 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
 }
 
 std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& o,
+                               const std::function<void(const Progress&)>& on_progress,
+                               const std::function<void(const EpochRecord&)>& on_epoch) {
+  return train(model, data, o, classification_step(o), on_progress, on_epoch);
+}
+
+std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& o,
+                               const TrainingStep& training_step,
                                const std::function<void(const Progress&)>& on_progress,
                                const std::function<void(const EpochRecord&)>& on_epoch) {
   check(o.epochs > 0, "train: --epochs must be positive, got ", o.epochs);
@@ -405,7 +427,6 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   if (o.max_steps > 0) total = std::min(total, o.max_steps);
   check_data_parallel(model, o.data_parallel);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(model, o);
-  const std::vector<Tensor> params = model.parameters();
   const Schedule schedule = make_schedule(o, total);
 
   int64_t step = 0;
@@ -417,7 +438,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     const char* option = !o.resume.empty() ? "--resume " : "--continue-from ";
     Checkpoint ck = load_checkpoint(start);
     if (!o.resume.empty())
-      check_resumable(ck, model, o, data);
+      check_resumable(ck, model, o, data, training_step);
     else
       check(ck.config.arch == model.config().arch, option, start, ": checkpoint holds a ", ck.config.arch,
             ", this run trains a ", model.config().arch);
@@ -432,7 +453,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   const int64_t resumed_from = step;
 
   std::map<std::string, std::string> meta = {{"data.mean", join(data.mean)}, {"data.std", join(data.std)}};
-  for (const auto& [key, value] : resume_keys(o, data)) meta[key] = value;
+  for (const auto& [key, value] : resume_keys(o, data, training_step)) meta[key] = value;
   // The output folder is made by the first write, so that a run failing at its first
   // step leaves no empty folder behind.
   auto save = [&](int64_t epochs_done) {
@@ -457,25 +478,24 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     const auto start = Clock::now();
     double loss_sum = 0;
     int64_t correct = 0, rows_seen = 0, samples = 0;
-    for (int64_t b = step % per_epoch; b < per_epoch && step < total; ++b) {
-      optimizer->set_lr(schedule.at(step));
-      Batch batch = loader.next();
-      optimizer->zero_grad();
-      const PassOutcome r = training_step(model, batch, params, float(o.label_smoothing), o.data_parallel, step);
-      optimizer->step();
-      ++step;
-      correct += r.correct;
-      rows_seen += r.rows;
-      samples += batch.size();
-      loss_sum += r.loss_sum;
-      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
-      keep_if_due(step % per_epoch == 0 ? epoch + 1 : epoch);
-      if (on_progress)
-        on_progress(Progress{epoch + 1, o.epochs, b + 1, std::min(per_epoch, b + 1 + total - step), step, total,
-                             loss_sum / double(rows_seen),
-                             double(correct) / double(rows_seen), double(samples) / seconds_since(start),
-                             optimizer->lr(), resumed_from});
-    }
+    const int64_t epoch_end = std::min(total, (epoch + 1) * per_epoch);
+    run_steps(
+        loader, *optimizer, schedule, step, epoch_end,
+        [&](const Batch& batch, int64_t at) { return training_step.run(model, batch, at); },
+        [&](int64_t done, const Batch& batch, const StepOutcome& r) {
+          step = done;
+          correct += r.correct;
+          rows_seen += r.rows;
+          samples += batch.size();
+          loss_sum += r.loss_sum;
+          if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
+          keep_if_due(step % per_epoch == 0 ? epoch + 1 : epoch);
+          const int64_t b = step - 1 - epoch * per_epoch;  // this batch's index in the epoch
+          if (on_progress)
+            on_progress(Progress{epoch + 1, o.epochs, b + 1, std::min(per_epoch, b + 1 + total - step), step, total,
+                                 loss_sum / double(rows_seen), double(correct) / double(rows_seen),
+                                 double(samples) / seconds_since(start), optimizer->lr(), resumed_from});
+        });
     const double train_seconds = seconds_since(start);
     Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit, o.data_parallel);
     model.train(true);

@@ -1,13 +1,21 @@
 // The training loop: epochs of mini-batch steps with a learning-rate schedule, an
 // evaluation after every epoch, checkpoints that make --resume continue bit for bit,
 // and a per-epoch log. Display is the caller's: progress arrives through a callback.
+//
+// What a step does is a step function: classification (here), PGD adversarial training
+// (analysis/robustness.h) and stitch training (analysis/stitching_train.h) are three step
+// functions of one loop. run_steps is that loop's core (schedule, batch, zeroed gradients,
+// step function, optimizer); train() wraps it in epochs, evaluation, checkpoints and logs.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/data/loader.h"
 #include "engine/data/open.h"
+#include "engine/optim.h"
 #include "models/model.h"
 
 namespace adjoint {
@@ -62,15 +70,58 @@ struct Evaluation {
   int64_t count = 0;
 };
 
+// What one step reports: the loss summed over the rows it trained on (examples, or tokens
+// of a sequence model), the correct predictions among them and the rows.
+struct StepOutcome {
+  double loss_sum = 0;
+  int64_t correct = 0, rows = 0;
+  StepOutcome& operator+=(const StepOutcome& o) {
+    loss_sum += o.loss_sum, correct += o.correct, rows += o.rows;
+    return *this;
+  }
+};
+
+// A step function: the forward and backward pass of one mini-batch, leaving the batch
+// loss's gradient in the trained parameters' .grad. `step` is the step's index in the run
+// (for messages, and for randomness a resumed run must draw again the same way).
+using StepFunction = std::function<StepOutcome(const Batch& batch, int64_t step)>;
+
+// The core every training loop runs: steps [first, last), each one the learning rate
+// schedule.at(step), the loader's next batch, zeroed gradients, `step_function`, the
+// optimizer's update, then `after_step(steps done, batch, outcome)`.
+void run_steps(Loader& loader, Optimizer& optimizer, const Schedule& schedule, int64_t first, int64_t last,
+               const StepFunction& step_function,
+               const std::function<void(int64_t, const Batch&, const StepOutcome&)>& after_step);
+
+// How train() trains a model: a step function with what names it in checkpoints.
+struct TrainingStep {
+  std::string name;  // "classification", "pgd": for messages
+  // Written into every checkpoint; a resumed run must have the same values (a different
+  // attack would continue a different run).
+  std::map<std::string, std::string> metadata;
+  std::function<StepOutcome(Model& model, const Batch& batch, int64_t step)> run;
+};
+
+// The classification step: cross-entropy with o.label_smoothing on the batch as it comes,
+// run as o.data_parallel parts at once (one thread each), their gradients added in order.
+TrainingStep classification_step(const TrainOptions& o);
+// One such step on `batch`; throws naming `step` when the loss is not finite.
+StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts, int64_t step);
+
 // Accuracy and mean cross-entropy of `model` (eval mode, no autograd) on `data`, each
 // batch run as `parts` parts at once, one thread each.
 Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
                     int64_t batch_size, int64_t limit = 0, int64_t parts = 1);
 
-// Trains `model` (freshly built, or restored from options.resume by the caller through
-// resume_from) and returns one record per finished epoch. `on_progress` is called after
-// every step; `on_epoch` after every evaluation. A run whose test loss is not finite
-// stops after that epoch, its last record marked `diverged`, without checkpointing it.
+// Trains `model` (freshly built; options.resume restores it) with `step` and returns one
+// record per finished epoch. `on_progress` is called after every step; `on_epoch` after
+// every evaluation. A run whose test loss is not finite stops after that epoch, its last
+// record marked `diverged`, without checkpointing it.
+std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& options,
+                               const TrainingStep& step,
+                               const std::function<void(const Progress&)>& on_progress = {},
+                               const std::function<void(const EpochRecord&)>& on_epoch = {});
+// The same with classification_step(options).
 std::vector<EpochRecord> train(Model& model, const DataSource& data, const TrainOptions& options,
                                const std::function<void(const Progress&)>& on_progress = {},
                                const std::function<void(const EpochRecord&)>& on_epoch = {});

@@ -70,7 +70,7 @@ TEST_CASE("input search: Adam converges on a quadratic; unknown rules are refuse
   const InputSearchResult r = minimise_per_example(squared_distance_to(target), Tensor::full({2, 3}, 0.5f), o);
   check_close(r.best, target, 0.0, 0.02, "Adam's best iterate");
   o.rule = "lbfgs";
-  CHECK_THROWS_WITH_AS(minimise_per_example(squared_distance_to(target), target, o), doctest::Contains("l2, adam"),
+  CHECK_THROWS_WITH_AS(minimise_per_example(squared_distance_to(target), target, o), doctest::Contains("l2, sign, adam"),
                        UsageError);
 }
 

@@ -7,6 +7,7 @@
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "models/checkpoint.h"
+#include "tools/attack_options.h"
 #include "tools/cli.h"
 #include "tools/model_source.h"
 
@@ -97,6 +98,12 @@ int run_stitch(const cli::Args& a) {
   o.iri.start = a.text("iri-start");
   o.iri.batch = a.integer("iri-batch");
   o.iri.seed = o.train.seed;
+  if (a.has("raua-eps")) {
+    o.raua_eps = eps_grid(a, "raua-eps");
+    o.raua_attack = attack_options(a, o.raua_eps.front(), o.train.seed);
+    o.raua_images = a.integer("raua-images");
+    if (o.raua_images < 1) throw UsageError(cat("option --raua-images must be at least 1, got ", o.raua_images));
+  }
   const std::string spec = a.has("data") ? a.text("data") : front_data;
   if (spec.empty()) throw UsageError("stitch: the front checkpoint names no data set; give --data");
   const DataSource data = open_data(spec);
@@ -125,7 +132,7 @@ const cli::Registration stitch_command({
         "(adjoint info lists them). Writes OUT/results.{csv,json,md}, OUT/stitches/*.safetensors,\n"
         "OUT/iris/*.safetensors; a rerun with the same OUT skips every finished cell.",
     .arguments = "",
-    .options = {{"front", "FILE", "the front model's checkpoint (A)", ""},
+    .options = with_attack_options({{"front", "FILE", "the front model's checkpoint (A)", ""},
                 {"end", "FILE", "the end model's checkpoint (B)", ""},
                 {"blocks", "LIST", "stitch after the same block of both: 1,2,3", ""},
                 {"pairs", "LIST", "stitch after front block I into end block J: I:J,...", ""},
@@ -150,7 +157,9 @@ const cli::Registration stitch_command({
                 {"iri-start", "NAME", "derangement (another image of the set) or noise", "derangement"},
                 {"iri-transport", "NAME", "IRI search cotangent: gradient, soft_pullback or pullback", "gradient"},
                 {"iri-batch", "N", "images per IRI search batch", "128"},
-                {"seed", "N", "stitch training order, random init, IRI starts", "0"}},
+                {"seed", "N", "stitch training order, random init, IRI starts", "0"},
+                {"raua-eps", "LIST", "also rAuA per cell: PGD (--pgd-*) at each ε of LIST, e.g. 0,0.025,0.05,0.1", ""},
+                {"raua-images", "N", "test images attacked for rAuA", "200"}}),
     .run = run_stitch,
 });
 

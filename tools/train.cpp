@@ -6,8 +6,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "analysis/robustness.h"
+#include "analysis/stitching_pair.h"
 #include "engine/autograd.h"
 #include "engine/csv.h"
+#include "engine/data/loader.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "engine/files.h"
@@ -15,6 +18,8 @@
 #include "engine/threads.h"
 #include "models/checkpoint.h"
 #include "models/training.h"
+#include "ops/layout.h"
+#include "tools/attack_options.h"
 #include "tools/cli.h"
 #include "tools/model_source.h"
 #include "tools/progress.h"
@@ -26,6 +31,33 @@ int64_t count_parameters(const Module& m) {
   int64_t n = 0;
   for (const auto& [name, t] : m.named_parameters()) n += t.numel();
   return n;
+}
+
+// What --adversarial chooses: the step function of the training loop.
+struct TrainingKind {
+  const char* name;
+  const char* help;
+  TrainingStep (*make)(const cli::Args& a, const TrainOptions& o, const DataSource& data);
+};
+const TrainingKind kTrainingKinds[] = {
+    {"none", "standard training on the batches as they come",
+     [](const cli::Args&, const TrainOptions& o, const DataSource&) { return classification_step(o); }},
+    {"pgd", "PGD adversarial training (Madry et al.): each batch attacked with --pgd-* first",
+     [](const cli::Args& a, const TrainOptions& o, const DataSource& data) {
+       const PgdOptions attack = attack_options(a, float(a.number("pgd-eps")), o.seed);
+       if (!data.images) throw UsageError(cat("--adversarial pgd: ", data.spec, " is not an image data set"));
+       return adversarial_training_step(o, attack, data.mean, data.std);
+     }},
+};
+
+TrainingStep training_step(const cli::Args& a, const TrainOptions& o, const DataSource& data) {
+  const std::string name = a.text("adversarial");
+  std::string names;
+  for (const TrainingKind& k : kTrainingKinds) {
+    if (name == k.name) return k.make(a, o, data);
+    names += cat(names.empty() ? "" : ", ", k.name);
+  }
+  throw UsageError(cat("--adversarial: unknown training '", name, "'; choices: ", names));
 }
 
 int run_train(const cli::Args& a) {
@@ -59,6 +91,7 @@ int run_train(const cli::Args& a) {
   o.continue_from = a.has("continue-from") ? a.text("continue-from") : "";
   if (!o.resume.empty() && !o.continue_from.empty()) throw UsageError("give --resume or --continue-from, not both");
   o.overwrite = a.flag("overwrite");
+  const TrainingStep step = training_step(a, o, data);
 
   Generator init(o.seed);
   auto model = make_model(config, init);
@@ -70,6 +103,11 @@ int run_train(const cli::Args& a) {
               o.data_parallel > 1 ? cat(" in ", o.data_parallel, " data-parallel parts").c_str() : "",
               (long long)o.epochs, o.max_steps ? cat(" (at most ", o.max_steps, " steps)").c_str() : "",
               o.out_dir.c_str());
+  if (a.text("adversarial") != "none") {
+    std::printf("  %s:", step.name.c_str());
+    for (const auto& [key, value] : step.metadata) std::printf(" %s=%s", key.c_str(), value.c_str());
+    std::printf("\n");
+  }
   std::fflush(stdout);
 
   std::unique_ptr<cli::ProgressBar> bar;
@@ -105,7 +143,7 @@ int run_train(const cli::Args& a) {
                 cli::format_duration(r.seconds).c_str(), r.samples_per_second);
     std::fflush(stdout);
   };
-  auto records = train(*model, data, o, on_progress, on_epoch);
+  auto records = train(*model, data, o, step, on_progress, on_epoch);
   if (!records.empty() && records.back().diverged) {
     const EpochRecord& r = records.back();
     throw Error(cat("train: the run diverged: test loss ", csv_number(r.test_loss), " after epoch ", r.epoch,
@@ -129,9 +167,11 @@ const cli::Registration train_command({
         "+shortcut-train[:SIZE], +invert (engine/data/variants.h).\n"
         "Writes OUT/checkpoint.safetensors after every epoch and\n"
         "OUT/log.csv, OUT/log.json. --resume OUT/checkpoint.safetensors with the same options continues\n"
-        "the run; the final weights equal an uninterrupted run's bit for bit (same seed and threads).",
+        "the run; the final weights equal an uninterrupted run's bit for bit (same seed and threads).\n"
+        "--adversarial pgd trains on PGD adversarial examples of every batch (model in eval mode during the\n"
+        "attack, as the robustness library does); the attack is recorded in the checkpoint's metadata.",
     .arguments = "",
-    .options = with_model_options({
+    .options = with_attack_options(with_model_options({
         {"data", "SPEC", "the data set", "fashion-mnist"},
         {"epochs", "N", "passes over the training set", "10"},
         {"batch", "N", "examples per step", "128"},
@@ -154,16 +194,58 @@ const cli::Registration train_command({
         {"checkpoint-every", "N", "also checkpoint every N steps", "0"},
         {"keep-checkpoints", "SCHEDULE",
          "keep checkpoints for later analysis in OUT/checkpoints: every:N steps or log:K (K log-spaced steps)", ""},
-        {"resume", "FILE", "continue from a checkpoint (same optimizer, seed, batch and data)", ""},
+        {"resume", "FILE", "continue from a checkpoint (same optimizer, seed, batch, data and attack)", ""},
         {"continue-from", "FILE",
          "start from another run's checkpoint (weights, optimizer state, step) on this run's data; --epochs counts from "
          "that run's start",
          ""},
         {"overwrite", "", "replace a checkpoint already in --out instead of refusing", ""},
         {"quick", "", "a demo of a few minutes: width 0.25, 150 steps, 2000 test images", ""},
-    }),
+        {"adversarial", "NAME", "none, or pgd: PGD adversarial training (Madry et al.) with the --pgd-* attack", "none"},
+        {"pgd-eps", "X", "PGD radius in [0,1] pixel units (--adversarial pgd)", "0.1"},
+    })),
     .run = run_train,
 });
+
+// The first `count` test images as raw pixels in [0, 1] (the pipeline's normalisation
+// undone) with their labels.
+std::pair<Tensor, std::vector<int64_t>> raw_test_images(const Endpoint& e, const DataSource& data, int64_t count) {
+  const int64_t n = std::min(count, data.test->size());
+  Loader loader(data.test, LoaderOptions{256, false, false, false, 0, data.eval_transforms()});
+  std::vector<Tensor> parts;
+  std::vector<int64_t> labels;
+  for (int64_t b = 0; int64_t(labels.size()) < n; ++b) {
+    const Batch batch = loader.batch(0, b);
+    const int64_t take = std::min(batch.size(), n - int64_t(labels.size()));
+    parts.push_back(select_rows(raw_pixels(e, batch.inputs), 0, take));
+    labels.insert(labels.end(), batch.labels.begin(), batch.labels.begin() + take);
+  }
+  return {concat(parts, 0), labels};
+}
+
+// `adjoint eval --pgd-eps LIST`: the accuracy under PGD at each ε and the area under it.
+void print_robust_accuracy(const cli::Args& a, const Checkpoint& ck, Model& model, const DataSource& data,
+                           int64_t batch) {
+  const std::vector<float> grid = eps_grid(a, "pgd-eps");
+  const PgdOptions attack = attack_options(a, grid.front(), uint64_t(a.integer("seed")));
+  const int64_t count = a.integer("pgd-images");
+  if (count < 1) throw UsageError(cat("option --pgd-images must be at least 1, got ", count));
+  check(data.images, "eval --pgd-eps: ", data.spec, " is not an image data set");
+  const Endpoint e{ck.path, std::shared_ptr<Model>(std::shared_ptr<Model>(), &model), data.mean, data.std};
+  model.train(false);
+  const auto [raw, labels] = raw_test_images(e, data, count);
+  std::printf("PGD %s, %lld steps, step %s, %s start, on the first %lld test images:\n", attack.norm.c_str(),
+              (long long)attack.steps, attack.step_size > 0 ? cat(attack.step_size).c_str() : "2.5·ε/steps",
+              attack.random_start ? "random" : "clean", (long long)labels.size());
+  std::fflush(stdout);
+  const std::vector<double> accuracy = robust_accuracy(
+      [&](const Tensor& x) { return model.forward(e.input(x)); }, raw, labels, grid, attack, batch);
+  for (size_t k = 0; k < grid.size(); ++k)
+    std::printf("  eps %-8g robust accuracy %.2f%%\n", grid[k], 100 * accuracy[k]);
+  const double area = area_under_accuracy(grid, accuracy);
+  std::printf("AuA %.5f over eps [%g, %g] (mean robust accuracy %.2f%%)\n", area, grid.front(), grid.back(),
+              100 * area / double(grid.back() - grid.front()));
+}
 
 int run_eval(const cli::Args& a) {
   Checkpoint ck = load_checkpoint(a.text("checkpoint"));
@@ -184,18 +266,27 @@ int run_eval(const cli::Args& a) {
               (long long)ck.epoch, (long long)ck.step, spec.c_str(), (long long)data.test->size());
   Evaluation e = evaluate(*model, data.test, data.eval_transforms(), batch, limit);
   std::printf("test loss %.4f, accuracy %.2f%% (%lld examples)\n", e.loss, 100 * e.accuracy, (long long)e.count);
+  if (a.has("pgd-eps")) print_robust_accuracy(a, ck, *model, data, batch);
   return 0;
 }
 
 const cli::Registration eval_command({
     .name = "eval",
     .summary = "evaluate a checkpoint on a test set",
-    .description = "Uses the data set the checkpoint was trained on unless --data names another.",
+    .description =
+        "Uses the data set the checkpoint was trained on unless --data names another. --pgd-eps adds the\n"
+        "accuracy under PGD at each ε (raw [0,1] pixels, the checkpoint's normalisation applied after) and\n"
+        "the area under that curve (trapezoid).",
     .arguments = "",
-    .options = {{"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
-                {"data", "SPEC", "the data set (default: the checkpoint's)", ""},
-                {"batch", "N", "examples per batch", "256"},
-                {"limit", "N", "evaluate the first N examples (0: all)", "0"}},
+    .options = with_attack_options({{"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
+                                    {"data", "SPEC", "the data set (default: the checkpoint's)", ""},
+                                    {"batch", "N", "examples per batch", "256"},
+                                    {"limit", "N", "evaluate the first N examples (0: all)", "0"},
+                                    {"pgd-eps", "LIST",
+                                     "also the accuracy under PGD at each ε of LIST (e.g. 0,0.025,0.05,0.1) and its AuA",
+                                     ""},
+                                    {"pgd-images", "N", "test images attacked for --pgd-eps", "1000"},
+                                    {"seed", "N", "PGD's random start", "0"}}),
     .run = run_eval,
 });
 
