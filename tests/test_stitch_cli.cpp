@@ -1,10 +1,13 @@
 // `adjoint stitch` end to end: two tiny ResNets trained here on a Fashion-MNIST-shaped
 // folder whose class is a bright square's position, stitched by the real executable
-// under all three protocols; the tables, stitches and IRIs it writes; a rerun that
-// recomputes nothing; and the one-line errors for bad input.
+// under all three protocols; the tables, layer maps, stitches and IRIs it writes; a rerun
+// that recomputes nothing; further test sets; the stitched model run by `adjoint predict`
+// and `adjoint explain`; and the one-line errors for bad input.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "analysis/stitched_model.h"
 #include "engine/data/idx.h"
 #include "engine/data/open.h"
 #include "engine/json.h"
@@ -22,6 +26,8 @@
 
 using namespace adjoint;
 using adjoint::testing::TempDir;
+using adjoint::testing::check_close;
+using adjoint::testing::random_tensor;
 using adjoint::testing::read_text;
 namespace fs = std::filesystem;
 
@@ -126,6 +132,25 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   const SafetensorsFile stitch = read_safetensors(out + "/stitches/front2_end2_hlm_standard.safetensors");
   CHECK(stitch.tensors.at("weight").shape() == Shape{4, 4});
   CHECK(read_safetensors(out + "/iris/front_block_4.safetensors").tensors.at("inputs").shape() == Shape{20, 1, 8, 8});
+  for (const std::string block : {"2", "4"}) CHECK(read_text(out + "/iris/front_block_" + block + ".png").rfind("\x89PNG", 0) == 0);
+
+  // The layer × layer maps: A's blocks 2, 4 down, B's blocks 2, 3 across; (2, 3) and (4, 2)
+  // were not measured. Each value is the cell's relative score.
+  for (const std::string objective : {"hlm", "fula"})
+    for (const std::string protocol : {"standard", "control", "invariance"}) {
+      INFO(objective, " ", protocol);
+      const std::string map = read_text(out + "/layer_map_" + objective + "_" + protocol + ".csv");
+      double score[2] = {0, 0};
+      for (const Json& cell : results.find("cells")->as_array())
+        if (cell.find("objective")->as_string() == objective && cell.find("protocol")->as_string() == protocol)
+          score[cell.find("front_block")->as_int() == 2 ? 0 : 1] = cell.find("relative_score")->as_number();
+      char expected[200];
+      std::snprintf(expected, sizeof expected, "front_block,2 layer1.1,3 layer2.0\n2 layer1.1,%.3f,\n4 layer2.1,,%.3f\n",
+                    score[0], score[1]);
+      CHECK(map == expected);
+      CHECK(read_text(out + "/layer_map_" + objective + "_" + protocol + ".png").rfind("\x89PNG", 0) == 0);
+    }
+  CHECK(read_text(out + "/layer_maps.md").find("## fula, invariance") != std::string::npos);
 
   // A rerun reads every finished cell back: nothing is retrained, no file changes.
   const std::string weights_before = read_text(out + "/stitches/front4_end3_fula_control.safetensors");
@@ -141,6 +166,81 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   CHECK(read_text(out + "/stitches/front4_end3_fula_control.safetensors") == weights_before);  // same seed, same stitch
   CHECK(count_lines(read_text(out + "/results.csv")) == 13);
 
+  // Interrupted (SIGINT) after its first cell, a sweep leaves whole tables listing the cells
+  // finished so far and no temporaries; a rerun finishes it.
+  {
+    const std::string cut = dir.file("cut");
+    const std::string cut_sweep = common + " --objectives hlm,slm,dm,fula --protocol standard --out " + cut;
+    const std::string pid_file = dir.file("cut.pid");
+    REQUIRE(std::system((std::string(ADJOINT_EXE) + " " + cut_sweep + " --threads 2 > " + dir.file("cut.log") +
+                         " 2>&1 & echo $! > " + pid_file).c_str()) == 0);
+    const pid_t pid = pid_t(std::stol(read_text(pid_file)));
+    for (int wait = 0; wait < 4000 && !fs::exists(cut + "/results.csv"); ++wait) usleep(1000);
+    kill(pid, SIGINT);
+    for (int wait = 0; wait < 4000 && kill(pid, 0) == 0; ++wait) usleep(1000);
+    const std::string table = read_text(cut + "/results.csv");
+    const int64_t rows = count_lines(table) - 1;
+    CHECK(rows >= 1);
+    CHECK(rows <= 8);
+    std::stringstream lines(table);
+    for (std::string line; std::getline(lines, line);) CHECK(std::count(line.begin(), line.end(), ',') == 12);
+    for (const auto& entry : fs::recursive_directory_iterator(cut))
+      CHECK_MESSAGE(entry.path().string().find(".tmp.") == std::string::npos, entry.path().string());
+    const Run finish = adjoint_cli(cut_sweep, dir);
+    REQUIRE_MESSAGE(finish.exit_code == 0, finish.output);
+    CHECK(count_lines(read_text(cut + "/results.csv")) == 9);
+  }
+
+  // Further test sets: a rerun asking for them scores the finished cells from their stitch
+  // files, retraining nothing.
+  const std::string invert = data.spec + "+invert", shortcut = data.spec + "+shortcut:1";
+  const Run tested = adjoint_cli(sweep + " --test-data " + invert + "," + shortcut, dir);
+  REQUIRE_MESSAGE(tested.exit_code == 0, tested.output);
+  size_t read_back = 0;
+  for (size_t at = tested.output.find("done before"); at != std::string::npos; at = tested.output.find("done before", at + 1))
+    ++read_back;
+  CHECK(read_back == 12);  // no cell trained again
+  const std::string tested_csv = read_text(out + "/results.csv");
+  CHECK(tested_csv.find("iri_median_distance,stitched_accuracy[" + invert + "],end_accuracy[" + invert +
+                        "],stitched_accuracy[" + shortcut + "],end_accuracy[" + shortcut + "]\n") != std::string::npos);
+  const Json tested_cells = parse_json(read_text(out + "/results.json"));
+  for (const Json& cell : tested_cells.find("cells")->as_array()) {
+    const Json::Array& sets = cell.find("test_sets")->as_array();
+    REQUIRE(sets.size() == 2);
+    CHECK(sets[1].find("data")->as_string() == shortcut);
+    CHECK(sets[0].find("stitched_accuracy")->as_number() >= 0.0);
+    CHECK(sets[0].find("stitched_accuracy")->as_number() <= 1.0);
+  }
+
+  // The stitched model is a model: an identity stitch of A into itself predicts what A does,
+  // and a trained stitch runs through predict and explain.
+  {
+    const Checkpoint ck = load_checkpoint(a);
+    const Endpoint self{a, model_from_checkpoint(ck), {}, {}};
+    self.model->train(false);
+    StitchPair pair(self, 3, self, 3, {1, 8, 8});
+    Stitch identity(pair.shapes());
+    identity.init_identity();
+    write_stitch_file(dir.file("identity.safetensors"), pair, identity);
+  }
+  write_safetensors(dir.file("x.safetensors"), {{"x", random_tensor({5, 1, 8, 8}, 3)}});
+  const Run direct = adjoint_cli("predict --checkpoint " + a + " --input " + dir.file("x.safetensors") + " --out " + dir.file("direct"), dir);
+  REQUIRE_MESSAGE(direct.exit_code == 0, direct.output);
+  const Run stitched = adjoint_cli("predict --stitch " + dir.file("identity.safetensors") + " --input " +
+                                   dir.file("x.safetensors") + " --out " + dir.file("stitched"), dir);
+  REQUIRE_MESSAGE(stitched.exit_code == 0, stitched.output);
+  check_close(read_safetensors(dir.file("stitched.safetensors")).tensors.at("logits"),
+              read_safetensors(dir.file("direct.safetensors")).tensors.at("logits"), 1e-6, 1e-6, "identity-stitched logits");
+  const std::string trained = out + "/stitches/front4_end3_fula_standard.safetensors";
+  const Run explained = adjoint_cli("explain --stitch " + trained + " --data " + data.spec + " --count 2 --methods "
+                                    "gradient,pullback,soft_pullback --metrics none --out " + dir.file("explained"), dir);
+  REQUIRE_MESSAGE(explained.exit_code == 0, explained.output);
+  CHECK(explained.output.find("stitched:resnet18→resnet18") != std::string::npos);
+  CHECK(fs::exists(dir.file("explained/attributions_pullback.safetensors")));
+  const Run both = adjoint_cli("predict --stitch " + trained + " --checkpoint " + a + " --input " + dir.file("x.safetensors"), dir);
+  CHECK(both.exit_code == 2);
+  CHECK(both.output.find("give either --stitch or --checkpoint") != std::string::npos);
+
   // Bad input: one line naming the models, blocks and shapes.
   Run bad = adjoint_cli("stitch --front " + a + " --end " + b + " --blocks 9 --out " + dir.file("bad"), dir);
   CHECK(bad.exit_code == 1);
@@ -152,11 +252,24 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   Generator gen(0);
   auto vit_model = make_model(vit, gen);
   save_checkpoint(dir.file("vit.safetensors"), *vit_model, nullptr, 0, 0, {{"data.spec", data.spec}});
-  bad = adjoint_cli("stitch --front " + a + " --end " + dir.file("vit.safetensors") + " --pairs 2:0 --out " + dir.file("bad"), dir);
+  vit.patch = 2;
+  save_checkpoint(dir.file("vit2.safetensors"), *make_model(vit, gen), nullptr, 0, 0, {{"data.spec", data.spec}});
+  // ResNet maps into ViT tokens and back go through the map↔token adapter ...
+  const Run adapted = adjoint_cli("stitch --front " + a + " --end " + dir.file("vit.safetensors") + " --pairs 2:1 "
+                                  "--objectives dm --protocol standard --train-images 50 --epochs 1 --out " +
+                                  dir.file("adapted"), dir);
+  CHECK_MESSAGE(adapted.exit_code == 0, adapted.output);
+  CHECK(read_safetensors(dir.file("adapted/stitches/front2_end1_dm_standard.safetensors")).tensors.at("weight").shape() ==
+        Shape{8, 4});
+  // ... but two token sequences of different lengths have no adapter.
+  bad = adjoint_cli("stitch --front " + dir.file("vit.safetensors") + " --end " + dir.file("vit2.safetensors") +
+                    " --pairs 0:0 --out " + dir.file("bad"), dir);
   CHECK(bad.exit_code == 1);
   REQUIRE(error_lines(bad.output).size() == 1);
-  CHECK(error_lines(bad.output)[0].find("block 2 'layer1.1' → end " + dir.file("vit.safetensors") + " (vit_custom) block 0 'patch_embed': "
-                        "cannot join front features [4, 8, 8] to end features [5, 8]") != std::string::npos);
+  CHECK(error_lines(bad.output)[0].find("front " + dir.file("vit.safetensors") + " (vit_custom) block 0 'patch_embed' → end " +
+                                        dir.file("vit2.safetensors") + " (vit_custom) block 0 'patch_embed': cannot join "
+                                        "front features [5, 8] to end features [17, 8]: token counts differ (5 against 17)") !=
+        std::string::npos);
   bad = adjoint_cli(common + " --iri-images 0 --out " + dir.file("bad"), dir);
   CHECK(bad.exit_code == 1);
   REQUIRE(error_lines(bad.output).size() == 1);
@@ -165,4 +278,15 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   bad = adjoint_cli(common + " --objectives kl --out " + dir.file("bad"), dir);
   CHECK(bad.exit_code == 2);
   CHECK(bad.output.find("unknown stitching objective 'kl'; objectives: hlm, slm, dm, fula") != std::string::npos);
+  bad = adjoint_cli(common + " --protocol iri --out " + dir.file("bad"), dir);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("unknown stitching protocol 'iri'; protocols: standard, control, invariance") != std::string::npos);
+  // fula from end block 2 has 7 terms (blocks 2..8 of 10); two weights cannot serve them.
+  bad = adjoint_cli(common + " --objectives fula --fula-weights 1,2 --out " + dir.file("bad"), dir);
+  CHECK(bad.exit_code == 1);
+  REQUIRE(error_lines(bad.output).size() == 1);
+  CHECK(error_lines(bad.output)[0].find("block 2 'layer1.1' → end " + b + " (resnet18) block 2 'layer1.1': fula has 7 "
+                                        "terms, from end block 2 to the penultimate block 8 'layer4.1', but 2 fula "
+                                        "weights are given") != std::string::npos);
+  CHECK(!fs::exists(dir.file("bad")));  // refused before anything was written
 }
