@@ -109,15 +109,15 @@ Image score_matrix(const std::string& title, const std::vector<double>& values, 
         " column labels for ", rows, "×", cols);
   check(hi > lo, "score_matrix: the colour range [", lo, ", ", hi, "] is empty");
   const int64_t gap = 6, cell_h = 28;
-  int64_t left = text_width(row_axis) + 2 * gap, cell_w = 44;
+  const std::string axes = cat("rows: ", row_axis, "; columns: ", column_axis);
+  int64_t left = 2 * gap, cell_w = 44;
   for (const std::string& l : row_labels) left = std::max(left, text_width(l) + 2 * gap);
   for (const std::string& l : column_labels) cell_w = std::max(cell_w, text_width(l) + gap);
   const int64_t top = 34 + 2 * (text_height() + 4);
-  const int64_t width = std::max(left + cols * cell_w + gap, text_width(title, 2) + 2 * gap);
+  const int64_t width = std::max({left + cols * cell_w + gap, text_width(title, 2) + 2 * gap, text_width(axes) + 2 * gap});
   Image img(width, top + rows * cell_h + text_height() + 3 * gap);
   draw_text(img, title, gap, 8, kBlack, 2);
-  draw_text(img, column_axis + " ->", left, 34, kBlack);
-  draw_text(img, row_axis + " (down)", gap, 34, kBlack);
+  draw_text(img, axes, gap, 34, kBlack);
   for (int64_t c = 0; c < cols; ++c) draw_text(img, column_labels[size_t(c)], left + c * cell_w + 2, top - text_height() - 4, kBlack);
   for (int64_t r = 0; r < rows; ++r) {
     draw_text(img, row_labels[size_t(r)], gap, top + r * cell_h + cell_h / 2 - text_height() / 2, kBlack);
