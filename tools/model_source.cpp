@@ -42,7 +42,8 @@ std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own
 std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSpec> own) {
   static const std::vector<cli::OptionSpec> source = {
       {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
-      {"stitch", "FILE", "a stitch written by adjoint stitch: its front and end checkpoints stitched", ""},
+      {"stitch", "FILE", "a stitch written by adjoint stitch: its front and end checkpoints (paths as given to "
+                         "adjoint stitch) joined by it", ""},
       {"weights", "FILE", "a state dict for --model", ""},
       {"classes", "N", "classes of --model", "1000"},
       {"in-channels", "N", "input channels of --model", "3"},
