@@ -44,6 +44,16 @@ LayerMap layer_map(const std::vector<const StitchCell*>& cells) {
   return m;
 }
 
+// The colour range of a map: from its lowest score rounded down to a tenth (at most 0.5, so
+// that a map of high scores still shows how high) to 1, or its highest score rounded up to
+// a tenth when a stitch beats the end model.
+std::pair<double, double> colour_range(const std::vector<double>& scores) {
+  double lo = 0.5, hi = 1.0;
+  for (double v : scores)
+    if (std::isfinite(v)) lo = std::min(lo, std::floor(v * 10) / 10), hi = std::max(hi, std::ceil(v * 10) / 10);
+  return {std::max(lo, 0.0), hi};
+}
+
 }  // namespace
 
 void write_layer_maps(const std::string& dir, const std::string& title, const std::vector<StitchCell>& cells) {
@@ -80,9 +90,10 @@ void write_layer_maps(const std::string& dir, const std::string& title, const st
       md += "\n";
     }
     write_file_atomic(stem + ".csv", csv);
+    const auto [lo, hi] = colour_range(m.score);
     write_png(stem + ".png", score_matrix(cat(objective, ", ", protocol, ": relative score"), m.score,
                                           int64_t(m.rows.size()), int64_t(m.cols.size()), m.row_names, m.col_names,
-                                          "front block", "end block", 0.0, 1.0));
+                                          "front block", "end block", lo, hi));
   }
   write_file_atomic(dir + "/layer_maps.md", md);
 }
