@@ -238,6 +238,11 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   REQUIRE_MESSAGE(explained.exit_code == 0, explained.output);
   CHECK(explained.output.find("stitched:resnet18→resnet18") != std::string::npos);
   CHECK(fs::exists(dir.file("explained/attributions_pullback.safetensors")));
+  const Run randomised = adjoint_cli("explain --stitch " + trained + " --data " + data.spec + " --count 2 --methods "
+                                     "gradient --metrics randomisation --out " + dir.file("randomised"), dir);
+  CHECK(randomised.exit_code == 2);
+  CHECK(randomised.output.find("model_parameter_randomisation rebuilds a model from its architecture, which the "
+                               "stitched model (stitch " + trained + ": front " + a) != std::string::npos);
   {
     const Checkpoint ck = load_checkpoint(a);
     const Endpoint self{a, model_from_checkpoint(ck), {}, {}}, gone{dir.file("gone.safetensors"), self.model, {}, {}};
