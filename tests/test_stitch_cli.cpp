@@ -280,6 +280,10 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   CHECK_MESSAGE(adapted.exit_code == 0, adapted.output);
   CHECK(read_safetensors(dir.file("adapted/stitches/front2_end1_dm_standard.safetensors")).tensors.at("weight").shape() ==
         Shape{8, 4});
+  const Run across = adjoint_cli("predict --stitch " + dir.file("adapted/stitches/front2_end1_dm_standard.safetensors") +
+                                 " --input " + dir.file("x.safetensors") + " --out " + dir.file("across"), dir);
+  CHECK_MESSAGE(across.exit_code == 0, across.output);
+  CHECK(read_safetensors(dir.file("across.safetensors")).tensors.at("logits").shape() == Shape{5, 10});
   // ... but two token sequences of different lengths have no adapter.
   bad = adjoint_cli("stitch --front " + dir.file("vit.safetensors") + " --end " + dir.file("vit2.safetensors") +
                     " --pairs 0:0 --out " + dir.file("bad"), dir);
@@ -307,5 +311,19 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   CHECK(error_lines(bad.output)[0].find("block 2 'layer1.1' → end " + b + " (resnet18) block 2 'layer1.1': fula has 7 "
                                         "terms, from end block 2 to the penultimate block 8 'layer4.1', but 2 fula "
                                         "weights are given") != std::string::npos);
+  // A further test set of another image size.
+  {
+    const TempDir small;
+    write_idx(small.file("t10k-images-idx3-ubyte"), IdxArray{{4, 6, 6}, std::vector<uint8_t>(4 * 36, 7)});
+    write_idx(small.file("t10k-labels-idx1-ubyte"), IdxArray{{4}, std::vector<uint8_t>(4, 1)});
+    write_idx(small.file("train-images-idx3-ubyte"), IdxArray{{4, 6, 6}, std::vector<uint8_t>(4 * 36, 7)});
+    write_idx(small.file("train-labels-idx1-ubyte"), IdxArray{{4}, std::vector<uint8_t>(4, 1)});
+    bad = adjoint_cli(common + " --test-data fashion-mnist:" + small.path().string() + " --out " + dir.file("bad"), dir);
+    CHECK(bad.exit_code == 1);
+    REQUIRE(error_lines(bad.output).size() == 1);
+    CHECK(error_lines(bad.output)[0].find("the test set of fashion-mnist:" + small.path().string() + " holds examples "
+                                          "[1, 6, 6], but the models are stitched on " + data.spec + " images [1, 8, 8]") !=
+          std::string::npos);
+  }
   CHECK(!fs::exists(dir.file("bad")));  // refused before anything was written
 }
