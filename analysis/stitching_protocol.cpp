@@ -195,9 +195,16 @@ void write_tables(const std::string& dir, const Endpoint& front, const Endpoint&
   all["end"] = end.name;
   all["data"] = data_spec;
   all["cells"] = rows;
-  write_file_atomic(dir + "/results.csv", csv);
-  write_file_atomic(dir + "/results.md", md);
-  write_file_atomic(dir + "/results.json", to_json(all, 2) + "\n");
+  // All three written in full before any is renamed into place, so that an interrupted
+  // sweep leaves the three tables of one moment (or the previous three), each whole.
+  AtomicFile csv_file(dir + "/results.csv", "stitch"), md_file(dir + "/results.md", "stitch"),
+      json_file(dir + "/results.json", "stitch");
+  csv_file.write(csv);
+  md_file.write(md);
+  json_file.write(to_json(all, 2) + "\n");
+  csv_file.commit();
+  md_file.commit();
+  json_file.commit();
   write_layer_maps(dir, cat(front.name, " -> ", end.name, " on ", data_spec), cells);
 }
 
