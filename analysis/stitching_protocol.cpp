@@ -327,9 +327,13 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
   // Every pair is built (and so checked) before any training starts.
   std::vector<StitchPair> pairs;
   for (auto [i, j] : o.points) pairs.emplace_back(front, i, end, j, example);
+  const bool fula = std::find(o.objectives.begin(), o.objectives.end(), "fula") != o.objectives.end();
   for (const StitchPair& p : pairs) {
     Stitch check_shapes(p.shapes());
     check_fula_weights(p, o);
+    if (fula && p.end_block() + 2 == end.model->num_blocks() && log)
+      log(cat("note: ", p.shapes().where, ": B has no block between the stitch point and its head, so fula has one "
+              "term there: dm normalised by ‖B_j(x)‖²"));
   }
   if (any_source) {
     std::string blocks;
