@@ -23,7 +23,9 @@ bool is_tokens(const Shape& s) { return s.size() == 2; }
 std::string refusal(const Shape& front, const Shape& end) {
   if (is_map(front) && is_map(end)) return "";
   if (is_tokens(front) && is_tokens(end))
-    return front[0] == end[0] ? "" : cat("token counts differ (", front[0], " against ", end[0], ")");
+    return front[0] == end[0] || (token_grid_side(front[0]) > 0 && token_grid_side(end[0]) > 0)
+               ? ""
+               : cat("token counts differ (", front[0], " against ", end[0], ") and are not both 1 + g²");
   const auto not_a_grid = [](int64_t tokens, const char* side) {
     return cat("the ", side, "'s ", tokens, " tokens are not a class token and a square grid of patch tokens (1 + g²), ",
                "so the map↔token adapter does not apply");
@@ -111,24 +113,35 @@ int64_t token_grid_side(int64_t tokens) {
   return 0;
 }
 
+namespace {
+
+// The patch tokens of a ViT sequence (N, 1 + g², D) laid on their grid: (N, D, g, g).
+Tensor patch_grid(const Tensor& tokens) {
+  const int64_t N = tokens.size(0), T = tokens.size(1), D = tokens.size(2), g = token_grid_side(T);
+  check(g > 0, "stitch: the front's ", T, " tokens are not 1 + g²");
+  return reshape(transpose(slice(tokens, 1, 1, T), 1, 2), {N, D, g, g});
+}
+
+// Maps (N, C, H, W) resized to the grid of a ViT sequence of `tokens` = 1 + g² tokens and
+// read row-major as its patch tokens: (N, g², C).
+Tensor grid_tokens(const Tensor& maps, int64_t tokens) {
+  const int64_t g = token_grid_side(tokens), N = maps.size(0), C = maps.size(1);
+  check(g > 0, "stitch: the end's ", tokens, " tokens are not 1 + g²");
+  return transpose(reshape(resize_maps(maps, g, g), {N, C, g * g}), 1, 2);
+}
+
+}  // namespace
+
 Tensor align_to_end(const Tensor& h, const Shape& end_example_shape) {
   check(h.dim() == 3 || h.dim() == 4, "stitch: expects feature maps (N, C, H, W) or tokens (N, T, D), got ", h.shape());
   check(is_map(end_example_shape) || is_tokens(end_example_shape), "stitch: the end features ", end_example_shape,
         " are neither maps (C, H, W) nor tokens (T, D)");
-  const int64_t N = h.size(0);
-  if (is_tokens(end_example_shape)) {
-    if (h.dim() == 3) return h;  // token to token: the counts agree (Stitch checks)
-    const int64_t g = token_grid_side(end_example_shape[0]), C = h.size(1);
-    check(g > 0, "stitch: the end's ", end_example_shape[0], " tokens are not 1 + g²");
-    return transpose(reshape(resize_maps(h, g, g), {N, C, g * g}), 1, 2);  // (N, g², C), row-major positions
-  }
-  Tensor maps = h;
-  if (h.dim() == 3) {  // drop the class token, lay the patch tokens on their grid
-    const int64_t g = token_grid_side(h.size(1)), D = h.size(2);
-    check(g > 0, "stitch: the front's ", h.size(1), " tokens are not 1 + g²");
-    maps = reshape(transpose(slice(h, 1, 1, h.size(1)), 1, 2), {N, D, g, g});
-  }
-  return resize_maps(maps, end_example_shape[1], end_example_shape[2]);
+  if (is_map(end_example_shape))
+    return resize_maps(h.dim() == 3 ? patch_grid(h) : h, end_example_shape[1], end_example_shape[2]);
+  if (h.dim() == 4) return grid_tokens(h, end_example_shape[0]);
+  if (h.size(1) == end_example_shape[0]) return h;
+  // Tokens into another grid of tokens: the class token stays, the patch grid is resized.
+  return concat({slice(h, 1, 0, 1), grid_tokens(patch_grid(h), end_example_shape[0])}, 1);
 }
 
 Tensor apply_stitch(const Tensor& h, const Tensor& weight, const Tensor& bias, const Shape& end_example_shape) {

@@ -8,8 +8,9 @@
 //                 grows is interpolated linearly (bilinear, align_corners = False, PyTorch's
 //                 F.interpolate convention). Both are fixed linear maps whose rows sum to
 //                 one, so the resize commutes with the 1×1 convolution and its bias.
-//   tokens        (N, T, D) → (N, T, D'): the same linear map applied to every token; the
-//                 token counts must agree.
+//   tokens        (N, T, D) → (N, T', D'): the same linear map applied to every token. Where
+//                 the counts differ, both must be ViT sequences (below): the class token
+//                 stays the class token and the patch grid g×g is resized to g'×g' first.
 //   maps → tokens (N, C, H, W) → (N, 1 + g², D), between a CNN and a ViT. The ViT's
 //                 sequence is its class token at position 0, then a g×g grid of patch
 //                 tokens in row-major order (models/vit.cpp). The map is resized to g×g by
@@ -22,9 +23,9 @@
 //                 g×g grid, resized to H×W and mapped by the 1×1 convolution D → C.
 // Either way the whole stitch is still one affine map of the front features, so identity,
 // least squares and random initialisation work through the adapter, and every transport
-// of it is the same linear map. Token sequences whose length is not 1 + g², logits and
-// anything else are refused with a one-line error that names the models, the blocks and
-// the shapes.
+// of it is the same linear map. Token sequences of different lengths that are not both
+// 1 + g², flat features (logits, MLP activations) and anything else are refused with a
+// one-line error that names the models, the blocks and the shapes.
 //
 // Initialisation: identity (equal channel counts), least squares on paired features
 // (normal equations in double precision, optional ridge), or random. Least squares fits
@@ -85,8 +86,9 @@ Tensor apply_stitch(const Tensor& h, const Tensor& weight, const Tensor& bias, c
 
 // The front features on the end's positions, before the affine map: maps resized to the
 // end's H×W (N, C, H, W); into tokens, (N, T', in) with T' the end's patch tokens (maps
-// resized to the token grid and flattened row-major) or all its tokens (from tokens).
-// From tokens into maps, the front's class token dropped and its grid resized to H×W.
+// resized to the token grid and flattened row-major) or all its tokens (from tokens, the
+// patch grid resized where the counts differ). From tokens into maps, the front's class
+// token dropped and its grid resized to H×W.
 Tensor align_to_end(const Tensor& h, const Shape& end_example_shape);
 
 // The side g of a ViT sequence of 1 + g² tokens (class token first); 0 when `tokens` has

@@ -284,6 +284,10 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   save_checkpoint(dir.file("vit.safetensors"), *vit_model, nullptr, 0, 0, {{"data.spec", data.spec}});
   vit.patch = 2;
   save_checkpoint(dir.file("vit2.safetensors"), *make_model(vit, gen), nullptr, 0, 0, {{"data.spec", data.spec}});
+  ModelConfig mlp;
+  mlp.arch = "bilinear_mlp";
+  mlp.hidden = 6, mlp.in_channels = 1, mlp.image_size = 8;
+  save_checkpoint(dir.file("mlp.safetensors"), *make_model(mlp, gen), nullptr, 0, 0, {{"data.spec", data.spec}});
   // ResNet maps into ViT tokens and back go through the map↔token adapter ...
   const Run adapted = adjoint_cli("stitch --front " + a + " --end " + dir.file("vit.safetensors") + " --pairs 2:1 "
                                   "--objectives dm --protocol standard --train-images 50 --epochs 1 --out " +
@@ -295,15 +299,20 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
                                  " --input " + dir.file("x.safetensors") + " --out " + dir.file("across"), dir);
   CHECK_MESSAGE(across.exit_code == 0, across.output);
   CHECK(read_safetensors(dir.file("across.safetensors")).tensors.at("logits").shape() == Shape{5, 10});
-  // ... but two token sequences of different lengths have no adapter.
-  bad = adjoint_cli("stitch --front " + dir.file("vit.safetensors") + " --end " + dir.file("vit2.safetensors") +
-                    " --pairs 0:0 --out " + dir.file("bad"), dir);
+  // ... a ViT of 2×2 patches into one of 4×4 patches through a resize of the patch grid ...
+  const Run grids = adjoint_cli("stitch --front " + dir.file("vit2.safetensors") + " --end " + dir.file("vit.safetensors") +
+                                " --pairs 1:1 --objectives dm --protocol standard --train-images 50 --epochs 1 --out " +
+                                dir.file("grids"), dir);
+  CHECK_MESSAGE(grids.exit_code == 0, grids.output);
+  // ... but the flat activations of a bilinear MLP have no adapter.
+  bad = adjoint_cli("stitch --front " + a + " --end " + dir.file("mlp.safetensors") + " --pairs 2:0 --out " +
+                    dir.file("bad"), dir);
   CHECK(bad.exit_code == 1);
   REQUIRE(error_lines(bad.output).size() == 1);
-  CHECK(error_lines(bad.output)[0].find("front " + dir.file("vit.safetensors") + " (vit_custom) block 0 'patch_embed' → end " +
-                                        dir.file("vit2.safetensors") + " (vit_custom) block 0 'patch_embed': cannot join "
-                                        "front features [5, 8] to end features [17, 8]: token counts differ (5 against 17)") !=
-        std::string::npos);
+  CHECK(error_lines(bad.output)[0].find("front " + a + " (resnet18) block 2 'layer1.1' → end " + dir.file("mlp.safetensors") +
+                                        " (bilinear_mlp) block 0 'bilinear': cannot join front features [4, 8, 8] to end "
+                                        "features [6]: a stitch joins feature maps (C, H, W) or token sequences (T, D) "
+                                        "only") != std::string::npos);
   bad = adjoint_cli(common + " --iri-images 0 --out " + dir.file("bad"), dir);
   CHECK(bad.exit_code == 1);
   REQUIRE(error_lines(bad.output).size() == 1);

@@ -79,13 +79,13 @@ TEST_CASE("stitch: identity initialisation reproduces the end model when front a
 }
 
 TEST_CASE("stitch: least squares recovers a known affine map, on maps with and without resizing, on tokens and "
-          "through the map↔token adapter both ways") {
+          "through the map↔token adapter both ways and between token grids") {
   struct Case {
     Shape front, end;
   };
   for (const Case& c : {Case{{5, 3, 3}, {4, 3, 3}}, Case{{5, 4, 4}, {3, 2, 2}}, Case{{5, 2, 2}, {3, 4, 4}},
                         Case{{5, 6}, {5, 7}}, Case{{5, 4, 4}, {5, 3}}, Case{{3, 2, 2}, {10, 4}}, Case{{10, 4}, {3, 6, 6}},
-                        Case{{17, 5}, {4, 4, 4}}}) {
+                        Case{{17, 5}, {4, 4, 4}}, Case{{10, 4}, {5, 3}}}) {
     INFO("front ", c.front, " end ", c.end);
     Stitch truth({c.front, c.end, "truth"});
     Generator gen(3);

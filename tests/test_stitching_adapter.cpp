@@ -83,6 +83,20 @@ TEST_CASE("stitch adapter: tokens into maps drop the class token and lay the pat
   CHECK(up.forward(random_tensor({2, 5, 6}, 2)).shape() == Shape{2, 4, 3, 5});
 }
 
+TEST_CASE("stitch adapter: a ViT sequence into one of another grid keeps its class token and resizes its patches") {
+  // 1 + 4² tokens of width 1 into 1 + 2²: the class token is copied, each 2×2 window of
+  // patch tokens averaged.
+  Stitch s({{17, 1}, {5, 1}, "tokens→tokens"});
+  s.init_identity();
+  std::vector<float> values(17);
+  for (int i = 0; i < 17; ++i) values[size_t(i)] = float(i == 0 ? -5 : i - 1);  // the grid 0..15, row-major
+  CHECK(s.forward(Tensor::from_vector({1, 17, 1}, values)).to_vector() ==
+        std::vector<float>{-5, (0 + 1 + 4 + 5) / 4.0f, (2 + 3 + 6 + 7) / 4.0f, (8 + 9 + 12 + 13) / 4.0f,
+                           (10 + 11 + 14 + 15) / 4.0f});
+  Stitch up({{5, 6}, {10, 4}, "up"});
+  CHECK(up.forward(random_tensor({2, 5, 6}, 3)).shape() == Shape{2, 10, 4});
+}
+
 TEST_CASE("stitch adapter: token counts that are not 1 + g² are refused, naming the blocks and shapes") {
   CHECK(token_grid_side(17) == 4);
   CHECK(token_grid_side(2) == 1);
@@ -94,15 +108,20 @@ TEST_CASE("stitch adapter: token counts that are not 1 + g² are refused, naming
                                          "grid of patch tokens (1 + g²)"),
                        Error);
   CHECK_THROWS_WITH_AS(Stitch({{11, 12}, {8, 4, 4}, "w"}), doctest::Contains("the front's 11 tokens are not"), Error);
+  CHECK_THROWS_WITH_AS(Stitch({{17, 12}, {11, 12}, "w"}),
+                       doctest::Contains("token counts differ (17 against 11) and are not both 1 + g²"), Error);
 }
 
 // Least squares through the adapter: tests/test_stitching.cpp, beside the other shapes.
 
-TEST_CASE("stitch adapter: gradients through maps→tokens and tokens→maps match central differences") {
+TEST_CASE("stitch adapter: gradients through maps→tokens, tokens→maps and tokens→tokens of another grid match central "
+          "differences") {
   check_gradients([](const Args& in) { return apply_stitch(in[0], in[1], in[2], {10, 3}); },
                   {random_tensor({2, 4, 5, 5}, 1), random_tensor({3, 4}, 2), random_tensor({3}, 3)});
   check_gradients([](const Args& in) { return apply_stitch(in[0], in[1], in[2], {3, 5, 3}); },
                   {random_tensor({2, 10, 4}, 4), random_tensor({3, 4}, 5), random_tensor({3}, 6)});
+  check_gradients([](const Args& in) { return apply_stitch(in[0], in[1], in[2], {17, 3}); },
+                  {random_tensor({2, 10, 4}, 7), random_tensor({3, 4}, 8), random_tensor({3}, 9)});
 }
 
 TEST_CASE("stitch adapter: a ResNet front stitched into a ViT end, and a ViT into a ResNet, trains") {

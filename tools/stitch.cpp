@@ -120,7 +120,8 @@ const cli::Registration stitch_command({
         "(hlm, slm, dm, fula) under each protocol: standard (real images), control (the N images the IRIs\n"
         "imitate), invariance (the front model's identically represented inputs). Blocks are indices or names\n"
         "(adjoint info lists them). Between a CNN's maps and a ViT's tokens the map is resized to the patch\n"
-        "grid (the class token into the ViT: the mean of the patch tokens; out of it: dropped). Writes\n"
+        "grid (the class token into the ViT: the mean of the patch tokens; out of it: dropped); between ViTs\n"
+        "of other grids the patch grid is resized and the class token kept. Writes\n"
         "OUT/results.{csv,json,md}, the layer x layer maps OUT/layer_map_<objective>_<protocol>.{csv,png} and\n"
         "OUT/layer_maps.md, OUT/stitches/*.safetensors (adjoint predict/explain --stitch run them),\n"
         "OUT/iris/front_block_<i>.{safetensors,png}; a rerun with the same OUT skips every finished cell.",
