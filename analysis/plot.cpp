@@ -100,4 +100,41 @@ Image matrix_heatmap(const std::string& title, const std::vector<double>& values
   return img;
 }
 
+Image score_matrix(const std::string& title, const std::vector<double>& values, int64_t rows, int64_t cols,
+                   const std::vector<std::string>& row_labels, const std::vector<std::string>& column_labels,
+                   const std::string& row_axis, const std::string& column_axis, double lo, double hi) {
+  check(int64_t(values.size()) == rows * cols && int64_t(row_labels.size()) == rows &&
+            int64_t(column_labels.size()) == cols,
+        "score_matrix: ", values.size(), " values, ", row_labels.size(), " row and ", column_labels.size(),
+        " column labels for ", rows, "×", cols);
+  check(hi > lo, "score_matrix: the colour range [", lo, ", ", hi, "] is empty");
+  const int64_t gap = 6, cell_h = 28;
+  const std::string axes = cat("rows: ", row_axis, "; columns: ", column_axis);
+  int64_t left = 2 * gap, cell_w = 44;
+  for (const std::string& l : row_labels) left = std::max(left, text_width(l) + 2 * gap);
+  for (const std::string& l : column_labels) cell_w = std::max(cell_w, text_width(l) + gap);
+  const int64_t top = 34 + 2 * (text_height() + 4);
+  const int64_t width = std::max({left + cols * cell_w + gap, text_width(title, 2) + 2 * gap, text_width(axes) + 2 * gap});
+  Image img(width, top + rows * cell_h + text_height() + 3 * gap);
+  draw_text(img, title, gap, 8, kBlack, 2);
+  draw_text(img, axes, gap, 34, kBlack);
+  for (int64_t c = 0; c < cols; ++c) draw_text(img, column_labels[size_t(c)], left + c * cell_w + 2, top - text_height() - 4, kBlack);
+  for (int64_t r = 0; r < rows; ++r) {
+    draw_text(img, row_labels[size_t(r)], gap, top + r * cell_h + cell_h / 2 - text_height() / 2, kBlack);
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = values[size_t(r * cols + c)];
+      const bool known = std::isfinite(v);
+      const Rgb colour = known ? diverging_colour(float(std::clamp((v - lo) / (hi - lo), 0.0, 1.0)), 1.0f) : kGrey;
+      const int64_t x0 = left + c * cell_w, y0 = top + r * cell_h;
+      for (int64_t y = 1; y < cell_h; ++y)
+        for (int64_t x = 1; x < cell_w; ++x) img.set(x0 + x, y0 + y, colour);
+      char text[32];
+      std::snprintf(text, sizeof text, known ? "%.2f" : "-", v);
+      draw_text(img, text, x0 + (cell_w - text_width(text)) / 2, y0 + cell_h / 2 - text_height() / 2, kBlack);
+    }
+  }
+  draw_text(img, cat("colour: white ", lo, " to red ", hi, "; grey: not measured"), gap, top + rows * cell_h + gap, kBlack);
+  return img;
+}
+
 }  // namespace adjoint

@@ -25,4 +25,12 @@ Image line_chart(const std::string& title, const std::string& x_label, const std
 Image matrix_heatmap(const std::string& title, const std::vector<double>& values, int64_t rows, int64_t cols,
                      const std::vector<std::string>& labels, double scale, int64_t cell);
 
+// A rows×cols table of scores (row-major) with labels of its own for rows and columns:
+// each cell white at `lo` to red at `hi` (clamped), its value printed in it with two
+// decimals, a non-finite value a grey cell marked "-". `row_axis` and `column_axis` say
+// what the rows and columns are. Columns are as wide as their widest label.
+Image score_matrix(const std::string& title, const std::vector<double>& values, int64_t rows, int64_t cols,
+                   const std::vector<std::string>& row_labels, const std::vector<std::string>& column_labels,
+                   const std::string& row_axis, const std::string& column_axis, double lo, double hi);
+
 }  // namespace adjoint

@@ -10,6 +10,7 @@
 #include "ops/conv.h"
 #include "ops/layout.h"
 #include "ops/matmul.h"
+#include "ops/reduce.h"
 
 namespace adjoint {
 
@@ -22,9 +23,15 @@ bool is_tokens(const Shape& s) { return s.size() == 2; }
 std::string refusal(const Shape& front, const Shape& end) {
   if (is_map(front) && is_map(end)) return "";
   if (is_tokens(front) && is_tokens(end))
-    return front[0] == end[0] ? "" : cat("token counts differ (", front[0], " against ", end[0], ")");
-  if ((is_map(front) && is_tokens(end)) || (is_tokens(front) && is_map(end)))
-    return "the map↔token adapter between CNN feature maps and ViT tokens is not implemented";
+    return front[0] == end[0] || (token_grid_side(front[0]) > 0 && token_grid_side(end[0]) > 0)
+               ? ""
+               : cat("token counts differ (", front[0], " against ", end[0], ") and are not both 1 + g²");
+  const auto not_a_grid = [](int64_t tokens, const char* side) {
+    return cat("the ", side, "'s ", tokens, " tokens are not a class token and a square grid of patch tokens (1 + g²), ",
+               "so the map↔token adapter does not apply");
+  };
+  if (is_map(front) && is_tokens(end)) return token_grid_side(end[0]) > 0 ? "" : not_a_grid(end[0], "end");
+  if (is_tokens(front) && is_map(end)) return token_grid_side(front[0]) > 0 ? "" : not_a_grid(front[0], "front");
   return "a stitch joins feature maps (C, H, W) or token sequences (T, D) only";
 }
 
@@ -100,14 +107,50 @@ Tensor resize_maps(const Tensor& maps, int64_t height, int64_t width) {
   return h;
 }
 
+int64_t token_grid_side(int64_t tokens) {
+  for (int64_t g = 1; g * g < tokens; ++g)
+    if (1 + g * g == tokens) return g;
+  return 0;
+}
+
+namespace {
+
+// The patch tokens of a ViT sequence (N, 1 + g², D) laid on their grid: (N, D, g, g).
+Tensor patch_grid(const Tensor& tokens) {
+  const int64_t N = tokens.size(0), T = tokens.size(1), D = tokens.size(2), g = token_grid_side(T);
+  check(g > 0, "stitch: the front's ", T, " tokens are not 1 + g²");
+  return reshape(transpose(slice(tokens, 1, 1, T), 1, 2), {N, D, g, g});
+}
+
+// Maps (N, C, H, W) resized to the grid of a ViT sequence of `tokens` = 1 + g² tokens and
+// read row-major as its patch tokens: (N, g², C).
+Tensor grid_tokens(const Tensor& maps, int64_t tokens) {
+  const int64_t g = token_grid_side(tokens), N = maps.size(0), C = maps.size(1);
+  check(g > 0, "stitch: the end's ", tokens, " tokens are not 1 + g²");
+  return transpose(reshape(resize_maps(maps, g, g), {N, C, g * g}), 1, 2);
+}
+
+}  // namespace
+
+Tensor align_to_end(const Tensor& h, const Shape& end_example_shape) {
+  check(h.dim() == 3 || h.dim() == 4, "stitch: expects feature maps (N, C, H, W) or tokens (N, T, D), got ", h.shape());
+  check(is_map(end_example_shape) || is_tokens(end_example_shape), "stitch: the end features ", end_example_shape,
+        " are neither maps (C, H, W) nor tokens (T, D)");
+  if (is_map(end_example_shape))
+    return resize_maps(h.dim() == 3 ? patch_grid(h) : h, end_example_shape[1], end_example_shape[2]);
+  if (h.dim() == 4) return grid_tokens(h, end_example_shape[0]);
+  if (h.size(1) == end_example_shape[0]) return h;
+  // Tokens into another grid of tokens: the class token stays, the patch grid is resized.
+  return concat({slice(h, 1, 0, 1), grid_tokens(patch_grid(h), end_example_shape[0])}, 1);
+}
+
 Tensor apply_stitch(const Tensor& h, const Tensor& weight, const Tensor& bias, const Shape& end_example_shape) {
-  if (end_example_shape.size() == 2) {
-    check(h.dim() == 3, "stitch: expects token sequences (N, T, D), got ", h.shape());
-    return linear(h, weight, bias);
-  }
-  check(h.dim() == 4 && end_example_shape.size() == 3, "stitch: expects feature maps (N, C, H, W), got ", h.shape());
-  const Tensor resized = resize_maps(h, end_example_shape[1], end_example_shape[2]);
-  return conv2d(resized, reshape(weight, {weight.size(0), weight.size(1), 1, 1}), bias);
+  const Tensor aligned = align_to_end(h, end_example_shape);
+  if (is_map(end_example_shape))
+    return conv2d(aligned, reshape(weight, {weight.size(0), weight.size(1), 1, 1}), bias);
+  const Tensor tokens = linear(aligned, weight, bias);
+  if (h.dim() == 3) return tokens;
+  return concat({mean(tokens, {1}, true), tokens}, 1);  // the class token: the mean of the patch tokens
 }
 
 Stitch::Stitch(StitchShapes shapes) : shapes_(std::move(shapes)) {
@@ -115,8 +158,8 @@ Stitch::Stitch(StitchShapes shapes) : shapes_(std::move(shapes)) {
   if (!why.empty())
     throw Error(cat("stitch ", shapes_.where, ": cannot join front features ", shapes_.front, " to end features ",
                     shapes_.end, ": ", why));
-  const int64_t in = shapes_.front[0 + (is_tokens(shapes_.front) ? 1 : 0)];
-  const int64_t out = shapes_.end[0 + (is_tokens(shapes_.end) ? 1 : 0)];
+  const int64_t in = shapes_.front[is_tokens(shapes_.front) ? 1 : 0];
+  const int64_t out = shapes_.end[is_tokens(shapes_.end) ? 1 : 0];
   weight = register_parameter("weight", Tensor::zeros({out, in}));
   bias = register_parameter("bias", Tensor::zeros({out}));
 }
@@ -148,14 +191,16 @@ void Stitch::init_least_squares(const Tensor& front, const Tensor& end, double r
   check(front.defined() && end.defined() && front.dim() >= 1 && end.dim() >= 1 && front.size(0) == end.size(0) &&
             front.size(0) > 0,
         "stitch ", shapes_.where, ": least squares needs paired batches, got ", front.shape(), " and ", end.shape());
-  Tensor resized;
+  Tensor aligned, targets = end;
   {
     NoGrad off;
-    resized = maps() ? resize_maps(front, shapes_.end[1], shapes_.end[2]) : front;
+    aligned = align_to_end(front, shapes_.end);
+    // Into tokens from maps the class token is not fitted: it is the mean of the patch tokens.
+    if (maps() && is_tokens(shapes_.end) && end.dim() == 3) targets = slice(end, 1, 1, end.size(1));
   }
   int64_t rows = 0, in = 0, end_rows = 0, out = 0;
-  std::vector<double> X = rows_of(resized, &rows, &in);
-  std::vector<double> Y = rows_of(end, &end_rows, &out);
+  std::vector<double> X = rows_of(aligned, &rows, &in);
+  std::vector<double> Y = rows_of(targets, &end_rows, &out);
   check(rows == end_rows && in == in_features() && out == out_features(), "stitch ", shapes_.where,
         ": least squares got front features ", front.shape(), " and end features ", end.shape());
   // Centre both sides: the bias is then ȳ − W x̄ and the ridge never touches it.

@@ -1,5 +1,6 @@
 #include "analysis/stitching_protocol.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -7,6 +8,8 @@
 #include <map>
 #include <sstream>
 
+#include "analysis/stitched_model.h"
+#include "analysis/stitching_figures.h"
 #include "engine/autograd.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
@@ -98,6 +101,15 @@ Json cell_to_json(const StitchCell& c) {
   j["end_agrees_on_iris"] = number(c.end_agrees_on_iris);
   j["iri_median_distance"] = number(c.iri_median);
   j["raua"] = number(c.raua);
+  Json tests = Json::array();
+  for (const TestSetScore& t : c.test_sets) {
+    Json one = Json::object();
+    one["data"] = t.data;
+    one["stitched_accuracy"] = t.stitched_accuracy;
+    one["end_accuracy"] = t.end_accuracy;
+    tests.push_back(one);
+  }
+  j["test_sets"] = tests;
   return j;
 }
 
@@ -121,6 +133,10 @@ StitchCell cell_from_json(const Json& j) {
   c.end_agrees_on_iris = number("end_agrees_on_iris");
   c.iri_median = number("iri_median_distance");
   c.raua = number("raua");
+  if (const Json* tests = j.find("test_sets"))
+    for (const Json& t : tests->as_array())
+      c.test_sets.push_back({t.find("data")->as_string(), t.find("stitched_accuracy")->as_number(),
+                             t.find("end_accuracy")->as_number()});
   return c;
 }
 
@@ -138,27 +154,42 @@ std::string fixed(double v, int digits) {
   return text;
 }
 
-// results.csv, results.json and results.md for the finished cells.
+// results.csv, results.json and results.md for the finished cells, and their layer maps.
+// `test_specs` are the further test sets every cell was scored on: two columns each.
 void write_tables(const std::string& dir, const Endpoint& front, const Endpoint& end, const std::string& data_spec,
-                  const std::vector<StitchCell>& cells) {
+                  const std::vector<std::string>& test_specs, const std::vector<StitchCell>& cells) {
   std::string csv =
       "front_block,front_block_name,end_block,end_block_name,objective,protocol,train_images,final_loss,"
-      "stitched_accuracy,end_accuracy,relative_score,end_agrees_on_iris,iri_median_distance,raua\n";
+      "stitched_accuracy,end_accuracy,relative_score,end_agrees_on_iris,iri_median_distance,raua";
+  std::string md_head = "| front block | end block | objective | protocol | stitched acc. | end acc. | relative | "
+                        "B on IRIs | IRI median dist. | rAuA |";
+  std::string md_rule = "|---|---|---|---|---|---|---|---|---|---|";
+  for (const std::string& spec : test_specs) {
+    csv += cat(",stitched_accuracy[", spec, "],end_accuracy[", spec, "]");
+    md_head += cat(" stitched acc. on ", spec, " | end acc. on ", spec, " |");
+    md_rule += "---|---|";
+  }
+  csv += "\n";
   std::string md = cat("# Stitching ", front.name, " into ", end.name, " on ", data_spec,
                        "\n\nAccuracies on the test set of ", data_spec, "; relative score = stitched / end (higher: more similar). "
-                       "\"B on IRIs\": the end model's agreement with y(x) on the front model's IRIs x′.\n\n"
-                       "| front block | end block | objective | protocol | stitched acc. | end acc. | relative | "
-                       "B on IRIs | IRI median dist. | rAuA |\n|---|---|---|---|---|---|---|---|---|---|\n");
+                       "\"B on IRIs\": the end model's agreement with y(x) on the front model's IRIs x′.\n\n",
+                       md_head, "\n", md_rule, "\n");
   Json rows = Json::array();
   for (const StitchCell& c : cells) {
     csv += cat(c.front_block, ",", c.front_name, ",", c.end_block, ",", c.end_name, ",", c.objective, ",", c.protocol,
                ",", c.train_images, ",", fixed(c.final_loss, 6), ",", fixed(c.stitched_accuracy, 4), ",",
                fixed(c.end_accuracy, 4), ",", fixed(c.relative_score, 4), ",", fixed(c.end_agrees_on_iris, 4), ",",
-               fixed(c.iri_median, 4), ",", fixed(c.raua, 4), "\n");
+               fixed(c.iri_median, 4), ",", fixed(c.raua, 4));
     md += cat("| ", c.front_block, " ", c.front_name, " | ", c.end_block, " ", c.end_name, " | ", c.objective, " | ",
               c.protocol, " | ", fixed(100 * c.stitched_accuracy, 2), "% | ", fixed(100 * c.end_accuracy, 2), "% | ",
               fixed(c.relative_score, 3), " | ", fixed(100 * c.end_agrees_on_iris, 1),
-              std::isfinite(c.end_agrees_on_iris) ? "%" : "", " | ", fixed(c.iri_median, 4), " | ", fixed(c.raua, 3), " |\n");
+              std::isfinite(c.end_agrees_on_iris) ? "%" : "", " | ", fixed(c.iri_median, 4), " | ", fixed(c.raua, 3), " |");
+    for (const TestSetScore& t : c.test_sets) {
+      csv += cat(",", fixed(t.stitched_accuracy, 4), ",", fixed(t.end_accuracy, 4));
+      md += cat(" ", fixed(100 * t.stitched_accuracy, 2), "% | ", fixed(100 * t.end_accuracy, 2), "% |");
+    }
+    csv += "\n";
+    md += "\n";
     rows.push_back(cell_to_json(c));
   }
   Json all = Json::object();
@@ -166,14 +197,22 @@ void write_tables(const std::string& dir, const Endpoint& front, const Endpoint&
   all["end"] = end.name;
   all["data"] = data_spec;
   all["cells"] = rows;
-  write_file_atomic(dir + "/results.csv", csv);
-  write_file_atomic(dir + "/results.md", md);
-  write_file_atomic(dir + "/results.json", to_json(all, 2) + "\n");
+  // All three written in full before any is renamed into place, so that an interrupted
+  // sweep leaves the three tables of one moment (or the previous three), each whole.
+  AtomicFile csv_file(dir + "/results.csv", "stitch"), md_file(dir + "/results.md", "stitch"),
+      json_file(dir + "/results.json", "stitch");
+  csv_file.write(csv);
+  md_file.write(md);
+  json_file.write(to_json(all, 2) + "\n");
+  csv_file.commit();
+  md_file.commit();
+  json_file.commit();
+  write_layer_maps(dir, cat(front.name, " -> ", end.name, " on ", data_spec), cells);
 }
 
 // The IRI set of the front model's block, read back from `path` when a run made it before.
-IriSet iris_for_block(const Endpoint& front, size_t block, const RawImages& source, const IriOptions& o,
-                      const std::string& path, const std::function<void(const std::string&)>& log) {
+IriSet read_or_find_iris(const Endpoint& front, size_t block, const RawImages& source, const IriOptions& o,
+                         const std::string& path, const std::function<void(const std::string&)>& log) {
   if (fs::exists(path)) {
     const SafetensorsFile f = read_safetensors(path);
     IriSet set{f.tensors.at("inputs"), f.tensors.at("starts"), {}, {}};
@@ -199,6 +238,55 @@ IriSet iris_for_block(const Endpoint& front, size_t block, const RawImages& sour
                     {{"front", front.name}, {"block", std::to_string(block)}, {"quality", set.quality.summary()}});
   if (log) log(cat("IRIs of ", front.name, " block ", block, ": ", set.quality.summary()));
   return set;
+}
+
+// The IRI set of the front model's block (iris/front_block_<i>.safetensors) and its picture
+// beside the images it imitates and its starts (iris/front_block_<i>.png).
+IriSet iris_for_block(const Endpoint& front, size_t block, const RawImages& source, const IriOptions& o,
+                      const std::string& dir, const std::function<void(const std::string&)>& log) {
+  const std::string stem = cat(dir, "/iris/front_block_", block);
+  IriSet set = read_or_find_iris(front, block, source, o, stem + ".safetensors", log);
+  write_iri_grid(stem + ".png", cat("IRIs of ", front.name, " block ", block, " '", front.model->blocks()[block].name, "': ",
+                                    set.quality.summary()),
+                 source.images, set.starts, set.inputs, set.distance);
+  return set;
+}
+
+// A further test set: its first images and the end model's accuracy on them.
+struct ExtraTestSet {
+  std::string spec;
+  RawImages test;
+  double end_accuracy = 0;
+};
+
+std::vector<TestSetScore> score_test_sets(const std::vector<ExtraTestSet>& sets, const StitchPair& pair,
+                                          const Stitch& stitch) {
+  std::vector<TestSetScore> scores;
+  for (const ExtraTestSet& t : sets)
+    scores.push_back({t.spec,
+                      accuracy([&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); }, t.test.images,
+                               t.test.labels),
+                      t.end_accuracy});
+  return scores;
+}
+
+bool scored_on(const StitchCell& c, const std::vector<ExtraTestSet>& sets) {
+  if (c.test_sets.size() != sets.size()) return false;
+  for (size_t k = 0; k < sets.size(); ++k)
+    if (c.test_sets[k].data != sets[k].spec) return false;
+  return true;
+}
+
+// Refuses fula weights that do not match the terms from the end block to B's penultimate
+// block, before any work, naming the models and blocks.
+void check_fula_weights(const StitchPair& pair, const StitchSweepOptions& o) {
+  const std::vector<double>& weights = o.train.objective_options.fula_weights;
+  if (weights.empty() || std::find(o.objectives.begin(), o.objectives.end(), "fula") == o.objectives.end()) return;
+  const Model& b = *pair.end().model;
+  const size_t terms = b.num_blocks() - 1 - pair.end_block();
+  check(weights.size() == terms, "stitch ", pair.shapes().where, ": fula has ", terms, " terms, from end block ",
+        pair.end_block(), " to the penultimate block ", b.num_blocks() - 2, " '", b.blocks()[b.num_blocks() - 2].name,
+        "', but ", weights.size(), " fula weights are given");
 }
 
 void initialise(Stitch& s, const StitchPair& pair, const StitchTrainingSet& data, const StitchSweepOptions& o) {
@@ -241,21 +329,44 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
   // Every pair is built (and so checked) before any training starts.
   std::vector<StitchPair> pairs;
   for (auto [i, j] : o.points) pairs.emplace_back(front, i, end, j, example);
-  for (const StitchPair& p : pairs) Stitch check_shapes(p.shapes());
+  const bool fula = std::find(o.objectives.begin(), o.objectives.end(), "fula") != o.objectives.end();
+  for (const StitchPair& p : pairs) {
+    Stitch check_shapes(p.shapes());
+    check_fula_weights(p, o);
+    if (fula && p.end_block() + 2 == end.model->num_blocks() && log)
+      log(cat("note: ", p.shapes().where, ": B has no block between the stitch point and its head, so fula has one "
+              "term there: dm normalised by ‖B_j(x)‖²"));
+  }
+  if (any_source) {
+    std::string blocks;
+    for (const StitchPair& p : pairs)
+      blocks += cat(blocks.empty() ? "" : ", ", p.front_block(), " '", front.model->blocks()[p.front_block()].name, "'");
+    check(o.iri_images >= 2, "stitch: the IRI set of ", front.name, " needs at least 2 images of ", data.spec,
+          ", got ", o.iri_images, " (--iri-images); it is made for front blocks ", blocks, " on images ", example);
+  }
+  std::vector<DataSource> test_sources;
+  for (const std::string& spec : o.test_data) {
+    test_sources.push_back(open_data(spec));
+    const DataSource& source = test_sources.back();
+    check(source.images && source.test && source.test->shape() == example, "stitch: the test set of ", spec,
+          " holds examples ", source.test ? source.test->shape() : Shape{}, ", but the models are stitched on ",
+          data.spec, " images ", example);
+  }
 
   fs::create_directories(o.out_dir + "/cells");
   fs::create_directories(o.out_dir + "/stitches");
+  // What a sweep killed mid-write (kill -9) left: temporaries, never tables or cells.
+  for (const char* folder : {"", "/cells", "/stitches", "/iris"})
+    if (fs::is_directory(o.out_dir + folder)) remove_stale_temporaries(o.out_dir + folder);
   const RawImages natural = load_raw(data.train, o.train_images, "training");
   const RawImages test = load_raw(data.test, o.test_images, "test");
   RawImages iri_source;
   if (any_source) {
-    check(o.iri_images >= 2, "stitch: the IRI set of ", front.name, " needs at least 2 images of ", data.spec,
-          ", got ", o.iri_images, " (--iri-images)");
     iri_source = load_raw(data.train, o.iri_images, "training");
     fs::create_directories(o.out_dir + "/iris");
   }
-  const double end_accuracy =
-      accuracy([&](const Tensor& raw) { return end.model->forward(end.input(raw)); }, test.images, test.labels);
+  const auto end_logits = [&](const Tensor& raw) { return end.model->forward(end.input(raw)); };
+  const double end_accuracy = accuracy(end_logits, test.images, test.labels);
   if (log) log(cat("end model ", end.name, ": test accuracy ", fixed(100 * end_accuracy, 2), "% on ", test.labels.size(), " images"));
   // rAuA: the area under a model's accuracy-versus-ε curve under PGD on the first
   // raua_images test images, the end model's computed once.
@@ -268,6 +379,14 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
   };
   const double end_area = raua ? area_under_attack([&](const Tensor& raw) { return end.model->forward(end.input(raw)); }) : NAN;
   if (raua && log) log(cat("end model ", end.name, ": AuA ", fixed(end_area, 5), " under PGD ", o.raua_attack.norm, " on ", raua_count, " images"));
+  std::vector<ExtraTestSet> extra_tests;
+  for (const DataSource& source : test_sources) {
+    ExtraTestSet t{source.spec, load_raw(source.test, o.test_images, "test"), 0};
+    t.end_accuracy = accuracy(end_logits, t.test.images, t.test.labels);
+    if (log) log(cat("end model ", end.name, ": accuracy ", fixed(100 * t.end_accuracy, 2), "% on ", t.test.labels.size(),
+                     " test images of ", t.spec));
+    extra_tests.push_back(std::move(t));
+  }
 
   std::vector<StitchCell> cells;
   const int64_t total = int64_t(pairs.size() * o.objectives.size() * o.protocols.size());
@@ -287,9 +406,15 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
         c.protocol = protocol_name;
         const std::string cell_path = o.out_dir + "/cells/" + c.key() + ".json";
         const int64_t index = int64_t(cells.size()) + 1;
+        const std::string stitch_path = o.out_dir + "/stitches/" + c.key() + ".safetensors";
         if (fs::exists(cell_path)) {
-          cells.push_back(cell_from_json(parse_json(read_text(cell_path))));
+          StitchCell done = cell_from_json(parse_json(read_text(cell_path)));
           if (log) log(cat("[", index, "/", total, "] ", c.key(), ": done before, read ", cell_path));
+          if (!scored_on(done, extra_tests)) {  // asked for other test sets than when it ran
+            done.test_sets = score_test_sets(extra_tests, pair, *load_stitch(pair, read_stitch_file(stitch_path)));
+            write_file_atomic(cell_path, to_json(cell_to_json(done), 2) + "\n");
+          }
+          cells.push_back(done);
           continue;
         }
         const auto started = std::chrono::steady_clock::now();
@@ -297,8 +422,7 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
         const IriSet* set = nullptr;
         if (any_iris) {
           if (!iris.count(i)) {
-            iris.emplace(i, iris_for_block(front, i, iri_source, o.iri,
-                                           cat(o.out_dir, "/iris/front_block_", i, ".safetensors"), log));
+            iris.emplace(i, iris_for_block(front, i, iri_source, o.iri, o.out_dir, log));
             if (iris.at(i).quality.poor() && log)
               log(cat("WARNING: the IRI set of ", front.name, " block ", i, " is POOR (", iris.at(i).quality.summary(),
                       "): the front model tells x′ from x, so invariance-aware scores for this block are not "
@@ -328,17 +452,14 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
         c.relative_score = end_accuracy > 0 ? c.stitched_accuracy / end_accuracy : NAN;
         if (raua) c.raua = area_under_attack([&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); }) / end_area;
         if (set) {
-          c.end_agrees_on_iris = accuracy([&](const Tensor& raw) { return end.model->forward(end.input(raw)); },
-                                          set->inputs, iri_source.labels);
+          c.end_agrees_on_iris = accuracy(end_logits, set->inputs, iri_source.labels);
           c.iri_median = set->quality.median;
         }
-        write_safetensors(o.out_dir + "/stitches/" + c.key() + ".safetensors",
-                          {{"weight", stitch.weight}, {"bias", stitch.bias}},
-                          {{"front", front.name}, {"end", end.name}, {"where", pair.shapes().where},
-                           {"objective", objective_name}, {"protocol", protocol_name}});
+        c.test_sets = score_test_sets(extra_tests, pair, stitch);
+        write_stitch_file(stitch_path, pair, stitch, {{"objective", objective_name}, {"protocol", protocol_name}});
         write_file_atomic(cell_path, to_json(cell_to_json(c), 2) + "\n");
         cells.push_back(c);
-        write_tables(o.out_dir, front, end, data.spec, cells);
+        write_tables(o.out_dir, front, end, data.spec, o.test_data, cells);
         compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
         ++computed;
         const int64_t left = total - index;
@@ -348,7 +469,7 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
                   fixed(compute_seconds / double(computed) * double(left), 0), "s"));
       }
   }
-  write_tables(o.out_dir, front, end, data.spec, cells);
+  write_tables(o.out_dir, front, end, data.spec, o.test_data, cells);
   return cells;
 }
 

@@ -11,16 +11,22 @@
 // Every cell (front block i, end block j, objective, protocol) reports the stitched
 // model's accuracy on the clean test set, the end model's own accuracy, their ratio (the
 // relative score), and "B agrees with y(x) on A's IRIs": the end model's accuracy on the
-// IRIs of A's block i against the labels of the images they imitate.
+// IRIs of A's block i against the labels of the images they imitate. With `test_data`, the
+// stitched and the end model's accuracies on each of those test sets too (data variants
+// such as fashion-mnist+shortcut, of the same image shape).
 //
 // On disk, under out_dir: cells/<cell>.json (one finished cell), stitches/<cell>.safetensors
-// (its weight and bias), iris/front_block_<i>.safetensors (an IRI set with its starts and
-// distances), and results.csv, results.json, results.md rewritten after every cell. Every
-// file is written atomically, and a cell whose file exists is read back, never recomputed,
-// so an interrupted sweep continues where it stopped. The key of a cell is its blocks,
-// objective and protocol only: a rerun with other training or IRI options into the same
-// folder reuses what it finds (remove cells/ or iris/ to remake them). The results tables
-// list the cells of the current invocation.
+// (a stitch file, analysis/stitched_model.h: `adjoint predict --stitch` runs it),
+// iris/front_block_<i>.safetensors (an IRI set with its starts and distances) and
+// iris/front_block_<i>.png (a few of them beside x and x₀), results.csv, results.json,
+// results.md and the layer × layer maps (analysis/stitching_figures.h) rewritten after
+// every cell. Every file is written atomically (a temporary renamed into place), so an
+// interrupted sweep leaves every table whole, listing the cells finished so far; and a
+// cell whose file exists is read back, never recomputed, so a rerun continues where it
+// stopped. The key of a cell is its blocks, objective and protocol only: a rerun with other
+// training or IRI options into the same folder reuses what it finds (remove cells/ or
+// iris/ to remake them); a read-back cell missing one of the test sets is scored on it
+// from its stitch file. The results tables list the cells of the current invocation.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -48,6 +54,7 @@ struct StitchSweepOptions {
   int64_t init_images = 500;           // examples of the training set the least squares reads
   StitchTrainOptions train;            // objective is set per cell
   IriOptions iri;
+  std::vector<std::string> test_data;  // further test sets (data specs) every cell is scored on
   std::string out_dir;
   // rAuA (METHODS.md §2.4), when raua_eps is given: every cell also attacks the stitched
   // and the end model with PGD (raua_attack, at each ε of the grid) on the first
@@ -55,6 +62,12 @@ struct StitchSweepOptions {
   std::vector<float> raua_eps;
   int64_t raua_images = 200;
   PgdOptions raua_attack;
+};
+
+// A cell's accuracies on one of the further test sets.
+struct TestSetScore {
+  std::string data;
+  double stitched_accuracy = 0, end_accuracy = 0;
 };
 
 struct StitchCell {
@@ -67,6 +80,7 @@ struct StitchCell {
   double end_agrees_on_iris = NAN;  // NaN when no IRIs were made for this front block
   double iri_median = NAN;
   double raua = NAN;  // NaN when the sweep computed no rAuA for the cell
+  std::vector<TestSetScore> test_sets;  // in the order of StitchSweepOptions::test_data
   std::string key() const;  // "front2_end2_slm_invariance"
 };
 

@@ -1,10 +1,13 @@
 // `adjoint stitch` end to end: two tiny ResNets trained here on a Fashion-MNIST-shaped
 // folder whose class is a bright square's position, stitched by the real executable
-// under all three protocols; the tables, stitches and IRIs it writes; a rerun that
-// recomputes nothing; and the one-line errors for bad input.
+// under all three protocols; the tables, layer maps, stitches and IRIs it writes; a rerun
+// that recomputes nothing; further test sets; the stitched model run by `adjoint predict`
+// and `adjoint explain`; and the one-line errors for bad input.
 #include <doctest/doctest.h>
 
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "analysis/stitched_model.h"
 #include "engine/data/idx.h"
 #include "engine/data/open.h"
 #include "engine/json.h"
@@ -22,6 +26,8 @@
 
 using namespace adjoint;
 using adjoint::testing::TempDir;
+using adjoint::testing::check_close;
+using adjoint::testing::random_tensor;
 using adjoint::testing::read_text;
 namespace fs = std::filesystem;
 
@@ -81,6 +87,15 @@ Run adjoint_cli(const std::string& arguments, const TempDir& dir) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()};
 }
 
+// Whether process `pid` still runs (a zombie nobody has reaped yet does not).
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string all;
+  if (!std::getline(stat, all)) return false;
+  const size_t close = all.rfind(')');
+  return close != std::string::npos && close + 2 < all.size() && all[close + 2] != 'Z';
+}
+
 int64_t count_lines(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
 
 // The error lines of a run's output ("adjoint: error: ...").
@@ -126,6 +141,25 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   const SafetensorsFile stitch = read_safetensors(out + "/stitches/front2_end2_hlm_standard.safetensors");
   CHECK(stitch.tensors.at("weight").shape() == Shape{4, 4});
   CHECK(read_safetensors(out + "/iris/front_block_4.safetensors").tensors.at("inputs").shape() == Shape{20, 1, 8, 8});
+  for (const std::string block : {"2", "4"}) CHECK(read_text(out + "/iris/front_block_" + block + ".png").rfind("\x89PNG", 0) == 0);
+
+  // The layer × layer maps: A's blocks 2, 4 down, B's blocks 2, 3 across; (2, 3) and (4, 2)
+  // were not measured. Each value is the cell's relative score.
+  for (const std::string objective : {"hlm", "fula"})
+    for (const std::string protocol : {"standard", "control", "invariance"}) {
+      INFO(objective, " ", protocol);
+      const std::string map = read_text(out + "/layer_map_" + objective + "_" + protocol + ".csv");
+      double score[2] = {0, 0};
+      for (const Json& cell : results.find("cells")->as_array())
+        if (cell.find("objective")->as_string() == objective && cell.find("protocol")->as_string() == protocol)
+          score[cell.find("front_block")->as_int() == 2 ? 0 : 1] = cell.find("relative_score")->as_number();
+      char expected[200];
+      std::snprintf(expected, sizeof expected, "front_block,2 layer1.1,3 layer2.0\n2 layer1.1,%.3f,\n4 layer2.1,,%.3f\n",
+                    score[0], score[1]);
+      CHECK(map == expected);
+      CHECK(read_text(out + "/layer_map_" + objective + "_" + protocol + ".png").rfind("\x89PNG", 0) == 0);
+    }
+  CHECK(read_text(out + "/layer_maps.md").find("## fula, invariance") != std::string::npos);
 
   // A rerun reads every finished cell back: nothing is retrained, no file changes.
   const std::string weights_before = read_text(out + "/stitches/front4_end3_fula_control.safetensors");
@@ -141,6 +175,102 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   CHECK(read_text(out + "/stitches/front4_end3_fula_control.safetensors") == weights_before);  // same seed, same stitch
   CHECK(count_lines(read_text(out + "/results.csv")) == 13);
 
+  // Interrupted (SIGTERM) after its first cell, a sweep leaves whole tables listing the cells
+  // finished so far; a rerun finishes it.
+  {
+    const std::string cut = dir.file("cut");
+    const std::string cut_sweep = "stitch --front " + a + " --end " + b + " --pairs 2:2,4:3 --train-images 300 "
+                                  "--epochs 10 --batch 25 --objectives hlm,dm --protocol standard --out " + cut;
+    const std::string pid_file = dir.file("cut.pid");
+    REQUIRE(std::system((std::string(ADJOINT_EXE) + " " + cut_sweep + " --threads 2 > " + dir.file("cut.log") +
+                         " 2>&1 & echo $! > " + pid_file).c_str()) == 0);
+    const pid_t pid = pid_t(std::stol(read_text(pid_file)));
+    for (int wait = 0; wait < 4000 && !fs::exists(cut + "/results.json"); ++wait) usleep(1000);
+    kill(pid, SIGTERM);  // (a background job of sh ignores SIGINT)
+    for (int wait = 0; wait < 4000 && running(pid); ++wait) usleep(1000);
+    const std::string table = read_text(cut + "/results.csv");
+    const int64_t rows = count_lines(table) - 1;
+    CHECK(rows >= 1);
+    CHECK(rows <= 4);
+    std::stringstream lines(table);
+    for (std::string line; std::getline(lines, line);) CHECK(std::count(line.begin(), line.end(), ',') == 13);
+    const std::string json = read_text(cut + "/results.json");
+    CHECK(parse_json(json).find("cells")->size() >= 1);
+    CHECK(read_text(cut + "/results.md").find("| front block |") != std::string::npos);
+    const Run finish = adjoint_cli(cut_sweep, dir);
+    REQUIRE_MESSAGE(finish.exit_code == 0, finish.output);
+    CHECK(count_lines(read_text(cut + "/results.csv")) == 5);
+
+  }
+
+  // Further test sets: a rerun asking for them scores the finished cells from their stitch
+  // files, retraining nothing.
+  const std::string invert = data.spec + "+invert", shortcut = data.spec + "+shortcut:1";
+  const Run tested = adjoint_cli(sweep + " --test-data " + invert + "," + shortcut, dir);
+  REQUIRE_MESSAGE(tested.exit_code == 0, tested.output);
+  size_t read_back = 0;
+  for (size_t at = tested.output.find("done before"); at != std::string::npos; at = tested.output.find("done before", at + 1))
+    ++read_back;
+  CHECK(read_back == 12);  // no cell trained again
+  const std::string tested_csv = read_text(out + "/results.csv");
+  CHECK(tested_csv.find("iri_median_distance,raua,stitched_accuracy[" + invert + "],end_accuracy[" + invert +
+                        "],stitched_accuracy[" + shortcut + "],end_accuracy[" + shortcut + "]\n") != std::string::npos);
+  const Json tested_cells = parse_json(read_text(out + "/results.json"));
+  for (const Json& cell : tested_cells.find("cells")->as_array()) {
+    const Json::Array& sets = cell.find("test_sets")->as_array();
+    REQUIRE(sets.size() == 2);
+    CHECK(sets[1].find("data")->as_string() == shortcut);
+    CHECK(sets[0].find("stitched_accuracy")->as_number() >= 0.0);
+    CHECK(sets[0].find("stitched_accuracy")->as_number() <= 1.0);
+  }
+
+  // The stitched model is a model: an identity stitch of A into itself predicts what A does,
+  // and a trained stitch runs through predict and explain.
+  {
+    const Checkpoint ck = load_checkpoint(a);
+    const Endpoint self{a, model_from_checkpoint(ck), {}, {}};
+    self.model->train(false);
+    StitchPair pair(self, 3, self, 3, {1, 8, 8});
+    Stitch identity(pair.shapes());
+    identity.init_identity();
+    write_stitch_file(dir.file("identity.safetensors"), pair, identity);
+  }
+  write_safetensors(dir.file("x.safetensors"), {{"x", random_tensor({5, 1, 8, 8}, 3)}});
+  const Run direct = adjoint_cli("predict --checkpoint " + a + " --input " + dir.file("x.safetensors") + " --out " + dir.file("direct"), dir);
+  REQUIRE_MESSAGE(direct.exit_code == 0, direct.output);
+  const Run stitched = adjoint_cli("predict --stitch " + dir.file("identity.safetensors") + " --input " +
+                                   dir.file("x.safetensors") + " --out " + dir.file("stitched"), dir);
+  REQUIRE_MESSAGE(stitched.exit_code == 0, stitched.output);
+  check_close(read_safetensors(dir.file("stitched.safetensors")).tensors.at("logits"),
+              read_safetensors(dir.file("direct.safetensors")).tensors.at("logits"), 1e-6, 1e-6, "identity-stitched logits");
+  const std::string trained = out + "/stitches/front4_end3_fula_standard.safetensors";
+  const Run explained = adjoint_cli("explain --stitch " + trained + " --data " + data.spec + " --count 2 --methods "
+                                    "gradient,pullback,soft_pullback --metrics none --out " + dir.file("explained"), dir);
+  REQUIRE_MESSAGE(explained.exit_code == 0, explained.output);
+  CHECK(explained.output.find("stitched:resnet18→resnet18") != std::string::npos);
+  CHECK(fs::exists(dir.file("explained/attributions_pullback.safetensors")));
+  const Run randomised = adjoint_cli("explain --stitch " + trained + " --data " + data.spec + " --count 2 --methods "
+                                     "gradient --metrics randomisation --out " + dir.file("randomised"), dir);
+  CHECK(randomised.exit_code == 2);
+  CHECK(randomised.output.find("model_parameter_randomisation rebuilds a model from its architecture, which the "
+                               "stitched model (stitch " + trained + ": front " + a) != std::string::npos);
+  {
+    const Checkpoint ck = load_checkpoint(a);
+    const Endpoint self{a, model_from_checkpoint(ck), {}, {}}, gone{dir.file("gone.safetensors"), self.model, {}, {}};
+    self.model->train(false);
+    StitchPair pair(self, 3, gone, 3, {1, 8, 8});
+    write_stitch_file(dir.file("orphan.safetensors"), pair, Stitch(pair.shapes()));
+  }
+  const Run orphan = adjoint_cli("predict --stitch " + dir.file("orphan.safetensors") + " --input " + dir.file("x.safetensors"), dir);
+  CHECK(orphan.exit_code == 1);
+  REQUIRE(error_lines(orphan.output).size() == 1);
+  CHECK(error_lines(orphan.output)[0].find("stitch file " + dir.file("orphan.safetensors") + ": its end model: ") !=
+        std::string::npos);
+  CHECK(error_lines(orphan.output)[0].find(dir.file("gone.safetensors")) != std::string::npos);
+  const Run both = adjoint_cli("predict --stitch " + trained + " --checkpoint " + a + " --input " + dir.file("x.safetensors"), dir);
+  CHECK(both.exit_code == 2);
+  CHECK(both.output.find("give either --stitch or --checkpoint") != std::string::npos);
+
   // Bad input: one line naming the models, blocks and shapes.
   Run bad = adjoint_cli("stitch --front " + a + " --end " + b + " --blocks 9 --out " + dir.file("bad"), dir);
   CHECK(bad.exit_code == 1);
@@ -152,11 +282,37 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   Generator gen(0);
   auto vit_model = make_model(vit, gen);
   save_checkpoint(dir.file("vit.safetensors"), *vit_model, nullptr, 0, 0, {{"data.spec", data.spec}});
-  bad = adjoint_cli("stitch --front " + a + " --end " + dir.file("vit.safetensors") + " --pairs 2:0 --out " + dir.file("bad"), dir);
+  vit.patch = 2;
+  save_checkpoint(dir.file("vit2.safetensors"), *make_model(vit, gen), nullptr, 0, 0, {{"data.spec", data.spec}});
+  ModelConfig mlp;
+  mlp.arch = "bilinear_mlp";
+  mlp.hidden = 6, mlp.in_channels = 1, mlp.image_size = 8;
+  save_checkpoint(dir.file("mlp.safetensors"), *make_model(mlp, gen), nullptr, 0, 0, {{"data.spec", data.spec}});
+  // ResNet maps into ViT tokens and back go through the map↔token adapter ...
+  const Run adapted = adjoint_cli("stitch --front " + a + " --end " + dir.file("vit.safetensors") + " --pairs 2:1 "
+                                  "--objectives dm --protocol standard --train-images 50 --epochs 1 --out " +
+                                  dir.file("adapted"), dir);
+  CHECK_MESSAGE(adapted.exit_code == 0, adapted.output);
+  CHECK(read_safetensors(dir.file("adapted/stitches/front2_end1_dm_standard.safetensors")).tensors.at("weight").shape() ==
+        Shape{8, 4});
+  const Run across = adjoint_cli("predict --stitch " + dir.file("adapted/stitches/front2_end1_dm_standard.safetensors") +
+                                 " --input " + dir.file("x.safetensors") + " --out " + dir.file("across"), dir);
+  CHECK_MESSAGE(across.exit_code == 0, across.output);
+  CHECK(read_safetensors(dir.file("across.safetensors")).tensors.at("logits").shape() == Shape{5, 10});
+  // ... a ViT of 2×2 patches into one of 4×4 patches through a resize of the patch grid ...
+  const Run grids = adjoint_cli("stitch --front " + dir.file("vit2.safetensors") + " --end " + dir.file("vit.safetensors") +
+                                " --pairs 1:1 --objectives dm --protocol standard --train-images 50 --epochs 1 --out " +
+                                dir.file("grids"), dir);
+  CHECK_MESSAGE(grids.exit_code == 0, grids.output);
+  // ... but the flat activations of a bilinear MLP have no adapter.
+  bad = adjoint_cli("stitch --front " + a + " --end " + dir.file("mlp.safetensors") + " --pairs 2:0 --out " +
+                    dir.file("bad"), dir);
   CHECK(bad.exit_code == 1);
   REQUIRE(error_lines(bad.output).size() == 1);
-  CHECK(error_lines(bad.output)[0].find("block 2 'layer1.1' → end " + dir.file("vit.safetensors") + " (vit_custom) block 0 'patch_embed': "
-                        "cannot join front features [4, 8, 8] to end features [5, 8]") != std::string::npos);
+  CHECK(error_lines(bad.output)[0].find("front " + a + " (resnet18) block 2 'layer1.1' → end " + dir.file("mlp.safetensors") +
+                                        " (bilinear_mlp) block 0 'bilinear': cannot join front features [4, 8, 8] to end "
+                                        "features [6]: a stitch joins feature maps (C, H, W) or token sequences (T, D) "
+                                        "only") != std::string::npos);
   bad = adjoint_cli(common + " --iri-images 0 --out " + dir.file("bad"), dir);
   CHECK(bad.exit_code == 1);
   REQUIRE(error_lines(bad.output).size() == 1);
@@ -165,4 +321,29 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   bad = adjoint_cli(common + " --objectives kl --out " + dir.file("bad"), dir);
   CHECK(bad.exit_code == 2);
   CHECK(bad.output.find("unknown stitching objective 'kl'; objectives: hlm, slm, dm, fula") != std::string::npos);
+  bad = adjoint_cli(common + " --protocol iri --out " + dir.file("bad"), dir);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("unknown stitching protocol 'iri'; protocols: standard, control, invariance") != std::string::npos);
+  // fula from end block 2 has 7 terms (blocks 2..8 of 10); two weights cannot serve them.
+  bad = adjoint_cli(common + " --objectives fula --fula-weights 1,2 --out " + dir.file("bad"), dir);
+  CHECK(bad.exit_code == 1);
+  REQUIRE(error_lines(bad.output).size() == 1);
+  CHECK(error_lines(bad.output)[0].find("block 2 'layer1.1' → end " + b + " (resnet18) block 2 'layer1.1': fula has 7 "
+                                        "terms, from end block 2 to the penultimate block 8 'layer4.1', but 2 fula "
+                                        "weights are given") != std::string::npos);
+  // A further test set of another image size.
+  {
+    const TempDir small;
+    write_idx(small.file("t10k-images-idx3-ubyte"), IdxArray{{4, 6, 6}, std::vector<uint8_t>(4 * 36, 7)});
+    write_idx(small.file("t10k-labels-idx1-ubyte"), IdxArray{{4}, std::vector<uint8_t>(4, 1)});
+    write_idx(small.file("train-images-idx3-ubyte"), IdxArray{{4, 6, 6}, std::vector<uint8_t>(4 * 36, 7)});
+    write_idx(small.file("train-labels-idx1-ubyte"), IdxArray{{4}, std::vector<uint8_t>(4, 1)});
+    bad = adjoint_cli(common + " --test-data fashion-mnist:" + small.path().string() + " --out " + dir.file("bad"), dir);
+    CHECK(bad.exit_code == 1);
+    REQUIRE(error_lines(bad.output).size() == 1);
+    CHECK(error_lines(bad.output)[0].find("the test set of fashion-mnist:" + small.path().string() + " holds examples "
+                                          "[1, 6, 6], but the models are stitched on " + data.spec + " images [1, 8, 8]") !=
+          std::string::npos);
+  }
+  CHECK(!fs::exists(dir.file("bad")));  // refused before anything was written
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "analysis/randomisation.h"
+#include "analysis/stitched_model.h"
 #include "analysis/report.h"
 #include "engine/error.h"
 #include "engine/threads.h"
@@ -206,6 +207,12 @@ int run_explain(const cli::Args& a) {
   o.methods = a.has("methods") ? resolve_methods(a.list("methods")) : explanation_methods();
   if (a.has("metrics") && a.text("metrics") == "none") o.metrics = {};
   else o.metrics = resolve_metrics(a.has("metrics") ? a.list("metrics") : default_metrics(evaluate));
+  // Randomisation rebuilds the model from its architecture (make_model), which a stitched
+  // model does not have: refused here rather than deep inside the report.
+  if (dynamic_cast<const StitchedModel*>(&model) &&
+      std::find(o.metrics.begin(), o.metrics.end(), "model_parameter_randomisation") != o.metrics.end())
+    throw UsageError(cat("--metrics: model_parameter_randomisation rebuilds a model from its architecture, which the "
+                         "stitched model (", m.origin, ") does not have; choose other metrics"));
   o.explain = explain_options(a);
   const std::string target = a.text("target");
   if (target == "predicted") {

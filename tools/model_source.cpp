@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "analysis/stitched_model.h"
 #include "engine/data/image_folder.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
@@ -41,6 +42,8 @@ std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own
 std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSpec> own) {
   static const std::vector<cli::OptionSpec> source = {
       {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
+      {"stitch", "FILE", "a stitch written by adjoint stitch: its front and end checkpoints (paths as given to "
+                         "adjoint stitch) joined by it", ""},
       {"weights", "FILE", "a state dict for --model", ""},
       {"classes", "N", "classes of --model", "1000"},
       {"in-channels", "N", "input channels of --model", "3"},
@@ -104,23 +107,57 @@ std::string normalisation_problem(const LoadedModel& m, const char* mean_name, c
 }
 }  // namespace
 
+LoadedModel load_checkpoint_model(const std::string& path) {
+  LoadedModel m;
+  Checkpoint ck = load_checkpoint(path);
+  m.model = model_from_checkpoint(ck);
+  m.origin = "checkpoint " + ck.path;
+  // The checkpoint's statistics: malformed ones are the file's fault, not an option's.
+  try {
+    if (ck.metadata.count("data.mean")) m.mean = parse_floats(ck.metadata.at("data.mean"), "data.mean");
+    if (ck.metadata.count("data.std")) m.std = parse_floats(ck.metadata.at("data.std"), "data.std");
+  } catch (const Error& e) {
+    throw Error(cat("checkpoint ", ck.path, ": metadata: ", e.what()));
+  }
+  const std::string problem = normalisation_problem(m, "data.mean", "data.std");
+  if (!problem.empty()) throw Error(cat("checkpoint ", ck.path, ": metadata ", problem));
+  if (ck.metadata.count("data.spec")) m.data_spec = ck.metadata.at("data.spec");
+  m.model->train(false);
+  return m;
+}
+
+LoadedModel load_stitched_model(const std::string& path) {
+  const StitchFile file = read_stitch_file(path);
+  const auto load = [&](const std::string& checkpoint, const char* role) {
+    try {
+      return load_checkpoint_model(checkpoint);
+    } catch (const Error& e) {
+      throw Error(cat("stitch file ", path, ": its ", role, " model: ", e.what()));
+    }
+  };
+  const LoadedModel front = load(file.front, "front"), end = load(file.end, "end");
+  const ModelConfig& c = front.model->config();
+  const StitchPair pair({file.front, front.model, front.mean, front.std}, file.front_block,
+                        {file.end, end.model, end.mean, end.std}, file.end_block,
+                        {c.in_channels, c.image_size, c.image_size});
+  LoadedModel m;
+  m.model = stitched_model(pair, file);
+  m.mean = front.mean;  // the stitched model's inputs are the front model's
+  m.std = front.std;
+  m.data_spec = front.data_spec;
+  m.origin = cat("stitch ", path, ": ", pair.shapes().where);
+  return m;
+}
+
 LoadedModel load_model(const cli::Args& a) {
   LoadedModel m;
-  if (a.has("checkpoint")) {
+  if (a.has("stitch")) {
+    if (a.has("checkpoint") || a.has("weights"))
+      throw UsageError("give either --stitch or --checkpoint or --model with --weights, one of them");
+    m = load_stitched_model(a.text("stitch"));
+  } else if (a.has("checkpoint")) {
     if (a.has("weights")) throw UsageError("give either --checkpoint or --model with --weights, not both");
-    Checkpoint ck = load_checkpoint(a.text("checkpoint"));
-    m.model = model_from_checkpoint(ck);
-    m.origin = "checkpoint " + ck.path;
-    // The checkpoint's statistics: malformed ones are the file's fault, not an option's.
-    try {
-      if (ck.metadata.count("data.mean")) m.mean = parse_floats(ck.metadata.at("data.mean"), "data.mean");
-      if (ck.metadata.count("data.std")) m.std = parse_floats(ck.metadata.at("data.std"), "data.std");
-    } catch (const Error& e) {
-      throw Error(cat("checkpoint ", ck.path, ": metadata: ", e.what()));
-    }
-    const std::string problem = normalisation_problem(m, "data.mean", "data.std");
-    if (!problem.empty()) throw Error(cat("checkpoint ", ck.path, ": metadata ", problem));
-    if (ck.metadata.count("data.spec")) m.data_spec = ck.metadata.at("data.spec");
+    m = load_checkpoint_model(a.text("checkpoint"));
   } else {
     if (!a.has("model") || !a.has("weights")) throw UsageError("give --checkpoint FILE, or --model NAME with --weights FILE");
     ModelConfig c = model_config(a);

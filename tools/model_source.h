@@ -1,8 +1,9 @@
 // Where a command's model and inputs come from: shared by `predict` (tools/train.cpp) and
 // `explain` (tools/explain.cpp), so both read the same options the same way.
 //
-//   the model   --checkpoint FILE, or --model NAME --weights FILE (a torchvision/timm-named
-//               state dict) with --classes/--in-channels/--image-size
+//   the model   --checkpoint FILE, --stitch FILE (a stitched model: analysis/stitched_model.h),
+//               or --model NAME --weights FILE (a torchvision/timm-named state dict) with
+//               --classes/--in-channels/--image-size
 //   the inputs  --input X.safetensors [--tensor NAME] (taken as already normalised), or
 //               image files decoded to the model's size and normalised with the model's
 //               statistics, or examples of a data set (normalised as in training)
@@ -40,9 +41,14 @@ struct LoadedModel {
   std::string origin;            // "checkpoint FILE" or "weights FILE", for messages
 };
 
-// Reads --checkpoint, or --model/--weights/--classes/--in-channels/--image-size; then
-// --mean/--std when the command has them and they are given.
+// Reads --checkpoint, --stitch, or --model/--weights/--classes/--in-channels/--image-size;
+// then --mean/--std when the command has them and they are given.
 LoadedModel load_model(const cli::Args& args);
+// A checkpoint written by `adjoint train`, in eval mode, with its normalisation and data set.
+LoadedModel load_checkpoint_model(const std::string& path);
+// A stitch written by `adjoint stitch` (analysis/stitched_model.h): the front and end
+// checkpoints its metadata names, joined at its blocks; inputs normalised as the front's.
+LoadedModel load_stitched_model(const std::string& path);
 
 // One tensor of a safetensors file: `tensor` names it, or the file must hold exactly one.
 Tensor load_input_tensor(const std::string& path, const std::string& tensor = "");

@@ -16,13 +16,9 @@ namespace {
 
 // A frozen model from its checkpoint; *data_spec receives the data set it was trained on.
 Endpoint load_endpoint(const std::string& path, std::string* data_spec) {
-  Checkpoint ck = load_checkpoint(path);
-  Endpoint e{path, model_from_checkpoint(ck), {}, {}};
-  *data_spec = ck.metadata.count("data.spec") ? ck.metadata.at("data.spec") : "";
-  if (ck.metadata.count("data.mean")) e.mean = parse_floats(ck.metadata.at("data.mean"), "checkpoint data.mean");
-  if (ck.metadata.count("data.std")) e.std = parse_floats(ck.metadata.at("data.std"), "checkpoint data.std");
-  e.model->train(false);
-  return e;
+  const LoadedModel m = load_checkpoint_model(path);
+  *data_spec = m.data_spec;
+  return {path, m.model, m.mean, m.std};
 }
 
 // The transports the IRI search may carry its cotangent with (--iri-transport).
@@ -104,6 +100,7 @@ int run_stitch(const cli::Args& a) {
     o.raua_images = a.integer("raua-images");
     if (o.raua_images < 1) throw UsageError(cat("option --raua-images must be at least 1, got ", o.raua_images));
   }
+  if (a.has("test-data")) o.test_data = a.list("test-data");
   const std::string spec = a.has("data") ? a.text("data") : front_data;
   if (spec.empty()) throw UsageError("stitch: the front checkpoint names no data set; give --data");
   const DataSource data = open_data(spec);
@@ -129,8 +126,12 @@ const cli::Registration stitch_command({
         "feature maps, per-token linear on tokens; area/bilinear resize where sizes differ) on each objective\n"
         "(hlm, slm, dm, fula) under each protocol: standard (real images), control (the N images the IRIs\n"
         "imitate), invariance (the front model's identically represented inputs). Blocks are indices or names\n"
-        "(adjoint info lists them). Writes OUT/results.{csv,json,md}, OUT/stitches/*.safetensors,\n"
-        "OUT/iris/*.safetensors; a rerun with the same OUT skips every finished cell.",
+        "(adjoint info lists them). Between a CNN's maps and a ViT's tokens the map is resized to the patch\n"
+        "grid (the class token into the ViT: the mean of the patch tokens; out of it: dropped); between ViTs\n"
+        "of other grids the patch grid is resized and the class token kept. Writes\n"
+        "OUT/results.{csv,json,md}, the layer x layer maps OUT/layer_map_<objective>_<protocol>.{csv,png} and\n"
+        "OUT/layer_maps.md, OUT/stitches/*.safetensors (adjoint predict/explain --stitch run them),\n"
+        "OUT/iris/front_block_<i>.{safetensors,png}; a rerun with the same OUT skips every finished cell.",
     .arguments = "",
     .options = with_attack_options({{"front", "FILE", "the front model's checkpoint (A)", ""},
                 {"end", "FILE", "the end model's checkpoint (B)", ""},
@@ -143,6 +144,7 @@ const cli::Registration stitch_command({
                 {"train-images", "N", "training images of the standard protocol", "5000"},
                 {"iri-images", "N", "images of the IRI set and of the control protocol", "500"},
                 {"test-images", "N", "test images scored (0: all)", "0"},
+                {"test-data", "LIST", "further test sets scored, data specs (e.g. fashion-mnist+shortcut)", ""},
                 {"init", "NAME", "least-squares, identity or random", "least-squares"},
                 {"ridge", "X", "least-squares ridge, relative to trace(XᵀX)/channels", "1e-4"},
                 {"epochs", "N", "stitch training epochs", "5"},
