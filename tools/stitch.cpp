@@ -17,6 +17,9 @@ namespace {
 // A frozen model from its checkpoint; *data_spec receives the data set it was trained on.
 Endpoint load_endpoint(const std::string& path, std::string* data_spec) {
   const LoadedModel m = load_checkpoint_model(path);
+  // Frozen: the IRI search, the attacks and stitch training differentiate through A and B
+  // for their inputs alone, and nothing may move them.
+  m.model->freeze();
   *data_spec = m.data_spec;
   return {path, m.model, m.mean, m.std};
 }
