@@ -3,13 +3,14 @@
 # Sourced, not run; the caller sets $adjoint, $threads and $epochs.
 
 # train_model RUN SEED DATA [OPTION...]: a VGG-11-BN at width 1/4, $epochs epochs of AdamW
-# (lr 2e-3, batch 128, no augmentation), into the folder RUN, unless it is there already.
+# (lr $lr, default 2e-3, batch 128, no augmentation), into the folder RUN, unless it is
+# there already.
 train_model() {
   local run=$1 seed=$2 data=$3
   shift 3
   [ -f "$run/checkpoint.safetensors" ] && return
   "$adjoint" train --overwrite --model vgg11_bn --width 0.25 --data "$data" --epochs "$epochs" --batch 128 \
-    --optimizer adamw --lr 2e-3 --no-augment --seed "$seed" --threads "$threads" "$@" --out "$run" > "$run.log" 2>&1
+    --optimizer adamw --lr "${lr:-2e-3}" --no-augment --seed "$seed" --threads "$threads" "$@" --out "$run" > "$run.log" 2>&1
 }
 
 # stitch_pair DIR FRONT END SEED OPTION...: stitches DIR/FRONT into DIR/END, writing
@@ -29,7 +30,7 @@ stitch_pair() {
 
 
 # The columns collect writes after seed, pair and group.
-cell_columns=(front_block protocol stitched_accuracy end_accuracy relative_score end_agrees_on_iris
+cell_columns=(front_block objective protocol stitched_accuracy end_accuracy relative_score end_agrees_on_iris
               iri_median_distance raua)
 
 # collect_header: the header of the gathered CSV.
@@ -47,7 +48,7 @@ collect() {
     }' "$4")
 }
 
-# summarise CSV VALUE: Markdown rows, one per pair × block, of the column VALUE under each
+# summarise CSV VALUE: Markdown rows, one per pair × objective × block, of the column VALUE under each
 # protocol as "mean [smallest, largest]" over seeds (a dash where it never ran), the mean
 # ratio invariance / standard, and the end model's agreement with y(x) on the IRIs and the
 # IRI median distance (means over seeds).
@@ -60,7 +61,7 @@ summarise() {
     {
       v = $col[value]
       if (v == "" || v == "nan") next
-      k = $col["pair"] "|" $col["group"] "|" $col["front_block"]; p = $col["protocol"]; s = $col["seed"]
+      k = $col["pair"] "|" $col["group"] "|" $col["objective"] "|" $col["front_block"]; p = $col["protocol"]; s = $col["seed"]
       if (!(k in seen)) { seen[k] = 1; order[++n] = k }
       key = k "|" p
       sum[key] += v; cnt[key]++
@@ -74,7 +75,7 @@ summarise() {
         k = order[i]; split(k, f, "|"); st = k "|standard"; inv = k "|invariance"
         r = 0; m = 0
         for (s in seeds) if ((st, s) in at && (inv, s) in at && at[st, s] > 0) { r += at[inv, s] / at[st, s]; m++ }
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], spread(st), spread(k "|control"),
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], spread(st), spread(k "|control"),
           spread(inv), m ? sprintf("%.2f", r / m) : "–", cnt[inv] ? sprintf("%.1f%%", 100 * agree[k] / cnt[inv]) : "–",
           cnt[inv] ? sprintf("%.3f", dist[k] / cnt[inv]) : "–"
       }
@@ -83,8 +84,8 @@ summarise() {
 
 # summary_header GROUP: the head of summarise's table.
 summary_header() {
-  echo "| pair | $1 | block | standard | control | invariance-aware | invariance / standard | B on IRIs | IRI median dist. |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| pair | $1 | objective | block | standard | control | invariance-aware | invariance / standard | B on IRIs | IRI median dist. |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
 }
 
 # accuracy CHECKPOINT DATA: the checkpoint's test accuracy in percent on DATA.
