@@ -55,22 +55,32 @@ void write_stitch_file(const std::string& path, const StitchPair& pair, const St
   write_safetensors(path, {{"weight", stitch.weight}, {"bias", stitch.bias}}, metadata);
 }
 
-StitchFile read_stitch_file(const std::string& path) {
-  const SafetensorsFile f = read_safetensors(path);
+namespace {
+// The weight and bias of a stitch file already read.
+StitchFile parameters_of(const SafetensorsFile& f, const std::string& path) {
   StitchFile s;
   s.path = path;
-  for (const char* key : {"front", "end"})
-    check(f.metadata.count(key), "stitch file ", path, ": no '", key, "' in its metadata; it was not written by adjoint stitch");
-  s.front = f.metadata.at("front");
-  s.end = f.metadata.at("end");
-  s.front_block = block_entry(f, path, "front_block");
-  s.end_block = block_entry(f, path, "end_block");
   for (const char* name : {"weight", "bias"}) {
     check(f.tensors.count(name), "stitch file ", path, ": no tensor '", name, "'");
     require_floating_point(f, name, path);
   }
   s.weight = f.tensors.at("weight");
   s.bias = f.tensors.at("bias");
+  return s;
+}
+}  // namespace
+
+StitchFile read_stitch_parameters(const std::string& path) { return parameters_of(read_safetensors(path), path); }
+
+StitchFile read_stitch_file(const std::string& path) {
+  const SafetensorsFile f = read_safetensors(path);
+  StitchFile s = parameters_of(f, path);
+  for (const char* key : {"front", "end"})
+    check(f.metadata.count(key), "stitch file ", path, ": no '", key, "' in its metadata; it was not written by adjoint stitch");
+  s.front = f.metadata.at("front");
+  s.end = f.metadata.at("end");
+  s.front_block = block_entry(f, path, "front_block");
+  s.end_block = block_entry(f, path, "end_block");
   return s;
 }
 

@@ -50,6 +50,9 @@ struct StitchFile {
 };
 // Throws Error naming the file and the missing or malformed entry.
 StitchFile read_stitch_file(const std::string& path);
+// Only the weight and bias (front, end and blocks left empty): what a sweep that knows its
+// pair needs, and all that stitch files written before they named their models hold.
+StitchFile read_stitch_parameters(const std::string& path);
 
 // The pair's stitch with the parameters of `file`; throws Error naming the file, the blocks
 // and both shapes when they do not fit it.

@@ -411,7 +411,7 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
           StitchCell done = cell_from_json(parse_json(read_text(cell_path)));
           if (log) log(cat("[", index, "/", total, "] ", c.key(), ": done before, read ", cell_path));
           if (!scored_on(done, extra_tests)) {  // asked for other test sets than when it ran
-            done.test_sets = score_test_sets(extra_tests, pair, *load_stitch(pair, read_stitch_file(stitch_path)));
+            done.test_sets = score_test_sets(extra_tests, pair, *load_stitch(pair, read_stitch_parameters(stitch_path)));
             write_file_atomic(cell_path, to_json(cell_to_json(done), 2) + "\n");
           }
           cells.push_back(done);
