@@ -17,6 +17,12 @@ struct TimingOptions {
   double warmup_seconds = 0.1;
 };
 
+// The times in seconds of `repeats` timed runs: their median and their range.
+struct RunTimes {
+  double median = 0, fastest = 0, slowest = 0;
+};
+RunTimes time_runs(int64_t repeats, const std::function<void()>& run, const TimingOptions& options = {});
+
 // Median time in seconds of `repeats` timed runs.
 double median_seconds(int64_t repeats, const std::function<void()>& run, const TimingOptions& options = {});
 
