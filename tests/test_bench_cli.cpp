@@ -22,6 +22,9 @@ TEST_CASE("bench stitch: bad options exit 2 naming the option, a block out of ra
   const CommandOutcome batch = run_adjoint({"bench", "stitch", "--batch", "1"});
   CHECK(batch.code == 2);
   CHECK(contains(batch.err, "--batch expects a count >= 2"));
+  const CommandOutcome clock = run_adjoint({"--threads", "2", "bench", "stitch", "--clock", "cpu"});
+  CHECK(clock.code == 2);
+  CHECK(contains(clock.err, "--clock cpu measures durations only with --threads 1 (2 threads)"));
   // VGG-11-BN has 9 blocks: stitch points 0..7.
   const CommandOutcome block = run_adjoint({"bench", "stitch", "--only", "vgg11_bn", "--block", "8"});
   CHECK(block.code == 1);
@@ -35,7 +38,7 @@ TEST_CASE("bench stitch: a tiny run writes one row per model and loop with the s
                                           "--steps", "1", "--repeats", "1", "--block", "7", "--out", out});
   REQUIRE_MESSAGE(run.code == 0, run.err);
   const Json doc = parse_json(read_text(out));
-  for (const char* key : {"threads", "blas", "width", "image_size", "batch", "block", "steps", "repeats"})
+  for (const char* key : {"threads", "blas", "clock", "width", "image_size", "batch", "block", "steps", "repeats"})
     CHECK_MESSAGE(doc.find(key) != nullptr, key);
   CHECK(doc.find("batch")->as_int() == 2);
   CHECK(doc.find("block")->as_int() == 7);

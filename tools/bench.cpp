@@ -219,10 +219,7 @@ int run_bench(const cli::Args& args) {
   const std::string out_path = args.has("out") ? args.text("out") : "";
   if (!out_path.empty()) check(std::ofstream(out_path).good(), "bench: cannot write ", out_path);  // fail early
   const std::string clock = args.text("clock");
-  if (clock != "wall" && clock != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", clock, "'"));
-  timing.clock = clock == "cpu" ? cli::BenchClock::Cpu : cli::BenchClock::Wall;
-  if (timing.clock == cli::BenchClock::Cpu && num_threads() != 1)
-    throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", num_threads(), " threads)"));
+  timing.clock = cli::bench_clock(clock, num_threads());
 
   std::printf("adjoint bench: %d threads, OpenBLAS kernels %s, median %s time of %lld runs\n", num_threads(),
               blas_kernels(), clock.c_str(), static_cast<long long>(repeats));

@@ -54,35 +54,46 @@ struct Timed {
   cli::RunTimes per_step;  // seconds
 };
 
-// One timed run of `steps` IRI steps on a batch; the time is per step.
-Timed time_iri(const std::string& arch, size_t block, int64_t batch, int64_t steps, int64_t repeats) {
-  const Endpoint front = endpoint(arch, 1);
-  Generator gen(3);
-  const Tensor images = uniform({batch, 1, kImageSize, kImageSize}, 0.0f, 1.0f, gen);
-  IriOptions o;
-  o.search.steps = steps;
-  o.batch = batch;
-  const cli::RunTimes t = cli::time_runs(repeats, [&] { find_iris(front, block, images, o); });
-  return {arch, "iri", front.model->blocks()[block].name,
-          {t.median / double(steps), t.fastest / double(steps), t.slowest / double(steps)}};
+// How a benchmark run is sized and timed.
+struct Settings {
+  size_t block = 3;
+  int64_t batch = 128, steps = 10, repeats = 5;
+  cli::TimingOptions timing;
+};
+
+// The times of runs of `steps` steps, per step.
+cli::RunTimes per_step(const cli::RunTimes& run, int64_t steps) {
+  return {run.median / double(steps), run.fastest / double(steps), run.slowest / double(steps)};
 }
 
-// One timed run of an epoch of `steps` stitch-training batches; the time is per step.
-Timed time_stitch_training(const std::string& arch, size_t block, int64_t batch, int64_t steps, int64_t repeats) {
-  const StitchPair pair(endpoint(arch, 1), block, endpoint(arch, 2), block, {1, kImageSize, kImageSize});
+// One timed run of `steps` IRI steps on a batch.
+Timed time_iri(const std::string& arch, const Settings& s) {
+  const Endpoint front = endpoint(arch, 1);
+  Generator gen(3);
+  const Tensor images = uniform({s.batch, 1, kImageSize, kImageSize}, 0.0f, 1.0f, gen);
+  IriOptions o;
+  o.search.steps = s.steps;
+  o.batch = s.batch;
+  const cli::RunTimes t = cli::time_runs(s.repeats, [&] { find_iris(front, s.block, images, o); }, s.timing);
+  return {arch, "iri", front.model->blocks()[s.block].name, per_step(t, s.steps)};
+}
+
+// One timed run of an epoch of `steps` stitch-training batches.
+Timed time_stitch_training(const std::string& arch, const Settings& s) {
+  const StitchPair pair(endpoint(arch, 1), s.block, endpoint(arch, 2), s.block, {1, kImageSize, kImageSize});
   Stitch stitch(pair.shapes());
   Generator gen(4);
   stitch.init_random(gen);
   StitchTrainingSet data;
-  data.front_inputs = data.end_inputs = uniform({batch * steps, 1, kImageSize, kImageSize}, 0.0f, 1.0f, gen);
-  for (int64_t n = 0; n < batch * steps; ++n) data.labels.push_back(randint(10, gen));
+  const int64_t n = s.batch * s.steps;
+  data.front_inputs = data.end_inputs = uniform({n, 1, kImageSize, kImageSize}, 0.0f, 1.0f, gen);
+  for (int64_t i = 0; i < n; ++i) data.labels.push_back(randint(10, gen));
   StitchTrainOptions o;
   o.objective = "slm";
   o.epochs = 1;
-  o.batch = batch;
-  const cli::RunTimes t = cli::time_runs(repeats, [&] { train_stitch(stitch, pair, data, o); });
-  return {arch, "train", pair.front().model->blocks()[block].name,
-          {t.median / double(steps), t.fastest / double(steps), t.slowest / double(steps)}};
+  o.batch = s.batch;
+  const cli::RunTimes t = cli::time_runs(s.repeats, [&] { train_stitch(stitch, pair, data, o); }, s.timing);
+  return {arch, "train", pair.front().model->blocks()[s.block].name, per_step(t, s.steps)};
 }
 
 }  // namespace
@@ -98,20 +109,22 @@ int run_bench_stitch(const cli::Args& args) {
   if (repeats < 1) throw UsageError(cat("bench stitch: --repeats expects a count >= 1, got ", repeats));
   if (steps < 1) throw UsageError(cat("bench stitch: --steps expects a count >= 1, got ", steps));
   if (block < 0) throw UsageError(cat("bench stitch: --block expects a block index >= 0, got ", block));
+  const std::string clock = args.text("clock");
+  const Settings settings{size_t(block), batch, steps, repeats, {cli::bench_clock(clock, num_threads())}};
   const std::vector<std::string> models = args.has("only") ? args.list("only") : kArchitectures;
   for (const std::string& m : models)
     if (std::find(kArchitectures.begin(), kArchitectures.end(), m) == kArchitectures.end())
       throw UsageError(cat("bench stitch: --only expects models among vgg11_bn, resnet18; got '", m, "'"));
 
   std::printf("adjoint bench stitch: %d threads, OpenBLAS kernels %s, width %.2f on 1x%lldx%lld, batch %lld, block %lld, "
-              "%lld steps per run, median and range of %lld runs, ms per step\n",
+              "%lld steps per run, median and range of %lld runs (%s clock), ms per step\n",
               num_threads(), blas_kernels(), kWidth, (long long)kImageSize, (long long)kImageSize, (long long)batch,
-              (long long)block, (long long)steps, (long long)repeats);
+              (long long)block, (long long)steps, (long long)repeats, clock.c_str());
   std::printf("%-10s %-6s %-12s %10s %20s\n", "model", "loop", "block", "ms/step", "range");
   std::vector<Timed> rows;
   for (const std::string& arch : models) {
     for (const auto& time_loop : {time_iri, time_stitch_training}) {
-      const Timed t = time_loop(arch, size_t(block), batch, steps, repeats);
+      const Timed t = time_loop(arch, settings);
       std::printf("%-10s %-6s %-12s %10.2f %9.2f - %8.2f\n", t.model.c_str(), t.loop.c_str(), t.block_name.c_str(),
                   t.per_step.median * 1e3, t.per_step.fastest * 1e3, t.per_step.slowest * 1e3);
       std::fflush(stdout);
@@ -127,9 +140,16 @@ int run_bench_stitch(const cli::Args& args) {
                                           {"ms_per_step", t.per_step.median * 1e3},
                                           {"ms_fastest", t.per_step.fastest * 1e3},
                                           {"ms_slowest", t.per_step.slowest * 1e3}}));
-    Json doc(Json::Object{{"threads", num_threads()}, {"blas", blas_kernels()},   {"width", kWidth},
-                          {"image_size", kImageSize}, {"batch", batch},           {"block", block},
-                          {"steps", steps},           {"repeats", repeats},       {"results", results}});
+    Json doc(Json::Object{{"threads", num_threads()},
+                          {"blas", blas_kernels()},
+                          {"clock", clock},
+                          {"width", kWidth},
+                          {"image_size", kImageSize},
+                          {"batch", batch},
+                          {"block", block},
+                          {"steps", steps},
+                          {"repeats", repeats},
+                          {"results", results}});
     write_file_atomic(args.text("out"), to_json(doc, 2) + "\n");
     std::printf("wrote %s; compare: /usr/bin/python3 tools/bench_stitch_torch.py --threads %d --ours %s\n",
                 args.text("out").c_str(), num_threads(), args.text("out").c_str());

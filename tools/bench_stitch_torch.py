@@ -125,14 +125,17 @@ def train_stitch(a_blocks, b_blocks, block, weight, bias, images, labels, batch)
         loss.item()
 
 
-def time_runs(repeats, fn):
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # cpu: process CPU time (1 thread)
+
+
+def time_runs(repeats, fn, clock):
     """(median, fastest, slowest) seconds of `repeats` runs after one warm-up run."""
     fn()
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times), min(times), max(times)
 
 
@@ -143,7 +146,8 @@ def bench(arch, s):
     g = torch.Generator().manual_seed(3)
     images = torch.rand(batch, 1, size, size, generator=g)
     step_size = 0.5 * (size * size / 3072) ** 0.5  # default_iri_step
-    iri = time_runs(s["repeats"], lambda: find_iris(a_blocks, block, images, steps, step_size, g))
+    clock = CLOCKS[s["clock"]]
+    iri = time_runs(s["repeats"], lambda: find_iris(a_blocks, block, images, steps, step_size, g), clock)
 
     train_images = torch.rand(batch * steps, 1, size, size, generator=g)
     labels = torch.randint(0, 10, (batch * steps,), generator=g)
@@ -153,7 +157,7 @@ def bench(arch, s):
     weight = ((torch.rand(c_out, c_in, generator=g) * 2 - 1) / c_in ** 0.5).requires_grad_()
     bias = torch.zeros(c_out, requires_grad=True)
     train = time_runs(s["repeats"],
-                      lambda: train_stitch(a_blocks, b_blocks, block, weight, bias, train_images, labels, batch))
+                      lambda: train_stitch(a_blocks, b_blocks, block, weight, bias, train_images, labels, batch), clock)
     return {"iri": [t / steps for t in iri], "train": [t / steps for t in train]}
 
 
@@ -166,19 +170,21 @@ def main():
     ap.add_argument("--block", type=int, default=3, help="without --ours")
     ap.add_argument("--steps", type=int, default=10, help="without --ours")
     ap.add_argument("--repeats", type=int, default=5, help="without --ours")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                    help="without --ours: wall, or cpu (process CPU time, steady on a busy machine; 1 thread only)")
     ap.add_argument("--only", default=",".join(ARCHITECTURES), help="without --ours: comma-separated models")
     ap.add_argument("--out", help="write both sides' figures as JSON")
     args = ap.parse_args()
     if args.ours:
         with open(args.ours) as f:
             ours = json.load(f)
-        settings = {k: ours[k] for k in ("threads", "width", "image_size", "batch", "block", "steps", "repeats")}
+        settings = {k: ours[k] for k in ("threads", "clock", "width", "image_size", "batch", "block", "steps", "repeats")}
         rows = {(r["model"], r["loop"]): r for r in ours["results"]}
         models = list(dict.fromkeys(r["model"] for r in ours["results"]))
     else:
         ours, rows, models = None, {}, args.only.split(",")
         settings = dict(threads=args.threads, width=0.25, image_size=28, batch=args.batch, block=args.block,
-                        steps=args.steps, repeats=args.repeats)
+                        steps=args.steps, repeats=args.repeats, clock=args.clock)
         for m in models:
             if m not in ARCHITECTURES:
                 ap.error(f"--only expects models among {', '.join(ARCHITECTURES)}; got '{m}'")
@@ -186,11 +192,14 @@ def main():
         # torch_peer gave OpenBLAS the command line's --threads when torch loaded.
         ap.error(f"--threads {args.threads} differs from the {settings['threads']} threads of {args.ours}; "
                  f"run with --threads {settings['threads']}")
+    if settings["clock"] == "cpu" and settings["threads"] != 1:
+        ap.error("--clock cpu measures durations only at 1 thread")
     torch.set_num_threads(settings["threads"])
     peer = torch_peer.describe(torch)
     print(f"PyTorch {torch.__version__}: {settings['threads']} threads, width {settings['width']} on "
           f"1x{settings['image_size']}x{settings['image_size']}, batch {settings['batch']}, block {settings['block']}, "
-          f"{settings['steps']} steps per run, median and range of {settings['repeats']} runs, ms per step; "
+          f"{settings['steps']} steps per run, median and range of {settings['repeats']} runs ({settings['clock']} clock), "
+          f"ms per step; "
           f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {'on' if peer['onednn'] else 'off'}, "
           f"OpenMP wait {peer['omp_wait_policy']}, OpenBLAS threads {peer['blas_threads']}"
           + (f"; adjoint: OpenBLAS {ours['blas']}" if ours else ""))

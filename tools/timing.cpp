@@ -6,6 +6,8 @@
 #include <chrono>
 #include <vector>
 
+#include "engine/error.h"
+
 namespace adjoint::cli {
 
 namespace {
@@ -18,6 +20,13 @@ double now_seconds(BenchClock clock) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
+
+BenchClock bench_clock(const std::string& name, int threads) {
+  if (name != "wall" && name != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", name, "'"));
+  if (name == "cpu" && threads != 1)
+    throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", threads, " threads)"));
+  return name == "cpu" ? BenchClock::Cpu : BenchClock::Wall;
+}
 
 RunTimes time_runs(int64_t repeats, const std::function<void()>& run, const TimingOptions& o) {
   const auto warm_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.warmup_seconds);
