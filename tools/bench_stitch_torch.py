@@ -23,9 +23,7 @@ tools/bench_torch.py and tools/bench_models_torch.py: above 1 adjoint is faster.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_peer  # noqa: E402
@@ -44,26 +42,13 @@ ARCHITECTURES = {
 }
 
 
-def frozen(arch, width, seed):
+def frozen_blocks(arch, width, seed):
+    """The blocks of a fresh model in eval mode whose parameters require no gradient."""
     torch.manual_seed(seed)
     model = ARCHITECTURES[arch](width).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return model, torch_models.blocks(model)
-
-
-def run(blocks, h, start, end):
-    for b in blocks[start:end]:
-        h = b(h)
-    return h
-
-
-def trace(blocks, h, start, end):
-    out = []
-    for b in blocks[start:end]:
-        h = b(h)
-        out.append(h)
-    return out
+    return torch_models.blocks(model)
 
 
 def normalised(raw):
@@ -84,7 +69,7 @@ def find_iris(blocks, block, images, steps, step_size, generator):
     cycle = torch.randperm(n, generator=generator)
     start = torch.empty(n, dtype=torch.long)
     start[cycle] = cycle.roll(-1)  # each image starts from its successor in a random cycle
-    front = lambda raw: run(blocks, normalised(raw), 0, block + 1)  # noqa: E731
+    front = lambda raw: torch_models.run_blocks(blocks, normalised(raw), 0, block + 1)  # noqa: E731
     with torch.no_grad():
         target = front(images)
     x = images[start].clamp(0, 1)
@@ -114,50 +99,35 @@ def train_stitch(a_blocks, b_blocks, block, weight, bias, images, labels, batch)
         indices = order[begin:begin + batch]
         batch_labels = labels[indices]  # noqa: F841  (hlm would read them; train_stitch gathers them)
         with torch.no_grad():
-            front = run(a_blocks, normalised(images[indices]), 0, block + 1)
-            end = run(b_blocks, normalised(images[indices]), 0, block + 1)
-            targets = [end] + trace(b_blocks, end, block + 1, len(b_blocks))
+            front = torch_models.run_blocks(a_blocks, normalised(images[indices]), 0, block + 1)
+            end = torch_models.run_blocks(b_blocks, normalised(images[indices]), 0, block + 1)
+            targets = [end] + torch_models.trace_blocks(b_blocks, end, block + 1, len(b_blocks))
         s = F.conv2d(front, weight[:, :, None, None], bias)
-        path = [s] + trace(b_blocks, s, block + 1, len(b_blocks))
+        path = [s] + torch_models.trace_blocks(b_blocks, s, block + 1, len(b_blocks))
         loss = -(F.softmax(targets[-1], 1) * F.log_softmax(path[-1], 1)).sum(1).mean()
         weight.grad, bias.grad = torch.autograd.grad(loss, [weight, bias])
         optimizer.step()
         loss.item()
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # cpu: process CPU time (1 thread)
-
-
-def time_runs(repeats, fn, clock):
-    """(median, fastest, slowest) seconds of `repeats` runs after one warm-up run."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = clock()
-        fn()
-        times.append(clock() - start)
-    return statistics.median(times), min(times), max(times)
-
-
 def bench(arch, s):
     width, size, batch, block, steps = s["width"], s["image_size"], s["batch"], s["block"], s["steps"]
-    _, a_blocks = frozen(arch, width, 1)
-    _, b_blocks = frozen(arch, width, 2)
+    a_blocks, b_blocks = frozen_blocks(arch, width, 1), frozen_blocks(arch, width, 2)
     g = torch.Generator().manual_seed(3)
     images = torch.rand(batch, 1, size, size, generator=g)
     step_size = 0.5 * (size * size / 3072) ** 0.5  # default_iri_step
-    clock = CLOCKS[s["clock"]]
-    iri = time_runs(s["repeats"], lambda: find_iris(a_blocks, block, images, steps, step_size, g), clock)
+    clock = torch_peer.CLOCKS[s["clock"]]
+    iri = torch_peer.time_runs(s["repeats"], lambda: find_iris(a_blocks, block, images, steps, step_size, g), clock)
 
     train_images = torch.rand(batch * steps, 1, size, size, generator=g)
     labels = torch.randint(0, 10, (batch * steps,), generator=g)
     with torch.no_grad():
-        c_in = run(a_blocks, normalised(images[:1]), 0, block + 1).shape[1]
-        c_out = run(b_blocks, normalised(images[:1]), 0, block + 1).shape[1]
+        c_in = torch_models.run_blocks(a_blocks, normalised(images[:1]), 0, block + 1).shape[1]
+        c_out = torch_models.run_blocks(b_blocks, normalised(images[:1]), 0, block + 1).shape[1]
     weight = ((torch.rand(c_out, c_in, generator=g) * 2 - 1) / c_in ** 0.5).requires_grad_()
     bias = torch.zeros(c_out, requires_grad=True)
-    train = time_runs(s["repeats"],
-                      lambda: train_stitch(a_blocks, b_blocks, block, weight, bias, train_images, labels, batch), clock)
+    train = torch_peer.time_runs(
+        s["repeats"], lambda: train_stitch(a_blocks, b_blocks, block, weight, bias, train_images, labels, batch), clock)
     return {"iri": [t / steps for t in iri], "train": [t / steps for t in train]}
 
 
@@ -170,7 +140,7 @@ def main():
     ap.add_argument("--block", type=int, default=3, help="without --ours")
     ap.add_argument("--steps", type=int, default=10, help="without --ours")
     ap.add_argument("--repeats", type=int, default=5, help="without --ours")
-    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+    ap.add_argument("--clock", choices=sorted(torch_peer.CLOCKS), default="wall",
                     help="without --ours: wall, or cpu (process CPU time, steady on a busy machine; 1 thread only)")
     ap.add_argument("--only", default=",".join(ARCHITECTURES), help="without --ours: comma-separated models")
     ap.add_argument("--out", help="write both sides' figures as JSON")

@@ -129,6 +129,22 @@ def small_stem_resnet(name, classes, in_ch, width=1.0):
     return m
 
 
+def run_blocks(blocks, h, start, end):
+    """h through blocks[start:end] (adjoint's Model::run)."""
+    for b in blocks[start:end]:
+        h = b(h)
+    return h
+
+
+def trace_blocks(blocks, h, start, end):
+    """Every output of blocks[start:end] on h (adjoint's Model::trace)."""
+    out = []
+    for b in blocks[start:end]:
+        h = b(h)
+        out.append(h)
+    return out
+
+
 def blocks(model):
     """adjoint's blocks of a small_vgg or small_stem_resnet (models/vgg.cpp, resnet.cpp), as
     functions: VGG one per conv unit (conv, bn, relu and a following max-pool), ResNet the
