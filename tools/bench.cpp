@@ -254,7 +254,8 @@ const cli::Registration bench_command({
         "adjoint bench tensorsim: tensor similarity's closed forms (d 1024, hidden 64) and recursion (a deep\n"
         "bilinear MLP) beside Monte Carlo to the same accuracy (--tolerance, --max-samples).\n"
         "adjoint bench stitch: ms per IRI step and per stitch-training step (slm) on two VGG-11-BN and two\n"
-        "ResNet-18 at width 1/4 on 1x28x28, batch 128 (--only, --block, --steps). Compare with PyTorch:\n"
+        "ResNet-18 at width 1/4 on 1x28x28, batch 128, median of 5 runs of 10 steps (--only, --block,\n"
+        "--steps, --clock). Compare with PyTorch:\n"
         "  adjoint --threads N bench stitch --out ours.json && /usr/bin/python3 tools/bench_stitch_torch.py --threads N --ours ours.json",
     .arguments = "[models|explain|tensorsim|stitch]",
     .options = {{"quick", "", "a few seconds: batch 8, 3 runs, fewer matmul shapes", ""},
