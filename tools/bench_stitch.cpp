@@ -54,10 +54,10 @@ struct Timed {
   cli::RunTimes per_step;  // seconds
 };
 
-// How a benchmark run is sized and timed.
+// How a benchmark run is sized and timed (the options of run_bench_stitch).
 struct Settings {
-  size_t block = 3;
-  int64_t batch = 128, steps = 10, repeats = 5;
+  size_t block;
+  int64_t batch, steps, repeats;
   cli::TimingOptions timing;
 };
 
@@ -66,7 +66,7 @@ cli::RunTimes per_step(const cli::RunTimes& run, int64_t steps) {
   return {run.median / double(steps), run.fastest / double(steps), run.slowest / double(steps)};
 }
 
-// One timed run of `steps` IRI steps on a batch.
+// find_iris on one batch, timed over runs of `steps` steps.
 Timed time_iri(const std::string& arch, const Settings& s) {
   const Endpoint front = endpoint(arch, 1);
   Generator gen(3);
@@ -78,7 +78,7 @@ Timed time_iri(const std::string& arch, const Settings& s) {
   return {arch, "iri", front.model->blocks()[s.block].name, per_step(t, s.steps)};
 }
 
-// One timed run of an epoch of `steps` stitch-training batches.
+// train_stitch, timed over runs of one epoch of `steps` batches.
 Timed time_stitch_training(const std::string& arch, const Settings& s) {
   const StitchPair pair(endpoint(arch, 1), s.block, endpoint(arch, 2), s.block, {1, kImageSize, kImageSize});
   Stitch stitch(pair.shapes());
