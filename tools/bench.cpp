@@ -30,6 +30,7 @@
 #include "tools/cli.h"
 #include "tools/bench_explain.h"
 #include "tools/bench_models.h"
+#include "tools/bench_stitch.h"
 #include "tools/bench_tensorsim.h"
 #include "tools/timing.h"
 
@@ -195,6 +196,7 @@ const NamedBenchmark kBenchmarks[] = {
     {"models", run_bench_models},
     {"explain", run_bench_explain},
     {"tensorsim", run_bench_tensorsim},
+    {"stitch", run_bench_stitch},
 };
 
 int run_bench(const cli::Args& args) {
@@ -217,10 +219,7 @@ int run_bench(const cli::Args& args) {
   const std::string out_path = args.has("out") ? args.text("out") : "";
   if (!out_path.empty()) check(std::ofstream(out_path).good(), "bench: cannot write ", out_path);  // fail early
   const std::string clock = args.text("clock");
-  if (clock != "wall" && clock != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", clock, "'"));
-  timing.clock = clock == "cpu" ? cli::BenchClock::Cpu : cli::BenchClock::Wall;
-  if (timing.clock == cli::BenchClock::Cpu && num_threads() != 1)
-    throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", num_threads(), " threads)"));
+  timing.clock = cli::bench_clock(clock, num_threads());
 
   std::printf("adjoint bench: %d threads, OpenBLAS kernels %s, median %s time of %lld runs\n", num_threads(),
               blas_kernels(), clock.c_str(), static_cast<long long>(repeats));
@@ -253,8 +252,12 @@ const cli::Registration bench_command({
         "and IG(50) and the ratio to the gradient on ResNet-18, VGG-11-BN, ViT-Tiny (32x32x3, batch 16;\n"
         "--only resnet18,vgg11_bn,vit_tiny, --checkpoint FILE).\n"
         "adjoint bench tensorsim: tensor similarity's closed forms (d 1024, hidden 64) and recursion (a deep\n"
-        "bilinear MLP) beside Monte Carlo to the same accuracy (--tolerance, --max-samples).",
-    .arguments = "[models|explain|tensorsim]",
+        "bilinear MLP) beside Monte Carlo to the same accuracy (--tolerance, --max-samples).\n"
+        "adjoint bench stitch: ms per IRI step and per stitch-training step (slm) on two VGG-11-BN and two\n"
+        "ResNet-18 at width 1/4 on 1x28x28, batch 128, median of 5 runs of 10 steps (--only, --block,\n"
+        "--steps, --clock). Compare with PyTorch:\n"
+        "  adjoint --threads N bench stitch --out ours.json && /usr/bin/python3 tools/bench_stitch_torch.py --threads N --ours ours.json",
+    .arguments = "[models|explain|tensorsim|stitch]",
     .options = {{"quick", "", "a few seconds: batch 8, 3 runs, fewer matmul shapes", ""},
                 {"only", "KIND", "conv or matmul (default: both)", ""},
                 {"batch", "N", "images per conv batch (8 with --quick)", "64"},
@@ -266,7 +269,9 @@ const cli::Registration bench_command({
                 {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""},
                 {"tolerance", "X", "tensorsim: Monte Carlo runs until its error is below X", "0.001"},
                 {"max-samples", "N", "tensorsim: the most Monte-Carlo samples tried", "10000000"},
-                {"lm-dim", "N", "tensorsim: the width of the bilinear-attention LM", "16"}},
+                {"lm-dim", "N", "tensorsim: the width of the bilinear-attention LM", "16"},
+                {"block", "I", "stitch: the block after which both models are cut (default 3)", ""},
+                {"steps", "N", "stitch: steps per timed run of each loop (default 10, 2 with --quick)", ""}},
     .run = run_bench,
 });
 

@@ -10,10 +10,8 @@ ResNet-18 training step is the process's max RSS growth, measured in a child pro
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_peer  # noqa: E402
@@ -45,14 +43,7 @@ def batch_for(name, batch):
 
 
 def time_steps(fn, repeats, warmup=2):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return torch_peer.time_runs(repeats, fn, warmup=warmup)[0]
 
 
 def bench(name, batch, repeats):

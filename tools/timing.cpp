@@ -6,6 +6,8 @@
 #include <chrono>
 #include <vector>
 
+#include "engine/error.h"
+
 namespace adjoint::cli {
 
 namespace {
@@ -19,7 +21,14 @@ double now_seconds(BenchClock clock) {
 }
 }  // namespace
 
-double median_seconds(int64_t repeats, const std::function<void()>& run, const TimingOptions& o) {
+BenchClock bench_clock(const std::string& name, int threads) {
+  if (name != "wall" && name != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", name, "'"));
+  if (name == "cpu" && threads != 1)
+    throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", threads, " threads)"));
+  return name == "cpu" ? BenchClock::Cpu : BenchClock::Wall;
+}
+
+RunTimes time_runs(int64_t repeats, const std::function<void()>& run, const TimingOptions& o) {
   const auto warm_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.warmup_seconds);
   for (int64_t w = 0; w < o.warmup_runs || (o.warmup_runs > 0 && std::chrono::steady_clock::now() < warm_until); ++w)
     run();
@@ -29,10 +38,14 @@ double median_seconds(int64_t repeats, const std::function<void()>& run, const T
     run();
     times.push_back(now_seconds(o.clock) - start);
   }
-  if (times.empty()) return 0;
+  if (times.empty()) return {};
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
-  return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  return {n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]), times.front(), times.back()};
+}
+
+double median_seconds(int64_t repeats, const std::function<void()>& run, const TimingOptions& o) {
+  return time_runs(repeats, run, o).median;
 }
 
 }  // namespace adjoint::cli

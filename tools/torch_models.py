@@ -4,6 +4,8 @@ of the model goldens (tests/goldens/gen_models.py). ResNet and VGG come from
 torchvision; the ViT follows timm's vision_transformer; the bilinear LM follows
 models/bilinear.cpp. Needs Debian's python3-torch (and python3-torchvision).
 """
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -86,24 +88,77 @@ def vit_tiny(img, patch, channels, classes):
     return VisionTransformer(img, patch, channels, classes, 192, 12, 3)
 
 
-def small_vgg(name, classes, in_ch):
+def scaled(channels, width):
+    """A channel count times the width multiplier, as adjoint rounds it (lround, at least 1)."""
+    return max(1, int(math.floor(channels * width + 0.5)))
+
+
+def small_vgg(name, classes, in_ch, width=1.0):
     """torchvision VGG with adjoint's small-image classifier: no last max-pool,
-    global average pool, one linear layer."""
+    global average pool, one linear layer; every conv's channels times `width`."""
     m = getattr(torchvision.models, name)(num_classes=classes)
+    if width != 1.0:
+        letter = {"vgg11": "A", "vgg13": "B", "vgg16": "D", "vgg19": "E"}[name.replace("_bn", "")]
+        layout = [v if v == "M" else scaled(v, width) for v in torchvision.models.vgg.cfgs[letter]]
+        m.features = torchvision.models.vgg.make_layers(layout, batch_norm=name.endswith("_bn"))
     if in_ch != 3:
         m.features[0] = nn.Conv2d(in_ch, m.features[0].out_channels, 3, padding=1)
     m.features = m.features[:-1]
     m.avgpool = nn.AdaptiveAvgPool2d(1)
-    m.classifier = nn.Sequential(nn.Linear(512, classes))
+    last_conv = [layer for layer in m.features if isinstance(layer, nn.Conv2d)][-1]
+    m.classifier = nn.Sequential(nn.Linear(last_conv.out_channels, classes))
     return m
 
 
-def small_stem_resnet(name, classes, in_ch):
-    """torchvision ResNet with the small-image stem: 3x3 stride 1, no max-pool."""
+def small_stem_resnet(name, classes, in_ch, width=1.0):
+    """torchvision ResNet with the small-image stem: 3x3 stride 1, no max-pool; every
+    stage's channels times `width` (torchvision fixes them, so the stages are rebuilt)."""
     m = getattr(torchvision.models, name)(num_classes=classes)
-    m.conv1 = nn.Conv2d(in_ch, 64, 3, 1, 1, bias=False)
+    stem = scaled(64, width)
+    m.conv1 = nn.Conv2d(in_ch, stem, 3, 1, 1, bias=False)
     m.maxpool = nn.Identity()
+    if width != 1.0:
+        m.bn1 = nn.BatchNorm2d(stem)
+        m.inplanes = stem
+        kind = type(m.layer1[0])
+        for stage in range(4):
+            layer = f"layer{stage + 1}"
+            setattr(m, layer, m._make_layer(kind, scaled(64 << stage, width), len(getattr(m, layer)),
+                                            stride=1 if stage == 0 else 2))
+        m.fc = nn.Linear(m.inplanes, classes)
     return m
+
+
+def run_blocks(blocks, h, start, end):
+    """h through blocks[start:end] (adjoint's Model::run)."""
+    for b in blocks[start:end]:
+        h = b(h)
+    return h
+
+
+def trace_blocks(blocks, h, start, end):
+    """Every output of blocks[start:end] on h (adjoint's Model::trace)."""
+    out = []
+    for b in blocks[start:end]:
+        h = b(h)
+        out.append(h)
+    return out
+
+
+def blocks(model):
+    """adjoint's blocks of a small_vgg or small_stem_resnet (models/vgg.cpp, resnet.cpp), as
+    functions: VGG one per conv unit (conv, bn, relu and a following max-pool), ResNet the
+    stem, then every residual block; the head (global average pool + linear) last."""
+    if isinstance(model, torchvision.models.ResNet):
+        out = [lambda h: model.relu(model.bn1(model.conv1(h)))]
+        out += [unit for layer in (model.layer1, model.layer2, model.layer3, model.layer4) for unit in layer]
+        out.append(lambda h: model.fc(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)))
+        return out
+    starts = [i for i, layer in enumerate(model.features) if isinstance(layer, nn.Conv2d)]
+    ends = starts[1:] + [len(model.features)]
+    out = [model.features[s:e] for s, e in zip(starts, ends)]
+    out.append(lambda h: model.classifier(torch.flatten(F.adaptive_avg_pool2d(h, 1), 1)))
+    return out
 
 
 class Bilinear(nn.Module):

@@ -8,11 +8,17 @@ downsample, a 2x bilinear upsample) and every objective, the fixture holds the l
 its gradient with respect to the stitch's weight and bias.
 Run: /usr/bin/python3 tests/goldens/gen_stitch.py
 """
+import os
+import sys
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from fixture_io import save, seeded
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from torch_models import run_blocks as run, trace_blocks as trace  # noqa: E402  (adjoint's Model::run, trace)
 
 LAYOUT = [2, "M", 4, "M", 8, 8, "M", 16, 16, "M", 16, 16]  # vgg11 at width 1/32, last pool dropped
 A_NORM = (0.3, 0.4)  # (mean, std) of each model's inputs
@@ -53,20 +59,6 @@ def randomised(seed):
                 mod.running_mean.uniform_(-0.2, 0.2)
                 mod.running_var.uniform_(0.5, 1.5)
     return m.eval()
-
-
-def run(blocks, h, start, end):
-    for b in blocks[start:end]:
-        h = b(h)
-    return h
-
-
-def trace(blocks, h, start, end):
-    out = []
-    for b in blocks[start:end]:
-        h = b(h)
-        out.append(h)
-    return out
 
 
 def resize(h, height, width):

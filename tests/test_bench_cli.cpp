@@ -1,0 +1,56 @@
+// `adjoint bench stitch` (tools/bench_stitch.cpp): bad options are one line with the right
+// exit code, and a tiny run writes the JSON that tools/bench_stitch_torch.py reads. No
+// timing is checked: that is the benchmark's job, not a test's.
+#include <doctest/doctest.h>
+
+#include "engine/json.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using adjoint::testing::CommandOutcome;
+using adjoint::testing::contains;
+using adjoint::testing::read_text;
+using adjoint::testing::run_adjoint;
+
+TEST_CASE("bench stitch: bad options exit 2 naming the option, a block out of range exits 1 naming the model") {
+  const CommandOutcome model = run_adjoint({"bench", "stitch", "--only", "vit_tiny"});
+  CHECK(model.code == 2);
+  CHECK(contains(model.err, "--only expects models among vgg11_bn, resnet18; got 'vit_tiny'"));
+  const CommandOutcome steps = run_adjoint({"bench", "stitch", "--steps", "0"});
+  CHECK(steps.code == 2);
+  CHECK(contains(steps.err, "--steps expects a count >= 1, got 0"));
+  const CommandOutcome batch = run_adjoint({"bench", "stitch", "--batch", "1"});
+  CHECK(batch.code == 2);
+  CHECK(contains(batch.err, "--batch expects a count >= 2"));
+  const CommandOutcome clock = run_adjoint({"--threads", "2", "bench", "stitch", "--clock", "cpu"});
+  CHECK(clock.code == 2);
+  CHECK(contains(clock.err, "--clock cpu measures durations only with --threads 1 (2 threads)"));
+  // VGG-11-BN has 9 blocks: stitch points 0..7.
+  const CommandOutcome block = run_adjoint({"bench", "stitch", "--only", "vgg11_bn", "--block", "8"});
+  CHECK(block.code == 1);
+  CHECK(contains(block.err, "front block 8 is out of range for vgg11_bn seed 1 (vgg11_bn), which has 9 blocks"));
+}
+
+TEST_CASE("bench stitch: a tiny run writes one row per model and loop with the settings the peer reads") {
+  adjoint::testing::TempDir dir;
+  const std::string out = dir.file("ours.json");
+  const CommandOutcome run = run_adjoint({"--threads", "1", "bench", "stitch", "--only", "vgg11_bn", "--batch", "2",
+                                          "--steps", "1", "--repeats", "1", "--block", "7", "--out", out});
+  REQUIRE_MESSAGE(run.code == 0, run.err);
+  const Json doc = parse_json(read_text(out));
+  for (const char* key : {"threads", "blas", "clock", "width", "image_size", "batch", "block", "steps", "repeats"})
+    CHECK_MESSAGE(doc.find(key) != nullptr, key);
+  CHECK(doc.find("batch")->as_int() == 2);
+  CHECK(doc.find("block")->as_int() == 7);
+  const Json::Array& rows = doc.find("results")->as_array();
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].find("loop")->as_string() == "iri");
+  CHECK(rows[1].find("loop")->as_string() == "train");
+  for (const Json& r : rows) {
+    CHECK(r.find("model")->as_string() == "vgg11_bn");
+    CHECK(r.find("block_name")->as_string() == "features.25");  // the last conv unit, 128×1×1
+    CHECK(r.find("ms_fastest")->as_number() > 0);
+    CHECK(r.find("ms_fastest")->as_number() <= r.find("ms_per_step")->as_number());
+    CHECK(r.find("ms_per_step")->as_number() <= r.find("ms_slowest")->as_number());
+  }
+}
