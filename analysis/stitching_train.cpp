@@ -35,6 +35,49 @@ private:
   std::vector<int64_t> labels_;
 };
 
+// A and B are frozen and the training images fixed, so A's features and B's targets of an
+// example are the same in every epoch. They are computed once, in batches, when they fit
+// in `budget_bytes`; otherwise every step computes those of its batch.
+struct FrozenPasses {
+  Tensor front;                // (N, *front example) or undefined: computed per batch
+  std::vector<Tensor> targets;  // B's outputs from block j on, each (N, ...); empty: per batch
+
+  FrozenPasses(const StitchPair& pair, const StitchTrainingSet& data, bool needs_targets, int64_t budget_bytes,
+               int64_t batch) {
+    NoGrad off;
+    const int64_t N = data.front_inputs.size(0);
+    int64_t per_example = numel(pair.shapes().front);
+    std::vector<Shape> target_shapes;
+    if (needs_targets)
+      for (const Tensor& t : pair.end_targets(select_rows(data.end_inputs, 0, 1))) {
+        target_shapes.emplace_back(t.shape().begin() + 1, t.shape().end());
+        per_example += numel(target_shapes.back());
+      }
+    if (per_example * N * int64_t(sizeof(float)) > budget_bytes) return;
+    Shape front_shape = pair.shapes().front;
+    front_shape.insert(front_shape.begin(), N);
+    front = Tensor::empty(front_shape);
+    for (Shape shape : target_shapes) {
+      shape.insert(shape.begin(), N);
+      targets.push_back(Tensor::empty(shape));
+    }
+    for (int64_t begin = 0; begin < N; begin += batch) {
+      const int64_t end = std::min(N, begin + batch);
+      copy_rows(pair.front_features(select_rows(data.front_inputs, begin, end)), front, begin);
+      if (needs_targets) {
+        const std::vector<Tensor> t = pair.end_targets(select_rows(data.end_inputs, begin, end));
+        for (size_t l = 0; l < t.size(); ++l) copy_rows(t[l], targets[l], begin);
+      }
+    }
+  }
+
+  // The rows of `part` into `all`, from row `at` on.
+  static void copy_rows(const Tensor& part, Tensor& all, int64_t at) {
+    const Tensor c = part.contiguous();
+    std::copy(c.data(), c.data() + c.numel(), all.data() + at * (all.numel() / all.size(0)));
+  }
+};
+
 }  // namespace
 
 StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const StitchTrainingSet& data,
@@ -62,16 +105,23 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
   Loader loader(std::make_shared<StitchExamples>(data), batches);
   const int64_t per_epoch = loader.batches_per_epoch(), total = per_epoch * o.epochs;
 
+  const FrozenPasses frozen(pair, data, objective.needs_end_features, o.cache_bytes, o.batch);
+
   // The stitch step: A's features without autograd, B's targets on the end images of the
   // same examples, and the gradient asked for the stitch's parameters alone.
   auto stitch_step = [&](const Batch& batch, int64_t) {
     Tensor front;
-    {
+    if (frozen.front.defined()) {
+      front = select_rows(frozen.front, batch.indices);
+    } else {
       NoGrad off;
       front = pair.front_features(batch.inputs);
     }
     std::vector<Tensor> targets;
-    if (objective.needs_end_features) targets = pair.end_targets(select_rows(data.end_inputs, batch.indices));
+    if (!frozen.targets.empty())
+      for (const Tensor& t : frozen.targets) targets.push_back(select_rows(t, batch.indices));
+    else if (objective.needs_end_features)
+      targets = pair.end_targets(select_rows(data.end_inputs, batch.indices));
     const Tensor loss = objective.loss(pair.stitched_path(stitch, front), targets, batch.labels, o.objective_options);
     const std::vector<Tensor> g = grad(loss, {stitch.weight, stitch.bias}, {}, {}, false);
     stitch.weight.set_grad(g[0]);

@@ -217,6 +217,15 @@ TEST_CASE("stitch training: A and B stay bit for bit, BatchNorm buffers included
     });
     CHECK(r.steps == 9);
     CHECK(whole_set_loss() < before);
+    // Kept after one pass or recomputed every step, A's features and B's targets are the
+    // same, and so is the trained stitch.
+    Stitch recomputed(pair.shapes());
+    Generator same_init(5);
+    recomputed.init_random(same_init);
+    o.cache_bytes = 0;
+    train_stitch(recomputed, pair, {x, x, labels}, o);
+    check_close(recomputed.weight, s.weight, 1e-4, 1e-6, name + ": weight, recomputed against kept passes");
+    check_close(recomputed.bias, s.bias, 1e-4, 1e-6, name + ": bias, recomputed against kept passes");
   }
   for (const auto& [which, e] : {std::pair<std::string, const Endpoint*>{"A.", &a}, {"B.", &b}}) {
     for (const auto& [name, t] : e->model->state_dict()) CHECK_MESSAGE(t.to_vector() == before.at(which + name), std::string(which + name));
