@@ -17,8 +17,8 @@
 # set. OUT/stitch_shortcut.{csv,md} gather every seed; the Markdown gives the mean over
 # seeds with the smallest and largest value.
 #
-# Sizes: 12 models of about a minute each and 24 stitch cells per seed; about 45 minutes
-# for three seeds on 2 cores. Every finished model and cell is kept, so a rerun continues.
+# Sizes: 12 models and 24 stitch cells per seed; three seeds took 26 minutes of CPU time
+# (71 minutes of wall time on the 2-core development machine under a load of 7–10). Every finished model and cell is kept, so a rerun continues.
 set -euo pipefail
 out=${1:?usage: stitch_shortcut.sh OUT [SEEDS] [EPOCHS]}
 seeds=${2:-0 1 2}
