@@ -2,6 +2,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
 
@@ -103,6 +104,7 @@ Tensor bilinear(const Tensor& x, const Tensor& L, const Tensor& R) {
   const BilinearShape sh{x.numel() / d, L.size(0), d};
 
   Tensor xc = x.contiguous(), Lc = L.contiguous(), Rc = R.contiguous();
+  count_multiply_adds(2 * sh.M * sh.h * sh.d);  // the two projections
   Tensor lx = project(xc.data(), Lc.data(), sh), rx = project(xc.data(), Rc.data(), sh);
   Shape out_shape = x.shape();
   out_shape.back() = sh.h;

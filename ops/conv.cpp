@@ -8,6 +8,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
 
@@ -917,6 +918,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   Tensor x = x_in.contiguous(), w = weight_in.contiguous();
   Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
   Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
+  count_multiply_adds(g.N * g.O * g.P * g.rows_g);
   auto* forward = winograd_applies(g) ? &winograd_forward : &conv_forward;
   if (g.N > 0) forward(g, x.data(), w.data(), bias.defined() ? bias.data() : nullptr, out.data());
   if (needs_grad({x, w, bias})) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()), {x, w, bias});

@@ -6,6 +6,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
 
@@ -130,6 +131,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   }
   Tensor a = a_in.contiguous(), b = b_in.contiguous();
   Tensor out = Tensor::empty(out_shape);
+  count_multiply_adds(s.count * s.M * s.N * s.K);
   gemm_batched(s.count, false, false, s.M, s.N, s.K, 1.0f, a.data(), K, s.M * K, b.data(), N, K * N, 0.0f, out.data(),
                N, s.M * N);
   if (needs_grad({a, b})) attach(out, std::make_shared<MatmulNode>(a.detach(), b.detach(), s), {a, b});
@@ -160,6 +162,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     });
     beta = 1.0f;
   }
+  count_multiply_adds(rows * out_features * in_features);
   gemm(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features, beta, y,
        out_features);
   if (needs_grad({x, w, bias})) attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias});

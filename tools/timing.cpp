@@ -6,6 +6,10 @@
 #include <chrono>
 #include <vector>
 
+#include "engine/error.h"
+#include "engine/threads.h"
+#include "tools/cli.h"
+
 namespace adjoint::cli {
 
 namespace {
@@ -33,6 +37,14 @@ double median_seconds(int64_t repeats, const std::function<void()>& run, const T
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
   return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+}
+
+BenchClock bench_clock(const Args& args) {
+  const std::string clock = args.text("clock");
+  if (clock != "wall" && clock != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", clock, "'"));
+  if (clock == "cpu" && num_threads() != 1)
+    throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", num_threads(), " threads)"));
+  return clock == "cpu" ? BenchClock::Cpu : BenchClock::Wall;
 }
 
 }  // namespace adjoint::cli

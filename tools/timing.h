@@ -20,4 +20,9 @@ struct TimingOptions {
 // Median time in seconds of `repeats` timed runs.
 double median_seconds(int64_t repeats, const std::function<void()>& run, const TimingOptions& options = {});
 
+class Args;
+// The benchmarks' --clock option: wall, or cpu (a UsageError unless the run has one thread,
+// where process CPU time is a duration).
+BenchClock bench_clock(const Args& args);
+
 }  // namespace adjoint::cli
