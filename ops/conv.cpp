@@ -11,6 +11,8 @@
 #include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "ops/activation.h"
+#include "ops/norm.h"
 
 namespace adjoint {
 
@@ -192,9 +194,36 @@ Range valid_outputs(int64_t out, int64_t stride, int64_t offset, int64_t extent)
   return {lo, hi};
 }
 
+// What the forward pass does to each output value of channel o as it writes it: + bias[o];
+// then, with eval-mode BatchNorm fused in (conv2d_batch_norm_eval), ·scale[o] + shift[o];
+// then, with a fused ReLU, max(·, 0). These are the float operations of the separate ops
+// in their order, so a fused output is bitwise the unfused one.
+struct Epilogue {
+  const float* bias = nullptr;
+  const float* scale = nullptr;  // with shift, or neither
+  const float* shift = nullptr;
+  bool relu = false;
+
+  // Anything beyond the bias (which the GEMMs may add themselves).
+  bool after_bias() const { return scale != nullptr || relu; }
+  // The steps after the bias on n values of channel o, in place. One branch-free loop per
+  // case, so that each vectorises (std::max keeps a NaN, as ReLU does).
+  void finish_row(float* __restrict row, int64_t n, int64_t o) const {
+    if (scale) {
+      const float k = scale[o], s = shift[o];
+      if (relu)
+        for (int64_t i = 0; i < n; ++i) row[i] = std::max(row[i] * k + s, 0.0f);
+      else
+        for (int64_t i = 0; i < n; ++i) row[i] = row[i] * k + s;
+    } else if (relu) {
+      for (int64_t i = 0; i < n; ++i) row[i] = std::max(row[i], 0.0f);
+    }
+  }
+};
+
 // `nb` images of `channels` planes of P values (image-major, as in NCHW) → the matrix
-// (channels, nb·P) whose column b·P + p is position p of image b; and back, adding an
-// optional per-channel bias. The GEMMs of a block of several images take this layout.
+// (channels, nb·P) whose column b·P + p is position p of image b; and back, through an
+// optional epilogue. The GEMMs of a block of several images take this layout.
 void planes_to_matrix(const float* planes, int64_t nb, int64_t channels, int64_t P, float* matrix) {
   const int64_t grain = std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(nb * P, 1));
   parallel_for(channels, grain, [&](int64_t c0, int64_t c1) {
@@ -203,17 +232,19 @@ void planes_to_matrix(const float* planes, int64_t nb, int64_t channels, int64_t
         std::memcpy(matrix + c * nb * P + b * P, planes + (b * channels + c) * P, sizeof(float) * P);
   });
 }
-void matrix_to_planes(const float* matrix, int64_t nb, int64_t channels, int64_t P, const float* bias, float* planes) {
+void matrix_to_planes(const float* matrix, int64_t nb, int64_t channels, int64_t P, const Epilogue& epilogue,
+                      float* planes) {
   const int64_t grain = std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(nb * P, 1));
   parallel_for(channels, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < nb; ++b) {
         const float* src = matrix + c * nb * P + b * P;
         float* dst = planes + (b * channels + c) * P;
-        if (!bias)
+        if (!epilogue.bias)
           std::memcpy(dst, src, sizeof(float) * P);
         else
-          for (int64_t p = 0; p < P; ++p) dst[p] = src[p] + bias[c];
+          for (int64_t p = 0; p < P; ++p) dst[p] = src[p] + epilogue.bias[c];
+        epilogue.finish_row(dst, P, c);
       }
   });
 }
@@ -286,7 +317,7 @@ void im2col(const ConvGeometry& g, const float* x, int64_t nb, const Tile& t, fl
 // the input position it was copied from; padding entries are dropped. `cols` is scratch
 // and gets overwritten. Parallel over channels; every input plane sums in a fixed order.
 void col2im_add(const ConvGeometry& g, float* cols, int64_t nb, const Tile& t, float* dx) {
-  if (g.pointwise) return matrix_to_planes(cols, nb, g.C, g.P, nullptr, dx);  // one tile per image
+  if (g.pointwise) return matrix_to_planes(cols, nb, g.C, g.P, Epilogue{}, dx);  // one tile per image
   const int64_t T = t.positions(g), ld = nb * T;
   const int64_t grain = std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(ld * g.KH * g.KW, 1));
   std::vector<Tap> taps;
@@ -336,8 +367,9 @@ struct Matrix {
   int64_t ld;
 };
 
-// y = conv(x, w) + bias: image blocks in parallel; per block, per tile, one GEMM per group.
-void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+// y = epilogue(conv(x, w)): image blocks in parallel; per block, per tile, one GEMM per group.
+void conv_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
+  const float* bias = epilogue.bias;
   const Tiling tiling = choose_tiling(g, kMinColumns);
   auto* product = gemm_for(tiling);
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
@@ -366,7 +398,11 @@ void conv_forward(const ConvGeometry& g, const float* x, const float* w, const f
         for (int64_t gi = 0; gi < g.groups; ++gi)
           product(false, false, g.Og, ncols, g.rows_g, 1.0f, w + gi * g.Og * g.rows_g, g.rows_g,
                   cols.data + gi * g.rows_g * cols.ld, cols.ld, beta, out.data + gi * g.Og * out.ld, out.ld);
-        if (nb > 1) matrix_to_planes(staging.data(), nb, g.O, g.P, bias, y_block);
+        if (nb > 1) {
+          matrix_to_planes(staging.data(), nb, g.O, g.P, epilogue, y_block);
+        } else if (epilogue.after_bias()) {  // the tile is still in cache
+          for (int64_t o = 0; o < g.O; ++o) epilogue.finish_row(out.data + o * out.ld, ncols, o);
+        }
       }
     }
   });
@@ -692,8 +728,9 @@ void winograd_input_adjoint(const ConvGeometry& g, const float* dV, const Winogr
   });
 }
 
-// y = Aᵀ M A (+ bias) for every tile, the outputs past the last row or column dropped.
-void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& band, const float* bias, float* y) {
+// y = epilogue(Aᵀ M A) for every tile, the outputs past the last row or column dropped.
+void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& band, const Epilogue& epilogue,
+                     float* y) {
   const int64_t T = band.tiles(), TW = band.TW, ms = slice_stride(g.O, T);
   parallel_for(g.O, std::max<int64_t>(1, kCopyGrain / (16 * T)), [&](int64_t o0, int64_t o1) {
     std::vector<float> rows(static_cast<size_t>(2 * 2 * TW));
@@ -701,7 +738,7 @@ void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& 
       for (int64_t b = 0; b < band.nb; ++b)
         for (int64_t r = 0; r < band.rows; ++r) {
           const float* in = M + o * T + (b * band.rows + r) * TW;
-          const float add = bias ? bias[o] : 0.0f;
+          const float add = epilogue.bias ? epilogue.bias[o] : 0.0f;
           float* out0 = rows.data();  // the tiles' two output rows
           float* out1 = rows.data() + 2 * TW;
           for (int64_t s = 0; s < TW; ++s) {
@@ -716,6 +753,7 @@ void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& 
             out1[2 * s] = bottom[0] + bottom[1] + bottom[2] + add;
             out1[2 * s + 1] = bottom[1] - bottom[2] - bottom[3] + add;
           }
+          epilogue.finish_row(rows.data(), 4 * TW, o);
           for (int i = 0; i < 2; ++i) {
             const int64_t oh = band.oh0 + 2 * r + i;
             if (oh < g.OH) std::copy(rows.data() + i * 2 * TW, rows.data() + i * 2 * TW + g.OW, y + (b * g.O + o) * g.P + oh * g.OW);
@@ -783,7 +821,7 @@ WinogradTiling winograd_tiling(const ConvGeometry& g, int64_t min_tiles) {
   return t;
 }
 
-void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
   const WinogradTiling tiling = winograd_tiling(g, kWinogradMinTiles);
   const int64_t us = slice_stride(g.O, g.C);
   Scratch U(16 * us);
@@ -801,7 +839,7 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
         for (int xi = 0; xi < 16; ++xi)
           product(false, false, g.O, T, g.C, 1.0f, U.data() + xi * us, g.C, V.data() + xi * slice_stride(g.C, T), T,
                   0.0f, M.data() + xi * slice_stride(g.O, T), T);
-        winograd_output(g, M.data(), band, bias, y + n0 * g.O * g.P);
+        winograd_output(g, M.data(), band, epilogue, y + n0 * g.O * g.P);
       }
     }
   });
@@ -911,18 +949,39 @@ class Conv2dNode : public Node {
   Tensor x_, w_;
 };
 
+// The output of a convolution with `epilogue` (its bias pointer is set here, from `bias`).
+Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue) {
+  Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
+  count_multiply_adds(g.N * g.O * g.P * g.rows_g);
+  epilogue.bias = bias.defined() ? bias.data() : nullptr;
+  auto* forward = winograd_applies(g) ? &winograd_forward : &conv_forward;
+  if (g.N > 0) forward(g, x.data(), w.data(), epilogue, out.data());
+  return out;
+}
+
+Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contiguous() : Tensor(); }
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
-  Tensor x = x_in.contiguous(), w = weight_in.contiguous();
-  Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
-  Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
-  count_multiply_adds(g.N * g.O * g.P * g.rows_g);
-  auto* forward = winograd_applies(g) ? &winograd_forward : &conv_forward;
-  if (g.N > 0) forward(g, x.data(), w.data(), bias.defined() ? bias.data() : nullptr, out.data());
+  Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
+  Tensor out = convolve(g, x, w, bias, Epilogue{});
   if (needs_grad({x, w, bias})) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()), {x, w, bias});
   return out;
+}
+
+Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                              const Conv2dOptions& options, const EvalBatchNorm& bn, bool then_relu) {
+  if (needs_grad({x_in, weight_in, bias_in, bn.weight, bn.bias})) {
+    Tensor y = batch_norm(conv2d(x_in, weight_in, bias_in, options), bn.weight, bn.bias, bn.running_mean,
+                          bn.running_var, false, 0.0f, bn.eps);
+    return then_relu ? relu(y) : y;
+  }
+  const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
+  const ChannelAffine affine = eval_batch_norm_affine(g.O, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
+  return convolve(g, x_in.contiguous(), weight_in.contiguous(), contiguous_or_undefined(bias_in),
+                  Epilogue{nullptr, affine.scale.data(), affine.shift.data(), then_relu});
 }
 
 }  // namespace adjoint

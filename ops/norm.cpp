@@ -155,6 +155,25 @@ void check_channel_vector(const Tensor& t, const char* what, int64_t C, const Sh
         " channels of input ", x_shape);
 }
 
+// The statistics of eval mode: the running mean, and 1/sqrt(running_var + eps).
+void running_statistics(const Tensor& running_mean, const Tensor& running_var, float eps, std::vector<float>& mean,
+                        std::vector<float>& invstd) {
+  const std::vector<float> rm = running_mean.to_vector(), rv = running_var.to_vector();
+  for (size_t c = 0; c < rm.size(); ++c)
+    mean[c] = rm[c], invstd[c] = float(1.0 / std::sqrt(double(rv[c]) + double(eps)));
+}
+
+// y = x·scale + shift per channel: scale = γ·invstd, shift = β − μ·scale.
+ChannelAffine channel_affine(const std::vector<float>& mean, const std::vector<float>& invstd,
+                             const std::vector<float>& gamma, const std::vector<float>& beta) {
+  ChannelAffine a{std::vector<float>(mean.size()), std::vector<float>(mean.size())};
+  for (size_t c = 0; c < mean.size(); ++c) {
+    a.scale[c] = gamma[c] * invstd[c];
+    a.shift[c] = beta[c] - mean[c] * a.scale[c];
+  }
+  return a;
+}
+
 // ---------------------------------------------------------------------------------------
 // LayerNorm. x is viewed as (M, D): M rows, each normalised over its D features.
 
@@ -283,18 +302,18 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
       }
     }
   } else {
-    const std::vector<float> rm = running_mean.to_vector(), rv = running_var.to_vector();
-    for (int64_t c = 0; c < C; ++c) mean[c] = rm[c], invstd[c] = float(1.0 / std::sqrt(double(rv[c]) + double(eps)));
+    running_statistics(running_mean, running_var, eps, mean, invstd);
   }
 
   // y = x·k + shift per channel, k = γ/σ, shift = β − μ·k.
   std::vector<float> gamma = values_or(weight, C, 1.0f), beta = values_or(bias, C, 0.0f);
+  const ChannelAffine affine = channel_affine(mean, invstd, gamma, beta);
   Tensor out = Tensor::empty(x.shape());
   float* po = out.data();
   parallel_for(N * C, grain_for(L), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r % C;
-      const float k = gamma[c] * invstd[c], shift = beta[c] - mean[c] * k;
+      const float k = affine.scale[c], shift = affine.shift[c];
       for (int64_t l = 0; l < L; ++l) po[r * L + l] = px[r * L + l] * k + shift;
     }
   });
@@ -305,6 +324,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                                            std::move(gamma), training),
            {xc, weight, bias});
   return out;
+}
+
+ChannelAffine eval_batch_norm_affine(int64_t C, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                                     const Tensor& running_var, float eps) {
+  const Shape shape{1, C};  // for the messages: C channels
+  check_channel_vector(weight, "weight", C, shape);
+  check_channel_vector(bias, "bias", C, shape);
+  check(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
+  check_channel_vector(running_mean, "running_mean", C, shape);
+  check_channel_vector(running_var, "running_var", C, shape);
+  std::vector<float> mean(C), invstd(C);
+  running_statistics(running_mean, running_var, eps, mean, invstd);
+  return channel_affine(mean, invstd, values_or(weight, C, 1.0f), values_or(bias, C, 0.0f));
 }
 
 Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight, const Tensor& bias, float eps) {

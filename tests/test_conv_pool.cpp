@@ -2,6 +2,7 @@
 // max-pool transports (METHODS.md §1.2), the backward's skipped work, bad shapes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -10,7 +11,9 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
+#include "ops/activation.h"
 #include "ops/conv.h"
+#include "ops/norm.h"
 #include "ops/pool.h"
 #include "tests/golden_case.h"
 #include "tests/support.h"
@@ -240,6 +243,61 @@ TEST_CASE("conv2d: one rule for every transport") {
   for (const Transport& t : {Transport::pullback(), soft(0.1f)}) {
     const auto p = vjp(f, in, u, t);
     for (size_t i = 0; i < 3; ++i) CHECK(p[i].to_vector() == g[i].to_vector());
+  }
+}
+
+TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops' bits") {
+  // Every forward path: Winograd (3x3 stride 1), one image per GEMM in row tiles (large
+  // images), blocks of images through a staging matrix (small images), 1x1 read in place.
+  struct Case {
+    Shape x, w;
+    Conv2dOptions options;
+  };
+  const std::vector<Case> cases = {
+      {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
+  };
+  uint64_t seed = 900;
+  for (const Case& c : cases)
+    for (const bool with_bias : {false, true})
+      for (const bool then_relu : {false, true}) {
+        INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu);
+        const int64_t O = c.w[0];
+        const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+        const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
+        const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
+                               random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
+        NoGrad off;
+        const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu);
+        Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
+                                     bn.running_var, false, 0.1f, bn.eps);
+        if (then_relu) separate = relu(separate);
+        const std::vector<float> values = fused.to_vector();
+        CHECK(values == separate.to_vector());
+        if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
+      }
+}
+
+TEST_CASE("conv2d_batch_norm_eval: recorded, it is the separate ops (gradients, every transport)") {
+  const Tensor bn_w = random_tensor({4}, 951), bn_b = random_tensor({4}, 952), mean = random_tensor({4}, 953),
+               var = random_tensor({4}, 954, 0.5f, 2.0f);
+  const Fn fused = [&](const Args& in) {
+    return conv2d_batch_norm_eval(in[0], in[1], in[2], Conv2dOptions::square(1, 1),
+                                  {bn_w, bn_b, mean, var, 1e-5f}, true);
+  };
+  const Fn separate = [&](const Args& in) {
+    return relu(batch_norm(conv2d(in[0], in[1], in[2], Conv2dOptions::square(1, 1)), bn_w, bn_b, mean, var, false));
+  };
+  const Args in = {random_tensor({2, 3, 6, 6}, 955), random_tensor({4, 3, 3, 3}, 956), random_tensor({4}, 957)};
+  check_gradients(fused, in);
+  const Tensor u = random_tensor({2, 4, 6, 6}, 958);
+  Temperatures soft_relu;
+  soft_relu.relu = 0.5f;
+  for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(soft_relu)}) {
+    const auto a = vjp(fused, in, u, t), b = vjp(separate, in, u, t);
+    for (size_t i = 0; i < 3; ++i) CHECK(a[i].to_vector() == b[i].to_vector());
   }
 }
 
