@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd.h"
@@ -17,20 +18,27 @@ int64_t grain_for(int64_t length) { return std::max<int64_t>(1, 4096 / std::max<
 // Rows per partial sum in the γ/β column reductions (bounds the partials' memory).
 constexpr int64_t kReduceGrain = 128;
 
-// Σ term(l) over l < n: eight float lanes summed in a fixed order, combined in double.
-// Independent lanes let the compiler vectorise the loop (a single running sum would pin it
-// to one add at a time), and the fixed order keeps results independent of the threads.
-template <class Term>
-double lane_sum(int64_t n, Term term) {
+// Σ a(l) and Σ b(l) over l < n, in one pass over the values both read: eight float lanes
+// each, summed in a fixed order, combined in double. Independent lanes let the compiler
+// vectorise the loop (a single running sum would pin it to one add at a time), and the
+// fixed order keeps results independent of the threads.
+template <class TermA, class TermB>
+std::pair<double, double> lane_sums(int64_t n, TermA a, TermB b) {
   constexpr int kLanes = 8;
-  float lanes[kLanes] = {};
+  float lanes_a[kLanes] = {}, lanes_b[kLanes] = {};
   int64_t l = 0;
   for (; l + kLanes <= n; l += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] += term(l + k);
-  double sum = 0;
-  for (; l < n; ++l) sum += term(l);
-  for (float v : lanes) sum += v;
-  return sum;
+    for (int k = 0; k < kLanes; ++k) lanes_a[k] += a(l + k), lanes_b[k] += b(l + k);
+  double sum_a = 0, sum_b = 0;
+  for (; l < n; ++l) sum_a += a(l), sum_b += b(l);
+  for (int k = 0; k < kLanes; ++k) sum_a += lanes_a[k], sum_b += lanes_b[k];
+  return {sum_a, sum_b};
+}
+
+// Σ term(l) over l < n, summed as lane_sums sums (the unused second sum compiles away).
+template <class Term>
+double lane_sum(int64_t n, Term term) {
+  return lane_sums(n, term, [](int64_t) { return 0.0f; }).first;
 }
 
 // Mean and biased variance of the values p[b·stride + i], b < blocks, i < length: one
@@ -95,8 +103,9 @@ public:
         const float mean = mean_[c];
         for (int64_t n = 0; n < N; ++n) {
           const float *xr = px + (n * C + c) * L, *ur = pu + (n * C + c) * L;
-          su += lane_sum(L, [ur](int64_t l) { return ur[l]; });
-          sux += lane_sum(L, [ur, xr, mean](int64_t l) { return ur[l] * (xr[l] - mean); });
+          const auto [u_sum, ux_sum] =
+              lane_sums(L, [ur](int64_t l) { return ur[l]; }, [ur, xr, mean](int64_t l) { return ur[l] * (xr[l] - mean); });
+          su += u_sum, sux += ux_sum;
         }
         sum_u[c] = su, sum_u_xhat[c] = sux * invstd_[c];
       }
