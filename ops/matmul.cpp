@@ -12,13 +12,10 @@
 
 namespace adjoint {
 
-namespace {
-
-// out[c] = Σ_r m[r, c] for a row-major (rows, cols) matrix, summed in double. Rows are
-// summed within fixed blocks of kRowBlock rows (in parallel, vectorised along the row),
-// then the block sums are added in block order. The blocks do not depend on the thread
-// count, so neither does the result.
-void column_sums(const float* m, int64_t rows, int64_t cols, float* out) {
+// Rows are summed within fixed blocks of kRowBlock rows (in parallel, vectorised along the
+// row), then the block sums are added in block order. The blocks do not depend on the
+// thread count, so neither does the result.
+void column_sums(const float* m, int64_t rows, int64_t cols, float* out, int64_t out_stride) {
   constexpr int64_t kRowBlock = 64;
   const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
   std::vector<double> partial(static_cast<size_t>(blocks * cols), 0.0);
@@ -35,10 +32,12 @@ void column_sums(const float* m, int64_t rows, int64_t cols, float* out) {
     for (int64_t c = c0; c < c1; ++c) {
       double total = 0;
       for (int64_t b = 0; b < blocks; ++b) total += partial[static_cast<size_t>(b * cols + c)];
-      out[c] = static_cast<float>(total);
+      out[c * out_stride] = static_cast<float>(total);
     }
   });
 }
+
+namespace {
 
 // The shapes of one matmul: `count` products of (M, K) · (K, N). When b is a single matrix
 // shared by every row of a, count is 1 and M holds all of a's rows (the folded case).
