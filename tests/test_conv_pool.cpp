@@ -23,6 +23,12 @@ using namespace adjoint::testing;
 
 namespace {
 
+// A convolution's input and weight shapes and options.
+struct ConvCase {
+  Shape x, w;
+  Conv2dOptions options;
+};
+
 Fn conv_with(Conv2dOptions options) {
   return [options](const std::vector<Tensor>& in) {
     return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), options);
@@ -89,11 +95,7 @@ struct ThreadCount {
 }  // namespace
 
 TEST_CASE("conv2d: gradients across strides, padding, dilation, groups and 1x1") {
-  struct Case {
-    Shape x, w;
-    Conv2dOptions options;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{2, 3, 5, 5}, {4, 3, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 2, 7, 6}, {3, 2, 3, 2}, {2, 1, 1, 2, 2, 1, 1}},  // stride 2x1, padding 1x2, dilation 2x1
       {{1, 4, 5, 5}, {6, 2, 3, 3}, Conv2dOptions::square(1, 1, 1, 2)},
@@ -104,7 +106,7 @@ TEST_CASE("conv2d: gradients across strides, padding, dilation, groups and 1x1")
       {{1, 16, 4, 5}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},     // Winograd
   };
   uint64_t seed = 100;
-  for (const Case& c : cases) {
+  for (const ConvCase& c : cases) {
     INFO("x ", to_string(c.x), " w ", to_string(c.w));
     check_gradients(conv_with(c.options),
                     {random_tensor(c.x, seed++), random_tensor(c.w, seed++), random_tensor({c.w[0]}, seed++)});
@@ -127,11 +129,7 @@ TEST_CASE("conv2d: matches PyTorch (forward, input, weight and bias gradients)")
 TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
   // Deep or large images: the column matrix of a whole image exceeds the cache budget, so
   // each image runs as several GEMMs over bands of output rows (flat and strided copies).
-  struct Case {
-    Shape x, w;
-    Conv2dOptions options;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{3, 128, 20, 20}, {8, 128, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 128, 41, 41}, {6, 128, 3, 3}, Conv2dOptions::square(2, 1)},
       {{2, 128, 20, 20}, {8, 64, 3, 3}, Conv2dOptions::square(1, 2, 2, 2)},
@@ -145,7 +143,7 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
       {{1, 16, 66, 64}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
   };
   uint64_t seed = 700;
-  for (const Case& c : cases) {
+  for (const ConvCase& c : cases) {
     INFO("x ", to_string(c.x), " w ", to_string(c.w));
     const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
     const Fn f = conv_with(c.options);
@@ -249,18 +247,14 @@ TEST_CASE("conv2d: one rule for every transport") {
 TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops' bits") {
   // Every forward path: Winograd (3x3 stride 1), one image per GEMM in row tiles (large
   // images), blocks of images through a staging matrix (small images), 1x1 read in place.
-  struct Case {
-    Shape x, w;
-    Conv2dOptions options;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
       {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
       {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
   };
   uint64_t seed = 900;
-  for (const Case& c : cases)
+  for (const ConvCase& c : cases)
     for (const bool with_bias : {false, true})
       for (const bool then_relu : {false, true}) {
         INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu);
