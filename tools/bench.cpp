@@ -216,8 +216,8 @@ int run_bench(const cli::Args& args) {
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
   const std::string out_path = args.has("out") ? args.text("out") : "";
   if (!out_path.empty()) check(std::ofstream(out_path).good(), "bench: cannot write ", out_path);  // fail early
-  timing.clock = cli::bench_clock(args);
   const std::string clock = args.text("clock");
+  timing.clock = cli::bench_clock(clock, num_threads());
 
   std::printf("adjoint bench: %d threads, OpenBLAS kernels %s, median %s time of %lld runs\n", num_threads(),
               blas_kernels(), clock.c_str(), static_cast<long long>(repeats));

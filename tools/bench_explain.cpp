@@ -119,7 +119,7 @@ int run_bench_explain(const cli::Args& args) {
   const int64_t repeats = args.has("repeats") ? args.integer("repeats") : quick ? 2 : 5;
   if (batch < 1) throw UsageError(cat("option --batch expects a count >= 1, got ", batch));
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
-  const cli::BenchClock clock = cli::bench_clock(args);
+  const cli::BenchClock clock = cli::bench_clock(args.text("clock"), num_threads());
 
   // The models: a checkpoint's, or the three reference architectures.
   std::vector<std::pair<std::string, std::shared_ptr<Model>>> models;

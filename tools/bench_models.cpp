@@ -221,7 +221,7 @@ int run_bench_models(const cli::Args& args) {
     std::printf("%.3f %.3f\n", r.peak_mib, r.peak_rss_mib);
     return 0;
   }
-  const cli::BenchClock clock = cli::bench_clock(args);
+  const cli::BenchClock clock = cli::bench_clock(args.text("clock"), num_threads());
   std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median %s time of %lld steps\n",
               num_threads(), (long long)batch, args.text("clock").c_str(), (long long)repeats);
   const double sgemm = measure_sgemm_rate(clock);

@@ -14,10 +14,8 @@ RSS growth, measured in a child process.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_peer  # noqa: E402
@@ -49,14 +47,7 @@ def batch_for(name, batch):
 
 
 def time_steps(fn, repeats, clock, warmup=2):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t = clock()
-        fn()
-        times.append(clock() - t)
-    return statistics.median(times)
+    return torch_peer.time_runs(repeats, fn, clock, warmup=warmup)[0]
 
 
 def bench(name, batch, repeats, clock):
@@ -128,7 +119,7 @@ def main():
     args = ap.parse_args()
     if args.clock == "cpu" and args.threads != 1:
         ap.error("--clock cpu measures durations only with --threads 1")
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    clock = torch_peer.CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.memory_child:

@@ -7,8 +7,6 @@
 #include <vector>
 
 #include "engine/error.h"
-#include "engine/threads.h"
-#include "tools/cli.h"
 
 namespace adjoint::cli {
 
@@ -22,6 +20,13 @@ double now_seconds(BenchClock clock) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
+
+BenchClock bench_clock(const std::string& name, int threads) {
+  if (name != "wall" && name != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", name, "'"));
+  if (name == "cpu" && threads != 1)
+    throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", threads, " threads)"));
+  return name == "cpu" ? BenchClock::Cpu : BenchClock::Wall;
+}
 
 double median_seconds(int64_t repeats, const std::function<void()>& run, const TimingOptions& o) {
   const auto warm_until = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.warmup_seconds);
@@ -37,14 +42,6 @@ double median_seconds(int64_t repeats, const std::function<void()>& run, const T
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
   return n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-}
-
-BenchClock bench_clock(const Args& args) {
-  const std::string clock = args.text("clock");
-  if (clock != "wall" && clock != "cpu") throw UsageError(cat("option --clock expects wall or cpu, got '", clock, "'"));
-  if (clock == "cpu" && num_threads() != 1)
-    throw UsageError(cat("option --clock cpu measures durations only with --threads 1 (", num_threads(), " threads)"));
-  return clock == "cpu" ? BenchClock::Cpu : BenchClock::Wall;
 }
 
 }  // namespace adjoint::cli

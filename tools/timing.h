@@ -2,12 +2,17 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace adjoint::cli {
 
 // Wall-clock time, or the CPU time of the whole process (immune to other programs
 // taking the cores of a shared machine, but only a duration at one thread).
 enum class BenchClock { Wall, Cpu };
+
+// The clock called `name` (the benchmarks' --clock: wall or cpu). A UsageError for any
+// other name, and for cpu at more than one thread, where CPU time is no duration.
+BenchClock bench_clock(const std::string& name, int threads);
 
 struct TimingOptions {
   BenchClock clock = BenchClock::Wall;
@@ -19,10 +24,5 @@ struct TimingOptions {
 
 // Median time in seconds of `repeats` timed runs.
 double median_seconds(int64_t repeats, const std::function<void()>& run, const TimingOptions& options = {});
-
-class Args;
-// The benchmarks' --clock option: wall, or cpu (a UsageError unless the run has one thread,
-// where process CPU time is a duration).
-BenchClock bench_clock(const Args& args);
 
 }  // namespace adjoint::cli

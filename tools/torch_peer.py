@@ -15,9 +15,12 @@ use_best_blas). A user's own settings are respected, as the engine respects them
 """
 import ctypes
 import os
+import statistics
 import sys
+import time
 
 GENERIC_CORES = {"Prescott", "Core2", "Nehalem", "Sandybridge"}
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # cpu: process CPU time (a duration at 1 thread)
 _MARK = "ADJOINT_PEER_BLAS_CHOSEN"
 
 
@@ -107,3 +110,16 @@ def fair(peer, ours_blas=None):
         print(f"PEER MISMATCH: adjoint ran OpenBLAS {ours_blas} kernels, PyTorch runs {peer['blas']}; no ratio is printed")
         return False
     return True
+
+
+def time_runs(repeats, fn, clock=time.perf_counter, warmup=1):
+    """(median, fastest, slowest) seconds of `repeats` runs of fn after `warmup` untimed ones,
+    as the engine's benchmarks time (tools/timing.h)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return statistics.median(times), min(times), max(times)
