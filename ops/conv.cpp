@@ -821,11 +821,18 @@ WinogradTiling winograd_tiling(const ConvGeometry& g, int64_t min_tiles) {
   return t;
 }
 
-void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
+// The floats of the weights in the transform domain (16 slices, see slice_stride).
+int64_t transformed_weights_size(const ConvGeometry& g) { return 16 * slice_stride(g.O, g.C); }
+
+// y = epilogue(conv(x, w)); the weights' transform U goes to `keep_u` when given (for the
+// backward pass), else to scratch memory.
+void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* keep_u,
+                      float* y) {
   const WinogradTiling tiling = winograd_tiling(g, kWinogradMinTiles);
   const int64_t us = slice_stride(g.O, g.C);
-  Scratch U(16 * us);
-  winograd_weights(g, w, U.data());
+  Scratch scratch_u(keep_u ? 0 : transformed_weights_size(g));
+  float* U = keep_u ? keep_u : scratch_u.data();
+  winograd_weights(g, w, U);
   auto* product = tiling.blocks() >= 2 * num_threads() ? &gemm_serial : &gemm;
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
@@ -837,7 +844,7 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
         const int64_t T = band.tiles();
         winograd_input(g, x + n0 * g.C * g.H * g.W, band, V.data());
         for (int xi = 0; xi < 16; ++xi)
-          product(false, false, g.O, T, g.C, 1.0f, U.data() + xi * us, g.C, V.data() + xi * slice_stride(g.C, T), T,
+          product(false, false, g.O, T, g.C, 1.0f, U + xi * us, g.C, V.data() + xi * slice_stride(g.C, T), T,
                   0.0f, M.data() + xi * slice_stride(g.O, T), T);
         winograd_output(g, M.data(), band, epilogue, y + n0 * g.O * g.P);
       }
@@ -846,9 +853,9 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
 }
 
 // As conv_backward, through the transform domain, except that dx is overwritten (it need
-// not arrive zeroed).
-void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                       float* db) {
+// not arrive zeroed). `kept_u`: the forward pass's transform of w, or null to recompute it.
+void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* kept_u, const float* dy,
+                       float* dx, float* dw, float* db) {
   const WinogradTiling tiling = winograd_tiling(g, kWinogradMinTilesBackward);
   const int64_t blocks = tiling.blocks();
   if (blocks == 0) {  // an empty batch: the parameter gradients are zero
@@ -858,8 +865,10 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
   }
   auto* product = blocks >= 2 * num_threads() ? &gemm_serial : &gemm;
   const int64_t us = slice_stride(g.O, g.C), u_size = 16 * us;
-  Scratch U(dx ? u_size : 0);  // the weights in the transform domain, for the input gradient
-  if (dx) winograd_weights(g, w, U.data());
+  // The weights in the transform domain, for the input gradient.
+  Scratch scratch_u(dx && !kept_u ? u_size : 0);
+  const float* U = kept_u ? kept_u : scratch_u.data();
+  if (dx && !kept_u) winograd_weights(g, w, scratch_u.data());
   const int64_t chunk = (blocks + kMaxPartials - 1) / kMaxPartials;  // blocks per partial sum
   const int64_t chunks = (blocks + chunk - 1) / chunk;
   Scratch dU(dw ? chunks * u_size : 0);  // the weight gradient in the transform domain, per chunk
@@ -895,7 +904,7 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
         }
         if (dx_block) {
           for (int xi = 0; xi < 16; ++xi)  // dV, in V's buffer
-            product(true, false, g.C, T, g.O, 1.0f, U.data() + xi * us, g.C, dM.data() + xi * ms, T, 0.0f,
+            product(true, false, g.C, T, g.O, 1.0f, U + xi * us, g.C, dM.data() + xi * ms, T, 0.0f,
                     V.data() + xi * vs, T);
           winograd_input_adjoint(g, V.data(), band, dx_block);
         }
@@ -926,7 +935,10 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
 // Convolution is affine in x (and linear in w): one rule serves every transport.
 class Conv2dNode : public Node {
  public:
-  Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w) : g_(g), x_(std::move(x)), w_(std::move(w)) {}
+  // u: the weights in Winograd's transform domain, as the forward pass computed them, or
+  // undefined (the backward pass recomputes them).
+  Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w, Tensor u)
+      : g_(g), x_(std::move(x)), w_(std::move(w)), u_(std::move(u)) {}
   std::string name() const override { return "conv2d"; }
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
@@ -937,25 +949,32 @@ class Conv2dNode : public Node {
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
-    auto* backward = winograd ? &winograd_backward : &conv_backward;
-    backward(g_, x_.data(), w_.data(), u.data(), pointer(dx), pointer(dw), pointer(db));
+    if (winograd)
+      winograd_backward(g_, x_.data(), w_.data(), pointer(u_), u.data(), pointer(dx), pointer(dw), pointer(db));
+    else
+      conv_backward(g_, x_.data(), w_.data(), u.data(), pointer(dx), pointer(dw), pointer(db));
     return {dx, dw, db};
   }
 
  private:
-  void release() override { x_ = w_ = Tensor(); }
+  void release() override { x_ = w_ = u_ = Tensor(); }
 
   ConvGeometry g_;
-  Tensor x_, w_;
+  Tensor x_, w_, u_;
 };
 
 // The output of a convolution with `epilogue` (its bias pointer is set here, from `bias`).
-Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue) {
+// `keep_u`, defined for a Winograd conv, receives the weights' transform.
+Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue,
+                Tensor keep_u = {}) {
   Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
   count_multiply_adds(g.N * g.O * g.P * g.rows_g);
   epilogue.bias = bias.defined() ? bias.data() : nullptr;
-  auto* forward = winograd_applies(g) ? &winograd_forward : &conv_forward;
-  if (g.N > 0) forward(g, x.data(), w.data(), epilogue, out.data());
+  if (g.N == 0) return out;
+  if (winograd_applies(g))
+    winograd_forward(g, x.data(), w.data(), epilogue, keep_u.defined() ? keep_u.data() : nullptr, out.data());
+  else
+    conv_forward(g, x.data(), w.data(), epilogue, out.data());
   return out;
 }
 
@@ -966,8 +985,16 @@ Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contigu
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
   Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
-  Tensor out = convolve(g, x, w, bias, Epilogue{});
-  if (needs_grad({x, w, bias})) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()), {x, w, bias});
+  const bool record = needs_grad({x, w, bias});
+  // A Winograd conv's input gradient needs the weights' transform again. An explanation
+  // keeps it from the forward pass (15% of a VGG-11 explanation at batch 16 went to
+  // computing it twice), at 16/9 of the weight's memory while its graph lives; a training
+  // step (GradientOnly), whose memory peaks at the end of the forward pass, recomputes it.
+  Tensor keep_u;
+  if (record && winograd_applies(g) && g.N > 0 && x.requires_grad() && !recording_gradient_only())
+    keep_u = Tensor::empty({transformed_weights_size(g)});
+  Tensor out = convolve(g, x, w, bias, Epilogue{}, keep_u);
+  if (record) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach(), keep_u), {x, w, bias});
   return out;
 }
 

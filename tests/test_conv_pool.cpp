@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "engine/autograd.h"
@@ -293,6 +294,22 @@ TEST_CASE("conv2d_batch_norm_eval: recorded, it is the separate ops (gradients, 
     const auto a = vjp(fused, in, u, t), b = vjp(separate, in, u, t);
     for (size_t i = 0; i < 3; ++i) CHECK(a[i].to_vector() == b[i].to_vector());
   }
+}
+
+TEST_CASE("conv2d: the Winograd weight transform kept from the forward pass gives the recomputed one's bits") {
+  // Outside GradientOnly the node keeps the forward pass's transform for the input
+  // gradient; inside, the backward pass recomputes it.
+  const Tensor x = random_tensor({2, 16, 9, 9}, 960), w = random_tensor({24, 16, 3, 3}, 961),
+               u = random_tensor({2, 24, 9, 9}, 962);
+  auto input_and_weight_gradients = [&](bool gradient_only) {
+    const std::vector<Tensor> in = leaves({x, w});
+    std::unique_ptr<GradientOnly> scope;
+    if (gradient_only) scope = std::make_unique<GradientOnly>();
+    return grad(conv2d(in[0], in[1], {}, Conv2dOptions::square(1, 1)), in, u);
+  };
+  const auto kept = input_and_weight_gradients(false), recomputed = input_and_weight_gradients(true);
+  for (size_t i = 0; i < 2; ++i) CHECK(kept[i].to_vector() == recomputed[i].to_vector());
+  CHECK(max_abs(kept[0]) > 0);
 }
 
 TEST_CASE("conv2d: bad shapes") {
