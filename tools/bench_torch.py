@@ -12,9 +12,7 @@ torch.autograd.grad for every operand (no .grad accumulation), as adjoint bench 
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_peer  # noqa: E402
@@ -25,18 +23,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # cpu: process CPU time (1 thread)
+CLOCKS = torch_peer.CLOCKS
 clock = CLOCKS["wall"]
 
 
 def median_seconds(repeats, fn):
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = clock()
-        fn()
-        times.append(clock() - start)
-    return statistics.median(times)
+    return torch_peer.time_runs(repeats, fn, clock)[0]
 
 
 def time_op(f, inputs, repeats):
