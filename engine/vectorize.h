@@ -2,52 +2,75 @@
 //
 // The build targets plain x86-64 so that its binaries run on any x86-64 CPU; there the
 // compiler vectorises loops with SSE2, 4 floats a vector. Most CPUs since 2013 have AVX2,
-// 8 floats a vector. `run_widest(body)` runs `body` compiled a second time for AVX2 when
-// the CPU has it: the body is inlined into a function built with the AVX2 target, together
-// with everything it calls that can be inlined. This is what PyTorch's per-CPU kernel
-// dispatch does, reduced to one function.
+// 8 floats a vector, and many since 2017 AVX-512, 16. `run_widest(body)` runs `body`
+// compiled a second (and third) time for the widest of these the CPU has: the body is
+// inlined into a function built with that target, together with everything it calls that
+// can be inlined. This is what PyTorch's per-CPU kernel dispatch does, reduced to one
+// function.
 //
 // The results are the same bits either way. Each element goes through the same IEEE
-// operations; the compiler neither reassociates float sums nor contracts a·b + c into
-// an FMA in ISO C++ mode (-std=c++20), and a loop's vector width does not change its order
-// of operations, only how many elements it handles at once.
+// operations; the compiler neither reassociates float sums (no -ffast-math) nor contracts
+// a·b + c into an FMA (-ffp-contract=off, meson.build: AVX-512 implies FMA), and a loop's
+// vector width does not change its order of operations, only how many elements it
+// handles at once.
 //
 // Use it inside a parallel_for body, around loops that are compute-bound in cache (GELU's
-// erf and exp); memory-bound loops gain nothing from it. Measure before adding a call: the
-// Winograd transforms, compiled this way, ran no faster.
+// erf and exp, the soft gates); memory-bound loops gain nothing from it. Measure before
+// adding a call: the Winograd transforms, compiled this way, ran no faster.
 #pragma once
+#include <algorithm>
 #include <atomic>
 
 namespace adjoint {
 
+// The instruction sets run_widest chooses from, narrowest first.
+enum class VectorIsa { Baseline = 0, Avx2 = 1, Avx512 = 2 };
+
 #if defined(__x86_64__) && !defined(__AVX2__)
 
-// Whether run_widest uses AVX2: the CPU has it, unless switched off (the tests compare the
-// two paths bit for bit).
-inline std::atomic<bool>& avx2_switch() {
-  static std::atomic<bool> on{__builtin_cpu_supports("avx2") != 0};
-  return on;
+// The widest the CPU runs (AVX-512 here means F, VL, BW and DQ).
+inline VectorIsa cpu_vector_isa() {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq"))
+    return VectorIsa::Avx512;
+  return __builtin_cpu_supports("avx2") ? VectorIsa::Avx2 : VectorIsa::Baseline;
 }
-inline bool avx2_enabled() { return avx2_switch().load(std::memory_order_relaxed); }
-// Turns AVX2 off (false) or back on where the CPU has it (true).
-inline void enable_avx2(bool on) { avx2_switch() = on && __builtin_cpu_supports("avx2"); }
+inline std::atomic<VectorIsa>& vector_isa_switch() {
+  static std::atomic<VectorIsa> isa{cpu_vector_isa()};
+  return isa;
+}
+// What run_widest uses now: the CPU's widest unless capped (the tests compare every path
+// bit for bit).
+inline VectorIsa vector_isa() { return vector_isa_switch().load(std::memory_order_relaxed); }
+// Caps run_widest at `widest` (never beyond what the CPU runs); the CPU's widest to restore.
+inline void cap_vector_isa(VectorIsa widest) { vector_isa_switch() = std::min(widest, cpu_vector_isa()); }
 
-// `body`, with every call it makes that can be inlined, compiled for AVX2.
+// `body`, with every call it makes that can be inlined, compiled for AVX2 or AVX-512.
 template <class Body>
 [[gnu::target("avx2"), gnu::flatten]] void run_avx2(Body& body) {
+  body();
+}
+template <class Body>
+[[gnu::target("avx2,avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512"), gnu::flatten]] void run_avx512(
+    Body& body) {
   body();
 }
 
 template <class Body>
 [[gnu::always_inline]] inline void run_widest(Body&& body) {
-  if (avx2_enabled()) return run_avx2(body);
+  switch (vector_isa()) {
+    case VectorIsa::Avx512: return run_avx512(body);
+    case VectorIsa::Avx2: return run_avx2(body);
+    case VectorIsa::Baseline: break;
+  }
   body();
 }
 
-#else  // AVX2 is the baseline already (-Dnative=true on such a CPU), or another architecture
+#else  // the baseline has AVX2 already (-Dnative=true on such a CPU), or another architecture
 
-inline bool avx2_enabled() { return false; }
-inline void enable_avx2(bool) {}
+inline VectorIsa cpu_vector_isa() { return VectorIsa::Baseline; }
+inline VectorIsa vector_isa() { return VectorIsa::Baseline; }
+inline void cap_vector_isa(VectorIsa) {}
 
 template <class Body>
 [[gnu::always_inline]] inline void run_widest(Body&& body) {

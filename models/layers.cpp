@@ -37,6 +37,14 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions opts, bool
 }
 Tensor Conv2d::forward(const Tensor& x) const { return conv2d(x, weight, bias, options); }
 
+Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x, bool then_relu) {
+  if (!bn.training())
+    return conv2d_batch_norm_eval(x, conv.weight, conv.bias, conv.options,
+                                  {bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps}, then_relu);
+  Tensor y = bn.forward(conv.forward(x));
+  return then_relu ? relu(y) : y;
+}
+
 BatchNorm::BatchNorm(int64_t channels, float eps_, float momentum_) : eps(eps_), momentum(momentum_) {
   weight = register_parameter("weight", Tensor::ones({channels}));
   bias = register_parameter("bias", Tensor::zeros({channels}));

@@ -35,6 +35,10 @@ public:
   float eps, momentum;
 };
 
+// bn(conv(x)), then a ReLU when `then_relu`. In eval mode one op, which fuses the three when
+// nothing is recorded (ops/conv.h conv2d_batch_norm_eval); in training mode the layers.
+Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x, bool then_relu);
+
 // LayerNorm over the last axis.
 class LayerNorm : public Module {
 public:

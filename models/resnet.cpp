@@ -31,9 +31,6 @@ std::shared_ptr<Conv2d> make_conv(int64_t in, int64_t out, int64_t k, int64_t st
   return conv;
 }
 
-// conv-bn pairs share one shape of code: run both.
-Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x) { return bn.forward(conv.forward(x)); }
-
 class ResidualBlock : public Module {
 public:
   ResidualBlock(int64_t in, int64_t planes, int64_t stride, bool bottleneck, Generator& gen) {
@@ -58,11 +55,8 @@ public:
 
   Tensor forward(const Tensor& x) const {
     Tensor h = x;
-    for (size_t i = 0; i < convs_.size(); ++i) {
-      h = conv_bn(*convs_[i], *bns_[i], h);
-      if (i + 1 < convs_.size()) h = relu(h);
-    }
-    Tensor identity = down_conv_ ? conv_bn(*down_conv_, *down_bn_, x) : x;
+    for (size_t i = 0; i < convs_.size(); ++i) h = conv_bn(*convs_[i], *bns_[i], h, i + 1 < convs_.size());
+    Tensor identity = down_conv_ ? conv_bn(*down_conv_, *down_bn_, x, false) : x;
     return relu(h + identity);
   }
 
@@ -87,7 +81,7 @@ public:
     auto bn1 = register_module("bn1", std::make_shared<BatchNorm>(stem_width));
     const bool pool = !config.small_stem;
     add_block("stem", [conv1, bn1, pool](const Tensor& x) {
-      Tensor h = relu(conv_bn(*conv1, *bn1, x));
+      Tensor h = conv_bn(*conv1, *bn1, x, true);
       return pool ? max_pool2d(h, 3, 2, 1) : h;
     });
 

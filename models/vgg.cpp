@@ -60,9 +60,7 @@ public:
       const bool pool = i + 1 < layout.size() && layout[i + 1] == kPool;
       if (pool) ++index;
       add_block(name, [conv, bn, pool](const Tensor& x) {
-        Tensor h = conv->forward(x);
-        if (bn) h = bn->forward(h);
-        h = relu(h);
+        Tensor h = bn ? conv_bn(*conv, *bn, x, true) : relu(conv->forward(x));
         return pool ? max_pool2d(h, 2, 2) : h;
       });
       in = out;

@@ -6,6 +6,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
 
@@ -152,6 +153,7 @@ Tensor attend(std::vector<Tensor> inputs, const AttentionCall& c, const Shape& o
   auto value = [&](const Operand& o) { return inputs[o.input].data() + o.offset; };
   Tensor a = pattern(value(c.q), c.q.layout, value(c.k), c.k.layout, sh, c.scale, c.causal);
   Tensor out = Tensor::empty(out_shape);
+  count_multiply_adds(sh.batch * sh.T * sh.S * (sh.d + sh.dv));  // Q·Kᵀ and A·V
   gemm_batched(sh.batch, false, false, sh.T, sh.dv, sh.S, 1.0f, a.data(), sh.S, sh.T * sh.S, value(c.v),
                c.v.layout.ld, c.v.layout.heads, 0.0f, out.data(), c.out.ld, c.out.heads);
   if (needs_grad(inputs)) {

@@ -2,8 +2,10 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "ops/matmul.h"
 
 namespace adjoint {
 
@@ -43,13 +45,7 @@ Tensor weight_gradient(const float* g, const float* x, const BilinearShape& sh) 
   const auto [M, h, d] = sh;
   Tensor dw = Tensor::zeros({h, d + 1});
   float* pw = dw.data();
-  parallel_for(h, 16, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      double sum = 0;
-      for (int64_t r = 0; r < M; ++r) sum += g[r * h + o];
-      pw[o * (d + 1)] = float(sum);
-    }
-  });
+  column_sums(g, M, h, pw, d + 1);
   if (M > 0) gemm(true, false, h, d, M, 1.0f, g, h, x, d, 0.0f, pw + 1, d + 1);
   return dw;
 }
@@ -103,6 +99,7 @@ Tensor bilinear(const Tensor& x, const Tensor& L, const Tensor& R) {
   const BilinearShape sh{x.numel() / d, L.size(0), d};
 
   Tensor xc = x.contiguous(), Lc = L.contiguous(), Rc = R.contiguous();
+  count_multiply_adds(2 * sh.M * sh.h * sh.d);  // the two projections
   Tensor lx = project(xc.data(), Lc.data(), sh), rx = project(xc.data(), Rc.data(), sh);
   Shape out_shape = x.shape();
   out_shape.back() = sh.h;

@@ -8,8 +8,11 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "ops/activation.h"
+#include "ops/norm.h"
 
 namespace adjoint {
 
@@ -191,9 +194,36 @@ Range valid_outputs(int64_t out, int64_t stride, int64_t offset, int64_t extent)
   return {lo, hi};
 }
 
+// What the forward pass does to each output value of channel o as it writes it: + bias[o];
+// then, with eval-mode BatchNorm fused in (conv2d_batch_norm_eval), ·scale[o] + shift[o];
+// then, with a fused ReLU, max(·, 0). These are the float operations of the separate ops
+// in their order, so a fused output is bitwise the unfused one.
+struct Epilogue {
+  const float* bias = nullptr;
+  const float* scale = nullptr;  // with shift, or neither
+  const float* shift = nullptr;
+  bool relu = false;
+
+  // Anything beyond the bias (which the GEMMs may add themselves).
+  bool after_bias() const { return scale != nullptr || relu; }
+  // The steps after the bias on n values of channel o, in place. One branch-free loop per
+  // case, so that each vectorises (std::max keeps a NaN, as ReLU does).
+  void finish_row(float* __restrict row, int64_t n, int64_t o) const {
+    if (scale) {
+      const float k = scale[o], s = shift[o];
+      if (relu)
+        for (int64_t i = 0; i < n; ++i) row[i] = std::max(row[i] * k + s, 0.0f);
+      else
+        for (int64_t i = 0; i < n; ++i) row[i] = row[i] * k + s;
+    } else if (relu) {
+      for (int64_t i = 0; i < n; ++i) row[i] = std::max(row[i], 0.0f);
+    }
+  }
+};
+
 // `nb` images of `channels` planes of P values (image-major, as in NCHW) → the matrix
-// (channels, nb·P) whose column b·P + p is position p of image b; and back, adding an
-// optional per-channel bias. The GEMMs of a block of several images take this layout.
+// (channels, nb·P) whose column b·P + p is position p of image b; and back, through an
+// optional epilogue. The GEMMs of a block of several images take this layout.
 void planes_to_matrix(const float* planes, int64_t nb, int64_t channels, int64_t P, float* matrix) {
   const int64_t grain = std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(nb * P, 1));
   parallel_for(channels, grain, [&](int64_t c0, int64_t c1) {
@@ -202,17 +232,19 @@ void planes_to_matrix(const float* planes, int64_t nb, int64_t channels, int64_t
         std::memcpy(matrix + c * nb * P + b * P, planes + (b * channels + c) * P, sizeof(float) * P);
   });
 }
-void matrix_to_planes(const float* matrix, int64_t nb, int64_t channels, int64_t P, const float* bias, float* planes) {
+void matrix_to_planes(const float* matrix, int64_t nb, int64_t channels, int64_t P, const Epilogue& epilogue,
+                      float* planes) {
   const int64_t grain = std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(nb * P, 1));
   parallel_for(channels, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < nb; ++b) {
         const float* src = matrix + c * nb * P + b * P;
         float* dst = planes + (b * channels + c) * P;
-        if (!bias)
+        if (!epilogue.bias)
           std::memcpy(dst, src, sizeof(float) * P);
         else
-          for (int64_t p = 0; p < P; ++p) dst[p] = src[p] + bias[c];
+          for (int64_t p = 0; p < P; ++p) dst[p] = src[p] + epilogue.bias[c];
+        epilogue.finish_row(dst, P, c);
       }
   });
 }
@@ -285,7 +317,7 @@ void im2col(const ConvGeometry& g, const float* x, int64_t nb, const Tile& t, fl
 // the input position it was copied from; padding entries are dropped. `cols` is scratch
 // and gets overwritten. Parallel over channels; every input plane sums in a fixed order.
 void col2im_add(const ConvGeometry& g, float* cols, int64_t nb, const Tile& t, float* dx) {
-  if (g.pointwise) return matrix_to_planes(cols, nb, g.C, g.P, nullptr, dx);  // one tile per image
+  if (g.pointwise) return matrix_to_planes(cols, nb, g.C, g.P, Epilogue{}, dx);  // one tile per image
   const int64_t T = t.positions(g), ld = nb * T;
   const int64_t grain = std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(ld * g.KH * g.KW, 1));
   std::vector<Tap> taps;
@@ -335,8 +367,9 @@ struct Matrix {
   int64_t ld;
 };
 
-// y = conv(x, w) + bias: image blocks in parallel; per block, per tile, one GEMM per group.
-void conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+// y = epilogue(conv(x, w)): image blocks in parallel; per block, per tile, one GEMM per group.
+void conv_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
+  const float* bias = epilogue.bias;
   const Tiling tiling = choose_tiling(g, kMinColumns);
   auto* product = gemm_for(tiling);
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
@@ -365,7 +398,11 @@ void conv_forward(const ConvGeometry& g, const float* x, const float* w, const f
         for (int64_t gi = 0; gi < g.groups; ++gi)
           product(false, false, g.Og, ncols, g.rows_g, 1.0f, w + gi * g.Og * g.rows_g, g.rows_g,
                   cols.data + gi * g.rows_g * cols.ld, cols.ld, beta, out.data + gi * g.Og * out.ld, out.ld);
-        if (nb > 1) matrix_to_planes(staging.data(), nb, g.O, g.P, bias, y_block);
+        if (nb > 1) {
+          matrix_to_planes(staging.data(), nb, g.O, g.P, epilogue, y_block);
+        } else if (epilogue.after_bias()) {  // the tile is still in cache
+          for (int64_t o = 0; o < g.O; ++o) epilogue.finish_row(out.data + o * out.ld, ncols, o);
+        }
       }
     }
   });
@@ -691,8 +728,9 @@ void winograd_input_adjoint(const ConvGeometry& g, const float* dV, const Winogr
   });
 }
 
-// y = Aᵀ M A (+ bias) for every tile, the outputs past the last row or column dropped.
-void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& band, const float* bias, float* y) {
+// y = epilogue(Aᵀ M A) for every tile, the outputs past the last row or column dropped.
+void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& band, const Epilogue& epilogue,
+                     float* y) {
   const int64_t T = band.tiles(), TW = band.TW, ms = slice_stride(g.O, T);
   parallel_for(g.O, std::max<int64_t>(1, kCopyGrain / (16 * T)), [&](int64_t o0, int64_t o1) {
     std::vector<float> rows(static_cast<size_t>(2 * 2 * TW));
@@ -700,7 +738,7 @@ void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& 
       for (int64_t b = 0; b < band.nb; ++b)
         for (int64_t r = 0; r < band.rows; ++r) {
           const float* in = M + o * T + (b * band.rows + r) * TW;
-          const float add = bias ? bias[o] : 0.0f;
+          const float add = epilogue.bias ? epilogue.bias[o] : 0.0f;
           float* out0 = rows.data();  // the tiles' two output rows
           float* out1 = rows.data() + 2 * TW;
           for (int64_t s = 0; s < TW; ++s) {
@@ -715,6 +753,7 @@ void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& 
             out1[2 * s] = bottom[0] + bottom[1] + bottom[2] + add;
             out1[2 * s + 1] = bottom[1] - bottom[2] - bottom[3] + add;
           }
+          epilogue.finish_row(rows.data(), 4 * TW, o);
           for (int i = 0; i < 2; ++i) {
             const int64_t oh = band.oh0 + 2 * r + i;
             if (oh < g.OH) std::copy(rows.data() + i * 2 * TW, rows.data() + i * 2 * TW + g.OW, y + (b * g.O + o) * g.P + oh * g.OW);
@@ -782,11 +821,18 @@ WinogradTiling winograd_tiling(const ConvGeometry& g, int64_t min_tiles) {
   return t;
 }
 
-void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias, float* y) {
+// The floats of the weights in the transform domain (16 slices, see slice_stride).
+int64_t transformed_weights_size(const ConvGeometry& g) { return 16 * slice_stride(g.O, g.C); }
+
+// y = epilogue(conv(x, w)); the weights' transform U goes to `keep_u` when given (for the
+// backward pass), else to scratch memory.
+void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* keep_u,
+                      float* y) {
   const WinogradTiling tiling = winograd_tiling(g, kWinogradMinTiles);
   const int64_t us = slice_stride(g.O, g.C);
-  Scratch U(16 * us);
-  winograd_weights(g, w, U.data());
+  Scratch scratch_u(keep_u ? 0 : transformed_weights_size(g));
+  float* U = keep_u ? keep_u : scratch_u.data();
+  winograd_weights(g, w, U);
   auto* product = tiling.blocks() >= 2 * num_threads() ? &gemm_serial : &gemm;
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
@@ -798,18 +844,18 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
         const int64_t T = band.tiles();
         winograd_input(g, x + n0 * g.C * g.H * g.W, band, V.data());
         for (int xi = 0; xi < 16; ++xi)
-          product(false, false, g.O, T, g.C, 1.0f, U.data() + xi * us, g.C, V.data() + xi * slice_stride(g.C, T), T,
+          product(false, false, g.O, T, g.C, 1.0f, U + xi * us, g.C, V.data() + xi * slice_stride(g.C, T), T,
                   0.0f, M.data() + xi * slice_stride(g.O, T), T);
-        winograd_output(g, M.data(), band, bias, y + n0 * g.O * g.P);
+        winograd_output(g, M.data(), band, epilogue, y + n0 * g.O * g.P);
       }
     }
   });
 }
 
 // As conv_backward, through the transform domain, except that dx is overwritten (it need
-// not arrive zeroed).
-void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                       float* db) {
+// not arrive zeroed). `kept_u`: the forward pass's transform of w, or null to recompute it.
+void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* kept_u, const float* dy,
+                       float* dx, float* dw, float* db) {
   const WinogradTiling tiling = winograd_tiling(g, kWinogradMinTilesBackward);
   const int64_t blocks = tiling.blocks();
   if (blocks == 0) {  // an empty batch: the parameter gradients are zero
@@ -819,8 +865,10 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
   }
   auto* product = blocks >= 2 * num_threads() ? &gemm_serial : &gemm;
   const int64_t us = slice_stride(g.O, g.C), u_size = 16 * us;
-  Scratch U(dx ? u_size : 0);  // the weights in the transform domain, for the input gradient
-  if (dx) winograd_weights(g, w, U.data());
+  // The weights in the transform domain, for the input gradient.
+  Scratch scratch_u(dx && !kept_u ? u_size : 0);
+  const float* U = kept_u ? kept_u : scratch_u.data();
+  if (dx && !kept_u) winograd_weights(g, w, scratch_u.data());
   const int64_t chunk = (blocks + kMaxPartials - 1) / kMaxPartials;  // blocks per partial sum
   const int64_t chunks = (blocks + chunk - 1) / chunk;
   Scratch dU(dw ? chunks * u_size : 0);  // the weight gradient in the transform domain, per chunk
@@ -856,7 +904,7 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
         }
         if (dx_block) {
           for (int xi = 0; xi < 16; ++xi)  // dV, in V's buffer
-            product(true, false, g.C, T, g.O, 1.0f, U.data() + xi * us, g.C, dM.data() + xi * ms, T, 0.0f,
+            product(true, false, g.C, T, g.O, 1.0f, U + xi * us, g.C, dM.data() + xi * ms, T, 0.0f,
                     V.data() + xi * vs, T);
           winograd_input_adjoint(g, V.data(), band, dx_block);
         }
@@ -887,7 +935,10 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
 // Convolution is affine in x (and linear in w): one rule serves every transport.
 class Conv2dNode : public Node {
  public:
-  Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w) : g_(g), x_(std::move(x)), w_(std::move(w)) {}
+  // u: the weights in Winograd's transform domain, as the forward pass computed them, or
+  // undefined (the backward pass recomputes them).
+  Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w, Tensor u)
+      : g_(g), x_(std::move(x)), w_(std::move(w)), u_(std::move(u)) {}
   std::string name() const override { return "conv2d"; }
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
@@ -898,29 +949,66 @@ class Conv2dNode : public Node {
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
-    auto* backward = winograd ? &winograd_backward : &conv_backward;
-    backward(g_, x_.data(), w_.data(), u.data(), pointer(dx), pointer(dw), pointer(db));
+    if (winograd)
+      winograd_backward(g_, x_.data(), w_.data(), pointer(u_), u.data(), pointer(dx), pointer(dw), pointer(db));
+    else
+      conv_backward(g_, x_.data(), w_.data(), u.data(), pointer(dx), pointer(dw), pointer(db));
     return {dx, dw, db};
   }
 
  private:
-  void release() override { x_ = w_ = Tensor(); }
+  void release() override { x_ = w_ = u_ = Tensor(); }
 
   ConvGeometry g_;
-  Tensor x_, w_;
+  Tensor x_, w_, u_;
 };
+
+// The output of a convolution with `epilogue` (its bias pointer is set here, from `bias`).
+// `keep_u`, defined for a Winograd conv, receives the weights' transform.
+Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue,
+                Tensor keep_u = {}) {
+  Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
+  count_multiply_adds(g.N * g.O * g.P * g.rows_g);
+  epilogue.bias = bias.defined() ? bias.data() : nullptr;
+  if (g.N == 0) return out;
+  if (winograd_applies(g))
+    winograd_forward(g, x.data(), w.data(), epilogue, keep_u.defined() ? keep_u.data() : nullptr, out.data());
+  else
+    conv_forward(g, x.data(), w.data(), epilogue, out.data());
+  return out;
+}
+
+Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contiguous() : Tensor(); }
 
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
-  Tensor x = x_in.contiguous(), w = weight_in.contiguous();
-  Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
-  Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
-  auto* forward = winograd_applies(g) ? &winograd_forward : &conv_forward;
-  if (g.N > 0) forward(g, x.data(), w.data(), bias.defined() ? bias.data() : nullptr, out.data());
-  if (needs_grad({x, w, bias})) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()), {x, w, bias});
+  Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
+  const bool record = needs_grad({x, w, bias});
+  // A Winograd conv's input gradient needs the weights' transform again. An explanation
+  // keeps it from the forward pass (15% of a VGG-11 explanation at batch 16 went to
+  // computing it twice), at 16/9 of the weight's memory while its graph lives; a training
+  // step (GradientOnly), whose memory peaks at the end of the forward pass, recomputes it.
+  Tensor keep_u;
+  if (record && winograd_applies(g) && g.N > 0 && x.requires_grad() && !recording_gradient_only())
+    keep_u = Tensor::empty({transformed_weights_size(g)});
+  Tensor out = convolve(g, x, w, bias, Epilogue{}, keep_u);
+  if (record) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach(), keep_u), {x, w, bias});
   return out;
+}
+
+Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                              const Conv2dOptions& options, const EvalBatchNorm& bn, bool then_relu) {
+  if (needs_grad({x_in, weight_in, bias_in, bn.weight, bn.bias})) {
+    Tensor y = batch_norm(conv2d(x_in, weight_in, bias_in, options), bn.weight, bn.bias, bn.running_mean,
+                          bn.running_var, false, 0.0f, bn.eps);
+    return then_relu ? relu(y) : y;
+  }
+  const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
+  const ChannelAffine affine = eval_batch_norm_affine(g.O, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
+  return convolve(g, x_in.contiguous(), weight_in.contiguous(), contiguous_or_undefined(bias_in),
+                  Epilogue{nullptr, affine.scale.data(), affine.shift.data(), then_relu});
 }
 
 }  // namespace adjoint

@@ -39,4 +39,18 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 // and the weight gradient when the weight needs none (explanations).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Conv2dOptions& options = {});
 
+// An eval-mode BatchNorm's parameters (ops/norm.h), for the fused op below.
+struct EvalBatchNorm {
+  Tensor weight, bias, running_mean, running_var;  // weight and bias may be undefined
+  float eps = 1e-5f;
+};
+
+// relu(batch_norm(conv2d(x, weight, bias, options), eval mode)), the ReLU only when
+// `then_relu`. When nothing is recorded (inference), the convolution applies BatchNorm's
+// per-channel affine map and the ReLU to each output as it writes it: one pass over the
+// output instead of three and one tensor instead of three, with bitwise the same values.
+// When a graph is recorded, it runs the three ops, so every transport sees their nodes.
+Tensor conv2d_batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options,
+                              const EvalBatchNorm& bn, bool then_relu);
+
 }  // namespace adjoint

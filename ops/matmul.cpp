@@ -6,18 +6,16 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
 
 namespace adjoint {
 
-namespace {
-
-// out[c] = Σ_r m[r, c] for a row-major (rows, cols) matrix, summed in double. Rows are
-// summed within fixed blocks of kRowBlock rows (in parallel, vectorised along the row),
-// then the block sums are added in block order. The blocks do not depend on the thread
-// count, so neither does the result.
-void column_sums(const float* m, int64_t rows, int64_t cols, float* out) {
+// Rows are summed within fixed blocks of kRowBlock rows (in parallel, vectorised along the
+// row), then the block sums are added in block order. The blocks do not depend on the
+// thread count, so neither does the result.
+void column_sums(const float* m, int64_t rows, int64_t cols, float* out, int64_t out_stride) {
   constexpr int64_t kRowBlock = 64;
   const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
   std::vector<double> partial(static_cast<size_t>(blocks * cols), 0.0);
@@ -34,10 +32,12 @@ void column_sums(const float* m, int64_t rows, int64_t cols, float* out) {
     for (int64_t c = c0; c < c1; ++c) {
       double total = 0;
       for (int64_t b = 0; b < blocks; ++b) total += partial[static_cast<size_t>(b * cols + c)];
-      out[c] = static_cast<float>(total);
+      out[c * out_stride] = static_cast<float>(total);
     }
   });
 }
+
+namespace {
 
 // The shapes of one matmul: `count` products of (M, K) · (K, N). When b is a single matrix
 // shared by every row of a, count is 1 and M holds all of a's rows (the folded case).
@@ -130,6 +130,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   }
   Tensor a = a_in.contiguous(), b = b_in.contiguous();
   Tensor out = Tensor::empty(out_shape);
+  count_multiply_adds(s.count * s.M * s.N * s.K);
   gemm_batched(s.count, false, false, s.M, s.N, s.K, 1.0f, a.data(), K, s.M * K, b.data(), N, K * N, 0.0f, out.data(),
                N, s.M * N);
   if (needs_grad({a, b})) attach(out, std::make_shared<MatmulNode>(a.detach(), b.detach(), s), {a, b});
@@ -160,6 +161,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     });
     beta = 1.0f;
   }
+  count_multiply_adds(rows * out_features * in_features);
   gemm(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features, beta, y,
        out_features);
   if (needs_grad({x, w, bias})) attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias});

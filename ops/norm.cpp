@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd.h"
@@ -17,20 +18,27 @@ int64_t grain_for(int64_t length) { return std::max<int64_t>(1, 4096 / std::max<
 // Rows per partial sum in the γ/β column reductions (bounds the partials' memory).
 constexpr int64_t kReduceGrain = 128;
 
-// Σ term(l) over l < n: eight float lanes summed in a fixed order, combined in double.
-// Independent lanes let the compiler vectorise the loop (a single running sum would pin it
-// to one add at a time), and the fixed order keeps results independent of the threads.
-template <class Term>
-double lane_sum(int64_t n, Term term) {
+// Σ a(l) and Σ b(l) over l < n, in one pass over the values both read: eight float lanes
+// each, summed in a fixed order, combined in double. Independent lanes let the compiler
+// vectorise the loop (a single running sum would pin it to one add at a time), and the
+// fixed order keeps results independent of the threads.
+template <class TermA, class TermB>
+std::pair<double, double> lane_sums(int64_t n, TermA a, TermB b) {
   constexpr int kLanes = 8;
-  float lanes[kLanes] = {};
+  float lanes_a[kLanes] = {}, lanes_b[kLanes] = {};
   int64_t l = 0;
   for (; l + kLanes <= n; l += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] += term(l + k);
-  double sum = 0;
-  for (; l < n; ++l) sum += term(l);
-  for (float v : lanes) sum += v;
-  return sum;
+    for (int k = 0; k < kLanes; ++k) lanes_a[k] += a(l + k), lanes_b[k] += b(l + k);
+  double sum_a = 0, sum_b = 0;
+  for (; l < n; ++l) sum_a += a(l), sum_b += b(l);
+  for (int k = 0; k < kLanes; ++k) sum_a += lanes_a[k], sum_b += lanes_b[k];
+  return {sum_a, sum_b};
+}
+
+// Σ term(l) over l < n, summed as lane_sums sums (the unused second sum compiles away).
+template <class Term>
+double lane_sum(int64_t n, Term term) {
+  return lane_sums(n, term, [](int64_t) { return 0.0f; }).first;
 }
 
 // Mean and biased variance of the values p[b·stride + i], b < blocks, i < length: one
@@ -95,8 +103,9 @@ public:
         const float mean = mean_[c];
         for (int64_t n = 0; n < N; ++n) {
           const float *xr = px + (n * C + c) * L, *ur = pu + (n * C + c) * L;
-          su += lane_sum(L, [ur](int64_t l) { return ur[l]; });
-          sux += lane_sum(L, [ur, xr, mean](int64_t l) { return ur[l] * (xr[l] - mean); });
+          const auto [u_sum, ux_sum] =
+              lane_sums(L, [ur](int64_t l) { return ur[l]; }, [ur, xr, mean](int64_t l) { return ur[l] * (xr[l] - mean); });
+          su += u_sum, sux += ux_sum;
         }
         sum_u[c] = su, sum_u_xhat[c] = sux * invstd_[c];
       }
@@ -153,6 +162,25 @@ void check_channel_vector(const Tensor& t, const char* what, int64_t C, const Sh
   if (!t.defined()) return;
   check(t.shape() == Shape{C}, "batch_norm: ", what, " ", t.shape(), " does not match the ", C,
         " channels of input ", x_shape);
+}
+
+// The statistics of eval mode: the running mean, and 1/sqrt(running_var + eps).
+void running_statistics(const Tensor& running_mean, const Tensor& running_var, float eps, std::vector<float>& mean,
+                        std::vector<float>& invstd) {
+  const std::vector<float> rm = running_mean.to_vector(), rv = running_var.to_vector();
+  for (size_t c = 0; c < rm.size(); ++c)
+    mean[c] = rm[c], invstd[c] = float(1.0 / std::sqrt(double(rv[c]) + double(eps)));
+}
+
+// y = x·scale + shift per channel: scale = γ·invstd, shift = β − μ·scale.
+ChannelAffine channel_affine(const std::vector<float>& mean, const std::vector<float>& invstd,
+                             const std::vector<float>& gamma, const std::vector<float>& beta) {
+  ChannelAffine a{std::vector<float>(mean.size()), std::vector<float>(mean.size())};
+  for (size_t c = 0; c < mean.size(); ++c) {
+    a.scale[c] = gamma[c] * invstd[c];
+    a.shift[c] = beta[c] - mean[c] * a.scale[c];
+  }
+  return a;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -283,18 +311,18 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
       }
     }
   } else {
-    const std::vector<float> rm = running_mean.to_vector(), rv = running_var.to_vector();
-    for (int64_t c = 0; c < C; ++c) mean[c] = rm[c], invstd[c] = float(1.0 / std::sqrt(double(rv[c]) + double(eps)));
+    running_statistics(running_mean, running_var, eps, mean, invstd);
   }
 
   // y = x·k + shift per channel, k = γ/σ, shift = β − μ·k.
   std::vector<float> gamma = values_or(weight, C, 1.0f), beta = values_or(bias, C, 0.0f);
+  const ChannelAffine affine = channel_affine(mean, invstd, gamma, beta);
   Tensor out = Tensor::empty(x.shape());
   float* po = out.data();
   parallel_for(N * C, grain_for(L), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t c = r % C;
-      const float k = gamma[c] * invstd[c], shift = beta[c] - mean[c] * k;
+      const float k = affine.scale[c], shift = affine.shift[c];
       for (int64_t l = 0; l < L; ++l) po[r * L + l] = px[r * L + l] * k + shift;
     }
   });
@@ -305,6 +333,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
                                            std::move(gamma), training),
            {xc, weight, bias});
   return out;
+}
+
+ChannelAffine eval_batch_norm_affine(int64_t C, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                                     const Tensor& running_var, float eps) {
+  const Shape shape{1, C};  // for the messages: C channels
+  check_channel_vector(weight, "weight", C, shape);
+  check_channel_vector(bias, "bias", C, shape);
+  check(running_mean.defined() && running_var.defined(), "batch_norm: eval mode needs running statistics");
+  check_channel_vector(running_mean, "running_mean", C, shape);
+  check_channel_vector(running_var, "running_var", C, shape);
+  std::vector<float> mean(C), invstd(C);
+  running_statistics(running_mean, running_var, eps, mean, invstd);
+  return channel_affine(mean, invstd, values_or(weight, C, 1.0f), values_or(bias, C, 0.0f));
 }
 
 Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight, const Tensor& bias, float eps) {

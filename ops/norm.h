@@ -9,6 +9,7 @@
 // coincide. The gradients of γ and β are the same under every transport.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "engine/tensor.h"
 
@@ -21,6 +22,16 @@ namespace adjoint {
 // eval: running_mean/running_var (required) normalise.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                   Tensor running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
+
+// Eval-mode BatchNorm as the per-channel affine map it is, y = x·scale[c] + shift[c] with
+// scale = γ/sqrt(running_var + eps) and shift = β − running_mean·scale, computed exactly as
+// batch_norm computes them: an op that applies it while writing its own output (the fused
+// conv2d_batch_norm_eval of ops/conv.h) produces batch_norm's bits. For C channels.
+struct ChannelAffine {
+  std::vector<float> scale, shift;
+};
+ChannelAffine eval_batch_norm_affine(int64_t C, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                                     const Tensor& running_var, float eps = 1e-5f);
 
 // x (..., D1..Dk) normalised over its last k = normalized_dims dims (usually 1), per row.
 // weight and bias have shape (D1..Dk) or are undefined.

@@ -37,6 +37,11 @@ struct PoolGeometry {
   float divisor(const Window& win) const {
     return adaptive ? static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0)) : static_cast<float>(kh * kw);
   }
+  // The most entries a window holds (adaptive windows span at most ⌈H/OH⌉ + 1 rows).
+  int64_t max_window_area() const {
+    if (!adaptive) return kh * kw;
+    return ((H + OH - 1) / OH + 1) * ((W + OW - 1) / OW + 1);
+  }
   // Planes per task: about 16K window reads each.
   int64_t grain() const {
     const int64_t per_plane = std::max<int64_t>(1, OH * OW * (adaptive ? (H / OH + 1) * (W / OW + 1) : kh * kw));
@@ -108,7 +113,9 @@ class MaxPoolNode : public Node {
     check(tau > 0, "max_pool2d: soft pullback temperature must be positive, got ", tau);
     const float* x = x_.data();
     parallel_for(g_.planes(), g_.grain(), [&](int64_t q0, int64_t q1) {
-      std::vector<float> weights;
+      // Room for the largest window, written by index: a push_back per entry (with its
+      // capacity check) cost more than the exp.
+      std::vector<float> weights(static_cast<size_t>(g_.max_window_area()));
       for (int64_t q = q0; q < q1; ++q) {
         const float* xp = x + q * in_plane;
         float* dp = d + q * in_plane;
@@ -117,12 +124,12 @@ class MaxPoolNode : public Node {
             const Window win = g_.window(oh, ow);
             // softmax(window/τ), shifted by the window's maximum for range.
             const float top = xp[argmax_[q * out_plane + oh * g_.OW + ow]];
-            weights.clear();
             double total = 0;
+            size_t n = 0;
             for (int64_t h = win.h0; h < win.h1; ++h)
               for (int64_t w = win.w0; w < win.w1; ++w) {
-                weights.push_back(std::exp((xp[h * g_.W + w] - top) / tau));
-                total += weights.back();
+                weights[n] = std::exp((xp[h * g_.W + w] - top) / tau);
+                total += weights[n++];
               }
             const float scale = static_cast<float>(du[q * out_plane + oh * g_.OW + ow] / total);
             size_t k = 0;

@@ -125,9 +125,10 @@ TEST_CASE("activation: transports against their definitions") {
 }
 
 // engine/vectorize.h promises that run_widest changes the speed, never a bit of the result.
-// Where the CPU (or the build) has no separate AVX2 path there is nothing to compare, and
-// doctest reports the test as skipped.
-TEST_CASE("activation: the AVX2 loops give the same bits as the plain x86-64 ones" * doctest::skip(!avx2_enabled())) {
+// Where the CPU (or the build) has no wider path there is nothing to compare, and doctest
+// reports the test as skipped.
+TEST_CASE("activation: the AVX2 and AVX-512 loops give the same bits as the plain x86-64 ones" *
+          doctest::skip(cpu_vector_isa() == VectorIsa::Baseline)) {
   // Ragged length (not a multiple of 8) with negatives, zeros, large values and ±inf.
   Tensor x = random_tensor({3, 1001}, 31, -6.0f, 6.0f);
   x.data()[0] = 0.0f, x.data()[1] = 40.0f, x.data()[2] = -40.0f, x.data()[3] = INFINITY, x.data()[4] = -INFINITY;
@@ -136,22 +137,27 @@ TEST_CASE("activation: the AVX2 loops give the same bits as the plain x86-64 one
   const Tensor xd = random_tensor({4, 777}, 33, -3.0f, 3.0f), ud = random_tensor({4, 777}, 34);
   for (Activation kind : kAll) {
     CAPTURE(to_string(kind));
-    std::vector<std::vector<float>> results[2];
-    for (bool avx2 : {true, false}) {
-      enable_avx2(avx2);
-      std::vector<std::vector<float>>& r = results[avx2 ? 1 : 0];
+    std::vector<std::vector<float>> results[3];  // by VectorIsa
+    const VectorIsa widest = cpu_vector_isa();
+    for (VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+      if (isa > widest) continue;
+      cap_vector_isa(isa);
+      std::vector<std::vector<float>>& r = results[int(isa)];
       r.push_back(activation(x, kind).to_vector());
       for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(),
                                  Transport::guided()})
         r.push_back(transported(kind, x, u, t).to_vector());
       r.push_back(transported(kind, xd, ud, Transport::deeplift()).to_vector());
     }
-    enable_avx2(true);
-    REQUIRE(results[0].size() == results[1].size());
-    for (size_t k = 0; k < results[0].size(); ++k) {
-      CAPTURE(k);
-      REQUIRE(results[0][k].size() == results[1][k].size());
-      CHECK(std::memcmp(results[0][k].data(), results[1][k].data(), results[0][k].size() * sizeof(float)) == 0);
+    cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
+    for (int wide = 1; wide <= int(widest); ++wide) {
+      CAPTURE(wide);
+      REQUIRE(results[0].size() == results[wide].size());
+      for (size_t k = 0; k < results[0].size(); ++k) {
+        CAPTURE(k);
+        REQUIRE(results[0][k].size() == results[wide][k].size());
+        CHECK(std::memcmp(results[0][k].data(), results[wide][k].data(), results[0][k].size() * sizeof(float)) == 0);
+      }
     }
   }
 }

@@ -2,15 +2,19 @@
 // max-pool transports (METHODS.md §1.2), the backward's skipped work, bad shapes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
+#include "ops/activation.h"
 #include "ops/conv.h"
+#include "ops/norm.h"
 #include "ops/pool.h"
 #include "tests/golden_case.h"
 #include "tests/support.h"
@@ -19,6 +23,12 @@ using namespace adjoint;
 using namespace adjoint::testing;
 
 namespace {
+
+// A convolution's input and weight shapes and options.
+struct ConvCase {
+  Shape x, w;
+  Conv2dOptions options;
+};
 
 Fn conv_with(Conv2dOptions options) {
   return [options](const std::vector<Tensor>& in) {
@@ -86,11 +96,7 @@ struct ThreadCount {
 }  // namespace
 
 TEST_CASE("conv2d: gradients across strides, padding, dilation, groups and 1x1") {
-  struct Case {
-    Shape x, w;
-    Conv2dOptions options;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{2, 3, 5, 5}, {4, 3, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 2, 7, 6}, {3, 2, 3, 2}, {2, 1, 1, 2, 2, 1, 1}},  // stride 2x1, padding 1x2, dilation 2x1
       {{1, 4, 5, 5}, {6, 2, 3, 3}, Conv2dOptions::square(1, 1, 1, 2)},
@@ -101,7 +107,7 @@ TEST_CASE("conv2d: gradients across strides, padding, dilation, groups and 1x1")
       {{1, 16, 4, 5}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},     // Winograd
   };
   uint64_t seed = 100;
-  for (const Case& c : cases) {
+  for (const ConvCase& c : cases) {
     INFO("x ", to_string(c.x), " w ", to_string(c.w));
     check_gradients(conv_with(c.options),
                     {random_tensor(c.x, seed++), random_tensor(c.w, seed++), random_tensor({c.w[0]}, seed++)});
@@ -124,11 +130,7 @@ TEST_CASE("conv2d: matches PyTorch (forward, input, weight and bias gradients)")
 TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
   // Deep or large images: the column matrix of a whole image exceeds the cache budget, so
   // each image runs as several GEMMs over bands of output rows (flat and strided copies).
-  struct Case {
-    Shape x, w;
-    Conv2dOptions options;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ConvCase> cases = {
       {{3, 128, 20, 20}, {8, 128, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 128, 41, 41}, {6, 128, 3, 3}, Conv2dOptions::square(2, 1)},
       {{2, 128, 20, 20}, {8, 64, 3, 3}, Conv2dOptions::square(1, 2, 2, 2)},
@@ -142,7 +144,7 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
       {{1, 16, 66, 64}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
   };
   uint64_t seed = 700;
-  for (const Case& c : cases) {
+  for (const ConvCase& c : cases) {
     INFO("x ", to_string(c.x), " w ", to_string(c.w));
     const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
     const Fn f = conv_with(c.options);
@@ -241,6 +243,73 @@ TEST_CASE("conv2d: one rule for every transport") {
     const auto p = vjp(f, in, u, t);
     for (size_t i = 0; i < 3; ++i) CHECK(p[i].to_vector() == g[i].to_vector());
   }
+}
+
+TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops' bits") {
+  // Every forward path: Winograd (3x3 stride 1), one image per GEMM in row tiles (large
+  // images), blocks of images through a staging matrix (small images), 1x1 read in place.
+  const std::vector<ConvCase> cases = {
+      {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
+  };
+  uint64_t seed = 900;
+  for (const ConvCase& c : cases)
+    for (const bool with_bias : {false, true})
+      for (const bool then_relu : {false, true}) {
+        INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu);
+        const int64_t O = c.w[0];
+        const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+        const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
+        const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
+                               random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
+        NoGrad off;
+        const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu);
+        Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
+                                     bn.running_var, false, 0.1f, bn.eps);
+        if (then_relu) separate = relu(separate);
+        const std::vector<float> values = fused.to_vector();
+        CHECK(values == separate.to_vector());
+        if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
+      }
+}
+
+TEST_CASE("conv2d_batch_norm_eval: recorded, it is the separate ops (gradients, every transport)") {
+  const Tensor bn_w = random_tensor({4}, 951), bn_b = random_tensor({4}, 952), mean = random_tensor({4}, 953),
+               var = random_tensor({4}, 954, 0.5f, 2.0f);
+  const Fn fused = [&](const Args& in) {
+    return conv2d_batch_norm_eval(in[0], in[1], in[2], Conv2dOptions::square(1, 1),
+                                  {bn_w, bn_b, mean, var, 1e-5f}, true);
+  };
+  const Fn separate = [&](const Args& in) {
+    return relu(batch_norm(conv2d(in[0], in[1], in[2], Conv2dOptions::square(1, 1)), bn_w, bn_b, mean, var, false));
+  };
+  const Args in = {random_tensor({2, 3, 6, 6}, 955), random_tensor({4, 3, 3, 3}, 956), random_tensor({4}, 957)};
+  check_gradients(fused, in);
+  const Tensor u = random_tensor({2, 4, 6, 6}, 958);
+  Temperatures soft_relu;
+  soft_relu.relu = 0.5f;
+  for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(soft_relu)}) {
+    const auto a = vjp(fused, in, u, t), b = vjp(separate, in, u, t);
+    for (size_t i = 0; i < 3; ++i) CHECK(a[i].to_vector() == b[i].to_vector());
+  }
+}
+
+TEST_CASE("conv2d: the Winograd weight transform kept from the forward pass gives the recomputed one's bits") {
+  // Outside GradientOnly the node keeps the forward pass's transform for the input
+  // gradient; inside, the backward pass recomputes it.
+  const Tensor x = random_tensor({2, 16, 9, 9}, 960), w = random_tensor({24, 16, 3, 3}, 961),
+               u = random_tensor({2, 24, 9, 9}, 962);
+  auto input_and_weight_gradients = [&](bool gradient_only) {
+    const std::vector<Tensor> in = leaves({x, w});
+    std::unique_ptr<GradientOnly> scope;
+    if (gradient_only) scope = std::make_unique<GradientOnly>();
+    return grad(conv2d(in[0], in[1], {}, Conv2dOptions::square(1, 1)), in, u);
+  };
+  const auto kept = input_and_weight_gradients(false), recomputed = input_and_weight_gradients(true);
+  for (size_t i = 0; i < 2; ++i) CHECK(kept[i].to_vector() == recomputed[i].to_vector());
+  CHECK(max_abs(kept[0]) > 0);
 }
 
 TEST_CASE("conv2d: bad shapes") {

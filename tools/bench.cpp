@@ -248,6 +248,8 @@ const cli::Registration bench_command({
         "folded over the whole batch, OpenBLAS threaded at --threads) and the ratio. Conv layers: 3x3\n"
         "(padding 1) and 1x1, C->C for 64@32x32, 128@16x16, 256@8x8, 512@4x4. Compare with PyTorch:\n"
         "  adjoint bench --out ours.json && /usr/bin/python3 tools/bench_torch.py --ours ours.json\n"
+        "adjoint bench models: training and inference samples/s of five models, their GFLOP/s as a share\n"
+        "of a 2048^3 sgemm's rate at the same thread count, step memory (--only MODEL,..., --clock).\n"
         "adjoint bench explain: ms per image of gradient, soft pullback, pullback ascent (K=5), SmoothGrad(50)\n"
         "and IG(50) and the ratio to the gradient on ResNet-18, VGG-11-BN, ViT-Tiny (32x32x3, batch 16;\n"
         "--only resnet18,vgg11_bn,vit_tiny, --checkpoint FILE).\n"

@@ -51,7 +51,7 @@ const std::vector<BenchMethod>& bench_methods() {
   return methods;
 }
 
-void bench_model(const std::string& name, const Model& model, int64_t batch, int64_t repeats,
+void bench_model(const std::string& name, const Model& model, int64_t batch, int64_t repeats, cli::BenchClock clock,
                  std::vector<Timed>& rows) {
   const ModelConfig& c = model.config();
   Generator gen(5);
@@ -65,8 +65,8 @@ void bench_model(const std::string& name, const Model& model, int64_t batch, int
   for (const BenchMethod& m : bench_methods()) {
     const auto run = [&] { explain(m.method, model, x, targets, o); };
     const double seconds =
-        m.many_passes ? cli::median_seconds(std::min<int64_t>(repeats, 2), run, {cli::BenchClock::Wall, 0, 0.0})
-                      : cli::median_seconds(repeats, run);
+        m.many_passes ? cli::median_seconds(std::min<int64_t>(repeats, 2), run, {clock, 0, 0.0})
+                      : cli::median_seconds(repeats, run, {clock});
     Timed t{name, m.label, seconds * 1e3 / double(batch), 0};
     if (m.method == "gradient") gradient_ms = t.ms_per_image;
     t.ratio = t.ms_per_image / gradient_ms;
@@ -119,6 +119,7 @@ int run_bench_explain(const cli::Args& args) {
   const int64_t repeats = args.has("repeats") ? args.integer("repeats") : quick ? 2 : 5;
   if (batch < 1) throw UsageError(cat("option --batch expects a count >= 1, got ", batch));
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
+  const cli::BenchClock clock = cli::bench_clock(args.text("clock"), num_threads());
 
   // The models: a checkpoint's, or the three reference architectures.
   std::vector<std::pair<std::string, std::shared_ptr<Model>>> models;
@@ -143,14 +144,14 @@ int run_bench_explain(const cli::Args& args) {
     }
   }
 
-  std::printf("adjoint bench explain: %d threads, batch %lld, median of %lld runs; ms per image and the ratio to "
-              "the gradient\n\n",
-              num_threads(), (long long)batch, (long long)repeats);
+  std::printf("adjoint bench explain: %d threads, batch %lld, median %s time of %lld runs; ms per image and the "
+              "ratio to the gradient\n\n",
+              num_threads(), (long long)batch, args.text("clock").c_str(), (long long)repeats);
   std::printf("%-12s %-26s %12s %10s\n", "model", "method", "ms/image", "ratio");
   std::vector<Timed> rows;
   for (auto& [name, model] : models) {
     model->train(false);
-    bench_model(name, *model, batch, repeats, rows);
+    bench_model(name, *model, batch, repeats, clock, rows);
   }
   std::printf("\nacceptance (soft pullback <= 1.2x gradient, pullback ascent K=5 <= 6x):");
   for (const auto& [name, model] : models) std::printf(" %s %s", name.c_str(), accepted(rows, name) ? "pass" : "FAIL");

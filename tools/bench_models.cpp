@@ -3,6 +3,11 @@
 // (the bilinear LM: batch 32 of 64 tokens), and the peak memory of each model's training
 // step (tensor storage and resident set). tools/bench_models_torch.py runs the same models in PyTorch and prints
 // both with the ratio.
+//
+// Beside the peer, the limit: each model's achieved GFLOP/s (its products' nominal FLOPs,
+// engine/flops.h; a training step counts as three forward passes) as a share of the rate
+// of one large square sgemm through the engine's gemm at the same thread count, measured
+// in the same run.
 #include "tools/bench_models.h"
 
 #include <unistd.h>
@@ -16,6 +21,7 @@
 #include "engine/error.h"
 #include "engine/json.h"
 #include "engine/files.h"
+#include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/optim.h"
 #include "engine/random.h"
@@ -53,6 +59,7 @@ struct Result {
   std::string model;
   int64_t batch = 0;
   double train_per_s = 0, infer_per_s = 0;
+  double forward_flops = 0;  // per sample, engine/flops.h's convention
   double peak_mib = 0;      // tensor storage held at the step's peak, beyond what it started with
   double peak_rss_mib = 0;  // the process's resident-set peak over the step (as the PyTorch peer measures)
 };
@@ -120,17 +127,48 @@ struct Bench {
   }
 };
 
-void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, Result& r) {
+void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, cli::BenchClock clock, Result& r) {
   Bench b(mc, batch);
   r.model = mc.name;
   r.batch = b.x.size(0);
   b.model->train(true);
-  r.train_per_s = double(r.batch) / cli::median_seconds(repeats, [&] { b.step(); }, {cli::BenchClock::Wall, 0, 0.0});
+  r.train_per_s = double(r.batch) / cli::median_seconds(repeats, [&] { b.step(); }, {clock, 0, 0.0});
   b.model->train(false);
   r.infer_per_s = double(r.batch) / cli::median_seconds(repeats, [&] {
     NoGrad off;
     b.model->forward(b.x);
-  });
+  }, {clock});
+  NoGrad off;
+  FlopCount count;
+  b.model->forward(b.x);
+  r.forward_flops = double(count.total()) / double(r.batch);
+}
+
+// A training step's operations: the forward pass, and two products of each of its
+// products in the backward pass (input and weight gradients).
+constexpr double kTrainingPasses = 3.0;
+
+// The reference rate (FLOP/s): a square sgemm of this size through the engine's gemm, at
+// this run's thread count, median of a few runs.
+constexpr int64_t kSgemmSize = 2048;
+double measure_sgemm_rate(cli::BenchClock clock) {
+  const int64_t n = kSgemmSize;
+  Generator gen(1);
+  const Tensor a = uniform({n, n}, -1.0f, 1.0f, gen), b = uniform({n, n}, -1.0f, 1.0f, gen);
+  Tensor c = Tensor::empty({n, n});
+  const double seconds = cli::median_seconds(5, [&] {
+    gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  }, {clock});
+  return 2.0 * double(n) * double(n) * double(n) / seconds;
+}
+
+// Achieved GFLOP/s of `samples_per_s` at `flops_per_sample`, and its share of the sgemm rate.
+struct Rate {
+  double gflops, share;
+};
+Rate rate(double samples_per_s, double flops_per_sample, double sgemm_flops_per_s) {
+  const double flops_per_s = samples_per_s * flops_per_sample;
+  return {flops_per_s * 1e-9, flops_per_s / sgemm_flops_per_s};
 }
 
 // Memory of the second training step (the first allocates the optimizer state), beyond
@@ -183,17 +221,27 @@ int run_bench_models(const cli::Args& args) {
     std::printf("%.3f %.3f\n", r.peak_mib, r.peak_rss_mib);
     return 0;
   }
-  std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median of %lld steps\n",
-              num_threads(), (long long)batch, (long long)repeats);
-  std::printf("%-12s %15s %15s\n", "model", "train samples/s", "infer samples/s");
+  const cli::BenchClock clock = cli::bench_clock(args.text("clock"), num_threads());
+  std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median %s time of %lld steps\n",
+              num_threads(), (long long)batch, args.text("clock").c_str(), (long long)repeats);
+  const double sgemm = measure_sgemm_rate(clock);
+  std::printf("sgemm %lld^3 through the engine's gemm (OpenBLAS %s): %.1f GFLOP/s; a model's GFLOP/s counts its\n"
+              "products' nominal FLOPs (training: 3x forward) and its %% is the share of that sgemm rate\n",
+              (long long)kSgemmSize, blas_kernels(), sgemm * 1e-9);
+  std::printf("%-12s %15s %15s %13s %19s %19s\n", "model", "train samples/s", "infer samples/s", "GFLOP/sample",
+              "train GFLOP/s (%)", "infer GFLOP/s (%)");
   std::vector<Result> results;
   std::vector<ModelCase> chosen;
   for (const ModelCase& mc : cases())
     if (only.empty() || std::find(only.begin(), only.end(), mc.name) != only.end()) chosen.push_back(mc);
   for (const ModelCase& mc : chosen) {
     Result r;
-    bench_speed(mc, batch, repeats, r);
-    std::printf("%-12s %15.1f %15.1f\n", r.model.c_str(), r.train_per_s, r.infer_per_s);
+    bench_speed(mc, batch, repeats, clock, r);
+    const Rate train = rate(r.train_per_s, kTrainingPasses * r.forward_flops, sgemm);
+    const Rate infer = rate(r.infer_per_s, r.forward_flops, sgemm);
+    std::printf("%-12s %15.1f %15.1f %13.3f %11.1f (%4.0f%%) %11.1f (%4.0f%%)\n", r.model.c_str(), r.train_per_s,
+                r.infer_per_s, r.forward_flops * 1e-9, train.gflops, 100 * train.share, infer.gflops,
+                100 * infer.share);
     std::fflush(stdout);
     results.push_back(r);
   }
@@ -205,17 +253,33 @@ int run_bench_models(const cli::Args& args) {
   }
   if (args.has("out")) {
     Json rows = Json::array();
-    for (const Result& r : results)
+    for (const Result& r : results) {
+      const Rate train = rate(r.train_per_s, kTrainingPasses * r.forward_flops, sgemm);
+      const Rate infer = rate(r.infer_per_s, r.forward_flops, sgemm);
       rows.push_back(Json(Json::Object{{"model", r.model},
                                        {"batch", r.batch},
                                        {"train_samples_per_s", r.train_per_s},
                                        {"infer_samples_per_s", r.infer_per_s},
+                                       {"forward_gflop_per_sample", r.forward_flops * 1e-9},
+                                       {"train_gflops", train.gflops},
+                                       {"train_sgemm_share", train.share},
+                                       {"infer_gflops", infer.gflops},
+                                       {"infer_sgemm_share", infer.share},
                                        {"peak_step_mib", r.peak_mib},
                                        {"peak_rss_step_mib", r.peak_rss_mib}}));
-    Json doc(Json::Object{{"threads", num_threads()}, {"batch", batch}, {"blas", blas_kernels()}, {"models", rows}});
+    }
+    Json doc(Json::Object{{"threads", num_threads()},
+                          {"clock", args.text("clock")},
+                          {"batch", batch},
+                          {"blas", blas_kernels()},
+                          {"sgemm_size", kSgemmSize},
+                          {"sgemm_gflops", sgemm * 1e-9},
+                          {"training_passes", kTrainingPasses},
+                          {"models", rows}});
     write_file_atomic(args.text("out"), to_json(doc, 2) + "\n");
-    std::printf("wrote %s; compare: /usr/bin/python3 tools/bench_models_torch.py --threads %d --ours %s --memory\n",
-                args.text("out").c_str(), num_threads(), args.text("out").c_str());
+    std::printf("wrote %s; compare: /usr/bin/python3 tools/bench_models_torch.py --threads %d --clock %s --ours %s "
+                "--memory\n",
+                args.text("out").c_str(), num_threads(), args.text("clock").c_str(), args.text("out").c_str());
   }
   return 0;
 }

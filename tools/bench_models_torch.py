@@ -4,8 +4,12 @@ training (SGD step: forward, cross-entropy, backward, update) and inference thro
   adjoint --threads 2 bench models --out ours.json
   /usr/bin/python3 tools/bench_models_torch.py --threads 2 --ours ours.json
 
-prints both with the ratio ours/PyTorch (> 1: adjoint is faster). Peak memory of the
-ResNet-18 training step is the process's max RSS growth, measured in a child process.
+prints both with the ratio ours/PyTorch (> 1: adjoint is faster). With --ours, each side's
+achieved GFLOP/s is also printed as a share of the sgemm rate that `adjoint bench models`
+measured in its run (its FLOP counts, engine/flops.h: training counts 3x forward). With
+--clock cpu (1 thread only, as adjoint's --clock cpu) steps are timed in process CPU time,
+steady on a busy machine. Peak memory of the ResNet-18 training step is the process's max
+RSS growth, measured in a child process.
 """
 import argparse
 import json
@@ -42,11 +46,11 @@ def batch_for(name, batch):
     return torch.rand(batch, 3, 32, 32, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
 
-def time_steps(fn, repeats, warmup=2):
-    return torch_peer.time_runs(repeats, fn, warmup=warmup)[0]
+def time_steps(fn, repeats, clock, warmup=2):
+    return torch_peer.time_runs(repeats, fn, clock, warmup=warmup)[0]
 
 
-def bench(name, batch, repeats):
+def bench(name, batch, repeats, clock):
     model = models()[name]()
     x, y = batch_for(name, batch)
     n = x.shape[0]
@@ -63,9 +67,9 @@ def bench(name, batch, repeats):
             model(x)
 
     model.train()
-    t_train = time_steps(train_step, repeats)
+    t_train = time_steps(train_step, repeats, clock)
     model.eval()
-    t_infer = time_steps(infer, repeats)
+    t_infer = time_steps(infer, repeats, clock)
     return {"model": name, "batch": n, "train_samples_per_s": n / t_train, "infer_samples_per_s": n / t_infer}
 
 
@@ -108,20 +112,28 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--ours", help="JSON written by `adjoint bench models --out`")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="wall time, or process CPU time (--threads 1 only)")
     ap.add_argument("--memory", action="store_true", help="also print ResNet-18 step peak RSS growth")
     ap.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.clock == "cpu" and args.threads != 1:
+        ap.error("--clock cpu measures durations only with --threads 1")
+    clock = torch_peer.CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.memory_child:
         print(f"{peak_rss_step(args.batch):.1f}")
         return
     names = args.only.split(",") if args.only else list(models())
-    ours, ours_blas = {}, None
+    ours, ours_blas, sgemm = {}, None, None
     if args.ours:
         with open(args.ours) as f:
             doc = json.load(f)
-        ours, ours_blas = {r["model"]: r for r in doc["models"]}, doc.get("blas")
+        ours, ours_blas, sgemm = {r["model"]: r for r in doc["models"]}, doc.get("blas"), doc.get("sgemm_gflops")
+        if doc.get("threads") != args.threads or doc.get("clock", "wall") != args.clock:
+            ap.error(f"{args.ours} was measured at {doc.get('threads')} threads, {doc.get('clock', 'wall')} clock; "
+                     f"this run is {args.threads} threads, {args.clock} clock")
     peer = torch_peer.describe(torch)
     print(f"PyTorch {torch.__version__}, {args.threads} threads, batch {args.batch} (bilinear_lm: 32x64 tokens); "
           f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {'on' if peer['onednn'] else 'off'}, "
@@ -129,15 +141,24 @@ def main():
           + (f"; adjoint: OpenBLAS {ours_blas}" if ours_blas else ""))
     if ours and not torch_peer.fair(peer, ours_blas):
         ours = {}
-    print(f"{'model':<12} {'train/s torch':>14} {'ours':>10} {'ratio':>7} {'infer/s torch':>14} {'ours':>10} {'ratio':>7}")
+    if sgemm:
+        print(f"share = achieved GFLOP/s / the sgemm rate of adjoint's run ({sgemm:.1f} GFLOP/s), torch and ours")
+    print(f"{'model':<12} {'train/s torch':>14} {'ours':>10} {'ratio':>7} {'infer/s torch':>14} {'ours':>10} {'ratio':>7}"
+          + (f" {'train share':>15} {'infer share':>15}" if sgemm else ""))
     for name in names:
-        r = bench(name, args.batch, args.repeats)
+        r = bench(name, args.batch, args.repeats, clock)
         o = ours.get(name, {})
         ot, oi = o.get("train_samples_per_s"), o.get("infer_samples_per_s")
         fmt = lambda v: f"{v:10.1f}" if v else f"{'-':>10}"
         rat = lambda a, b: f"{a / b:7.2f}" if a else f"{'-':>7}"
-        print(f"{name:<12} {r['train_samples_per_s']:14.1f} {fmt(ot)} {rat(ot, r['train_samples_per_s'])} "
-              f"{r['infer_samples_per_s']:14.1f} {fmt(oi)} {rat(oi, r['infer_samples_per_s'])}", flush=True)
+        line = (f"{name:<12} {r['train_samples_per_s']:14.1f} {fmt(ot)} {rat(ot, r['train_samples_per_s'])} "
+                f"{r['infer_samples_per_s']:14.1f} {fmt(oi)} {rat(oi, r['infer_samples_per_s'])}")
+        if sgemm and "forward_gflop_per_sample" in o:
+            def shares(torch_per_s, passes, ours_share):
+                return f"{torch_per_s * passes * o['forward_gflop_per_sample'] / sgemm:7.0%} {ours_share:7.0%}"
+            line += (f" {shares(r['train_samples_per_s'], doc.get('training_passes', 3), o['train_sgemm_share'])}"
+                     f" {shares(r['infer_samples_per_s'], 1, o['infer_sgemm_share'])}")
+        print(line, flush=True)
     if args.memory:
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
         child = subprocess.run([sys.executable, __file__, "--memory-child", "--threads", str(args.threads),

@@ -349,7 +349,7 @@ int run_predict(const cli::Args& a) {
     for (int64_t j = 1; j < k; ++j)
       if (row[j] > row[best]) best = j;
     csv += cat(i, ",", best);
-    for (int64_t j = 0; j < k; ++j) csv += "," + csv_number(row[j]);
+    for (int64_t j = 0; j < k; ++j) csv += cat(",", csv_number(row[j]));
     csv += "\n";
     std::printf("%lld: class %lld (logit %.4f)\n", (long long)i, (long long)best, row[best]);
   }
