@@ -4,7 +4,8 @@
 // The convention, the usual one for published model FLOPs: only the products count, two
 // operations per multiply-add, as the textbook algorithm does them. A convolution counts
 // 2·N·O·OH·OW·(C/groups)·kh·kw (direct convolution, whatever algorithm ran: Winograd does
-// fewer multiplications, which shows up as a higher achieved rate), a linear layer or
+// fewer multiplications, which shows up as a higher achieved rate; kernel taps that meet
+// only padding at every output are cut and not counted, see ops/conv.cpp), a linear layer or
 // matmul 2·rows·out·in, attention its two products Q·Kᵀ and A·V, a bilinear layer its
 // two projections. Biases, normalisation, activations, pooling and softmax do not count.
 // A training step is counted as three forward passes (the backward pass runs two

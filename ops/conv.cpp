@@ -12,6 +12,7 @@
 #include "engine/gemm.h"
 #include "engine/threads.h"
 #include "ops/activation.h"
+#include "ops/layout.h"
 #include "ops/norm.h"
 
 namespace adjoint {
@@ -980,10 +981,43 @@ Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const T
 
 Tensor contiguous_or_undefined(const Tensor& t) { return t.defined() ? t.contiguous() : Tensor(); }
 
+// How many kernel taps at each end of one axis read nothing but padding, for every output
+// position (dilation 1). Cut symmetrically only, since the padding is symmetric.
+int64_t dead_taps(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t pad) {
+  const auto live = [&](int64_t k) {
+    for (int64_t o = 0; o < out; ++o)
+      if (const int64_t i = o * stride - pad + k; i >= 0 && i < in) return true;
+    return false;
+  };
+  int64_t cut = 0;
+  while (2 * (cut + 1) < kernel && cut < pad && !live(cut) && !live(kernel - 1 - cut)) ++cut;
+  return cut;
+}
+
+// A convolution whose outer kernel taps meet only padding equals the one with those taps
+// cut from the kernel and the padding cut to match: a 3×3 convolution with padding 1 over
+// a 1×1 map (VGG's last blocks on 28×28 images) is its centre tap, one GEMM where im2col
+// multiplies nine taps and Winograd sixteen transformed ones. The cut is a recorded slice
+// of the weight, so the cut taps' gradient is zero under every transport. Returns false
+// (and leaves the outputs alone) when no tap is dead.
+bool cut_dead_taps(const ConvGeometry& g, const Tensor& w, const Conv2dOptions& o, Tensor* cut_w, Conv2dOptions* cut_o) {
+  if (g.dh != 1 || g.dw != 1) return false;
+  const int64_t ch = dead_taps(g.H, g.OH, g.KH, g.sh, g.ph), cw = dead_taps(g.W, g.OW, g.KW, g.sw, g.pw);
+  if (ch == 0 && cw == 0) return false;
+  *cut_w = slice(slice(w, 2, ch, g.KH - ch), 3, cw, g.KW - cw);
+  *cut_o = o;
+  cut_o->pad_h -= ch;
+  cut_o->pad_w -= cw;
+  return true;
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
+  Tensor cut_w;
+  Conv2dOptions cut_o;
+  if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o)) return conv2d(x_in, cut_w, bias_in, cut_o);
   Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
   const bool record = needs_grad({x, w, bias});
   // A Winograd conv's input gradient needs the weights' transform again. An explanation
@@ -1006,6 +1040,10 @@ Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const
     return then_relu ? relu(y) : y;
   }
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
+  Tensor cut_w;
+  Conv2dOptions cut_o;
+  if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o))
+    return conv2d_batch_norm_eval(x_in, cut_w, bias_in, cut_o, bn, then_relu);
   const ChannelAffine affine = eval_batch_norm_affine(g.O, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
   return convolve(g, x_in.contiguous(), weight_in.contiguous(), contiguous_or_undefined(bias_in),
                   Epilogue{nullptr, affine.scale.data(), affine.shift.data(), then_relu});

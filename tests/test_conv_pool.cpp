@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "engine/autograd.h"
+#include "engine/flops.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
@@ -160,6 +161,52 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
     check_against(g[0], ref.dx, 1e-4, "input gradient");
     check_against(g[1], ref.dw, 1e-3, "weight gradient");
   }
+}
+
+TEST_CASE("conv2d: kernel taps that meet only padding are cut, and their weight gradient is zero") {
+  // A 3×3 conv over a 1×1 map is its centre tap; a 5×5 conv padded by 2 over 2×2 maps
+  // reads only its middle 3×3; with stride 2 too. Against the direct convolution, and by
+  // central differences.
+  const std::vector<ConvCase> cases = {
+      {{4, 16, 1, 1}, {8, 16, 3, 3}, Conv2dOptions::square(1, 1)},  // Winograd-sized channels
+      {{2, 3, 1, 1}, {4, 3, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 3, 2, 2}, {4, 3, 5, 5}, Conv2dOptions::square(1, 2)},
+      {{2, 3, 1, 3}, {4, 3, 3, 3}, Conv2dOptions::square(2, 1)},  // rows cut, columns kept
+  };
+  uint64_t seed = 900;
+  for (const ConvCase& c : cases) {
+    INFO("x ", to_string(c.x), " w ", to_string(c.w));
+    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+    const Fn f = conv_with(c.options);
+    Tensor y;
+    {
+      NoGrad no_grad;
+      y = f({x, w});
+    }
+    const Tensor u = random_tensor(y.shape(), seed++);
+    const NaiveConv ref = naive_conv(x, w, u, c.options);
+    check_against(y, ref.y, 1e-5, "forward");
+    for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()}) {
+      const auto g = vjp(f, {x, w}, u, t);
+      check_against(g[0], ref.dx, 1e-5, "input cotangent");
+      check_against(g[1], ref.dw, 1e-5, "weight cotangent");
+    }
+    check_gradients(conv_with(c.options), {x, w, random_tensor({c.w[0]}, seed++)});
+  }
+  // The cut taps' gradient is exactly zero (the corner taps of the 1×1 case).
+  const Tensor x = random_tensor({2, 3, 1, 1}, 950), w = random_tensor({4, 3, 3, 3}, 951);
+  const Tensor dw = vjp(conv_with(Conv2dOptions::square(1, 1)), {x, w}, random_tensor({2, 4, 1, 1}, 952))[1].contiguous();
+  double corners = 0, centre = 0;
+  for (int64_t i = 0; i < dw.numel(); ++i) (i % 9 == 4 ? centre : corners) += std::abs(dw.data()[i]);
+  CHECK(corners == 0.0);
+  CHECK(centre > 0.0);
+  // And it runs as the centre tap alone: 2·N·O·C operations, not nine times as many.
+  FlopCount count;
+  {
+    NoGrad off;
+    conv2d(x, w, Tensor(), Conv2dOptions::square(1, 1));
+  }
+  CHECK(count.total() == 2 * 2 * 4 * 3);
 }
 
 TEST_CASE("conv2d: a batch's gradients equal the sums of its images' gradients") {
