@@ -94,6 +94,30 @@ struct ThreadCount {
   ~ThreadCount() { set_num_threads(saved); }
 };
 
+// Checks the conv of case `c` against the direct convolution on random x, w and u (seeds
+// from `seed` on): the forward pass within `tolerance`, the input and weight cotangents of
+// u under each of `transports` within `tolerance` and `weight_tolerance` (a conv is linear
+// in x and in w, so every transport is its gradient).
+void check_against_direct_conv(const ConvCase& c, uint64_t& seed, double tolerance, double weight_tolerance,
+                               const std::vector<Transport>& transports) {
+  INFO("x ", to_string(c.x), " w ", to_string(c.w));
+  const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+  const Fn f = conv_with(c.options);
+  Tensor y;
+  {
+    NoGrad no_grad;
+    y = f({x, w});
+  }
+  const Tensor u = random_tensor(y.shape(), seed++);
+  const NaiveConv ref = naive_conv(x, w, u, c.options);
+  check_against(y, ref.y, tolerance, "forward");
+  for (const Transport& t : transports) {
+    const auto g = vjp(f, {x, w}, u, t);
+    check_against(g[0], ref.dx, tolerance, "input cotangent");
+    check_against(g[1], ref.dw, weight_tolerance, "weight cotangent");
+  }
+}
+
 }  // namespace
 
 TEST_CASE("conv2d: gradients across strides, padding, dilation, groups and 1x1") {
@@ -145,22 +169,7 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
       {{1, 16, 66, 64}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
   };
   uint64_t seed = 700;
-  for (const ConvCase& c : cases) {
-    INFO("x ", to_string(c.x), " w ", to_string(c.w));
-    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-    const Fn f = conv_with(c.options);
-    Tensor y;
-    {
-      NoGrad no_grad;
-      y = f({x, w});
-    }
-    const Tensor u = random_tensor(y.shape(), seed++);
-    const NaiveConv ref = naive_conv(x, w, u, c.options);
-    check_against(y, ref.y, 1e-4, "forward");
-    const auto g = vjp(f, {x, w}, u);
-    check_against(g[0], ref.dx, 1e-4, "input gradient");
-    check_against(g[1], ref.dw, 1e-3, "weight gradient");
-  }
+  for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
 }
 
 TEST_CASE("conv2d: kernel taps that meet only padding are cut, and their weight gradient is zero") {
@@ -175,23 +184,10 @@ TEST_CASE("conv2d: kernel taps that meet only padding are cut, and their weight 
   };
   uint64_t seed = 900;
   for (const ConvCase& c : cases) {
-    INFO("x ", to_string(c.x), " w ", to_string(c.w));
-    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-    const Fn f = conv_with(c.options);
-    Tensor y;
-    {
-      NoGrad no_grad;
-      y = f({x, w});
-    }
-    const Tensor u = random_tensor(y.shape(), seed++);
-    const NaiveConv ref = naive_conv(x, w, u, c.options);
-    check_against(y, ref.y, 1e-5, "forward");
-    for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()}) {
-      const auto g = vjp(f, {x, w}, u, t);
-      check_against(g[0], ref.dx, 1e-5, "input cotangent");
-      check_against(g[1], ref.dw, 1e-5, "weight cotangent");
-    }
-    check_gradients(conv_with(c.options), {x, w, random_tensor({c.w[0]}, seed++)});
+    check_against_direct_conv(c, seed, 1e-5, 1e-5,
+                              {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()});
+    check_gradients(conv_with(c.options), {random_tensor(c.x, seed++), random_tensor(c.w, seed++),
+                                           random_tensor({c.w[0]}, seed++)});
   }
   // The cut taps' gradient is exactly zero (the corner taps of the 1×1 case).
   const Tensor x = random_tensor({2, 3, 1, 1}, 950), w = random_tensor({4, 3, 3, 3}, 951);
