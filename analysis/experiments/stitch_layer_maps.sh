@@ -34,8 +34,13 @@ model_options() {
     *) echo "stitch_layer_maps.sh: unknown family '$1' (vgg, resnet, vit)" >&2; exit 2 ;;
   esac
 }
+# BLOCKS_VGG, BLOCKS_RESNET and BLOCKS_VIT choose fewer (or other) blocks.
 blocks() {
-  case $1 in vgg) echo "1 3 5 7" ;; resnet) echo "2 4 6 8" ;; vit) echo "1 2 3 4" ;; esac
+  case $1 in
+    vgg) echo "${BLOCKS_VGG:-1 3 5 7}" ;;
+    resnet) echo "${BLOCKS_RESNET:-2 4 6 8}" ;;
+    vit) echo "${BLOCKS_VIT:-1 2 3 4}" ;;
+  esac
 }
 
 train_family_model() {  # family seed
