@@ -5,35 +5,13 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/optim.h"
+#include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "models/training.h"
 
 namespace adjoint {
 
 namespace {
-
-// The stitch's training examples as a data set, so that the training loop's Loader
-// shuffles and batches them: an example is a front image and its label; its index
-// finds the matching end image.
-class StitchExamples : public Dataset {
-public:
-  explicit StitchExamples(const StitchTrainingSet& data) : images_(data.front_inputs.contiguous()), labels_(data.labels) {}
-  std::string name() const override { return "stitch training set"; }
-  int64_t size() const override { return images_.size(0); }
-  Shape shape() const override { return Shape(images_.shape().begin() + 1, images_.shape().end()); }
-  int64_t num_classes() const override { return *std::max_element(labels_.begin(), labels_.end()) + 1; }
-  using Dataset::get;
-  void get(int64_t index, float* input, int64_t* targets) const override {
-    check_index(index);
-    const int64_t per = images_.numel() / images_.size(0);
-    std::copy(images_.data() + index * per, images_.data() + (index + 1) * per, input);
-    targets[0] = labels_[size_t(index)];
-  }
-
-private:
-  Tensor images_;
-  std::vector<int64_t> labels_;
-};
 
 // A and B are frozen and the training images fixed, so A's features and B's targets of an
 // example are the same in every epoch. They are computed once, in batches, when they fit
@@ -102,7 +80,14 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
   batches.batch_size = o.batch;
   batches.prefetch = false;  // an in-memory copy costs less than a hand-over
   batches.seed = o.seed;
-  Loader loader(std::make_shared<StitchExamples>(data), batches);
+  // The examples as a data set, so that the training loop's Loader shuffles and batches
+  // them: an example is a front image and its label; its index finds the matching end image.
+  const Tensor front_images = data.front_inputs.contiguous();
+  const int64_t classes = *std::max_element(data.labels.begin(), data.labels.end()) + 1;
+  Loader loader(std::make_shared<InMemoryDataset>(
+                    "stitch training set", Shape(front_images.shape().begin() + 1, front_images.shape().end()),
+                    front_images.to_vector(), data.labels, classes),
+                batches);
   const int64_t per_epoch = loader.batches_per_epoch(), total = per_epoch * o.epochs;
 
   const FrozenPasses frozen(pair, data, objective.needs_end_features, o.cache_bytes, o.batch);

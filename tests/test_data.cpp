@@ -557,3 +557,19 @@ TEST_CASE("data: Fashion-MNIST from the Debian package" * doctest::skip(!fs::is_
   CHECK(*std::max_element(x.begin(), x.end()) <= 1.0f);
   CHECK(*std::max_element(x.begin(), x.end()) > 0.5f);
 }
+
+TEST_CASE("in-memory data set: examples and labels as given; mismatched counts and labels are refused") {
+  const InMemoryDataset d("pairs", {2}, {1, 2, 3, 4, 5, 6}, {0, 2, 1}, 3);
+  CHECK(d.size() == 3);
+  CHECK(d.shape() == Shape{2});
+  float x[2];
+  CHECK(d.get(1, x) == 2);
+  CHECK(x[0] == 3.0f);
+  CHECK(x[1] == 4.0f);
+  CHECK(d.label(2) == 1);
+  CHECK_THROWS_WITH_AS(d.get(3, x), doctest::Contains("pairs: example 3 is out of range [0, 3)"), Error);
+  CHECK_THROWS_WITH_AS(InMemoryDataset("odd", {2}, {1, 2, 3}, {0, 1}, 2),
+                       doctest::Contains("odd: 3 input values are not 2 examples of shape"), Error);
+  CHECK_THROWS_WITH_AS(InMemoryDataset("bad", {1}, {1, 2}, {0, 5}, 2),
+                       doctest::Contains("bad: label 5 is outside [0, 2)"), Error);
+}

@@ -50,35 +50,23 @@ std::vector<float> per_example_loss(const RawClassifier& logits, const Tensor& r
 
 // 32 images of 1×16×16 in [0, 1] whose label is the brighter half (top or bottom) plus
 // the quadrant column: 4 classes, learnable by the tiny VGG in a few steps.
-class Halves : public Dataset {
-public:
-  explicit Halves(uint64_t seed) {
-    Generator gen(seed);
-    pixels_ = uniform({32, 1, 16, 16}, 0.0f, 0.5f, gen).to_vector();
-    for (int64_t i = 0; i < 32; ++i)
-      for (int64_t p = 0; p < 256; ++p)
-        if ((p / 128) == (i % 4) / 2 && (p % 16) / 8 == (i % 2)) pixels_[size_t(i * 256 + p)] += 0.5f;
+std::shared_ptr<Dataset> make_halves(uint64_t seed) {
+  Generator gen(seed);
+  std::vector<float> pixels = uniform({32, 1, 16, 16}, 0.0f, 0.5f, gen).to_vector();
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < 32; ++i) {
+    for (int64_t p = 0; p < 256; ++p)
+      if ((p / 128) == (i % 4) / 2 && (p % 16) / 8 == (i % 2)) pixels[size_t(i * 256 + p)] += 0.5f;
+    labels.push_back(i % 4);
   }
-  std::string name() const override { return "halves"; }
-  int64_t size() const override { return 32; }
-  Shape shape() const override { return {1, 16, 16}; }
-  int64_t num_classes() const override { return 10; }
-  using Dataset::get;
-  void get(int64_t i, float* input, int64_t* targets) const override {
-    check_index(i);
-    std::copy(pixels_.begin() + i * 256, pixels_.begin() + (i + 1) * 256, input);
-    targets[0] = i % 4;
-  }
-
-private:
-  std::vector<float> pixels_;
-};
+  return std::make_shared<InMemoryDataset>("halves", Shape{1, 16, 16}, std::move(pixels), std::move(labels), 10);
+}
 
 DataSource halves() {
   DataSource d;
   d.spec = "halves";
-  d.train = std::make_shared<Halves>(1);
-  d.test = std::make_shared<Halves>(2);
+  d.train = make_halves(1);
+  d.test = make_halves(2);
   d.mean = {0.5f};
   d.std = {0.25f};
   d.images = true;

@@ -29,39 +29,26 @@ namespace {
 
 // 64 images of 1×8×8 whose label is the brightest quadrant: small enough to train in
 // milliseconds, image-shaped so that ResNet's BatchNorm buffers take part.
-class Quadrants : public Dataset {
-public:
-  // `poisoned`: every image's first pixel is NaN (a test set that makes any model diverge).
-  explicit Quadrants(uint64_t seed, bool poisoned = false) {
-    Generator gen(seed);
-    pixels_ = uniform({64, 1, 8, 8}, 0.0f, 1.0f, gen).to_vector();
-    for (int64_t i = 0; i < 64; ++i) {
-      const int64_t q = i % 4, r0 = (q / 2) * 4, c0 = (q % 2) * 4;
-      for (int64_t r = r0; r < r0 + 4; ++r)
-        for (int64_t c = c0; c < c0 + 4; ++c) pixels_[size_t(i * 64 + r * 8 + c)] += 1.0f;
-      if (poisoned) pixels_[size_t(i * 64)] = std::nanf("");
-    }
+// `poisoned`: every image's first pixel is NaN (a test set that makes any model diverge).
+std::shared_ptr<Dataset> make_quadrants(uint64_t seed, bool poisoned = false) {
+  Generator gen(seed);
+  std::vector<float> pixels = uniform({64, 1, 8, 8}, 0.0f, 1.0f, gen).to_vector();
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < 64; ++i) {
+    const int64_t q = i % 4, r0 = (q / 2) * 4, c0 = (q % 2) * 4;
+    for (int64_t r = r0; r < r0 + 4; ++r)
+      for (int64_t c = c0; c < c0 + 4; ++c) pixels[size_t(i * 64 + r * 8 + c)] += 1.0f;
+    if (poisoned) pixels[size_t(i * 64)] = std::nanf("");
+    labels.push_back(q);
   }
-  std::string name() const override { return "quadrants"; }
-  int64_t size() const override { return 64; }
-  Shape shape() const override { return {1, 8, 8}; }
-  int64_t num_classes() const override { return 4; }
-  using Dataset::get;
-  void get(int64_t i, float* input, int64_t* targets) const override {
-    check_index(i);
-    std::copy(pixels_.begin() + i * 64, pixels_.begin() + (i + 1) * 64, input);
-    targets[0] = i % 4;
-  }
-
-private:
-  std::vector<float> pixels_;
-};
+  return std::make_shared<InMemoryDataset>("quadrants", Shape{1, 8, 8}, std::move(pixels), std::move(labels), 4);
+}
 
 DataSource quadrants() {
   DataSource d;
   d.spec = "quadrants";
-  d.train = std::make_shared<Quadrants>(1);
-  d.test = std::make_shared<Quadrants>(2);
+  d.train = make_quadrants(1);
+  d.test = make_quadrants(2);
   d.mean = {0.5f};
   d.std = {0.5f};
   d.images = true;
@@ -235,7 +222,7 @@ TEST_CASE("training: data-parallel parts give the batch gradient, reproducibly; 
 
 TEST_CASE("training: a run whose test loss is NaN stops, logs null / nan and keeps no diverged checkpoint") {
   DataSource data = quadrants();
-  data.test = std::make_shared<Quadrants>(2, /*poisoned=*/true);
+  data.test = make_quadrants(2, /*poisoned=*/true);
   ModelConfig c;
   c.arch = "resnet18";
   c.width = 0.0625;
@@ -398,7 +385,7 @@ TEST_CASE("training: stale temporary files of dead writers are removed; a run fa
 
   // A training set that makes the first step's loss NaN: the run fails before writing.
   DataSource poisoned = data;
-  poisoned.train = std::make_shared<Quadrants>(1, /*poisoned=*/true);
+  poisoned.train = make_quadrants(1, /*poisoned=*/true);
   const std::string fresh = out + "/never";
   auto other = small_model(poisoned);
   CHECK_THROWS_WITH_AS(train(*other, poisoned, small_run(fresh)), doctest::Contains("diverged"), Error);

@@ -2,9 +2,11 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "engine/error.h"
@@ -26,6 +28,29 @@ int64_t Dataset::label(int64_t index) const {
 
 void Dataset::check_index(int64_t index) const {
   check(index >= 0 && index < size(), name(), ": example ", index, " is out of range [0, ", size(), ")");
+}
+
+InMemoryDataset::InMemoryDataset(std::string name, Shape shape, std::vector<float> inputs,
+                                 std::vector<int64_t> labels, int64_t num_classes)
+    : name_(std::move(name)), shape_(std::move(shape)), inputs_(std::move(inputs)), labels_(std::move(labels)),
+      num_classes_(num_classes) {
+  check(inputs_.size() == labels_.size() * static_cast<size_t>(numel(shape_)), name_, ": ", inputs_.size(),
+        " input values are not ", labels_.size(), " examples of shape ", shape_);
+  for (int64_t label : labels_)
+    check(label >= 0 && label < num_classes_, name_, ": label ", label, " is outside [0, ", num_classes_, ")");
+}
+
+void InMemoryDataset::get(int64_t index, float* input, int64_t* targets) const {
+  check_index(index);
+  const size_t per = static_cast<size_t>(numel(shape_));
+  std::copy(inputs_.begin() + static_cast<std::ptrdiff_t>(index * per),
+            inputs_.begin() + static_cast<std::ptrdiff_t>((index + 1) * per), input);
+  targets[0] = labels_[static_cast<size_t>(index)];
+}
+
+int64_t InMemoryDataset::label(int64_t index) const {
+  check_index(index);
+  return labels_[static_cast<size_t>(index)];
 }
 
 Subset::Subset(std::shared_ptr<const Dataset> base, std::vector<int64_t> indices, std::string name)

@@ -45,6 +45,31 @@ protected:
   void check_index(int64_t index) const;
 };
 
+// Classification examples held in memory: `inputs` holds the examples one after another,
+// numel(shape) floats each, and `labels` one label per example. Data sets made in code
+// (tests) and sets already decoded (the stitch's training images) are this.
+class InMemoryDataset : public Dataset {
+public:
+  // Throws Error naming the data set when inputs and labels disagree in count or a label is
+  // outside [0, num_classes).
+  InMemoryDataset(std::string name, Shape shape, std::vector<float> inputs, std::vector<int64_t> labels,
+                  int64_t num_classes);
+  std::string name() const override { return name_; }
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  Shape shape() const override { return shape_; }
+  int64_t num_classes() const override { return num_classes_; }
+  using Dataset::get;
+  void get(int64_t index, float* input, int64_t* targets) const override;
+  int64_t label(int64_t index) const override;
+
+private:
+  std::string name_;
+  Shape shape_;
+  std::vector<float> inputs_;
+  std::vector<int64_t> labels_;
+  int64_t num_classes_;
+};
+
 // The examples of `base` at `indices` (in that order): class subsets, curricula, splits.
 class Subset : public Dataset {
 public:
