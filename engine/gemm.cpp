@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "engine/error.h"
+#include "engine/gemm_avx512.h"
 #include "engine/threads.h"
 
 // OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels from the CPU model when
@@ -80,6 +81,14 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
               C, static_cast<int>(ldc));
 }
 
+// One product on the calling thread, by the kernels asked for (see GemmKernel).
+void product(GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (kernel == GemmKernel::widest && avx512_gemm_available())
+    return avx512_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 // Work below which a product is not worth splitting (flops): about 100 µs of one core.
 constexpr double kSplitFlops = 1.6e7;
 // Target panel extent. Narrower panels repack the other operand more often and lose
@@ -120,36 +129,61 @@ void scale(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
-          int64_t ldb, float beta, float* C, int64_t ldc) {
+          int64_t ldb, float beta, float* C, int64_t ldc, GemmKernel kernel) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale(M, N, beta, C, ldc);
   const double flops = 2.0 * double(M) * double(N) * double(K);
   if (flops < kSplitFlops || num_threads() == 1)
-    return gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, kernel);
   select_blas_kernels();
   if (N >= M) {  // column panels: C[:, j0:j1] = op(A) · op(B)[:, j0:j1]
     const int64_t width = panel_width(N, M, K);
-    if (width >= N) return sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (width >= N) return product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     parallel_for(N, width, [&](int64_t j0, int64_t j1) {
       const float* Bj = tb ? B + j0 * ldb : B + j0;
-      sgemm(ta, tb, M, j1 - j0, K, alpha, A, lda, Bj, ldb, beta, C + j0, ldc);
+      product(kernel, ta, tb, M, j1 - j0, K, alpha, A, lda, Bj, ldb, beta, C + j0, ldc);
     });
   } else {  // row panels: C[i0:i1, :] = op(A)[i0:i1, :] · op(B)
     const int64_t width = panel_width(M, N, K);
-    if (width >= M) return sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (width >= M) return product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     parallel_for(M, width, [&](int64_t i0, int64_t i1) {
       const float* Ai = ta ? A + i0 : A + i0 * lda;
-      sgemm(ta, tb, i1 - i0, N, K, alpha, Ai, lda, B, ldb, beta, C + i0 * ldc, ldc);
+      product(kernel, ta, tb, i1 - i0, N, K, alpha, Ai, lda, B, ldb, beta, C + i0 * ldc, ldc);
     });
   }
 }
 
 void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmKernel kernel) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale(M, N, beta, C, ldc);
   select_blas_kernels();
-  sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+PackedA::PackedA(bool trans_a, int64_t M, int64_t K, const float* A, int64_t lda, GemmKernel kernel)
+    : trans_a_(trans_a), M_(M), K_(K), A_(A), lda_(lda) {
+  if (kernel != GemmKernel::widest || !avx512_gemm_available() || M == 0 || K == 0) return;
+  packed_.resize(static_cast<size_t>(avx512_packed_a_size(M, K)));
+  avx512_pack_a(trans_a, M, K, A, lda, packed_.data());
+}
+
+void gemm_serial(const PackedA& a, bool tb, int64_t N, float alpha, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  if (a.packed_.empty() || N == 0) return gemm_serial(a.trans_a_, tb, a.M_, N, a.K_, alpha, a.A_, a.lda_, B, ldb, beta, C, ldc);
+  avx512_gemm(a.trans_a_, tb, a.M_, N, a.K_, alpha, a.A_, a.lda_, B, ldb, beta, C, ldc, a.packed_.data());
+}
+
+void gemm(const PackedA& a, bool tb, int64_t N, float alpha, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  const int64_t M = a.rows(), K = a.depth();
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  if (M == 0 || N == 0 || K == 0 || flops < kSplitFlops || num_threads() == 1)
+    return gemm_serial(a, tb, N, alpha, B, ldb, beta, C, ldc);
+  const int64_t width = panel_width(N, M, K);  // column panels: A is shared
+  parallel_for(N, width, [&](int64_t j0, int64_t j1) {
+    gemm_serial(a, tb, j1 - j0, alpha, tb ? B + j0 * ldb : B + j0, ldb, beta, C + j0, ldc);
+  });
 }
 
 void gemm_batched(int64_t count, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -170,6 +204,8 @@ void gemm_batched(int64_t count, bool ta, bool tb, int64_t M, int64_t N, int64_t
                   ldc);
   });
 }
+
+const char* widest_gemm_kernels() { return avx512_gemm_available() ? "adjoint AVX-512" : blas_kernels(); }
 
 const char* blas_kernels() {
   select_blas_kernels();

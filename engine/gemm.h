@@ -6,16 +6,50 @@
 // OpenBLAS's small-matrix path), so results are bitwise the same at any thread count.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace adjoint {
 
+// Which kernels run a product. `blas`: OpenBLAS's, the family blas_kernels() names. `widest`:
+// the engine's own AVX-512 kernel (engine/gemm_avx512.h) where the CPU has AVX-512 and
+// run_widest is not capped below it, else OpenBLAS's. The convolutions take `widest`, since
+// their PyTorch peer runs oneDNN's AVX-512 kernels whatever OpenBLAS's family; every other
+// product takes `blas`, the kernels both sides of a benchmark share.
+enum class GemmKernel { blas, widest };
+
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmKernel kernel = GemmKernel::blas);
 
 // As gemm, on the calling thread only: for callers that already run their products in
 // parallel (conv2d over image blocks), where splitting again would only repack operands.
 void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 GemmKernel kernel = GemmKernel::blas);
+
+// op(A) of products that share it, packed once for the kernels that will run them: a
+// convolution's weights meet every tile of a batch. With OpenBLAS's kernels (which pack
+// inside every call) it only remembers where A is. A must outlive it.
+class PackedA {
+ public:
+  PackedA(bool trans_a, int64_t M, int64_t K, const float* A, int64_t lda, GemmKernel kernel);
+  int64_t rows() const { return M_; }
+  int64_t depth() const { return K_; }
+
+ private:
+  friend void gemm_serial(const PackedA&, bool, int64_t, float, const float*, int64_t, float, float*, int64_t);
+  bool trans_a_;
+  int64_t M_, K_;
+  const float* A_;
+  int64_t lda_;
+  std::vector<float> packed_;  // empty: OpenBLAS's kernels run the products
+};
+
+// C = alpha · op(A) · op(B) + beta · C for a packed op(A) (M × K) and op(B) K × N: on the
+// calling thread, or split into column panels across threads (the same bits either way).
+void gemm_serial(const PackedA& a, bool trans_b, int64_t N, float alpha, const float* B, int64_t ldb, float beta,
+                 float* C, int64_t ldc);
+void gemm(const PackedA& a, bool trans_b, int64_t N, float alpha, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc);
 
 // Where matrix b of a batch starts, in elements from the base pointer:
 //   (b / inner_count) · outer + (b % inner_count) · inner.
@@ -37,6 +71,9 @@ struct BatchStrides {
 void gemm_batched(int64_t count, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                   const float* A, int64_t lda, BatchStrides stride_a, const float* B, int64_t ldb,
                   BatchStrides stride_b, float beta, float* C, int64_t ldc, BatchStrides stride_c);
+
+// The kernels that run GemmKernel::widest products here: "adjoint AVX-512" or blas_kernels().
+const char* widest_gemm_kernels();
 
 // The OpenBLAS kernel family in use ("SkylakeX", "Haswell", ...). On first use the engine
 // replaces a generic fallback (OpenBLAS older than the CPU) with the best family the CPU runs.

@@ -357,10 +357,38 @@ void col2im_add(const ConvGeometry& g, float* cols, int64_t nb, const Tile& t, f
   });
 }
 
-// The GEMM for a tiling's products: with enough image blocks to keep every thread busy, each
-// product runs on its block's thread; with few, each is split across threads (gemm.h: the
-// results are the same bits either way).
-auto* gemm_for(const Tiling& t) { return t.blocks() >= 2 * num_threads() ? &gemm_serial : &gemm; }
+// The GEMM for the products of `blocks` image blocks: with enough blocks to keep every thread
+// busy, each product runs on its block's thread; with few, each is split across threads
+// (gemm.h: the results are the same bits either way). The widest kernels the CPU has, as
+// oneDNN's convolutions run (GemmKernel).
+struct ConvGemm {
+  bool serial;
+  explicit ConvGemm(int64_t blocks) : serial(blocks >= 2 * num_threads()) {}
+  void operator()(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
+    if (serial)
+      gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, GemmKernel::widest);
+    else
+      gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, GemmKernel::widest);
+  }
+  void operator()(const PackedA& a, bool tb, int64_t N, float alpha, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc) const {
+    if (serial)
+      gemm_serial(a, tb, N, alpha, B, ldb, beta, C, ldc);
+    else
+      gemm(a, tb, N, alpha, B, ldb, beta, C, ldc);
+  }
+};
+
+// `count` matrices op(A_i) (M × K), A_i at A + i·stride, packed once for the products of a
+// whole batch (every tile meets them).
+std::vector<PackedA> pack_weights(int64_t count, bool ta, int64_t M, int64_t K, const float* A, int64_t lda,
+                                  int64_t stride) {
+  std::vector<PackedA> packed;
+  packed.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) packed.emplace_back(ta, M, K, A + i * stride, lda, GemmKernel::widest);
+  return packed;
+}
 
 // A GEMM operand or result: a row-major matrix at `data` with leading dimension `ld`.
 struct Matrix {
@@ -372,7 +400,8 @@ struct Matrix {
 void conv_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
   const float* bias = epilogue.bias;
   const Tiling tiling = choose_tiling(g, kMinColumns);
-  auto* product = gemm_for(tiling);
+  const ConvGemm product(tiling.blocks());
+  const std::vector<PackedA> weights = pack_weights(g.groups, false, g.Og, g.rows_g, w, g.rows_g, g.Og * g.rows_g);
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t n0 = k * tiling.block, nb = tiling.images_in(k);
@@ -397,8 +426,8 @@ void conv_forward(const ConvGeometry& g, const float* x, const float* w, const E
         if (beta != 0.0f)
           for (int64_t o = 0; o < g.O; ++o) std::fill(out.data + o * out.ld, out.data + o * out.ld + ncols, bias[o]);
         for (int64_t gi = 0; gi < g.groups; ++gi)
-          product(false, false, g.Og, ncols, g.rows_g, 1.0f, w + gi * g.Og * g.rows_g, g.rows_g,
-                  cols.data + gi * g.rows_g * cols.ld, cols.ld, beta, out.data + gi * g.Og * out.ld, out.ld);
+          product(weights[gi], false, ncols, 1.0f, cols.data + gi * g.rows_g * cols.ld, cols.ld, beta,
+                  out.data + gi * g.Og * out.ld, out.ld);
         if (nb > 1) {
           matrix_to_planes(staging.data(), nb, g.O, g.P, epilogue, y_block);
         } else if (epilogue.after_bias()) {  // the tile is still in cache
@@ -428,7 +457,10 @@ double row_sum(const float* v, int64_t n) {
 void conv_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
                    float* db) {
   const Tiling tiling = choose_tiling(g, kMinColumnsBackward);
-  auto* product = gemm_for(tiling);
+  const ConvGemm product(tiling.blocks());
+  // Wᵀ per group, for the input gradient.
+  const std::vector<PackedA> weights_t =
+      dx ? pack_weights(g.groups, true, g.rows_g, g.Og, w, g.rows_g, g.Og * g.rows_g) : std::vector<PackedA>{};
   const int64_t blocks = tiling.blocks();
   if (blocks == 0) {  // an empty batch: the parameter gradients are zero
     if (dw) std::fill(dw, dw + g.O * g.rows_g, 0.0f);
@@ -479,9 +511,8 @@ void conv_backward(const ConvGeometry& g, const float* x, const float* w, const 
           const Matrix dcols =
               tiling.in_place(nb) ? Matrix{dx_block + t.oh0 * g.OW, g.P} : Matrix{cols_buffer.data(), ncols};
           for (int64_t gi = 0; gi < g.groups; ++gi)
-            product(true, false, g.rows_g, ncols, g.Og, 1.0f, w + gi * g.Og * g.rows_g, g.rows_g,
-                    dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld, 0.0f, dcols.data + gi * g.rows_g * dcols.ld,
-                    dcols.ld);
+            product(weights_t[gi], false, ncols, 1.0f, dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld, 0.0f,
+                    dcols.data + gi * g.rows_g * dcols.ld, dcols.ld);
           if (!tiling.in_place(nb)) col2im_add(g, dcols.data, nb, t, dx_block);
         }
       }
@@ -834,7 +865,8 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
   Scratch scratch_u(keep_u ? 0 : transformed_weights_size(g));
   float* U = keep_u ? keep_u : scratch_u.data();
   winograd_weights(g, w, U);
-  auto* product = tiling.blocks() >= 2 * num_threads() ? &gemm_serial : &gemm;
+  const ConvGemm product(tiling.blocks());
+  const std::vector<PackedA> packed_u = pack_weights(16, false, g.O, g.C, U, g.C, us);
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t n0 = k * tiling.block, nb = tiling.images_in(k);
@@ -845,8 +877,8 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
         const int64_t T = band.tiles();
         winograd_input(g, x + n0 * g.C * g.H * g.W, band, V.data());
         for (int xi = 0; xi < 16; ++xi)
-          product(false, false, g.O, T, g.C, 1.0f, U + xi * us, g.C, V.data() + xi * slice_stride(g.C, T), T,
-                  0.0f, M.data() + xi * slice_stride(g.O, T), T);
+          product(packed_u[xi], false, T, 1.0f, V.data() + xi * slice_stride(g.C, T), T, 0.0f,
+                  M.data() + xi * slice_stride(g.O, T), T);
         winograd_output(g, M.data(), band, epilogue, y + n0 * g.O * g.P);
       }
     }
@@ -864,12 +896,13 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
     if (db) std::fill(db, db + g.O, 0.0f);
     return;
   }
-  auto* product = blocks >= 2 * num_threads() ? &gemm_serial : &gemm;
+  const ConvGemm product(blocks);
   const int64_t us = slice_stride(g.O, g.C), u_size = 16 * us;
   // The weights in the transform domain, for the input gradient.
   Scratch scratch_u(dx && !kept_u ? u_size : 0);
   const float* U = kept_u ? kept_u : scratch_u.data();
   if (dx && !kept_u) winograd_weights(g, w, scratch_u.data());
+  const std::vector<PackedA> packed_u_t = dx ? pack_weights(16, true, g.C, g.O, U, g.C, us) : std::vector<PackedA>{};
   const int64_t chunk = (blocks + kMaxPartials - 1) / kMaxPartials;  // blocks per partial sum
   const int64_t chunks = (blocks + chunk - 1) / chunk;
   Scratch dU(dw ? chunks * u_size : 0);  // the weight gradient in the transform domain, per chunk
@@ -905,8 +938,7 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
         }
         if (dx_block) {
           for (int xi = 0; xi < 16; ++xi)  // dV, in V's buffer
-            product(true, false, g.C, T, g.O, 1.0f, U + xi * us, g.C, dM.data() + xi * ms, T, 0.0f,
-                    V.data() + xi * vs, T);
+            product(packed_u_t[xi], false, T, 1.0f, dM.data() + xi * ms, T, 0.0f, V.data() + xi * vs, T);
           winograd_input_adjoint(g, V.data(), band, dx_block);
         }
       }

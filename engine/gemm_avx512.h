@@ -1,0 +1,35 @@
+// The engine's own single-precision GEMM for CPUs with AVX-512, on the calling thread:
+// C = alpha · op(A) · op(B) + beta · C, row-major, as gemm_serial (engine/gemm.h).
+//
+// Why the engine has one beside OpenBLAS: the convolutions' PyTorch peer runs oneDNN's
+// AVX-512 kernels whatever OpenBLAS kernel family is chosen, while an environment may hold
+// OpenBLAS to its AVX2 kernels (OPENBLAS_CORETYPE=Haswell), half the rate on such a CPU.
+// engine/gemm.cpp sends the convolutions' products here (GemmKernel::widest); every other
+// product stays with OpenBLAS, which both sides of a benchmark share.
+//
+// The method is the one of BLIS and OpenBLAS (Goto & van de Geijn, "Anatomy of
+// high-performance matrix multiplication", 2008): op(B) is packed in blocks of kKc rows ×
+// kNc columns, cut into panels of kNr columns; op(A) in blocks of kMc rows, cut into panels
+// of kMr rows; a register tile of kMr × kNr sums of C (24 of the 32 vector registers) runs
+// over a block's depth. Every element of C is summed in the same order (depth blocks of kKc,
+// in order; within one, k in order, one FMA each), wherever its tile lies: the same bits for
+// any split of C into panels, so at any thread count.
+#pragma once
+#include <cstdint>
+
+namespace adjoint {
+
+// Whether avx512_gemm runs here: the CPU has AVX-512 and run_widest's cap allows it.
+bool avx512_gemm_available();
+
+// `packed_a`: op(A) as avx512_pack_a wrote it, or null to pack it here (A is then read).
+void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                 const float* packed_a = nullptr);
+
+// op(A) packed whole, for products that share it (a convolution's weights meet every tile
+// of a batch): avx512_packed_a_size(M, K) floats at `out`.
+int64_t avx512_packed_a_size(int64_t M, int64_t K);
+void avx512_pack_a(bool trans_a, int64_t M, int64_t K, const float* A, int64_t lda, float* out);
+
+}  // namespace adjoint

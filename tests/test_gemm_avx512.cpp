@@ -1,0 +1,105 @@
+// The engine's own AVX-512 GEMM (engine/gemm_avx512.h): every transpose combination, edge
+// tiles, depth blocks, alpha and beta and leading dimensions against a double-precision
+// product; the same bits when gemm splits it across threads. Skipped on CPUs without AVX-512.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/gemm.h"
+#include "engine/gemm_avx512.h"
+#include "engine/random.h"
+#include "engine/threads.h"
+
+using namespace adjoint;
+
+namespace {
+
+std::vector<float> random_values(int64_t n, uint64_t seed) {
+  Generator gen(seed);
+  return uniform({n}, -1.0f, 1.0f, gen).to_vector();
+}
+
+// Element (i, j) of op(X) for a row-major X with leading dimension ld.
+double at(const std::vector<float>& x, bool trans, int64_t ld, int64_t i, int64_t j) {
+  return trans ? x[j * ld + i] : x[i * ld + j];
+}
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+};
+
+// Runs one case through `run` (avx512_gemm or gemm with GemmKernel::widest) with padded
+// leading dimensions, and checks every element of C against the double product, and that
+// the padding between rows of C is untouched.
+template <class Run>
+void check_case(const Case& c, Run run) {
+  CAPTURE(c.ta);
+  CAPTURE(c.tb);
+  CAPTURE(c.M);
+  CAPTURE(c.N);
+  CAPTURE(c.K);
+  const int64_t lda = (c.ta ? c.M : c.K) + 3, ldb = (c.tb ? c.K : c.N) + 5, ldc = c.N + 7;
+  const std::vector<float> A = random_values((c.ta ? c.K : c.M) * lda, 1);
+  const std::vector<float> B = random_values((c.tb ? c.N : c.K) * ldb, 2);
+  const std::vector<float> C0 = random_values(c.M * ldc, 3);
+  std::vector<float> C = C0;
+  run(c, A.data(), lda, B.data(), ldb, C.data(), ldc);
+  double worst = 0, largest = 0;
+  bool padding_kept = true;
+  for (int64_t i = 0; i < c.M; ++i) {
+    for (int64_t j = 0; j < c.N; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < c.K; ++k) sum += at(A, c.ta, lda, i, k) * at(B, c.tb, ldb, k, j);
+      const double want = c.alpha * sum + (c.beta == 0.0f ? 0.0 : c.beta * double(C0[i * ldc + j]));
+      worst = std::max(worst, std::abs(want - double(C[i * ldc + j])));
+      largest = std::max(largest, std::abs(want));
+    }
+    for (int64_t j = c.N; j < ldc; ++j) padding_kept = padding_kept && C[i * ldc + j] == C0[i * ldc + j];
+  }
+  CHECK(largest > 0.1);
+  CHECK(worst < 1e-5 * double(c.K + 1));
+  CHECK(padding_kept);
+}
+
+const std::vector<Case> kCases = {
+    {false, false, 12, 32, 16, 1.0f, 0.0f},   // one full tile
+    {false, false, 25, 70, 300, 1.0f, 0.0f},  // edge tiles in both directions, two depth blocks
+    {true, false, 37, 45, 513, 0.5f, 1.0f},   // A transposed, three depth blocks, accumulate
+    {false, true, 250, 33, 19, 2.0f, -0.5f},  // B transposed, two row blocks, general beta
+    {true, true, 5, 1100, 40, 1.0f, 1.0f},    // both transposed, two column blocks
+    {false, false, 1, 1, 1, 1.0f, 0.0f},      // the smallest product
+};
+
+}  // namespace
+
+TEST_CASE("avx512_gemm: matches a double product for every transpose, edge, block and alpha/beta" *
+          doctest::skip(!avx512_gemm_available())) {
+  for (const Case& c : kCases)
+    check_case(c, [](const Case& c, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+      avx512_gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A, lda, B, ldb, c.beta, C, ldc);
+    });
+}
+
+TEST_CASE("gemm with the widest kernels: the same bits split across threads or not" *
+          doctest::skip(!avx512_gemm_available())) {
+  const int saved = num_threads();
+  // 200 × 900 × 300: above gemm's split threshold, uneven panels.
+  const int64_t M = 200, N = 900, K = 300;
+  const std::vector<float> A = random_values(M * K, 4), B = random_values(K * N, 5);
+  std::vector<float> one(size_t(M * N)), two(size_t(M * N));
+  set_num_threads(1);
+  gemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, one.data(), N, GemmKernel::widest);
+  set_num_threads(2);
+  gemm(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, two.data(), N, GemmKernel::widest);
+  set_num_threads(saved);
+  CHECK(one == two);
+  check_case({false, false, M, N, K, 1.0f, 0.0f},
+             [](const Case& c, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+               gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A, lda, B, ldb, c.beta, C, ldc, GemmKernel::widest);
+             });
+  CHECK(std::string(widest_gemm_kernels()) == "adjoint AVX-512");
+}
