@@ -6,7 +6,7 @@
 // OpenBLAS's small-matrix path), so results are bitwise the same at any thread count.
 #pragma once
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 namespace adjoint {
 
@@ -41,7 +41,7 @@ class PackedA {
   int64_t M_, K_;
   const float* A_;
   int64_t lda_;
-  std::vector<float> packed_;  // empty: OpenBLAS's kernels run the products
+  std::unique_ptr<float[]> packed_;  // null: OpenBLAS's kernels run the products (not zeroed: all written)
 };
 
 // C = alpha · op(A) · op(B) + beta · C for a packed op(A) (M × K) and op(B) K × N: on the

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "engine/error.h"
+#include "engine/threads.h"
 #include "engine/vectorize.h"
 
 #if defined(__x86_64__)
@@ -180,11 +181,15 @@ int64_t padded_rows(int64_t M) { return (M + kMr - 1) / kMr * kMr; }
 // panels in order, so that the panel of rows i .. i + kMr at depth block pc starts at
 // pc · padded_rows(M) + i · kc, the layout of the per-block buffer below.
 ADJOINT_AVX512 void pack_all_of_a(bool ta, int64_t M, int64_t K, const float* A, int64_t lda, float* out) {
-  for (int64_t pc = 0; pc < K; pc += kKc) {
-    const int64_t kc = std::min(kKc, K - pc);
-    for (int64_t i = 0; i < M; i += kMr)
-      pack_a(ta, A, lda, pc, kc, i, std::min(kMr, M - i), out + pc * padded_rows(M) + i * kc);
-  }
+  // Row panels in parallel (a deep layer's weights are megabytes): a copy, the same at any
+  // thread count.
+  parallel_for(padded_rows(M) / kMr, std::max<int64_t>(1, 8192 / std::max<int64_t>(K, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t pc = 0; pc < K; pc += kKc) {
+      const int64_t kc = std::min(kKc, K - pc);
+      for (int64_t i = p0 * kMr; i < std::min(M, p1 * kMr); i += kMr)
+        pack_a(ta, A, lda, pc, kc, i, std::min(kMr, M - i), out + pc * padded_rows(M) + i * kc);
+    }
+  });
 }
 
 ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

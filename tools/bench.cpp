@@ -166,7 +166,7 @@ void write_results(const std::string& path, const std::vector<Row>& rows, int64_
   const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
   if (json) {
     out << "{\"threads\": " << num_threads() << ", \"clock\": \"" << (timing.clock == cli::BenchClock::Cpu ? "cpu" : "wall") << "\", \"blas\": \""
-        << blas_kernels() << "\", \"batch\": " << batch
+        << blas_kernels() << "\", \"conv_gemm\": \"" << widest_gemm_kernels() << "\", \"batch\": " << batch
         << ", \"repeats\": " << repeats << ",\n \"results\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -221,8 +221,8 @@ int run_bench(const cli::Args& args) {
   const std::string clock = args.text("clock");
   timing.clock = cli::bench_clock(clock, num_threads());
 
-  std::printf("adjoint bench: %d threads, OpenBLAS kernels %s, median %s time of %lld runs\n", num_threads(),
-              blas_kernels(), clock.c_str(), static_cast<long long>(repeats));
+  std::printf("adjoint bench: %d threads, OpenBLAS kernels %s (convolutions: %s), median %s time of %lld runs\n",
+              num_threads(), blas_kernels(), widest_gemm_kernels(), clock.c_str(), static_cast<long long>(repeats));
   std::printf("ratio = raw sgemm time of the same GEMMs / our time (1.00: no overhead)\n\n");
   std::vector<Row> rows;
   if (only.empty() || only == "matmul") {

@@ -226,8 +226,9 @@ int run_bench_models(const cli::Args& args) {
               num_threads(), (long long)batch, args.text("clock").c_str(), (long long)repeats);
   const double sgemm = measure_sgemm_rate(clock);
   std::printf("sgemm %lld^3 through the engine's gemm (OpenBLAS %s): %.1f GFLOP/s; a model's GFLOP/s counts its\n"
-              "products' nominal FLOPs (training: 3x forward) and its %% is the share of that sgemm rate\n",
-              (long long)kSgemmSize, blas_kernels(), sgemm * 1e-9);
+              "products' nominal FLOPs (training: 3x forward) and its %% is the share of that sgemm rate;\n"
+              "convolutions' GEMM kernels: %s\n",
+              (long long)kSgemmSize, blas_kernels(), sgemm * 1e-9, widest_gemm_kernels());
   std::printf("%-12s %15s %15s %13s %19s %19s\n", "model", "train samples/s", "infer samples/s", "GFLOP/sample",
               "train GFLOP/s (%)", "infer GFLOP/s (%)");
   std::vector<Result> results;
@@ -272,6 +273,7 @@ int run_bench_models(const cli::Args& args) {
                           {"clock", args.text("clock")},
                           {"batch", batch},
                           {"blas", blas_kernels()},
+                          {"conv_gemm", widest_gemm_kernels()},
                           {"sgemm_size", kSgemmSize},
                           {"sgemm_gflops", sgemm * 1e-9},
                           {"training_passes", kTrainingPasses},

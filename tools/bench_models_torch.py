@@ -126,19 +126,20 @@ def main():
         print(f"{peak_rss_step(args.batch):.1f}")
         return
     names = args.only.split(",") if args.only else list(models())
-    ours, ours_blas, sgemm = {}, None, None
+    ours, ours_blas, ours_conv, sgemm = {}, None, None, None
     if args.ours:
         with open(args.ours) as f:
             doc = json.load(f)
         ours, ours_blas, sgemm = {r["model"]: r for r in doc["models"]}, doc.get("blas"), doc.get("sgemm_gflops")
+        ours_conv = doc.get("conv_gemm", ours_blas)
         if doc.get("threads") != args.threads or doc.get("clock", "wall") != args.clock:
             ap.error(f"{args.ours} was measured at {doc.get('threads')} threads, {doc.get('clock', 'wall')} clock; "
                      f"this run is {args.threads} threads, {args.clock} clock")
     peer = torch_peer.describe(torch)
     print(f"PyTorch {torch.__version__}, {args.threads} threads, batch {args.batch} (bilinear_lm: 32x64 tokens); "
-          f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {'on' if peer['onednn'] else 'off'}, "
+          f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {peer['onednn']}, "
           f"OpenMP wait {peer['omp_wait_policy']}, OpenBLAS threads {peer['blas_threads']}"
-          + (f"; adjoint: OpenBLAS {ours_blas}" if ours_blas else ""))
+          + (f"; adjoint: OpenBLAS {ours_blas}, convolutions {ours_conv}" if ours_blas else ""))
     if ours and not torch_peer.fair(peer, ours_blas):
         ours = {}
     if sgemm:

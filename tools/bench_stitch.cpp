@@ -116,9 +116,9 @@ int run_bench_stitch(const cli::Args& args) {
     if (std::find(kArchitectures.begin(), kArchitectures.end(), m) == kArchitectures.end())
       throw UsageError(cat("bench stitch: --only expects models among vgg11_bn, resnet18; got '", m, "'"));
 
-  std::printf("adjoint bench stitch: %d threads, OpenBLAS kernels %s, width %.2f on 1x%lldx%lld, batch %lld, block %lld, "
+  std::printf("adjoint bench stitch: %d threads, OpenBLAS kernels %s (convolutions: %s), width %.2f on 1x%lldx%lld, batch %lld, block %lld, "
               "%lld steps per run, median and range of %lld runs (%s clock), ms per step\n",
-              num_threads(), blas_kernels(), kWidth, (long long)kImageSize, (long long)kImageSize, (long long)batch,
+              num_threads(), blas_kernels(), widest_gemm_kernels(), kWidth, (long long)kImageSize, (long long)kImageSize, (long long)batch,
               (long long)block, (long long)steps, (long long)repeats, clock.c_str());
   std::printf("%-10s %-6s %-12s %10s %20s\n", "model", "loop", "block", "ms/step", "range");
   std::vector<Timed> rows;
@@ -142,6 +142,7 @@ int run_bench_stitch(const cli::Args& args) {
                                           {"ms_slowest", t.per_step.slowest * 1e3}}));
     Json doc(Json::Object{{"threads", num_threads()},
                           {"blas", blas_kernels()},
+                          {"conv_gemm", widest_gemm_kernels()},
                           {"clock", clock},
                           {"width", kWidth},
                           {"image_size", kImageSize},

@@ -170,9 +170,9 @@ def main():
           f"1x{settings['image_size']}x{settings['image_size']}, batch {settings['batch']}, block {settings['block']}, "
           f"{settings['steps']} steps per run, median and range of {settings['repeats']} runs ({settings['clock']} clock), "
           f"ms per step; "
-          f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {'on' if peer['onednn'] else 'off'}, "
+          f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {peer['onednn']}, "
           f"OpenMP wait {peer['omp_wait_policy']}, OpenBLAS threads {peer['blas_threads']}"
-          + (f"; adjoint: OpenBLAS {ours['blas']}" if ours else ""))
+          + (f"; adjoint: OpenBLAS {ours['blas']}, convolutions {ours.get('conv_gemm', ours['blas'])}" if ours else ""))
     if ours and not torch_peer.fair(peer, ours.get("blas")):
         rows = {}  # the times are still printed, the ratios are not
     print(f"{'model':<10} {'loop':<6} {'torch ms':>9} {'torch range':>17} {'ours ms':>9} {'ours range':>17} "

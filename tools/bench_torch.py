@@ -118,7 +118,7 @@ def main():
 
     peer = torch_peer.describe(torch)
     print(f"PyTorch {torch.__version__}: {threads} threads, median {clock_name} time of {repeats} runs; "
-          f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {'on' if peer['onednn'] else 'off'}, "
+          f"PyTorch: OpenBLAS {peer['blas']}, ATen {peer['cpu_capability']}, oneDNN {peer['onednn']}, "
           f"OpenMP wait {peer['omp_wait_policy']}, OpenBLAS threads {peer['blas_threads']}"
           + (f"; adjoint: {ours['threads']} threads, OpenBLAS kernels {ours['blas']}" if ours else ""))
     if ours and not torch_peer.fair(peer, ours.get("blas")):

@@ -17,6 +17,7 @@ import ctypes
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 GENERIC_CORES = {"Prescott", "Core2", "Nehalem", "Sandybridge"}
@@ -88,13 +89,36 @@ def use_best_blas():
         os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
+def onednn_kernels(torch):
+    """The ISA oneDNN dispatches to and the kernel its convolution runs ("jit:avx512_core"), read
+    from its verbose log of one small convolution (the log goes to file descriptor 1)."""
+    if not torch.backends.mkldnn.is_available():
+        return "off"
+    with tempfile.TemporaryFile(mode="w+") as log:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        os.dup2(log.fileno(), 1)
+        try:
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                torch.nn.functional.conv2d(torch.randn(8, 64, 32, 32), torch.randn(64, 64, 3, 3), padding=1)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        lines = log.read().splitlines()
+    isa = next((l.split("isa:", 1)[1] for l in lines if ",isa:" in l), "unknown ISA")
+    conv = next((l.split(",")[4] for l in lines if ",exec,cpu,convolution," in l), "no oneDNN convolution")
+    return f"{isa}, convolution {conv}"
+
+
 def describe(torch):
-    """What the peer runs on: OpenBLAS's kernel family, ATen's vector ISA and whether oneDNN is on."""
+    """What the peer runs on: OpenBLAS's kernel family, ATen's vector ISA and oneDNN's kernels."""
     capability = "unknown"
     for line in torch.__config__.show().splitlines():
         if "CPU capability usage:" in line:
             capability = line.split(":", 1)[1].strip()
-    return {"blas": openblas_core(), "cpu_capability": capability, "onednn": torch.backends.mkldnn.is_available(),
+    return {"blas": openblas_core(), "cpu_capability": capability, "onednn": onednn_kernels(torch),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default (active)"),
             "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "all cores")}
 
