@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "engine/autograd.h"
@@ -12,6 +13,7 @@
 #include "engine/gemm.h"
 #include "engine/threads.h"
 #include "ops/activation.h"
+#include "ops/conv_direct.h"
 #include "ops/layout.h"
 #include "ops/norm.h"
 
@@ -965,6 +967,17 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
   }
 }
 
+// The direct kernels' view of a convolution (ops/conv_direct.h), forward or for its input
+// gradient (the convolution of dY with the transposed, flipped kernel), when they run it.
+std::optional<DirectConvShape> direct_shape(const ConvGeometry& g, bool input_gradient) {
+  if (g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1 || g.groups != 1) return std::nullopt;
+  const DirectConvShape s = input_gradient ? DirectConvShape{g.N,  g.O,  g.OH, g.OW, g.C, g.KH,
+                                                             g.KW, g.KH - 1 - g.ph, g.KW - 1 - g.pw, g.H, g.W}
+                                           : DirectConvShape{g.N, g.C, g.H, g.W, g.O, g.KH, g.KW, g.ph, g.pw, g.OH, g.OW};
+  if (!direct_conv_runs(s)) return std::nullopt;
+  return s;
+}
+
 // Convolution is affine in x (and linear in w): one rule serves every transport.
 class Conv2dNode : public Node {
  public:
@@ -977,15 +990,19 @@ class Conv2dNode : public Node {
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
     Tensor dx, dw, db;
     const bool winograd = winograd_applies(g_);
-    // conv_backward adds into dx; winograd_backward writes every entry.
-    if (needs[0]) dx = winograd ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
+    const std::optional<DirectConvShape> direct = needs[0] ? direct_shape(g_, true) : std::nullopt;
+    // conv_backward adds into dx; winograd_backward and direct_conv write every entry.
+    if (needs[0]) dx = winograd || direct ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
+    if (direct) direct_conv(*direct, u.data(), w_.data(), true, dx.data(), [](float*, int64_t) {});
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
+    float* dx_left = direct ? nullptr : pointer(dx);  // what the GEMM paths still compute
+    if (!dx_left && !dw.defined() && !db.defined()) return {dx, dw, db};
     if (winograd)
-      winograd_backward(g_, x_.data(), w_.data(), pointer(u_), u.data(), pointer(dx), pointer(dw), pointer(db));
+      winograd_backward(g_, x_.data(), w_.data(), pointer(u_), u.data(), dx_left, pointer(dw), pointer(db));
     else
-      conv_backward(g_, x_.data(), w_.data(), u.data(), pointer(dx), pointer(dw), pointer(db));
+      conv_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
     return {dx, dw, db};
   }
 
@@ -1004,7 +1021,13 @@ Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const T
   count_multiply_adds(g.N * g.O * g.P * g.rows_g);
   epilogue.bias = bias.defined() ? bias.data() : nullptr;
   if (g.N == 0) return out;
-  if (winograd_applies(g))
+  if (const std::optional<DirectConvShape> direct = direct_shape(g, false)) {
+    direct_conv(*direct, x.data(), w.data(), false, out.data(), [&](float* plane, int64_t o) {
+      if (epilogue.bias)
+        for (int64_t p = 0; p < g.P; ++p) plane[p] += epilogue.bias[o];
+      epilogue.finish_row(plane, g.P, o);
+    });
+  } else if (winograd_applies(g))
     winograd_forward(g, x.data(), w.data(), epilogue, keep_u.defined() ? keep_u.data() : nullptr, out.data());
   else
     conv_forward(g, x.data(), w.data(), epilogue, out.data());
@@ -1057,7 +1080,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   // computing it twice), at 16/9 of the weight's memory while its graph lives; a training
   // step (GradientOnly), whose memory peaks at the end of the forward pass, recomputes it.
   Tensor keep_u;
-  if (record && winograd_applies(g) && g.N > 0 && x.requires_grad() && !recording_gradient_only())
+  if (record && winograd_applies(g) && !direct_shape(g, true) && g.N > 0 && x.requires_grad() &&
+      !recording_gradient_only())
     keep_u = Tensor::empty({transformed_weights_size(g)});
   Tensor out = convolve(g, x, w, bias, Epilogue{}, keep_u);
   if (record) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach(), keep_u), {x, w, bias});

@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
+#include "engine/vectorize.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/norm.h"
@@ -170,6 +171,39 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
   };
   uint64_t seed = 700;
   for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+  // Without AVX-512 (or capped below it), narrow layers run Winograd and im2col with
+  // OpenBLAS's kernels instead of the direct kernels and the engine's GEMM: the same cases.
+  if (cpu_vector_isa() == VectorIsa::Avx512) {
+    cap_vector_isa(VectorIsa::Avx2);
+    seed = 700;
+    for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+    cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
+  }
+}
+
+TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convolution" *
+          doctest::skip(cpu_vector_isa() != VectorIsa::Avx512)) {
+  // ops/conv_direct.cpp: up to 32 channels, maps 12 to 32 wide, stride 1. Blocks of 8 and
+  // 12 output channels (with a partial last block), one and two vectors per row, tiles of
+  // 1, 2 and 3 rows, padding smaller and larger than the kernel's half, non-square kernels.
+  const std::vector<ConvCase> cases = {
+      {{2, 16, 28, 28}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{3, 20, 14, 14}, {20, 20, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 8, 12, 17}, {24, 8, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 16, 16}, {32, 32, 5, 5}, Conv2dOptions::square(1, 2)},
+      {{2, 6, 20, 20}, {5, 6, 3, 3}, Conv2dOptions::square(1, 0)},
+      {{1, 4, 32, 32}, {8, 4, 1, 1}, {}},
+      {{2, 12, 13, 30}, {16, 12, 3, 5}, {1, 1, 1, 2, 1, 1, 1}},
+  };
+  uint64_t seed = 900;
+  for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+  // The same bits at 1 and 2 threads.
+  ThreadCount restore;
+  const Tensor x = random_tensor({4, 16, 28, 28}, 950), w = random_tensor({16, 16, 3, 3}, 951);
+  set_num_threads(1);
+  const std::vector<float> one = conv2d(x, w, {}, Conv2dOptions::square(1, 1)).to_vector();
+  set_num_threads(2);
+  CHECK(conv2d(x, w, {}, Conv2dOptions::square(1, 1)).to_vector() == one);
 }
 
 TEST_CASE("conv2d: kernel taps that meet only padding are cut, and their weight gradient is zero") {

@@ -1,0 +1,35 @@
+// Direct convolution on CPUs with AVX-512, for narrow layers (few channels, maps up to 32
+// wide) at stride 1: ops/conv.cpp runs it there in place of Winograd or im2col, forward and
+// for the input gradient.
+//
+// Why: with 16 or 32 channels, Winograd's transforms and im2col's column matrix move more
+// memory than the products do arithmetic (a 16→16 3×3 layer on 28×28 maps ran at 40
+// GFLOP/s either way, a third of oneDNN's rate). Here each output row is one or two vectors
+// of 16 positions and a register tile holds 12 output channels × 2 vectors: per kernel tap
+// and input channel, two loads of the shifted input row and 24 FMAs with broadcast weights.
+// Nothing is copied but the weights (packed in blocks of 12 output channels).
+#pragma once
+#include <cstdint>
+#include <functional>
+
+namespace adjoint {
+
+// One convolution at stride 1 without dilation or groups: x (N, C, H, W), w (O, C, KH, KW),
+// padding (ph, pw), output (N, O, OH, OW).
+struct DirectConvShape {
+  int64_t N, C, H, W, O, KH, KW, ph, pw, OH, OW;
+};
+
+// Whether direct_conv runs here (AVX-512) and suits the shape (see conv.cpp's choice).
+bool direct_conv_runs(const DirectConvShape& s);
+
+// y[n][o] = Σ_c Σ_ij w[o][c][i][j] · x[n][c][oh + i − ph][ow + j − pw] (zero outside x),
+// every entry of y written; then finish(plane, o) on each output plane (OH·OW values of
+// channel o) while it is in cache. With `adjoint_of` the weights are those of the
+// convolution this one is the input gradient of: w is (C, O, KH, KW) and is read as
+// w[c][o][KH−1−i][KW−1−j] (transposed and flipped).
+// The sums run over c, then i, then j, in order: the same bits at any thread count.
+void direct_conv(const DirectConvShape& s, const float* x, const float* w, bool adjoint_of, float* y,
+                 const std::function<void(float* plane, int64_t o)>& finish);
+
+}  // namespace adjoint
