@@ -94,10 +94,15 @@ public:
     const float *px = x_.data(), *pu = u.data();
     const double count = double(N) * double(L);
 
+    // Statistics are differentiated only when they came from this batch and the
+    // transport is the exact gradient; otherwise the map is x ↦ (γ/σ)·x + const.
+    const bool exact = batch_statistics_ && t.is_gradient();
     // Per channel: Σu (the β gradient) and Σu·x̂ (the γ gradient); both also feed the
-    // exact input gradient's centring terms.
+    // exact input gradient's centring terms. A frozen eval-mode layer (stitching's models,
+    // explanations) needs neither: a pass over u and x saved.
     std::vector<double> sum_u(C), sum_u_xhat(C);
-    parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+    const bool sums = needs[1] || needs[2] || (needs[0] && exact);
+    if (sums) parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         double su = 0, sux = 0;  // Σu and Σu·(x − μ)
         const float mean = mean_[c];
@@ -113,9 +118,6 @@ public:
 
     std::vector<Tensor> out(3);
     if (needs[0]) {
-      // Statistics are differentiated only when they came from this batch and the
-      // transport is the exact gradient; otherwise the map is x ↦ (γ/σ)·x + const.
-      const bool exact = batch_statistics_ && t.is_gradient();
       Tensor dx = Tensor::empty(x_.shape());
       float* pd = dx.data();
       parallel_for(N * C, grain_for(L), [&](int64_t r0, int64_t r1) {
