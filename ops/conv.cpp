@@ -970,10 +970,12 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
 // The direct kernels' view of a convolution (ops/conv_direct.h), forward or for its input
 // gradient (the convolution of dY with the transposed, flipped kernel), when they run it.
 std::optional<DirectConvShape> direct_shape(const ConvGeometry& g, bool input_gradient) {
-  if (g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1 || g.groups != 1) return std::nullopt;
-  const DirectConvShape s = input_gradient ? DirectConvShape{g.N,  g.O,  g.OH, g.OW, g.C, g.KH,
-                                                             g.KW, g.KH - 1 - g.ph, g.KW - 1 - g.pw, g.H, g.W}
-                                           : DirectConvShape{g.N, g.C, g.H, g.W, g.O, g.KH, g.KW, g.ph, g.pw, g.OH, g.OW};
+  if (g.dh != 1 || g.dw != 1 || g.groups != 1) return std::nullopt;
+  if (input_gradient && (g.sh != 1 || g.sw != 1)) return std::nullopt;  // a strided conv's adjoint is not one
+  const DirectConvShape s =
+      input_gradient
+          ? DirectConvShape{g.N, g.O, g.OH, g.OW, g.C, g.KH, g.KW, g.KH - 1 - g.ph, g.KW - 1 - g.pw, g.H, g.W}
+          : DirectConvShape{g.N, g.C, g.H, g.W, g.O, g.KH, g.KW, g.ph, g.pw, g.OH, g.OW, g.sh, g.sw};
   if (!direct_conv_runs(s)) return std::nullopt;
   return s;
 }

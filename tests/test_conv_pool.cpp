@@ -183,9 +183,9 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
 
 TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convolution" *
           doctest::skip(cpu_vector_isa() != VectorIsa::Avx512)) {
-  // ops/conv_direct.cpp: up to 32 channels, maps 12 to 32 wide, stride 1. Blocks of 8 and
-  // 12 output channels (with a partial last block), one and two vectors per row, tiles of
-  // 1, 2 and 3 rows, padding smaller and larger than the kernel's half, non-square kernels.
+  // ops/conv_direct.cpp. By rows: up to 32 channels, maps 12 to 32 wide, stride 1; blocks of
+  // 8 and 12 output channels (with a partial last block), one and two vectors per row, tiles
+  // of 1, 2 and 3 rows, padding smaller and larger than the kernel's half, non-square kernels.
   const std::vector<ConvCase> cases = {
       {{2, 16, 28, 28}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
       {{3, 20, 14, 14}, {20, 20, 3, 3}, Conv2dOptions::square(1, 1)},
@@ -194,6 +194,16 @@ TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convoluti
       {{2, 6, 20, 20}, {5, 6, 3, 3}, Conv2dOptions::square(1, 0)},
       {{1, 4, 32, 32}, {8, 4, 1, 1}, {}},
       {{2, 12, 13, 30}, {16, 12, 3, 5}, {1, 1, 1, 2, 1, 1, 1}},
+      // By channels (32 per tile): strided layers, and small maps in tiles of 1 to 3 rows
+      // of 1 to 14 positions.
+      {{2, 16, 28, 28}, {32, 16, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{2, 32, 13, 13}, {64, 32, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{2, 8, 9, 11}, {32, 8, 3, 3}, Conv2dOptions::square(2, 0)},
+      {{3, 64, 7, 7}, {64, 64, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 128, 4, 4}, {32, 128, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 6, 5}, {64, 32, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 3, 3}, {32, 32, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 8, 8}, {32, 32, 5, 5}, Conv2dOptions::square(1, 2)},
   };
   uint64_t seed = 900;
   for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
