@@ -12,6 +12,7 @@
 #include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "engine/vectorize.h"
 #include "ops/activation.h"
 #include "ops/conv_direct.h"
 #include "ops/layout.h"
@@ -1025,9 +1026,11 @@ Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const T
   if (g.N == 0) return out;
   if (const std::optional<DirectConvShape> direct = direct_shape(g, false)) {
     direct_conv(*direct, x.data(), w.data(), false, out.data(), [&](float* plane, int64_t o) {
-      if (epilogue.bias)
-        for (int64_t p = 0; p < g.P; ++p) plane[p] += epilogue.bias[o];
-      epilogue.finish_row(plane, g.P, o);
+      run_widest([&] {
+        if (epilogue.bias)
+          for (int64_t p = 0; p < g.P; ++p) plane[p] += epilogue.bias[o];
+        epilogue.finish_row(plane, g.P, o);
+      });
     });
   } else if (winograd_applies(g))
     winograd_forward(g, x.data(), w.data(), epilogue, keep_u.defined() ? keep_u.data() : nullptr, out.data());

@@ -31,14 +31,14 @@ constexpr int64_t kMaxWidth = 64;
 std::vector<float> pack_weights(const DirectConvShape& s, const float* w, bool adjoint_of, int64_t block) {
   const int64_t blocks = (s.O + block - 1) / block, taps = s.KH * s.KW;
   std::vector<float> packed(static_cast<size_t>(blocks * s.C * taps * block), 0.0f);
-  for (int64_t o = 0; o < s.O; ++o)
-    for (int64_t c = 0; c < s.C; ++c)
-      for (int64_t i = 0; i < s.KH; ++i)
-        for (int64_t j = 0; j < s.KW; ++j) {
-          const float value = adjoint_of ? w[((c * s.O + o) * s.KH + (s.KH - 1 - i)) * s.KW + (s.KW - 1 - j)]
-                                         : w[((o * s.C + c) * s.KH + i) * s.KW + j];
-          packed[(((o / block) * s.C + c) * taps + i * s.KW + j) * block + o % block] = value;
-        }
+  for (int64_t o = 0; o < s.O; ++o) {
+    float* to = packed.data() + (o / block) * s.C * taps * block + o % block;  // then + (c·taps + tap)·block
+    for (int64_t c = 0; c < s.C; ++c) {
+      const float* from = adjoint_of ? w + (c * s.O + o) * taps : w + (o * s.C + c) * taps;
+      for (int64_t tap = 0; tap < taps; ++tap)  // flipped: tap (i, j) reads (KH − 1 − i, KW − 1 − j)
+        to[(c * taps + tap) * block] = from[adjoint_of ? taps - 1 - tap : tap];
+    }
+  }
   return packed;
 }
 
