@@ -1096,6 +1096,25 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
 Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                               const Conv2dOptions& options, const EvalBatchNorm& bn, bool then_relu) {
   if (needs_grad({x_in, weight_in, bias_in, bn.weight, bn.bias})) {
+    // Only the input in a graph (a stitch's frozen models, an explanation): the BatchNorm is
+    // the map z ↦ scale·z + shift under every transport, so it folds into the convolution,
+    // w·scale per output channel and b·scale + shift: one op, and a pass over memory each
+    // way, less. The same values up to rounding (the products are scaled before summing).
+    if (!needs_grad({weight_in, bias_in, bn.weight, bn.bias})) {
+      const int64_t O = weight_in.size(0);
+      const ChannelAffine affine =
+          eval_batch_norm_affine(O, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
+      Tensor w = weight_in.contiguous().clone(), b = Tensor::empty({O});
+      const Tensor conv_bias = contiguous_or_undefined(bias_in);
+      const int64_t per_channel = w.numel() / std::max<int64_t>(O, 1);
+      for (int64_t o = 0; o < O; ++o) {
+        float* row = w.data() + o * per_channel;
+        for (int64_t k = 0; k < per_channel; ++k) row[k] *= affine.scale[o];
+        b.data()[o] = (conv_bias.defined() ? conv_bias.data()[o] : 0.0f) * affine.scale[o] + affine.shift[o];
+      }
+      const Tensor y = conv2d(x_in, w, b, options);
+      return then_relu ? relu(y) : y;
+    }
     Tensor y = batch_norm(conv2d(x_in, weight_in, bias_in, options), bn.weight, bn.bias, bn.running_mean,
                           bn.running_var, false, 0.0f, bn.eps);
     return then_relu ? relu(y) : y;

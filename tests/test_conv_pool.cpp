@@ -383,6 +383,36 @@ TEST_CASE("conv2d_batch_norm_eval: recorded, it is the separate ops (gradients, 
   }
 }
 
+TEST_CASE("conv2d_batch_norm_eval: with frozen weights the BatchNorm folds into the convolution") {
+  // Only the input in the graph: the same map as the separate ops, up to rounding, under
+  // every transport (the soft ReLU gates read the folded pre-activations), and every
+  // kernel path (a direct layer, 4 channels at 14×14; a Winograd one, 16 at 8×8).
+  for (const auto& [channels, size] : std::vector<std::pair<int64_t, int64_t>>{{4, 14}, {16, 8}}) {
+    CAPTURE(channels);
+    const Tensor bn_w = random_tensor({channels}, 961), bn_b = random_tensor({channels}, 962),
+                 mean = random_tensor({channels}, 963), var = random_tensor({channels}, 964, 0.5f, 2.0f);
+    const Tensor w = random_tensor({channels, 16, 3, 3}, 965), bias = random_tensor({channels}, 966);
+    const Fn fused = [&](const Args& in) {
+      return conv2d_batch_norm_eval(in[0], w, bias, Conv2dOptions::square(1, 1), {bn_w, bn_b, mean, var, 1e-5f},
+                                    true);
+    };
+    const Fn separate = [&](const Args& in) {
+      return relu(batch_norm(conv2d(in[0], w, bias, Conv2dOptions::square(1, 1)), bn_w, bn_b, mean, var, false));
+    };
+    const Args in = {random_tensor({2, 16, size, size}, 967)};
+    const Tensor u = random_tensor({2, channels, size, size}, 968);
+    Temperatures soft_relu;
+    soft_relu.relu = 0.5f;
+    for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(soft_relu)}) {
+      const Tensor a = vjp(fused, in, u, t)[0], b = vjp(separate, in, u, t)[0];
+      check_close(a, b, 1e-4, 1e-4, "input cotangent");
+      CHECK(max_abs(b) > 0.1);
+    }
+    NoGrad no_grad;
+    check_close(fused(in), separate(in), 1e-4, 1e-4, "forward");
+  }
+}
+
 TEST_CASE("conv2d: the Winograd weight transform kept from the forward pass gives the recomputed one's bits") {
   // Outside GradientOnly the node keeps the forward pass's transform for the input
   // gradient; inside, the backward pass recomputes it.
