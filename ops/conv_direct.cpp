@@ -157,9 +157,10 @@ ADJOINT_AVX512 void run_by_rows(const DirectConvShape& s, const float* x, const 
   // One image per task: its padded copy is made once and read by every block of channels,
   // row tile after row tile (the rows a tile reads stay in L1 for the next blocks).
   parallel_for(s.N, 1, [&](int64_t n0, int64_t n1) {
-    // Rows: all that the tiles read. Entries: kLeft (aligned), the row, and 16 past the
-    // last vector's reach (whole vectors are loaded).
-    PaddedImage padded(s, s.OH + s.KH - 1, kLeft + (s.W + s.KW + 16 + 15) / 16 * 16, kLeft);
+    // Rows: all that the tiles read, the last tile's rows past OH included. Entries: kLeft
+    // (aligned), the row, and 16 past the last vector's reach (whole vectors are loaded).
+    const int64_t rows_read = (s.OH + tile_rows - 1) / tile_rows * tile_rows + s.KH - 1;
+    PaddedImage padded(s, rows_read, kLeft + (s.W + s.KW + 16 + 15) / 16 * 16, kLeft);
     for (int64_t n = n0; n < n1; ++n) {
       padded.fill(x + n * s.C * s.H * s.W);
       float* image_out = y + n * s.O * P;
