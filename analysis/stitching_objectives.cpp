@@ -60,12 +60,15 @@ Tensor functional_latent_alignment(const std::vector<Tensor>& path, const std::v
 }
 
 const Objective kObjectives[] = {
-    {"hlm", "hard labels: cross-entropy of the stitched model's logits with the labels", false, hard_labels},
-    {"slm", "soft labels: cross-entropy between softmax(B(x)/T) and softmax(F(x)/T)", true, soft_labels},
-    {"dm", "direct matching: mean squared difference to B's own features at the stitch point", true, direct_matching},
+    {"hlm", "hard labels: cross-entropy of the stitched model's logits with the labels", EndTargets::none,
+     hard_labels},
+    {"slm", "soft labels: cross-entropy between softmax(B(x)/T) and softmax(F(x)/T)", EndTargets::last,
+     soft_labels},
+    {"dm", "direct matching: mean squared difference to B's own features at the stitch point",
+     EndTargets::first, direct_matching},
     {"fula", "functional latent alignment: B's features from the stitch point to its penultimate block, each "
              "normalised by ‖B_l(x)‖²",
-     true, functional_latent_alignment},
+     EndTargets::all, functional_latent_alignment},
 };
 
 }  // namespace

@@ -27,10 +27,14 @@ struct ObjectiveOptions {
   bool fula_normalise = true;        // divide each term by ‖B_{≤l}(x)‖²
 };
 
+// Which outputs of B's own path (end_targets: block j's features, the later blocks', the
+// logits) an objective's loss reads; the others need not be kept.
+enum class EndTargets { none, first, last, all };
+
 struct Objective {
   const char* name;
   const char* help;
-  bool needs_end_features;  // reads B's own path (end_targets); hlm alone does not
+  EndTargets reads;  // of B's own path: hlm nothing, dm block j, slm the logits, fula all
   Tensor (*loss)(const std::vector<Tensor>& stitched_path, const std::vector<Tensor>& end_targets,
                  const std::vector<int64_t>& labels, const ObjectiveOptions& options);
 };

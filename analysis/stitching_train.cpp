@@ -15,36 +15,43 @@ namespace {
 
 // A and B are frozen and the training images fixed, so A's features and B's targets of an
 // example are the same in every epoch. They are computed once, in batches, when they fit
-// in `budget_bytes`; otherwise every step computes those of its batch.
+// in `budget_bytes`; otherwise every step computes those of its batch. Only the targets the
+// objective reads are kept (slm: the logits alone, not every block's features).
 struct FrozenPasses {
   Tensor front;                // (N, *front example) or undefined: computed per batch
-  std::vector<Tensor> targets;  // B's outputs from block j on, each (N, ...); empty: per batch
+  std::vector<Tensor> targets;  // B's outputs from block j on, each (N, ...) or undefined when
+                                // not read; empty: per batch
 
-  FrozenPasses(const StitchPair& pair, const StitchTrainingSet& data, bool needs_targets, int64_t budget_bytes,
+  FrozenPasses(const StitchPair& pair, const StitchTrainingSet& data, EndTargets reads, int64_t budget_bytes,
                int64_t batch) {
     NoGrad off;
     const int64_t N = data.front_inputs.size(0);
     int64_t per_example = numel(pair.shapes().front);
-    std::vector<Shape> target_shapes;
-    if (needs_targets)
-      for (const Tensor& t : pair.end_targets(select_rows(data.end_inputs, 0, 1))) {
-        target_shapes.emplace_back(t.shape().begin() + 1, t.shape().end());
-        per_example += numel(target_shapes.back());
+    std::vector<Shape> target_shapes;  // of every output of B's path, with N rows
+    std::vector<bool> kept;
+    if (reads != EndTargets::none) {
+      const std::vector<Tensor> one = pair.end_targets(select_rows(data.end_inputs, 0, 1));
+      for (size_t l = 0; l < one.size(); ++l) {
+        kept.push_back(reads == EndTargets::all || (reads == EndTargets::first && l == 0) ||
+                       (reads == EndTargets::last && l + 1 == one.size()));
+        target_shapes.push_back(one[l].shape());
+        target_shapes.back()[0] = N;
+        if (kept.back()) per_example += one[l].numel();
       }
+    }
     if (per_example * N * int64_t(sizeof(float)) > budget_bytes) return;
     Shape front_shape = pair.shapes().front;
     front_shape.insert(front_shape.begin(), N);
     front = Tensor::empty(front_shape);
-    for (Shape shape : target_shapes) {
-      shape.insert(shape.begin(), N);
-      targets.push_back(Tensor::empty(shape));
-    }
+    for (size_t l = 0; l < target_shapes.size(); ++l)
+      targets.push_back(kept[l] ? Tensor::empty(target_shapes[l]) : Tensor());
     for (int64_t begin = 0; begin < N; begin += batch) {
       const int64_t end = std::min(N, begin + batch);
       copy_rows(pair.front_features(select_rows(data.front_inputs, begin, end)), front, begin);
-      if (needs_targets) {
+      if (reads != EndTargets::none) {
         const std::vector<Tensor> t = pair.end_targets(select_rows(data.end_inputs, begin, end));
-        for (size_t l = 0; l < t.size(); ++l) copy_rows(t[l], targets[l], begin);
+        for (size_t l = 0; l < t.size(); ++l)
+          if (targets[l].defined()) copy_rows(t[l], targets[l], begin);
       }
     }
   }
@@ -90,7 +97,7 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
                 batches);
   const int64_t per_epoch = loader.batches_per_epoch(), total = per_epoch * o.epochs;
 
-  const FrozenPasses frozen(pair, data, objective.needs_end_features, o.cache_bytes, o.batch);
+  const FrozenPasses frozen(pair, data, objective.reads, o.cache_bytes, o.batch);
 
   // The stitch step: A's features without autograd, B's targets on the end images of the
   // same examples, and the gradient asked for the stitch's parameters alone.
@@ -104,8 +111,8 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
     }
     std::vector<Tensor> targets;
     if (!frozen.targets.empty())
-      for (const Tensor& t : frozen.targets) targets.push_back(select_rows(t, batch.indices));
-    else if (objective.needs_end_features)
+      for (const Tensor& t : frozen.targets) targets.push_back(t.defined() ? select_rows(t, batch.indices) : Tensor());
+    else if (objective.reads != EndTargets::none)
       targets = pair.end_targets(select_rows(data.end_inputs, batch.indices));
     const Tensor loss = objective.loss(pair.stitched_path(stitch, front), targets, batch.labels, o.objective_options);
     const std::vector<Tensor> g = grad(loss, {stitch.weight, stitch.bias}, {}, {}, false);

@@ -129,16 +129,18 @@ void bench_matmul(int64_t M, int64_t K, int64_t N, int64_t repeats, std::vector<
   rows.push_back(both);
 }
 
-// A C→O conv with a k×k kernel, stride 1 and "same" padding over a batch of S×S images.
-void bench_conv(int64_t C, int64_t O, int64_t S, int64_t k, int64_t batch, int64_t repeats, std::vector<Row>& rows) {
+// A C→O conv with a k×k kernel, stride `stride` and padding k / 2 over a batch of S×S images.
+void bench_conv(int64_t C, int64_t O, int64_t S, int64_t k, int64_t stride, int64_t batch, int64_t repeats,
+                std::vector<Row>& rows) {
   Generator gen(11);
   std::vector<Tensor> inputs = {uniform({batch, C, S, S}, -1, 1, gen), uniform({O, C, k, k}, -0.1f, 0.1f, gen),
                                 uniform({O}, -0.1f, 0.1f, gen)};
-  const Conv2dOptions options = Conv2dOptions::square(1, k / 2);
-  const int64_t columns = batch * S * S, depth = C * k * k;
-  const std::string name = cat(C, "->", O, " ", k, "x", k, " @", S, "x", S);
-  const std::vector<std::pair<std::string, int64_t>> dims = {{"N", batch}, {"C", C}, {"O", O},
-                                                             {"H", S},     {"W", S}, {"k", k}, {"pad", k / 2}};
+  const Conv2dOptions options = Conv2dOptions::square(stride, k / 2);
+  const int64_t out = conv_output_size(S, k, stride, k / 2, 1);
+  const int64_t columns = batch * out * out, depth = C * k * k;
+  const std::string name = cat(C, "->", O, " ", k, "x", k, stride > 1 ? cat(" s", stride) : "", " @", S, "x", S);
+  const std::vector<std::pair<std::string, int64_t>> dims = {{"N", batch}, {"C", C}, {"O", O},       {"H", S},
+                                                             {"W", S},     {"k", k}, {"pad", k / 2}, {"stride", stride}};
   Row fwd{"conv2d", name, "fwd", dims}, both{"conv2d", name, "fwd+bwd", dims};
   // Forward: W (O, C·k·k) · columns; input gradient: Wᵀ · dY; weight gradient: dY · columnsᵀ.
   time_op(
@@ -233,7 +235,13 @@ int run_bench(const cli::Args& args) {
   if (only.empty() || only == "conv") {
     for (int64_t k : {3, 1})
       for (const auto& [channels, size] : std::vector<std::pair<int64_t, int64_t>>{{64, 32}, {128, 16}, {256, 8}, {512, 4}})
-        bench_conv(channels, channels, size, k, batch, repeats, rows);
+        bench_conv(channels, channels, size, k, 1, batch, repeats, rows);
+    // The narrow layers of the stitching benchmark's models (width 1/4 on 28×28), where
+    // the direct kernels run: 3×3 at stride 1, and the strided 3×3 that halve the map.
+    for (const auto& [channels, size] : std::vector<std::pair<int64_t, int64_t>>{{16, 28}, {32, 14}, {64, 7}, {128, 4}})
+      bench_conv(channels, channels, size, 3, 1, batch, repeats, rows);
+    for (const auto& [channels, size] : std::vector<std::pair<int64_t, int64_t>>{{16, 28}, {32, 14}, {64, 7}})
+      bench_conv(channels, 2 * channels, size, 3, 2, batch, repeats, rows);
   }
   print_table(rows);
   if (!out_path.empty()) write_results(out_path, rows, batch, repeats);
@@ -246,7 +254,9 @@ const cli::Registration bench_command({
     .description =
         "Per shape: median time, GFLOP/s, the rate of cblas_sgemm on the equivalent GEMMs (the conv's\n"
         "folded over the whole batch, OpenBLAS threaded at --threads) and the ratio. Conv layers: 3x3\n"
-        "(padding 1) and 1x1, C->C for 64@32x32, 128@16x16, 256@8x8, 512@4x4. Compare with PyTorch:\n"
+        "(padding 1) and 1x1, C->C for 64@32x32, 128@16x16, 256@8x8, 512@4x4; the narrow layers of bench\n"
+        "stitch's models: 3x3 C->C for 16@28x28, 32@14x14, 64@7x7, 128@4x4 and stride 2 C->2C for 16@28x28,\n"
+        "32@14x14, 64@7x7. Compare with PyTorch:\n"
         "  adjoint bench --out ours.json && /usr/bin/python3 tools/bench_torch.py --ours ours.json\n"
         "adjoint bench models: training and inference samples/s of five models, their GFLOP/s as a share\n"
         "of a 2048^3 sgemm's rate at the same thread count, step memory (--only MODEL,..., --clock).\n"

@@ -54,12 +54,12 @@ def matmul_times(M, K, N, repeats):
     return time_op(torch.matmul, [a, b], repeats)
 
 
-def conv_times(batch, C, O, S, k, pad, repeats):
+def conv_times(batch, C, O, S, k, pad, repeats, stride=1):
     g = torch.Generator().manual_seed(11)
     x = torch.rand(batch, C, S, S, generator=g) * 2 - 1
     w = (torch.rand(O, C, k, k, generator=g) * 2 - 1) * 0.1
     b = (torch.rand(O, generator=g) * 2 - 1) * 0.1
-    return time_op(lambda x, w, b: F.conv2d(x, w, b, padding=pad), [x, w, b], repeats)
+    return time_op(lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=pad), [x, w, b], repeats)
 
 
 def default_shapes(batch):
@@ -68,14 +68,19 @@ def default_shapes(batch):
                (65536, 64, 64)]]
     for k in (3, 1):
         for c, s in [(64, 32), (128, 16), (256, 8), (512, 4)]:
-            shapes.append(dict(op="conv2d", N=batch, C=c, O=c, H=s, W=s, k=k, pad=k // 2))
+            shapes.append(dict(op="conv2d", N=batch, C=c, O=c, H=s, W=s, k=k, pad=k // 2, stride=1))
+    for c, s in [(16, 28), (32, 14), (64, 7), (128, 4)]:
+        shapes.append(dict(op="conv2d", N=batch, C=c, O=c, H=s, W=s, k=3, pad=1, stride=1))
+    for c, s in [(16, 28), (32, 14), (64, 7)]:
+        shapes.append(dict(op="conv2d", N=batch, C=c, O=2 * c, H=s, W=s, k=3, pad=1, stride=2))
     return shapes
 
 
 def name_of(s):
     if s["op"] == "matmul":
         return f"{s['M']}x{s['K']} * {s['K']}x{s['N']}"
-    return f"{s['C']}->{s['O']} {s['k']}x{s['k']} @{s['H']}x{s['W']}"
+    stride = f" s{s['stride']}" if s.get("stride", 1) > 1 else ""
+    return f"{s['C']}->{s['O']} {s['k']}x{s['k']}{stride} @{s['H']}x{s['W']}"
 
 
 def main():
@@ -132,7 +137,7 @@ def main():
         if s["op"] == "matmul":
             fwd, both = matmul_times(s["M"], s["K"], s["N"], repeats)
         else:
-            fwd, both = conv_times(s["N"], s["C"], s["O"], s["H"], s["k"], s["pad"], repeats)
+            fwd, both = conv_times(s["N"], s["C"], s["O"], s["H"], s["k"], s["pad"], repeats, s.get("stride", 1))
         for pass_name, seconds in (("fwd", fwd), ("fwd+bwd", both)):
             line = f"{s['op']:8} {name_of(s):26} {pass_name:8} {seconds * 1e3:10.2f}"
             record = dict(s, name=name_of(s), torch_ms=seconds * 1e3)
