@@ -38,14 +38,16 @@ const std::vector<std::string> kArchitectures = {"vgg11_bn", "resnet18"};
 constexpr double kWidth = 0.25;
 constexpr int64_t kImageSize = 28;
 
-// One model of the pair: architecture `arch` at width 1/4 on 1×28×28 images, in eval mode.
+// One model of the pair: architecture `arch` at width 1/4 on 1×28×28 images, frozen (eval
+// mode, no parameter asks for a gradient), as `adjoint stitch` loads its models and as the
+// PyTorch peer holds them.
 Endpoint endpoint(const std::string& arch, uint64_t seed) {
   ModelConfig c;
   c.arch = arch, c.in_channels = 1, c.image_size = kImageSize, c.num_classes = 10, c.small_stem = true;
   c.width = kWidth;
   Generator gen(seed);
   std::shared_ptr<Model> model = make_model(c, gen);
-  model->train(false);
+  model->freeze();
   return Endpoint{cat(arch, " seed ", seed), model, {0.2860f}, {0.3530f}};  // Fashion-MNIST's statistics
 }
 
