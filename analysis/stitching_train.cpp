@@ -24,6 +24,7 @@ struct FrozenPasses {
 
   FrozenPasses(const StitchPair& pair, const StitchTrainingSet& data, EndTargets reads, int64_t budget_bytes,
                int64_t batch) {
+    if (budget_bytes <= 0) return;
     NoGrad off;
     const int64_t N = data.front_inputs.size(0);
     int64_t per_example = numel(pair.shapes().front);
@@ -97,7 +98,8 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
                 batches);
   const int64_t per_epoch = loader.batches_per_epoch(), total = per_epoch * o.epochs;
 
-  const FrozenPasses frozen(pair, data, objective.reads, o.cache_bytes, o.batch);
+  // One epoch uses every example once: a cache would only add its copies.
+  const FrozenPasses frozen(pair, data, objective.reads, o.epochs > 1 ? o.cache_bytes : 0, o.batch);
 
   // The stitch step: A's features without autograd, B's targets on the end images of the
   // same examples, and the gradient asked for the stitch's parameters alone.

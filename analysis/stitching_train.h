@@ -33,8 +33,9 @@ struct StitchTrainOptions {
   double lr = 1e-3;
   double weight_decay = 0.0;
   uint64_t seed = 0;  // the order of the examples (the Loader's shuffle)
-  // A's features and B's targets of the whole set are kept after one pass when they fit in
-  // this many bytes (they are the same in every epoch); else recomputed per batch.
+  // With more than one epoch, A's features and B's targets of the whole set are kept after
+  // one pass when they fit in this many bytes (they are the same in every epoch); else
+  // (and always in a single epoch) they are computed per batch.
   int64_t cache_bytes = int64_t(1) << 30;
 };
 
