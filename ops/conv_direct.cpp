@@ -295,6 +295,12 @@ ADJOINT_AVX512 void run_by_channels(const DirectConvShape& s, const float* x, co
   });
 }
 
+// A thread's padded copy of one image stays within 16 MiB (deep layers on large images go
+// to the GEMM algorithms instead).
+bool padded_image_fits(const DirectConvShape& s) {
+  return s.C * (s.H + 2 * s.ph + s.KH + 2) * (s.W + 2 * s.pw + s.KW + 32) <= (int64_t(1) << 22);
+}
+
 bool by_rows_suits(const DirectConvShape& s) {
   return s.sh == 1 && s.sw == 1 && s.OW >= 12 && s.OW <= 32 && s.W <= kMaxWidth && s.pw < kLeft && s.C <= 32 &&
          s.O <= 32;
@@ -308,6 +314,7 @@ bool by_rows_suits(const DirectConvShape& s) {
 // 1×1 layers (im2col is a plain GEMM there).
 bool by_channels_suits(const DirectConvShape& s) {
   if (s.sh != s.sw || s.sw > 2 || s.O % kChannelBlock != 0 || s.KH * s.KW == 1) return false;
+  if (!padded_image_fits(s)) return false;
   return s.sw == 2 || (s.OW <= 8 && s.C <= 128);
 }
 
