@@ -96,6 +96,9 @@ class PaddedImage {
   Buffer& buffer_;
 };
 
+// ---------------------------------------------------------------------------------------
+// By rows: output channels × one or two vectors of 16 positions per register tile.
+
 // Rows per register tile: 24 accumulators (B · R · V) where the shape allows, 16 for 8
 // channels over two vectors.
 constexpr int rows_per_tile(int V, int B) { return V == 2 ? 1 : 24 / B; }
