@@ -46,6 +46,14 @@ ADJOINT_AVX512 __mmask16 first_lanes(int64_t n) {
   return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << std::max<int64_t>(n, 0)) - 1u);
 }
 
+// Asks for the `count` floats at `data` to be brought into L2, a cache line at a time. Each
+// layer's input streams in from memory, one image per task: fetching the next image while
+// this one computes hides that wait (the copies into the padded image took 9% of a
+// ResNet's narrow layers, waiting on memory).
+void prefetch(const float* data, int64_t count) {
+  for (int64_t i = 0; i < count; i += 16) __builtin_prefetch(data + i, 0, 2);
+}
+
 // One image, zero-padded: C planes of `rows` rows of `stride` floats; input row h is row
 // ph + h, input column q is entry `left` + q; everything else is zero. Every load of a
 // kernel then reads memory of this buffer, and zeros wherever the convolution reads padding.
@@ -165,6 +173,7 @@ ADJOINT_AVX512 void run_by_rows(const DirectConvShape& s, const float* x, const 
     const int64_t rows_read = (s.OH + tile_rows - 1) / tile_rows * tile_rows + s.KH - 1;
     PaddedImage padded(s, rows_read, kLeft + (s.W + s.KW + 16 + 15) / 16 * 16, kLeft);
     for (int64_t n = n0; n < n1; ++n) {
+      if (n + 1 < s.N) prefetch(x + (n + 1) * s.C * s.H * s.W, s.C * s.H * s.W);
       padded.fill(x + n * s.C * s.H * s.W);
       float* image_out = y + n * s.O * P;
       for (int64_t oh0 = 0; oh0 < s.OH; oh0 += tile_rows)
@@ -284,6 +293,7 @@ ADJOINT_AVX512 void run_by_channels(const DirectConvShape& s, const float* x, co
     PaddedImage padded(s, std::max((s.OH - 1) * s.sh + s.KH, s.ph + s.H), std::max((s.OW - 1) * s.sw + s.KW, s.pw + s.W),
                        s.pw);
     for (int64_t n = n0; n < n1; ++n) {
+      if (n + 1 < s.N) prefetch(x + (n + 1) * s.C * s.H * s.W, s.C * s.H * s.W);
       padded.fill(x + n * s.C * s.H * s.W);
       float* image_out = y + n * s.O * P;
       for (int64_t b = 0; b < blocks; ++b) {
