@@ -57,7 +57,7 @@ public:
     Tensor h = x;
     for (size_t i = 0; i < convs_.size(); ++i) h = conv_bn(*convs_[i], *bns_[i], h, i + 1 < convs_.size());
     Tensor identity = down_conv_ ? conv_bn(*down_conv_, *down_bn_, x, false) : x;
-    return relu(h + identity);
+    return add_relu(h, identity);
   }
 
 private:

@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
+#include "ops/elementwise.h"
 
 namespace adjoint {
 
@@ -143,9 +144,9 @@ Tensor map_elements(const Tensor& z, Fn fn) {
 }
 
 // out[i] = fn(z[i], u[i]): every transport but DeepLift is a pointwise function of the
-// pre-activation and the cotangent.
+// pre-activation and the cotangent (and add_relu one of its two summands).
 template <class Fn>
-Tensor map_cotangent(const Tensor& z, const Tensor& u, Fn fn) {
+Tensor map_pairs(const Tensor& z, const Tensor& u, Fn fn) {
   Tensor out = Tensor::empty(z.shape());
   const float *__restrict pz = z.data(), *__restrict pu = u.data();
   float* __restrict po = out.data();
@@ -199,17 +200,17 @@ Tensor transport(const Tensor& z, const Tensor& u, Activation kind, const Transp
     using Rule = decltype(rule);
     switch (t.kind) {
       case TransportKind::Gradient:
-        return map_cotangent(z, u, [](float v, float w) { return Rule::times_derivative(v, w); });
+        return map_pairs(z, u, [](float v, float w) { return Rule::times_derivative(v, w); });
       case TransportKind::Pullback:
-        return map_cotangent(z, u, [](float v, float w) { return Rule::times_gate(v, w); });
+        return map_pairs(z, u, [](float v, float w) { return Rule::times_gate(v, w); });
       case TransportKind::SoftPullback: {
         const float tau = Rule::temperature(t.tau);
         check(tau > 0, to_string(kind), ": soft pullback temperature must be positive, got ", tau);
         const float inv_tau = 1.0f / tau;
-        return map_cotangent(z, u, [=](float v, float w) { return Rule::soft_gate(v * inv_tau) * w; });
+        return map_pairs(z, u, [=](float v, float w) { return Rule::soft_gate(v * inv_tau) * w; });
       }
       case TransportKind::Guided:
-        return map_cotangent(z, u, [](float v, float w) { return Rule::times_derivative(v, std::max(w, 0.0f)); });
+        return map_pairs(z, u, [](float v, float w) { return Rule::times_derivative(v, std::max(w, 0.0f)); });
       case TransportKind::DeepLift:
         return rescale_cotangent<Rule>(z, u, kind);
     }
@@ -255,6 +256,12 @@ Tensor activation(const Tensor& x, Activation kind) {
 }
 
 Tensor relu(const Tensor& x) { return activation(x, Activation::Relu); }
+
+Tensor add_relu(const Tensor& a, const Tensor& b) {
+  if (needs_grad({a, b}) || a.shape() != b.shape()) return relu(a + b);
+  // The float operations of the separate ops, in their order: the same bits.
+  return map_pairs(a.contiguous(), b.contiguous(), [](float x, float y) { return ReluRule::value(x + y); });
+}
 Tensor gelu(const Tensor& x) { return activation(x, Activation::Gelu); }
 Tensor silu(const Tensor& x) { return activation(x, Activation::Silu); }
 

@@ -31,6 +31,9 @@ const char* to_string(Activation kind);
 
 // max(z, 0).
 Tensor relu(const Tensor& x);
+// relu(a + b) for two tensors of one shape (a residual block's output): outside a graph in
+// one pass over memory instead of two; recorded, the two ops.
+Tensor add_relu(const Tensor& a, const Tensor& b);
 // z·Φ(z), the exact (erf) form, not the tanh approximation.
 Tensor gelu(const Tensor& x);
 // z·σ(z).

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -289,4 +291,24 @@ TEST_CASE("dropout: bad probability is an error naming the op") {
   Generator g(1);
   CHECK_THROWS_WITH_AS(dropout(Tensor::ones({2, 3}), 1.5f, true, g), doctest::Contains("dropout: probability 1.5"),
                        Error);
+}
+
+TEST_CASE("add_relu: outside a graph the separate ops' bits in one pass; recorded, their gradients") {
+  Tensor a = random_tensor({3, 5, 7}, 81), b = random_tensor({3, 5, 7}, 82);
+  a.data()[4] = std::numeric_limits<float>::quiet_NaN();  // a NaN sum stays NaN, as ReLU keeps it
+  {
+    NoGrad off;
+    const std::vector<float> fused = add_relu(a, b).to_vector(), separate = relu(a + b).to_vector();
+    REQUIRE(fused.size() == separate.size());
+    CHECK(std::isnan(fused[4]));
+    CHECK(std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)) == 0);
+    CHECK(std::count(fused.begin(), fused.end(), 0.0f) > 10);  // the gate closes somewhere
+  }
+  const Tensor c = random_tensor({2, 3, 4}, 83), d = random_tensor({2, 3, 4}, 84);
+  check_gradients([](const std::vector<Tensor>& in) { return add_relu(in[0], in[1]); }, {c, d});
+  const Tensor u = random_tensor({2, 3, 4}, 85);
+  const auto fused = vjp([](const std::vector<Tensor>& in) { return add_relu(in[0], in[1]); }, {c, d}, u);
+  const auto separate = vjp([](const std::vector<Tensor>& in) { return relu(in[0] + in[1]); }, {c, d}, u);
+  CHECK(fused[0].to_vector() == separate[0].to_vector());
+  CHECK(fused[1].to_vector() == separate[1].to_vector());
 }
