@@ -325,15 +325,17 @@ bool by_rows_suits(const DirectConvShape& s) {
 }
 
 // Measured on a Zen 5 core against Winograd and im2col with the engine's GEMM, at batch 64
-// and 128: ahead on every strided 3×3 layer (16→32 at 28×28 in 1.4 ms against 4.0), and on
-// maps up to 8 wide with up to 128 input channels (64→64 at 7×7: 2.4 ms against 3.8). Behind
+// and 128: ahead on every strided 3×3 layer (16→32 at 28×28 in 1.4 ms against 4.0), on
+// maps up to 8 wide with up to 128 input channels (64→64 at 7×7: 2.4 ms against 3.8), and,
+// ahead of the by-rows kernel too, on maps up to 16 wide with up to 32 (32→32 at 14×14: 7%:
+// every lane computes a position there, against 14 of 16 by rows). Behind
 // where Winograd's 2.25× fewer multiplications meet enough channels to keep the GEMMs
 // efficient (ResNet-18 and VGG at 32×32, 64 to 512 channels: 3-10% slower per step), and on
 // 1×1 layers (im2col is a plain GEMM there).
 bool by_channels_suits(const DirectConvShape& s) {
   if (s.sh != s.sw || s.sw > 2 || s.O % kChannelBlock != 0 || s.KH * s.KW == 1) return false;
   if (!padded_image_fits(s)) return false;
-  return s.sw == 2 || (s.OW <= 8 && s.C <= 128);
+  return s.sw == 2 || (s.OW <= 8 && s.C <= 128) || (s.OW <= 16 && s.C <= 32);
 }
 
 }  // namespace
@@ -348,7 +350,7 @@ void direct_conv(const DirectConvShape& s, const float* x, const float* w, bool 
                  const std::function<void(float*, int64_t)>& finish) {
   check(direct_conv_runs(s), "direct_conv: not for this shape or CPU");
   if (s.N == 0 || s.O == 0) return;
-  if (!by_rows_suits(s)) {
+  if (by_channels_suits(s)) {  // where both suit, by channels is ahead (see its rule)
     const std::vector<float> packed = pack_weights(s, w, adjoint_of, kChannelBlock);
     return run_by_channels(s, x, packed.data(), y, finish);
   }

@@ -194,6 +194,7 @@ TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convoluti
       {{2, 6, 20, 20}, {5, 6, 3, 3}, Conv2dOptions::square(1, 0)},
       {{1, 4, 32, 32}, {8, 4, 1, 1}, {}},
       {{2, 12, 13, 30}, {16, 12, 3, 5}, {1, 1, 1, 2, 1, 1, 1}},
+      {{2, 16, 14, 14}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},  // 8 channels × 3 rows of one vector
       // By channels (32 per tile): strided layers, and small maps in tiles of 1 to 3 rows
       // of 1 to 14 positions.
       {{2, 16, 28, 28}, {32, 16, 3, 3}, Conv2dOptions::square(2, 1)},
