@@ -104,6 +104,25 @@ class PaddedImage {
   Buffer& buffer_;
 };
 
+// The loop both kernels share: one image per task, copied into a padded image of `rows` ×
+// `stride` (input column 0 at `left`) while the next is prefetched, computed by
+// compute(padded, output planes of the image), then finish(plane, o) on each output plane.
+template <class Compute>
+void for_each_image(const DirectConvShape& s, const float* x, float* y, int64_t rows, int64_t stride, int64_t left,
+                    const std::function<void(float*, int64_t)>& finish, Compute compute) {
+  const int64_t in_size = s.C * s.H * s.W, P = s.OH * s.OW;
+  parallel_for(s.N, 1, [&](int64_t n0, int64_t n1) {
+    PaddedImage padded(s, rows, stride, left);
+    for (int64_t n = n0; n < n1; ++n) {
+      if (n + 1 < s.N) prefetch(x + (n + 1) * in_size, in_size);
+      padded.fill(x + n * in_size);
+      float* image_out = y + n * s.O * P;
+      compute(padded, image_out);
+      for (int64_t o = 0; o < s.O; ++o) finish(image_out + o * P, o);
+    }
+  });
+}
+
 // ---------------------------------------------------------------------------------------
 // By rows: output channels × one or two vectors of 16 positions per register tile.
 
@@ -160,33 +179,28 @@ ADJOINT_AVX512 void tile(const DirectConvShape& s, const PaddedImage& in, const 
 
 template <int B>
 ADJOINT_AVX512 void run_by_rows(const DirectConvShape& s, const float* x, const float* packed, float* y,
-                        const std::function<void(float*, int64_t)>& finish) {
+                                const std::function<void(float*, int64_t)>& finish) {
   const int64_t blocks = (s.O + B - 1) / B, P = s.OH * s.OW;
   const int64_t block_weights = s.C * s.KH * s.KW * B;
   const bool one_vector = s.OW <= 16;
   const int64_t tile_rows = rows_per_tile(one_vector ? 1 : 2, B);
-  // One image per task: its padded copy is made once and read by every block of channels,
-  // row tile after row tile (the rows a tile reads stay in L1 for the next blocks).
-  parallel_for(s.N, 1, [&](int64_t n0, int64_t n1) {
-    // Rows: all that the tiles read, the last tile's rows past OH included. Entries: kLeft
-    // (aligned), the row, and 16 past the last vector's reach (whole vectors are loaded).
-    const int64_t rows_read = (s.OH + tile_rows - 1) / tile_rows * tile_rows + s.KH - 1;
-    PaddedImage padded(s, rows_read, kLeft + (s.W + s.KW + 16 + 15) / 16 * 16, kLeft);
-    for (int64_t n = n0; n < n1; ++n) {
-      if (n + 1 < s.N) prefetch(x + (n + 1) * s.C * s.H * s.W, s.C * s.H * s.W);
-      padded.fill(x + n * s.C * s.H * s.W);
-      float* image_out = y + n * s.O * P;
-      for (int64_t oh0 = 0; oh0 < s.OH; oh0 += tile_rows)
-        for (int64_t b = 0; b < blocks; ++b) {
-          const int64_t channels = std::min<int64_t>(B, s.O - b * B);
-          if (one_vector)
-            tile<1, B>(s, padded, packed + b * block_weights, oh0, channels, image_out + b * B * P);
-          else
-            tile<2, B>(s, padded, packed + b * block_weights, oh0, channels, image_out + b * B * P);
-        }
-      for (int64_t o = 0; o < s.O; ++o) finish(image_out + o * P, o);
-    }
-  });
+  // Rows: all that the tiles read, the last tile's rows past OH included. Entries: kLeft
+  // (aligned), the row, and 16 past the last vector's reach (whole vectors are loaded).
+  const int64_t rows_read = (s.OH + tile_rows - 1) / tile_rows * tile_rows + s.KH - 1;
+  // Row tile after row tile, every block of channels (the rows a tile reads stay in L1 for
+  // the next blocks).
+  for_each_image(s, x, y, rows_read, kLeft + (s.W + s.KW + 16 + 15) / 16 * 16, kLeft, finish,
+                 [&](const PaddedImage& padded, float* image_out) {
+                   for (int64_t oh0 = 0; oh0 < s.OH; oh0 += tile_rows)
+                     for (int64_t b = 0; b < blocks; ++b) {
+                       const int64_t channels = std::min<int64_t>(B, s.O - b * B);
+                       float* out = image_out + b * B * P;
+                       if (one_vector)
+                         tile<1, B>(s, padded, packed + b * block_weights, oh0, channels, out);
+                       else
+                         tile<2, B>(s, padded, packed + b * block_weights, oh0, channels, out);
+                     }
+                 });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -292,23 +306,18 @@ ADJOINT_AVX512 void run_by_channels(const DirectConvShape& s, const float* x, co
                                     const std::function<void(float*, int64_t)>& finish) {
   const int64_t blocks = (s.O + kChannelBlock - 1) / kChannelBlock, P = s.OH * s.OW;
   const int64_t block_weights = s.C * s.KH * s.KW * kChannelBlock;
-  parallel_for(s.N, 1, [&](int64_t n0, int64_t n1) {
-    // Rows and entries: all that the tiles read, (OH − 1)·sh + KH by (OW − 1)·sw + KW, and
-    // all of the input (a strided layer may read less than all).
-    PaddedImage padded(s, std::max((s.OH - 1) * s.sh + s.KH, s.ph + s.H), std::max((s.OW - 1) * s.sw + s.KW, s.pw + s.W),
-                       s.pw);
-    for (int64_t n = n0; n < n1; ++n) {
-      if (n + 1 < s.N) prefetch(x + (n + 1) * s.C * s.H * s.W, s.C * s.H * s.W);
-      padded.fill(x + n * s.C * s.H * s.W);
-      float* image_out = y + n * s.O * P;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t channels = std::min(kChannelBlock, s.O - b * kChannelBlock);
-        if (s.sw == 1)
-          channel_block<1>(s, padded, packed + b * block_weights, channels, image_out + b * kChannelBlock * P);
-        else
-          channel_block<2>(s, padded, packed + b * block_weights, channels, image_out + b * kChannelBlock * P);
-      }
-      for (int64_t o = 0; o < s.O; ++o) finish(image_out + o * P, o);
+  // Rows and entries: all that the tiles read, (OH − 1)·sh + KH by (OW − 1)·sw + KW, and all
+  // of the input (a strided layer may read less than all).
+  const int64_t rows = std::max((s.OH - 1) * s.sh + s.KH, s.ph + s.H);
+  const int64_t stride = std::max((s.OW - 1) * s.sw + s.KW, s.pw + s.W);
+  for_each_image(s, x, y, rows, stride, s.pw, finish, [&](const PaddedImage& padded, float* image_out) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t channels = std::min(kChannelBlock, s.O - b * kChannelBlock);
+      float* out = image_out + b * kChannelBlock * P;
+      if (s.sw == 1)
+        channel_block<1>(s, padded, packed + b * block_weights, channels, out);
+      else
+        channel_block<2>(s, padded, packed + b * block_weights, channels, out);
     }
   });
 }
