@@ -176,9 +176,11 @@ void gemm_serial(const PackedA& a, bool tb, int64_t N, float alpha, const float*
 
 void gemm(const PackedA& a, bool tb, int64_t N, float alpha, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc) {
+  // Unpacked (OpenBLAS's kernels): the plain product, which may split by rows as well.
+  if (!a.packed_) return gemm(a.trans_a_, tb, a.M_, N, a.K_, alpha, a.A_, a.lda_, B, ldb, beta, C, ldc);
   const int64_t M = a.rows(), K = a.depth();
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  if (M == 0 || N == 0 || K == 0 || flops < kSplitFlops || num_threads() == 1)
+  if (N == 0 || flops < kSplitFlops || num_threads() == 1)
     return gemm_serial(a, tb, N, alpha, B, ldb, beta, C, ldc);
   const int64_t width = panel_width(N, M, K);  // column panels: A is shared
   parallel_for(N, width, [&](int64_t j0, int64_t j1) {

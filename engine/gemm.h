@@ -37,6 +37,7 @@ class PackedA {
 
  private:
   friend void gemm_serial(const PackedA&, bool, int64_t, float, const float*, int64_t, float, float*, int64_t);
+  friend void gemm(const PackedA&, bool, int64_t, float, const float*, int64_t, float, float*, int64_t);
   bool trans_a_;
   int64_t M_, K_;
   const float* A_;
