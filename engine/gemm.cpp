@@ -164,14 +164,19 @@ void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
 PackedA::PackedA(bool trans_a, int64_t M, int64_t K, const float* A, int64_t lda, GemmKernel kernel)
     : trans_a_(trans_a), M_(M), K_(K), A_(A), lda_(lda) {
   if (kernel != GemmKernel::widest || !avx512_gemm_available() || M == 0 || K == 0) return;
-  packed_.reset(new float[static_cast<size_t>(avx512_packed_a_size(M, K))]);
-  avx512_pack_a(trans_a, M, K, A, lda, packed_.get());
+  owned_.reset(new float[static_cast<size_t>(avx512_packed_a_size(M, K))]);
+  avx512_pack_a(trans_a, M, K, A, lda, owned_.get());
+  packed_ = owned_.get();
+}
+
+PackedA::PackedA(int64_t M, int64_t K, const float* packed) : M_(M), K_(K), packed_(packed) {
+  check(avx512_gemm_available(), "PackedA: a packed layout without the AVX-512 kernels that read it");
 }
 
 void gemm_serial(const PackedA& a, bool tb, int64_t N, float alpha, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc) {
   if (!a.packed_ || N == 0) return gemm_serial(a.trans_a_, tb, a.M_, N, a.K_, alpha, a.A_, a.lda_, B, ldb, beta, C, ldc);
-  avx512_gemm(a.trans_a_, tb, a.M_, N, a.K_, alpha, a.A_, a.lda_, B, ldb, beta, C, ldc, a.packed_.get());
+  avx512_gemm(a.trans_a_, tb, a.M_, N, a.K_, alpha, a.A_, a.lda_, B, ldb, beta, C, ldc, a.packed_);
 }
 
 void gemm(const PackedA& a, bool tb, int64_t N, float alpha, const float* B, int64_t ldb, float beta, float* C,

@@ -32,17 +32,21 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 class PackedA {
  public:
   PackedA(bool trans_a, int64_t M, int64_t K, const float* A, int64_t lda, GemmKernel kernel);
+  // op(A) that its caller computed straight into the AVX-512 kernels' packed layout
+  // (avx512_packed_a_panel, engine/gemm_avx512.h) at `packed`, which must outlive it.
+  PackedA(int64_t M, int64_t K, const float* packed);
   int64_t rows() const { return M_; }
   int64_t depth() const { return K_; }
 
  private:
   friend void gemm_serial(const PackedA&, bool, int64_t, float, const float*, int64_t, float, float*, int64_t);
   friend void gemm(const PackedA&, bool, int64_t, float, const float*, int64_t, float, float*, int64_t);
-  bool trans_a_;
+  bool trans_a_ = false;
   int64_t M_, K_;
-  const float* A_;
-  int64_t lda_;
-  std::unique_ptr<float[]> packed_;  // null: OpenBLAS's kernels run the products (not zeroed: all written)
+  const float* A_ = nullptr;
+  int64_t lda_ = 0;
+  std::unique_ptr<float[]> owned_;  // the packing this made itself (not zeroed: all written)
+  const float* packed_ = nullptr;   // null: OpenBLAS's kernels run the products
 };
 
 // C = alpha · op(A) · op(B) + beta · C for a packed op(A) (M × K) and op(B) K × N: on the

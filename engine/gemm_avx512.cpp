@@ -25,13 +25,13 @@ namespace adjoint {
 namespace {
 
 // The register tile: kMr rows × kNr columns of C, as kMr × 2 vectors of 16 floats.
-constexpr int64_t kMr = 12;
+constexpr int64_t kMr = kAvx512PanelRows;
 constexpr int64_t kNr = 32;
 // Blocks: op(B) kKc × kNc (about 1 MiB, in L2 or L3), op(A) kMc × kKc (240 KiB, in L2),
 // a panel of op(B) kKc × kNr (32 KiB, in L1 while kMc / kMr panels of A pass over it).
 // Measured on a Zen 5 core over the shapes of ResNet's and VGG's convolutions: kKc = 256
 // beat 192 and 384 (by 5-40%), and a 12-row tile beat a 14-row one.
-constexpr int64_t kKc = 256;
+constexpr int64_t kKc = kAvx512DepthBlock;
 constexpr int64_t kMc = 240;
 constexpr int64_t kNc = 1024;
 
@@ -174,20 +174,16 @@ ADJOINT_AVX512 void micro_kernel(int64_t kc, const float* __restrict a, const fl
     for (int64_t r = 0; r < rows; ++r) std::copy(edge[r], edge[r] + cols, c + r * ldc);
 }
 
-// The rows of op(A) rounded up to whole panels.
-int64_t padded_rows(int64_t M) { return (M + kMr - 1) / kMr * kMr; }
-
-// op(A) packed whole: depth block after depth block (each padded_rows(M) × kc), each its
-// panels in order, so that the panel of rows i .. i + kMr at depth block pc starts at
-// pc · padded_rows(M) + i · kc, the layout of the per-block buffer below.
+// op(A) packed whole, in the layout of avx512_packed_a_panel (a depth block's panels lie as
+// in the per-block buffer below).
 ADJOINT_AVX512 void pack_all_of_a(bool ta, int64_t M, int64_t K, const float* A, int64_t lda, float* out) {
   // Row panels in parallel (a deep layer's weights are megabytes): a copy, the same at any
   // thread count.
-  parallel_for(padded_rows(M) / kMr, std::max<int64_t>(1, 8192 / std::max<int64_t>(K, 1)), [&](int64_t p0, int64_t p1) {
+  parallel_for(avx512_padded_rows(M) / kMr, std::max<int64_t>(1, 8192 / std::max<int64_t>(K, 1)), [&](int64_t p0, int64_t p1) {
     for (int64_t pc = 0; pc < K; pc += kKc) {
       const int64_t kc = std::min(kKc, K - pc);
       for (int64_t i = p0 * kMr; i < std::min(M, p1 * kMr); i += kMr)
-        pack_a(ta, A, lda, pc, kc, i, std::min(kMr, M - i), out + pc * padded_rows(M) + i * kc);
+        pack_a(ta, A, lda, pc, kc, i, std::min(kMr, M - i), out + avx512_packed_a_panel(M, K, i, pc));
     }
   });
 }
@@ -207,7 +203,7 @@ ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         const int64_t mc = std::min(kMc, M - ic);
         const float* pa = buffers.a.get();
         if (packed_a) {
-          pa = packed_a + pc * padded_rows(M) + ic * kc;
+          pa = packed_a + avx512_packed_a_panel(M, K, ic, pc);
         } else {
           for (int64_t ir = 0; ir < mc; ir += kMr)
             pack_a(ta, A, lda, pc, kc, ic + ir, std::min(kMr, mc - ir), buffers.a.get() + ir * kc);
@@ -232,8 +228,6 @@ void avx512_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
   product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, packed_a);
 }
 
-int64_t avx512_packed_a_size(int64_t M, int64_t K) { return padded_rows(M) * K; }
-
 void avx512_pack_a(bool ta, int64_t M, int64_t K, const float* A, int64_t lda, float* out) {
   check(avx512_gemm_available(), "avx512_pack_a: this CPU has no AVX-512 (or run_widest is capped below it)");
   pack_all_of_a(ta, M, K, A, lda, out);
@@ -246,7 +240,6 @@ void avx512_gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int
                  float*, int64_t, const float*) {
   throw Error("avx512_gemm: not an x86-64 build");
 }
-int64_t avx512_packed_a_size(int64_t, int64_t) { return 0; }
 void avx512_pack_a(bool, int64_t, int64_t, const float*, int64_t, float*) {
   throw Error("avx512_pack_a: not an x86-64 build");
 }

@@ -15,6 +15,7 @@
 // in order; within one, k in order, one FMA each), wherever its tile lies: the same bits for
 // any split of C into panels, so at any thread count.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 namespace adjoint {
@@ -27,9 +28,22 @@ void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                  const float* packed_a = nullptr);
 
-// op(A) packed whole, for products that share it (a convolution's weights meet every tile
-// of a batch): avx512_packed_a_size(M, K) floats at `out`.
-int64_t avx512_packed_a_size(int64_t M, int64_t K);
+// The layout of op(A) packed whole, for products that share it (a convolution's weights meet
+// every tile of a batch): depth block after depth block of kAvx512DepthBlock, each its panels
+// of kAvx512PanelRows rows in order. The panel of rows i .. i + kAvx512PanelRows (i a multiple
+// of it) at depths k0 .. k0 + kc (k0 a multiple of kAvx512DepthBlock, kc = min(kAvx512DepthBlock,
+// K − k0)) starts at avx512_packed_a_panel(M, K, i, k0) and holds entry (i + r, k0 + k) at
+// [k · kAvx512PanelRows + r]; rows past M are zero. A caller may compute op(A) straight into
+// this layout (Winograd's transform of the weights, ops/conv.cpp) rather than pack a matrix.
+constexpr int64_t kAvx512PanelRows = 12;
+constexpr int64_t kAvx512DepthBlock = 256;
+inline int64_t avx512_padded_rows(int64_t M) { return (M + kAvx512PanelRows - 1) / kAvx512PanelRows * kAvx512PanelRows; }
+inline int64_t avx512_packed_a_size(int64_t M, int64_t K) { return avx512_padded_rows(M) * K; }
+inline int64_t avx512_packed_a_panel(int64_t M, int64_t K, int64_t i, int64_t k0) {
+  return k0 * avx512_padded_rows(M) + i * std::min(kAvx512DepthBlock, K - k0);
+}
+
+// op(A) packed whole: avx512_packed_a_size(M, K) floats at `out`.
 void avx512_pack_a(bool trans_a, int64_t M, int64_t K, const float* A, int64_t lda, float* out);
 
 }  // namespace adjoint

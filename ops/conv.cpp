@@ -11,12 +11,18 @@
 #include "engine/error.h"
 #include "engine/flops.h"
 #include "engine/gemm.h"
+#include "engine/gemm_avx512.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
 #include "ops/activation.h"
 #include "ops/conv_direct.h"
 #include "ops/layout.h"
 #include "ops/norm.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define ADJOINT_AVX512 [[gnu::target("avx512f")]]
+#endif
 
 namespace adjoint {
 
@@ -571,27 +577,109 @@ bool winograd_applies(const ConvGeometry& g) {
 // 16 write streams of a transform into one cache set, which thrashes.
 int64_t slice_stride(int64_t rows, int64_t cols) { return rows * cols + 16; }
 
-// U[ξ][o][c] = (G w[o][c] Gᵀ)[ξ], G = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]]: every
-// (o, c) in turn, its 16 values to 16 rows that are written in order.
-void winograd_weights(const ConvGeometry& g, const float* w, float* u) {
-  const int64_t count = g.O * g.C, stride = slice_stride(g.O, g.C);
-  parallel_for(count, 1024, [&](int64_t e0, int64_t e1) {
-    for (int64_t e = e0; e < e1; ++e) {
-      const float* k = w + 9 * e;
-      float t[4][3];  // G · k
-      for (int j = 0; j < 3; ++j) {
-        t[0][j] = k[j], t[3][j] = k[6 + j];
-        t[1][j] = 0.5f * (k[j] + k[3 + j] + k[6 + j]), t[2][j] = 0.5f * (k[j] - k[3 + j] + k[6 + j]);
-      }
-      for (int i = 0; i < 4; ++i) {  // (G · k) · Gᵀ
-        u[(4 * i + 0) * stride + e] = t[i][0];
-        u[(4 * i + 1) * stride + e] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
-        u[(4 * i + 2) * stride + e] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
-        u[(4 * i + 3) * stride + e] = t[i][2];
-      }
-    }
-  });
+// (G k Gᵀ) for a 3×3 kernel k (row-major), its 16 values in ξ order, with
+// G = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]]. T is a float, or a vector of floats
+// holding one kernel per lane (the same operations, so the same bits, lane by lane).
+template <class T>
+[[gnu::always_inline]] inline void winograd_kernel_transform(const T k[9], T u[16]) {
+  T t[4][3];  // G · k
+  for (int j = 0; j < 3; ++j) {
+    t[0][j] = k[j], t[3][j] = k[6 + j];
+    t[1][j] = 0.5f * (k[j] + k[3 + j] + k[6 + j]), t[2][j] = 0.5f * (k[j] - k[3 + j] + k[6 + j]);
+  }
+  for (int i = 0; i < 4; ++i) {  // (G · k) · Gᵀ
+    u[4 * i + 0] = t[i][0];
+    u[4 * i + 1] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+    u[4 * i + 2] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+    u[4 * i + 3] = t[i][2];
+  }
 }
+
+// Rows i0 .. i0 + kAvx512PanelRows of the 16 slices of U (or Uᵀ) in the AVX-512 kernels'
+// packed layout (slices `stride` floats apart), entry (i, k) from the kernel at
+// w + i·row_step + k·depth_step. The panel's rows lie in the lanes of a vector: one gather
+// per tap, then every slice's entries at one depth stored as consecutive floats.
+#if defined(__x86_64__)
+ADJOINT_AVX512 void winograd_transform_panel(const float* w, int64_t row_step, int64_t depth_step, int64_t M,
+                                             int64_t K, int64_t i0, float* u, int64_t stride) {
+  const __m512i lane_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(row_step)));
+  const __mmask16 panel = static_cast<__mmask16>((1u << kAvx512PanelRows) - 1u);
+  const __mmask16 rows = static_cast<__mmask16>((1u << std::min(kAvx512PanelRows, M - i0)) - 1u);
+  for (int64_t k0 = 0; k0 < K; k0 += kAvx512DepthBlock) {
+    float* out = u + avx512_packed_a_panel(M, K, i0, k0);
+    for (int64_t k = k0; k < std::min(K, k0 + kAvx512DepthBlock); ++k, out += kAvx512PanelRows) {
+      const float* kernels = w + i0 * row_step + k * depth_step;
+      __m512 taps[9], v[16];
+      for (int t = 0; t < 9; ++t)  // rows past M read nothing and stay zero
+        taps[t] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rows, lane_offsets, kernels + t, 4);
+      winograd_kernel_transform(taps, v);
+      for (int xi = 0; xi < 16; ++xi) _mm512_mask_storeu_ps(out + xi * stride, panel, v[xi]);
+    }
+  }
+}
+#else
+void winograd_transform_panel(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
+  throw Error("winograd_transform_panel: not an x86-64 build");  // never called: no AVX-512 kernels
+}
+#endif
+
+// U[ξ] (O × C, U[ξ][o][c] = (G w[o][c] Gᵀ)[ξ]) for the forward products, or its transpose
+// Uᵀ[ξ] (C × O) for the input gradient's, ready for the 16 products of a pass. Where the
+// AVX-512 kernels run them, the transform writes their packed layout directly: one pass
+// over memory, where a transform and then a pack made three (the weights of a VGG layer
+// at 4×4 are read for only 256 tiles, and preparing them took a fifth of inference).
+// Elsewhere it writes plain matrices for OpenBLAS.
+class WinogradWeights {
+ public:
+  WinogradWeights(const ConvGeometry& g, const float* w, bool transposed)
+      : M_(transposed ? g.C : g.O),
+        K_(transposed ? g.O : g.C),
+        packs_(avx512_gemm_available()),
+        // The 16 slices one after the other, a cache line apart beyond their size (slice_stride).
+        stride_((packs_ ? avx512_packed_a_size(M_, K_) : M_ * K_) + 16),
+        storage_(16 * stride_) {
+    float* u = storage_.data();
+    // Entry (i, k) of a slice comes from kernel w[o][c]: (o, c) = (i, k), transposed (k, i).
+    const int64_t row_step = 9 * (transposed ? 1 : g.C), depth_step = 9 * (transposed ? g.C : 1);
+    if (packs_)
+      transform_packed(w, row_step, depth_step, u);
+    else
+      transform_plain(w, row_step, depth_step, u);
+    slices_.reserve(16);
+    for (int64_t xi = 0; xi < 16; ++xi)
+      slices_.push_back(packs_ ? PackedA(M_, K_, u + xi * stride_)
+                               : PackedA(false, M_, K_, u + xi * stride_, K_, GemmKernel::blas));
+  }
+  const PackedA& operator[](int xi) const { return slices_[static_cast<size_t>(xi)]; }
+
+ private:
+  void transform_plain(const float* w, int64_t row_step, int64_t depth_step, float* u) const {
+    parallel_for(M_, std::max<int64_t>(1, 1024 / K_), [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t k = 0; k < K_; ++k) {
+          float taps[9], v[16];
+          std::copy(w + i * row_step + k * depth_step, w + i * row_step + k * depth_step + 9, taps);
+          winograd_kernel_transform(taps, v);
+          for (int64_t xi = 0; xi < 16; ++xi) u[xi * stride_ + i * K_ + k] = v[xi];
+        }
+    });
+  }
+
+  void transform_packed(const float* w, int64_t row_step, int64_t depth_step, float* u) const {
+    const int64_t panels = avx512_padded_rows(M_) / kAvx512PanelRows;
+    parallel_for(panels, std::max<int64_t>(1, 256 / K_), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p)
+        winograd_transform_panel(w, row_step, depth_step, M_, K_, p * kAvx512PanelRows, u, stride_);
+    });
+  }
+  int64_t M_, K_;
+  bool packs_;
+  int64_t stride_;
+  Scratch storage_;
+  std::vector<PackedA> slices_;
+};
 
 // dW[o][c] = Gᵀ dU[·][o][c] G, the adjoint of winograd_weights.
 void winograd_weight_grad(const ConvGeometry& g, const float* dU, float* dw) {
@@ -856,20 +944,11 @@ WinogradTiling winograd_tiling(const ConvGeometry& g, int64_t min_tiles) {
   return t;
 }
 
-// The floats of the weights in the transform domain (16 slices, see slice_stride).
-int64_t transformed_weights_size(const ConvGeometry& g) { return 16 * slice_stride(g.O, g.C); }
-
-// y = epilogue(conv(x, w)); the weights' transform U goes to `keep_u` when given (for the
-// backward pass), else to scratch memory.
-void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* keep_u,
-                      float* y) {
+// y = epilogue(conv(x, w)).
+void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
   const WinogradTiling tiling = winograd_tiling(g, kWinogradMinTiles);
-  const int64_t us = slice_stride(g.O, g.C);
-  Scratch scratch_u(keep_u ? 0 : transformed_weights_size(g));
-  float* U = keep_u ? keep_u : scratch_u.data();
-  winograd_weights(g, w, U);
+  const WinogradWeights packed_u(g, w, false);
   const ConvGemm product(tiling.blocks());
-  const std::vector<PackedA> packed_u = pack_weights(16, false, g.O, g.C, U, g.C, us);
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t n0 = k * tiling.block, nb = tiling.images_in(k);
@@ -889,9 +968,9 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
 }
 
 // As conv_backward, through the transform domain, except that dx is overwritten (it need
-// not arrive zeroed). `kept_u`: the forward pass's transform of w, or null to recompute it.
-void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* kept_u, const float* dy,
-                       float* dx, float* dw, float* db) {
+// not arrive zeroed).
+void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                       float* db) {
   const WinogradTiling tiling = winograd_tiling(g, kWinogradMinTilesBackward);
   const int64_t blocks = tiling.blocks();
   if (blocks == 0) {  // an empty batch: the parameter gradients are zero
@@ -901,11 +980,9 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
   }
   const ConvGemm product(blocks);
   const int64_t us = slice_stride(g.O, g.C), u_size = 16 * us;
-  // The weights in the transform domain, for the input gradient.
-  Scratch scratch_u(dx && !kept_u ? u_size : 0);
-  const float* U = kept_u ? kept_u : scratch_u.data();
-  if (dx && !kept_u) winograd_weights(g, w, scratch_u.data());
-  const std::vector<PackedA> packed_u_t = dx ? pack_weights(16, true, g.C, g.O, U, g.C, us) : std::vector<PackedA>{};
+  // The weights in the transform domain, transposed, for the input gradient.
+  std::optional<WinogradWeights> packed_u_t;
+  if (dx) packed_u_t.emplace(g, w, true);
   const int64_t chunk = (blocks + kMaxPartials - 1) / kMaxPartials;  // blocks per partial sum
   const int64_t chunks = (blocks + chunk - 1) / chunk;
   Scratch dU(dw ? chunks * u_size : 0);  // the weight gradient in the transform domain, per chunk
@@ -941,7 +1018,7 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
         }
         if (dx_block) {
           for (int xi = 0; xi < 16; ++xi)  // dV, in V's buffer
-            product(packed_u_t[xi], false, T, 1.0f, dM.data() + xi * ms, T, 0.0f, V.data() + xi * vs, T);
+            product((*packed_u_t)[xi], false, T, 1.0f, dM.data() + xi * ms, T, 0.0f, V.data() + xi * vs, T);
           winograd_input_adjoint(g, V.data(), band, dx_block);
         }
       }
@@ -984,10 +1061,7 @@ std::optional<DirectConvShape> direct_shape(const ConvGeometry& g, bool input_gr
 // Convolution is affine in x (and linear in w): one rule serves every transport.
 class Conv2dNode : public Node {
  public:
-  // u: the weights in Winograd's transform domain, as the forward pass computed them, or
-  // undefined (the backward pass recomputes them).
-  Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w, Tensor u)
-      : g_(g), x_(std::move(x)), w_(std::move(w)), u_(std::move(u)) {}
+  Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w) : g_(g), x_(std::move(x)), w_(std::move(w)) {}
   std::string name() const override { return "conv2d"; }
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
@@ -1003,23 +1077,21 @@ class Conv2dNode : public Node {
     float* dx_left = direct ? nullptr : pointer(dx);  // what the GEMM paths still compute
     if (!dx_left && !dw.defined() && !db.defined()) return {dx, dw, db};
     if (winograd)
-      winograd_backward(g_, x_.data(), w_.data(), pointer(u_), u.data(), dx_left, pointer(dw), pointer(db));
+      winograd_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
     else
       conv_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
     return {dx, dw, db};
   }
 
  private:
-  void release() override { x_ = w_ = u_ = Tensor(); }
+  void release() override { x_ = w_ = Tensor(); }
 
   ConvGeometry g_;
-  Tensor x_, w_, u_;
+  Tensor x_, w_;
 };
 
 // The output of a convolution with `epilogue` (its bias pointer is set here, from `bias`).
-// `keep_u`, defined for a Winograd conv, receives the weights' transform.
-Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue,
-                Tensor keep_u = {}) {
+Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue) {
   Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
   count_multiply_adds(g.N * g.O * g.P * g.rows_g);
   epilogue.bias = bias.defined() ? bias.data() : nullptr;
@@ -1033,7 +1105,7 @@ Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const T
       });
     });
   } else if (winograd_applies(g))
-    winograd_forward(g, x.data(), w.data(), epilogue, keep_u.defined() ? keep_u.data() : nullptr, out.data());
+    winograd_forward(g, x.data(), w.data(), epilogue, out.data());
   else
     conv_forward(g, x.data(), w.data(), epilogue, out.data());
   return out;
@@ -1080,16 +1152,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o)) return conv2d(x_in, cut_w, bias_in, cut_o);
   Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
   const bool record = needs_grad({x, w, bias});
-  // A Winograd conv's input gradient needs the weights' transform again. An explanation
-  // keeps it from the forward pass (15% of a VGG-11 explanation at batch 16 went to
-  // computing it twice), at 16/9 of the weight's memory while its graph lives; a training
-  // step (GradientOnly), whose memory peaks at the end of the forward pass, recomputes it.
-  Tensor keep_u;
-  if (record && winograd_applies(g) && !direct_shape(g, true) && g.N > 0 && x.requires_grad() &&
-      !recording_gradient_only())
-    keep_u = Tensor::empty({transformed_weights_size(g)});
-  Tensor out = convolve(g, x, w, bias, Epilogue{}, keep_u);
-  if (record) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach(), keep_u), {x, w, bias});
+  Tensor out = convolve(g, x, w, bias, Epilogue{});
+  if (record) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()), {x, w, bias});
   return out;
 }
 
