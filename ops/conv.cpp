@@ -18,6 +18,7 @@
 #include "ops/conv_direct.h"
 #include "ops/layout.h"
 #include "ops/norm.h"
+#include "ops/winograd_avx512.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -764,10 +765,22 @@ void winograd_input(const ConvGeometry& g, const float* x, const WinogradBand& b
     PaddedRows p(TW), m(TW);  // the patch rows, then Bᵀ · rows
     const int64_t half = p.half;
     const EntryRange even = inside_entries(g, half, 0), odd = inside_entries(g, half, 1);
+    const bool vectors = vector_isa() == VectorIsa::Avx512;
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < band.nb; ++b)
         for (int64_t r = 0; r < band.rows; ++r) {
           const float* plane = x + (b * g.C + c) * g.H * g.W;
+          if (vectors) {  // the same operations, 16 tiles at a time (ops/winograd_avx512.h)
+            const float* rows[4];
+            for (int i = 0; i < 4; ++i) {
+              const int64_t h = band.oh0 + 2 * r - g.ph + i;
+              rows[i] = h < 0 || h >= g.H ? nullptr : plane + h * g.W;
+            }
+            float* out = V + c * T + (b * band.rows + r) * TW;
+            for (int64_t s0 = 0; s0 < TW; s0 += kWinogradLanes)
+              winograd_input_tiles_avx512(rows, g.W, g.pw, s0, std::min(kWinogradLanes, TW - s0), out + s0, vs);
+            continue;
+          }
           for (int i = 0; i < 4; ++i) {
             float *pe = p.even(i), *po = p.odd(i);
             std::fill(pe, pe + half, 0.0f);
@@ -857,6 +870,7 @@ void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& 
   const int64_t T = band.tiles(), TW = band.TW, ms = slice_stride(g.O, T);
   parallel_for(g.O, std::max<int64_t>(1, kCopyGrain / (16 * T)), [&](int64_t o0, int64_t o1) {
     std::vector<float> rows(static_cast<size_t>(2 * 2 * TW));
+    const bool vectors = vector_isa() == VectorIsa::Avx512;
     for (int64_t o = o0; o < o1; ++o)
       for (int64_t b = 0; b < band.nb; ++b)
         for (int64_t r = 0; r < band.rows; ++r) {
@@ -864,7 +878,9 @@ void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& 
           const float add = epilogue.bias ? epilogue.bias[o] : 0.0f;
           float* out0 = rows.data();  // the tiles' two output rows
           float* out1 = rows.data() + 2 * TW;
-          for (int64_t s = 0; s < TW; ++s) {
+          for (int64_t s = 0; vectors && s < TW; s += kWinogradLanes)  // as below, 16 tiles at a time
+            winograd_output_tiles_avx512(in + s, ms, std::min(kWinogradLanes, TW - s), add, out0 + 2 * s, out1 + 2 * s);
+          for (int64_t s = 0; !vectors && s < TW; ++s) {
             float top[4], bottom[4];  // Aᵀ on the rows of column j of the tile, then on the columns
             for (int j = 0; j < 4; ++j) {
               const float* col = in + j * ms;  // M[4k + j] is col + 4k·ms
@@ -890,6 +906,7 @@ void winograd_output_adjoint(const ConvGeometry& g, const float* dy, const Winog
   const int64_t T = band.tiles(), TW = band.TW, ms = slice_stride(g.O, T);
   parallel_for(g.O, std::max<int64_t>(1, kCopyGrain / (16 * T)), [&](int64_t o0, int64_t o1) {
     std::vector<float> rows(static_cast<size_t>(2 * 2 * TW));
+    const bool vectors = vector_isa() == VectorIsa::Avx512;
     for (int64_t o = o0; o < o1; ++o)
       for (int64_t b = 0; b < band.nb; ++b)
         for (int64_t r = 0; r < band.rows; ++r) {
@@ -905,9 +922,11 @@ void winograd_output_adjoint(const ConvGeometry& g, const float* dy, const Winog
           const float* y1 = rows.data() + 2 * TW;
           // A on the columns, c(y) = [a, a + b, a − b, −b] for a row (a, b) of a tile, then
           // on the rows, d = [c0, c0 + c1, c0 − c1, −c1]: dM[4k + j] = d_k of column entry j.
+          for (int64_t s = 0; vectors && s < TW; s += kWinogradLanes)  // as below, 16 tiles at a time
+            winograd_output_adjoint_tiles_avx512(y0 + 2 * s, y1 + 2 * s, std::min(kWinogradLanes, TW - s), out + s, ms);
           float* d[16];
           for (int xi = 0; xi < 16; ++xi) d[xi] = out + xi * ms;
-          for (int64_t s = 0; s < TW; ++s) {
+          for (int64_t s = 0; !vectors && s < TW; ++s) {
             const float a0 = y0[2 * s], b0 = y0[2 * s + 1], a1 = y1[2 * s], b1 = y1[2 * s + 1];
             const float c0[4] = {a0, a0 + b0, a0 - b0, -b0};
             const float c1[4] = {a1, a1 + b1, a1 - b1, -b1};

@@ -1,0 +1,133 @@
+#include "ops/winograd_avx512.h"
+
+#include <algorithm>
+
+#include "engine/error.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12's AVX-512 permute intrinsics pass an "undefined" vector made by self-initialisation
+// to their masked builtins, and -Wuninitialized reports it wherever they are inlined (as in
+// engine/gemm_avx512.cpp). The value is never read.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define ADJOINT_AVX512 [[gnu::target("avx512f")]]
+#endif
+
+namespace adjoint {
+
+#if defined(__x86_64__)
+
+namespace {
+
+// The lanes j with lo ≤ j < hi.
+ADJOINT_AVX512 __mmask16 lanes_between(int64_t lo, int64_t hi) {
+  lo = std::max<int64_t>(lo, 0), hi = std::min<int64_t>(hi, 16);
+  if (hi <= lo) return 0;
+  return static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+// Columns q .. q + 16 of a row W wide, zero outside it (those lanes are not read).
+ADJOINT_AVX512 __m512 load_inside(const float* row, int64_t q, int64_t W) {
+  return _mm512_maskz_loadu_ps(lanes_between(-q, W - q), row + q);
+}
+
+// Lane t of the result: lane 2t (even) or 2t + 1 (odd) of the 32 lanes lo, hi.
+ADJOINT_AVX512 __m512 even_lanes(__m512 lo, __m512 hi) {
+  return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), hi);
+}
+ADJOINT_AVX512 __m512 odd_lanes(__m512 lo, __m512 hi) {
+  return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), hi);
+}
+
+// 2n values alternating from `even` and `odd` (lane t of each to 2t and 2t + 1), to out.
+ADJOINT_AVX512 void store_interleaved(__m512 even, __m512 odd, int64_t n, float* out) {
+  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  _mm512_mask_storeu_ps(out, lanes_between(0, 2 * n), _mm512_permutex2var_ps(even, first, odd));
+  _mm512_mask_storeu_ps(out + 16, lanes_between(0, 2 * n - 16), _mm512_permutex2var_ps(even, second, odd));
+}
+
+}  // namespace
+
+ADJOINT_AVX512 void winograd_input_tiles_avx512(const float* const rows[4], int64_t W, int64_t pw, int64_t s0,
+                                                int64_t n, float* out, int64_t vs) {
+  // Patch column j of tile s0 + t is input column q0 + 2t + j: per patch row, the four
+  // columns of 16 tiles as four vectors, from two pairs of loads 2 columns apart.
+  const int64_t q0 = 2 * s0 - pw;
+  __m512 col[4][4];  // col[j][i]: patch row i, column j
+  for (int i = 0; i < 4; ++i) {
+    if (!rows[i]) {
+      for (int j = 0; j < 4; ++j) col[j][i] = _mm512_setzero_ps();
+      continue;
+    }
+    const __m512 lo = load_inside(rows[i], q0, W), hi = load_inside(rows[i], q0 + 16, W);
+    const __m512 lo2 = load_inside(rows[i], q0 + 2, W), hi2 = load_inside(rows[i], q0 + 18, W);
+    col[0][i] = even_lanes(lo, hi), col[1][i] = odd_lanes(lo, hi);
+    col[2][i] = even_lanes(lo2, hi2), col[3][i] = odd_lanes(lo2, hi2);
+  }
+  // Bᵀ on the patch rows, every column: m[j][k] = (Bᵀ d)[k][j].
+  __m512 m[4][4];
+  for (int j = 0; j < 4; ++j) {
+    const __m512 *p = col[j];
+    m[j][0] = p[0] - p[2], m[j][1] = p[1] + p[2], m[j][2] = p[2] - p[1], m[j][3] = p[1] - p[3];
+  }
+  // Then B on the columns: V[4k + j] from row k of Bᵀ d.
+  const __mmask16 tiles = lanes_between(0, n);
+  for (int k = 0; k < 4; ++k) {
+    const __m512 a = m[0][k], e = m[1][k], f = m[2][k], h = m[3][k];
+    _mm512_mask_storeu_ps(out + (4 * k + 0) * vs, tiles, a - f);
+    _mm512_mask_storeu_ps(out + (4 * k + 1) * vs, tiles, e + f);
+    _mm512_mask_storeu_ps(out + (4 * k + 2) * vs, tiles, f - e);
+    _mm512_mask_storeu_ps(out + (4 * k + 3) * vs, tiles, e - h);
+  }
+}
+
+ADJOINT_AVX512 void winograd_output_tiles_avx512(const float* in, int64_t ms, int64_t n, float add, float* out0,
+                                                 float* out1) {
+  const __mmask16 tiles = lanes_between(0, n);
+  __m512 top[4], bottom[4];  // Aᵀ on the rows of column j of the tiles, then on the columns
+  for (int j = 0; j < 4; ++j) {
+    const __m512 m0 = _mm512_maskz_loadu_ps(tiles, in + j * ms), m1 = _mm512_maskz_loadu_ps(tiles, in + (4 + j) * ms),
+                 m2 = _mm512_maskz_loadu_ps(tiles, in + (8 + j) * ms),
+                 m3 = _mm512_maskz_loadu_ps(tiles, in + (12 + j) * ms);
+    top[j] = m0 + m1 + m2, bottom[j] = m1 - m2 - m3;
+  }
+  const __m512 b = _mm512_set1_ps(add);
+  store_interleaved(top[0] + top[1] + top[2] + b, top[1] - top[2] - top[3] + b, n, out0);
+  store_interleaved(bottom[0] + bottom[1] + bottom[2] + b, bottom[1] - bottom[2] - bottom[3] + b, n, out1);
+}
+
+ADJOINT_AVX512 void winograd_output_adjoint_tiles_avx512(const float* y0, const float* y1, int64_t n, float* out,
+                                                         int64_t ms) {
+  const __mmask16 first = lanes_between(0, 2 * n), second = lanes_between(0, 2 * n - 16);
+  const __m512 lo0 = _mm512_maskz_loadu_ps(first, y0), hi0 = _mm512_maskz_loadu_ps(second, y0 + 16);
+  const __m512 lo1 = _mm512_maskz_loadu_ps(first, y1), hi1 = _mm512_maskz_loadu_ps(second, y1 + 16);
+  const __m512 a0 = even_lanes(lo0, hi0), b0 = odd_lanes(lo0, hi0), a1 = even_lanes(lo1, hi1), b1 = odd_lanes(lo1, hi1);
+  // A on the columns, c(y) = [a, a + b, a − b, −b] for a row (a, b) of a tile, then on the
+  // rows, d = [c0, c0 + c1, c0 − c1, −c1]: dM[4k + j] = d_k of column entry j.
+  const __m512 c0[4] = {a0, a0 + b0, a0 - b0, -b0}, c1[4] = {a1, a1 + b1, a1 - b1, -b1};
+  const __mmask16 tiles = lanes_between(0, n);
+  for (int j = 0; j < 4; ++j) {
+    _mm512_mask_storeu_ps(out + j * ms, tiles, c0[j]);
+    _mm512_mask_storeu_ps(out + (4 + j) * ms, tiles, c0[j] + c1[j]);
+    _mm512_mask_storeu_ps(out + (8 + j) * ms, tiles, c0[j] - c1[j]);
+    _mm512_mask_storeu_ps(out + (12 + j) * ms, tiles, -c1[j]);
+  }
+}
+
+#else  // not x86-64: never called (ops/conv.cpp checks for AVX-512 first)
+
+void winograd_input_tiles_avx512(const float* const*, int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
+  throw Error("winograd_input_tiles_avx512: not an x86-64 build");
+}
+void winograd_output_tiles_avx512(const float*, int64_t, int64_t, float, float*, float*) {
+  throw Error("winograd_output_tiles_avx512: not an x86-64 build");
+}
+void winograd_output_adjoint_tiles_avx512(const float*, const float*, int64_t, float*, int64_t) {
+  throw Error("winograd_output_adjoint_tiles_avx512: not an x86-64 build");
+}
+
+#endif
+
+}  // namespace adjoint
