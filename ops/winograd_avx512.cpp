@@ -40,12 +40,33 @@ ADJOINT_AVX512 __m512 odd_lanes(__m512 lo, __m512 hi) {
   return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), hi);
 }
 
-// 2n values alternating from `even` and `odd` (lane t of each to 2t and 2t + 1), to out.
+// Lane 0 = lane 15 of `before`, lanes 1 .. 16 = lanes 0 .. 15 of `v`: v shifted up a lane.
+ADJOINT_AVX512 __m512 shifted_up(__m512 v, __m512 before) {
+  return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v), _mm512_castps_si512(before), 15));
+}
+
+// Lanes alternating from `even` and `odd` (lane t of each to 2t and 2t + 1): lanes 0 .. 16
+// of the 32, or lanes 16 .. 32.
+ADJOINT_AVX512 __m512 interleave_first(__m512 even, __m512 odd) {
+  return _mm512_permutex2var_ps(even, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), odd);
+}
+ADJOINT_AVX512 __m512 interleave_second(__m512 even, __m512 odd) {
+  return _mm512_permutex2var_ps(even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
+                                odd);
+}
+
+// 2n values alternating from `even` and `odd`, to out.
 ADJOINT_AVX512 void store_interleaved(__m512 even, __m512 odd, int64_t n, float* out) {
-  const __m512i first = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i second = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  _mm512_mask_storeu_ps(out, lanes_between(0, 2 * n), _mm512_permutex2var_ps(even, first, odd));
-  _mm512_mask_storeu_ps(out + 16, lanes_between(0, 2 * n - 16), _mm512_permutex2var_ps(even, second, odd));
+  _mm512_mask_storeu_ps(out, lanes_between(0, 2 * n), interleave_first(even, odd));
+  _mm512_mask_storeu_ps(out + 16, lanes_between(0, 2 * n - 16), interleave_second(even, odd));
+}
+
+// Columns q .. q + 16 of a row W wide, those inside it and among the first `count`:
+// written (`set`) or added to.
+ADJOINT_AVX512 void put_inside(float* row, int64_t q, int64_t W, int64_t count, bool set, __m512 v) {
+  const __mmask16 lanes = lanes_between(-q, std::min(W - q, count));
+  if (!set) v = _mm512_maskz_loadu_ps(lanes, row + q) + v;
+  _mm512_mask_storeu_ps(row + q, lanes, v);
 }
 
 }  // namespace
@@ -80,6 +101,39 @@ ADJOINT_AVX512 void winograd_input_tiles_avx512(const float* const rows[4], int6
     _mm512_mask_storeu_ps(out + (4 * k + 1) * vs, tiles, e + f);
     _mm512_mask_storeu_ps(out + (4 * k + 2) * vs, tiles, f - e);
     _mm512_mask_storeu_ps(out + (4 * k + 3) * vs, tiles, e - h);
+  }
+}
+
+ADJOINT_AVX512 void winograd_input_adjoint_row_avx512(const float* in, int64_t vs, int64_t TW, float* const rows[4],
+                                                      const bool set[4], int64_t W, int64_t pw) {
+  // Entry k of a patch row (column 2k − pw even, 2k + 1 − pw odd) gathers tile k's share
+  // and tile k − 1's (times_B_adjoint in ops/conv.cpp): per row of dV, lane t of `even`
+  // (`odd`) is entry s0 + t, its tile k − 1 share shifted in from the previous lanes (and
+  // the previous chunk). Chunks run while entries remain: entries 0 .. TW.
+  __m512 carry_even[4], carry_odd[4];  // the previous chunk's shares for the entry after each tile
+  for (int i = 0; i < 4; ++i) carry_even[i] = carry_odd[i] = _mm512_setzero_ps();
+  for (int64_t s0 = 0; s0 <= TW; s0 += 16) {
+    const __mmask16 tiles = lanes_between(0, TW - s0);
+    const __mmask16 shifted = s0 > 0 ? 0xffff : 0xfffe;  // entry 0 has no tile before it
+    __m512 even[4], odd[4];  // m = dV · Bᵀ per row of dV, spread over the entries
+    for (int i = 0; i < 4; ++i) {
+      const float* v = in + 4 * i * vs + s0;
+      const __m512 v0 = _mm512_maskz_loadu_ps(tiles, v), v1 = _mm512_maskz_loadu_ps(tiles, v + vs),
+                   v2 = _mm512_maskz_loadu_ps(tiles, v + 2 * vs), v3 = _mm512_maskz_loadu_ps(tiles, v + 3 * vs);
+      const __m512 next_even = v1 + v2 - v0;  // tile s's share of entry s + 1
+      even[i] = _mm512_mask_add_ps(v0, shifted, v0, shifted_up(next_even, carry_even[i]));
+      odd[i] = _mm512_mask_sub_ps(v1 - v2 + v3, shifted, v1 - v2 + v3, shifted_up(v3, carry_odd[i]));
+      carry_even[i] = next_even, carry_odd[i] = v3;
+    }
+    // B on the rows: patch row i of B m.
+    const __m512 p_even[4] = {even[0], even[1] - even[2] + even[3], even[1] + even[2] - even[0], -even[3]};
+    const __m512 p_odd[4] = {odd[0], odd[1] - odd[2] + odd[3], odd[1] + odd[2] - odd[0], -odd[3]};
+    const int64_t count = 2 * std::min<int64_t>(16, TW + 1 - s0), q0 = 2 * s0 - pw;  // columns this chunk reaches
+    for (int i = 0; i < 4; ++i) {
+      if (!rows[i]) continue;
+      put_inside(rows[i], q0, W, count, set[i], interleave_first(p_even[i], p_odd[i]));
+      put_inside(rows[i], q0 + 16, W, count - 16, set[i], interleave_second(p_even[i], p_odd[i]));
+    }
   }
 }
 
@@ -120,6 +174,9 @@ ADJOINT_AVX512 void winograd_output_adjoint_tiles_avx512(const float* y0, const 
 
 void winograd_input_tiles_avx512(const float* const*, int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
   throw Error("winograd_input_tiles_avx512: not an x86-64 build");
+}
+void winograd_input_adjoint_row_avx512(const float*, int64_t, int64_t, float* const*, const bool*, int64_t, int64_t) {
+  throw Error("winograd_input_adjoint_row_avx512: not an x86-64 build");
 }
 void winograd_output_tiles_avx512(const float*, int64_t, int64_t, float, float*, float*) {
   throw Error("winograd_output_tiles_avx512: not an x86-64 build");

@@ -20,6 +20,14 @@ constexpr int64_t kWinogradLanes = 16;
 void winograd_input_tiles_avx512(const float* const rows[4], int64_t W, int64_t pw, int64_t s0, int64_t n,
                                  float* out, int64_t vs);
 
+// The adjoint of winograd_input_tiles_avx512 for a whole row of TW tiles of one channel:
+// dV[ξ] of tile t at in[ξ·vs + t]; (B dV Bᵀ) over each tile's patch goes to the input rows
+// under it, rows[i] for patch row i (null where outside the input), W wide, written where
+// set[i] (the row's first contribution) and added to elsewhere. Patches overlap by two
+// columns; every column gets its tiles' shares summed in the portable loops' order.
+void winograd_input_adjoint_row_avx512(const float* in, int64_t vs, int64_t TW, float* const rows[4], const bool set[4],
+                                       int64_t W, int64_t pw);
+
 // The tiles' two output rows, Aᵀ M A + add, for n tiles: M[ξ] of tile t at in[ξ·ms + t];
 // output (i, j) of tile t goes to (i ? out1 : out0)[2t + j].
 void winograd_output_tiles_avx512(const float* in, int64_t ms, int64_t n, float add, float* out0, float* out1);
