@@ -169,8 +169,9 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
       {{1, 128, 40, 40}, {16, 128, 3, 3}, Conv2dOptions::square(1, 1)},
       {{1, 16, 66, 64}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
       // The weights' transform written straight into the packed layout: two depth blocks
-      // (256 + 8 channels) and a partial panel of rows (260 = 21·12 + 8), both ways round.
-      {{1, 264, 6, 6}, {260, 264, 3, 3}, Conv2dOptions::square(1, 1)},
+      // (256 + 8 channels) and a partial panel of rows (260 = 21·12 + 8), both ways round;
+      // 128 tiles, the fewest that large weights run Winograd for.
+      {{2, 264, 16, 16}, {260, 264, 3, 3}, Conv2dOptions::square(1, 1)},
   };
   uint64_t seed = 700;
   for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
