@@ -524,6 +524,43 @@ TEST_CASE("pool: soft max-pool pullback matches the PyTorch reference (unfold, d
               1e-6, "default temperature");
 }
 
+TEST_CASE("pool: soft max-pool pullback over tiling windows matches its definition") {
+  // Windows that tile the input (2x2 stride 2; 3x2 stride 3x2 leaving a row and a column
+  // uncovered) take their own loops: dx = u(window) · softmax(window / tau), computed here
+  // in double, a window at a time.
+  struct Case {
+    int64_t kh, kw;
+    Shape in;
+  };
+  for (const Case& c : {Case{2, 2, {2, 3, 8, 10}}, Case{3, 2, {1, 2, 10, 7}}}) {
+    const Tensor x = random_tensor(c.in, 510);
+    const Fn f = [c](const std::vector<Tensor>& in) { return max_pool2d(in[0], c.kh, c.kw, c.kh, c.kw, 0, 0); };
+    const int64_t OH = c.in[2] / c.kh, OW = c.in[3] / c.kw;
+    const Tensor u = random_tensor({c.in[0], c.in[1], OH, OW}, 511);
+    const float tau = 0.3f;
+    const Tensor dx = vjp(f, {x}, u, soft(tau))[0];
+    Tensor want = Tensor::zeros(c.in);
+    for (int64_t n = 0; n < c.in[0]; ++n)
+      for (int64_t ch = 0; ch < c.in[1]; ++ch)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double top = -1e30, total = 0;
+            for (int64_t i = 0; i < c.kh; ++i)
+              for (int64_t j = 0; j < c.kw; ++j) top = std::max<double>(top, x.at({n, ch, oh * c.kh + i, ow * c.kw + j}));
+            for (int64_t i = 0; i < c.kh; ++i)
+              for (int64_t j = 0; j < c.kw; ++j) total += std::exp((x.at({n, ch, oh * c.kh + i, ow * c.kw + j}) - top) / tau);
+            for (int64_t i = 0; i < c.kh; ++i)
+              for (int64_t j = 0; j < c.kw; ++j) {
+                const double weight = std::exp((x.at({n, ch, oh * c.kh + i, ow * c.kw + j}) - top) / tau) / total;
+                want.data()[((n * c.in[1] + ch) * c.in[2] + oh * c.kh + i) * c.in[3] + ow * c.kw + j] =
+                    static_cast<float>(weight * u.at({n, ch, oh, ow}));
+              }
+          }
+    check_close(dx, want, 1e-5, 1e-6, "soft max-pool over tiling windows");
+    CHECK(max_abs(dx) > 0.01);
+  }
+}
+
 TEST_CASE("pool: soft max-pool weights sum to one and harden as tau -> 0") {
   // Non-overlapping 2x2 windows: each window's cotangents add up to its u.
   const Tensor x = random_tensor({2, 3, 6, 8}, 500), u = random_tensor({2, 3, 3, 4}, 501);
