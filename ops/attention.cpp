@@ -6,9 +6,11 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/fast_exp.h"
 #include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "engine/vectorize.h"
 
 namespace adjoint {
 
@@ -46,18 +48,21 @@ Tensor pattern(const float* q, const HeadLayout& lq, const float* k, const HeadL
   float* pa = a.data();
   gemm_batched(batch, false, true, T, S, d, alpha, q, lq.ld, lq.heads, k, lk.ld, lk.heads, 0.0f, pa, S, T * S);
   parallel_for(batch * T, row_grain(S), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      float* row = pa + r * S;
-      // Keys 0..i are visible to query i under the causal mask (i = r mod T); at least
-      // key 0 always is, so no row is empty.
-      const int64_t visible = causal ? std::min<int64_t>(S, r % T + 1) : S;
-      const float peak = *std::max_element(row, row + visible);
-      double total = 0;
-      for (int64_t j = 0; j < visible; ++j) total += row[j] = std::exp(row[j] - peak);
-      const float inv = float(1.0 / total);
-      for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
-      std::fill(row + visible, row + S, 0.0f);
-    }
+    run_widest([&] {  // a vectorised exp: libm's, a call per score, took 3% of a ViT's inference
+      for (int64_t r = r0; r < r1; ++r) {
+        float* row = pa + r * S;
+        // Keys 0..i are visible to query i under the causal mask (i = r mod T); at least
+        // key 0 always is, so no row is empty.
+        const int64_t visible = causal ? std::min<int64_t>(S, r % T + 1) : S;
+        const float peak = *std::max_element(row, row + visible);
+        for (int64_t j = 0; j < visible; ++j) row[j] = fast_exp(row[j] - peak);
+        double total = 0;
+        for (int64_t j = 0; j < visible; ++j) total += row[j];
+        const float inv = float(1.0 / total);
+        for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
+        std::fill(row + visible, row + S, 0.0f);
+      }
+    });
   });
   return a;
 }
