@@ -917,11 +917,22 @@ void winograd_output(const ConvGeometry& g, const float* M, const WinogradBand& 
         for (int64_t r = 0; r < band.rows; ++r) {
           const float* in = M + o * T + (b * band.rows + r) * TW;
           const float add = epilogue.bias ? epilogue.bias[o] : 0.0f;
+          if (vectors) {  // as below, 16 tiles at a time, the epilogue applied and y written in place
+            const WinogradEpilogue finish{epilogue.scale != nullptr, epilogue.scale ? epilogue.scale[o] : 1.0f,
+                                          epilogue.shift ? epilogue.shift[o] : 0.0f, epilogue.relu};
+            float* y_rows[2];
+            for (int i = 0; i < 2; ++i) {
+              const int64_t oh = band.oh0 + 2 * r + i;
+              y_rows[i] = oh < g.OH ? y + (b * g.O + o) * g.P + oh * g.OW : nullptr;
+            }
+            for (int64_t s = 0; s < TW; s += kWinogradLanes)
+              winograd_output_tiles_avx512(in + s, ms, std::min(kWinogradLanes, TW - s), add, finish,
+                                           y_rows[0] + 2 * s, y_rows[1] ? y_rows[1] + 2 * s : nullptr, g.OW - 2 * s);
+            continue;
+          }
           float* out0 = rows.data();  // the tiles' two output rows
           float* out1 = rows.data() + 2 * TW;
-          for (int64_t s = 0; vectors && s < TW; s += kWinogradLanes)  // as below, 16 tiles at a time
-            winograd_output_tiles_avx512(in + s, ms, std::min(kWinogradLanes, TW - s), add, out0 + 2 * s, out1 + 2 * s);
-          for (int64_t s = 0; !vectors && s < TW; ++s) {
+          for (int64_t s = 0; s < TW; ++s) {
             float top[4], bottom[4];  // Aᵀ on the rows of column j of the tile, then on the columns
             for (int j = 0; j < 4; ++j) {
               const float* col = in + j * ms;  // M[4k + j] is col + 4k·ms

@@ -55,10 +55,10 @@ ADJOINT_AVX512 __m512 interleave_second(__m512 even, __m512 odd) {
                                 odd);
 }
 
-// 2n values alternating from `even` and `odd`, to out.
-ADJOINT_AVX512 void store_interleaved(__m512 even, __m512 odd, int64_t n, float* out) {
-  _mm512_mask_storeu_ps(out, lanes_between(0, 2 * n), interleave_first(even, odd));
-  _mm512_mask_storeu_ps(out + 16, lanes_between(0, 2 * n - 16), interleave_second(even, odd));
+// The first `count` (≤ 32) of the values alternating from `even` and `odd`, to out.
+ADJOINT_AVX512 void store_interleaved(__m512 even, __m512 odd, int64_t count, float* out) {
+  _mm512_mask_storeu_ps(out, lanes_between(0, count), interleave_first(even, odd));
+  _mm512_mask_storeu_ps(out + 16, lanes_between(0, count - 16), interleave_second(even, odd));
 }
 
 // Columns q .. q + 16 of a row W wide, those inside it and among the first `count`:
@@ -137,8 +137,9 @@ ADJOINT_AVX512 void winograd_input_adjoint_row_avx512(const float* in, int64_t v
   }
 }
 
-ADJOINT_AVX512 void winograd_output_tiles_avx512(const float* in, int64_t ms, int64_t n, float add, float* out0,
-                                                 float* out1) {
+ADJOINT_AVX512 void winograd_output_tiles_avx512(const float* in, int64_t ms, int64_t n, float add,
+                                                 const WinogradEpilogue& finish, float* row0, float* row1,
+                                                 int64_t width) {
   const __mmask16 tiles = lanes_between(0, n);
   __m512 top[4], bottom[4];  // Aᵀ on the rows of column j of the tiles, then on the columns
   for (int j = 0; j < 4; ++j) {
@@ -148,8 +149,18 @@ ADJOINT_AVX512 void winograd_output_tiles_avx512(const float* in, int64_t ms, in
     top[j] = m0 + m1 + m2, bottom[j] = m1 - m2 - m3;
   }
   const __m512 b = _mm512_set1_ps(add);
-  store_interleaved(top[0] + top[1] + top[2] + b, top[1] - top[2] - top[3] + b, n, out0);
-  store_interleaved(bottom[0] + bottom[1] + bottom[2] + b, bottom[1] - bottom[2] - bottom[3] + b, n, out1);
+  __m512 out[2][2] = {{top[0] + top[1] + top[2] + b, top[1] - top[2] - top[3] + b},
+                      {bottom[0] + bottom[1] + bottom[2] + b, bottom[1] - bottom[2] - bottom[3] + b}};
+  float* rows[2] = {row0, row1};
+  const int64_t count = std::min<int64_t>(2 * n, width);
+  for (int i = 0; i < 2; ++i) {
+    if (!rows[i]) continue;
+    for (__m512& v : out[i]) {
+      if (finish.affine) v = v * _mm512_set1_ps(finish.scale) + _mm512_set1_ps(finish.shift);
+      if (finish.relu) v = _mm512_max_ps(_mm512_setzero_ps(), v);  // as std::max(v, 0): NaN stays
+    }
+    store_interleaved(out[i][0], out[i][1], count, rows[i]);
+  }
 }
 
 ADJOINT_AVX512 void winograd_output_adjoint_tiles_avx512(const float* y0, const float* y1, int64_t n, float* out,
@@ -178,7 +189,8 @@ void winograd_input_tiles_avx512(const float* const*, int64_t, int64_t, int64_t,
 void winograd_input_adjoint_row_avx512(const float*, int64_t, int64_t, float* const*, const bool*, int64_t, int64_t) {
   throw Error("winograd_input_adjoint_row_avx512: not an x86-64 build");
 }
-void winograd_output_tiles_avx512(const float*, int64_t, int64_t, float, float*, float*) {
+void winograd_output_tiles_avx512(const float*, int64_t, int64_t, float, const WinogradEpilogue&, float*, float*,
+                                  int64_t) {
   throw Error("winograd_output_tiles_avx512: not an x86-64 build");
 }
 void winograd_output_adjoint_tiles_avx512(const float*, const float*, int64_t, float*, int64_t) {

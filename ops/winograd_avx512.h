@@ -28,9 +28,19 @@ void winograd_input_tiles_avx512(const float* const rows[4], int64_t W, int64_t 
 void winograd_input_adjoint_row_avx512(const float* in, int64_t vs, int64_t TW, float* const rows[4], const bool set[4],
                                        int64_t W, int64_t pw);
 
-// The tiles' two output rows, Aᵀ M A + add, for n tiles: M[ξ] of tile t at in[ξ·ms + t];
-// output (i, j) of tile t goes to (i ? out1 : out0)[2t + j].
-void winograd_output_tiles_avx512(const float* in, int64_t ms, int64_t n, float add, float* out0, float* out1);
+// What follows a convolution's sum in its output channel: v ↦ v·scale + shift (when
+// `affine`, a folded BatchNorm), then max(v, 0) (when `relu`), as ops/conv.cpp's Epilogue.
+struct WinogradEpilogue {
+  bool affine;
+  float scale, shift;
+  bool relu;
+};
+
+// The tiles' two output rows, finish(Aᵀ M A + add), for n tiles: M[ξ] of tile t at
+// in[ξ·ms + t]; output (i, j) of tile t goes to (i ? row1 : row0)[2t + j] for 2t + j < width
+// (row1 null: past the outputs).
+void winograd_output_tiles_avx512(const float* in, int64_t ms, int64_t n, float add, const WinogradEpilogue& finish,
+                                  float* row0, float* row1, int64_t width);
 
 // The adjoint of winograd_output_tiles_avx512 (without `add`): dM[ξ] = (A dY Aᵀ)[ξ] for n
 // tiles whose output rows are y0 and y1 (2n values each); dM[ξ] of tile t to out[ξ·ms + t].
