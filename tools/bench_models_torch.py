@@ -8,8 +8,8 @@ prints both with the ratio ours/PyTorch (> 1: adjoint is faster). With --ours, e
 achieved GFLOP/s is also printed as a share of the sgemm rate that `adjoint bench models`
 measured in its run (its FLOP counts, engine/flops.h: training counts 3x forward). With
 --clock cpu (1 thread only, as adjoint's --clock cpu) steps are timed in process CPU time,
-steady on a busy machine. Peak memory of the ResNet-18 training step is the process's max
-RSS growth, measured in a child process.
+steady on a busy machine. With --memory, the peak memory of each model's training step is
+the process's max RSS growth, measured in a child process per model.
 """
 import argparse
 import json
@@ -50,17 +50,23 @@ def time_steps(fn, repeats, clock, warmup=2):
     return torch_peer.time_runs(repeats, fn, clock, warmup=warmup)[0]
 
 
-def bench(name, batch, repeats, clock):
-    model = models()[name]()
-    x, y = batch_for(name, batch)
-    n = x.shape[0]
+def training_step(model, x, y):
+    """One SGD step (forward, cross-entropy, backward, update) of `model` on (x, y)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    def train_step():
+    def step():
         opt.zero_grad()
         logits = model(x)
         F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y).backward()
         opt.step()
+    return step
+
+
+def bench(name, batch, repeats, clock):
+    model = models()[name]()
+    x, y = batch_for(name, batch)
+    n = x.shape[0]
+    train_step = training_step(model, x, y)
 
     def infer():
         with torch.no_grad():
@@ -81,22 +87,16 @@ def vm_kib(field):
     return 0
 
 
-def peak_rss_step(batch):
-    """Peak RSS growth (MiB) over one ResNet-18 training step after a warm-up step: the
-    kernel's high-water mark is reset through /proc/self/clear_refs, then read as VmHWM.
+def peak_rss_step(name, batch):
+    """Peak RSS growth (MiB) over one training step of model `name` after a warm-up step:
+    the kernel's high-water mark is reset through /proc/self/clear_refs, then read as VmHWM.
     Runs in a child started with MALLOC_MMAP_THRESHOLD_=131072, as `adjoint bench models`
     measures: every large buffer is then mapped when allocated and unmapped when freed, so
     the resident set follows live memory (glibc's adaptive threshold would keep freed
     buffers resident and hide part of the step's peak)."""
-    model = models()["resnet18"]()
-    x, y = batch_for("resnet18", batch)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-    def step():
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-
+    model = models()[name]()
+    x, y = batch_for(name, batch)
+    step = training_step(model, x, y)
     step()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
@@ -114,8 +114,8 @@ def main():
     ap.add_argument("--ours", help="JSON written by `adjoint bench models --out`")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                     help="wall time, or process CPU time (--threads 1 only)")
-    ap.add_argument("--memory", action="store_true", help="also print ResNet-18 step peak RSS growth")
-    ap.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--memory", action="store_true", help="also print each model's step peak RSS growth")
+    ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.clock == "cpu" and args.threads != 1:
         ap.error("--clock cpu measures durations only with --threads 1")
@@ -123,7 +123,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.memory_child:
-        print(f"{peak_rss_step(args.batch):.1f}")
+        print(f"{peak_rss_step(args.memory_child, args.batch):.1f}")
         return
     names = args.only.split(",") if args.only else list(models())
     ours, ours_blas, ours_conv, sgemm = {}, None, None, None
@@ -162,11 +162,13 @@ def main():
         print(line, flush=True)
     if args.memory:
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-        child = subprocess.run([sys.executable, __file__, "--memory-child", "--threads", str(args.threads),
-                                "--batch", str(args.batch)], capture_output=True, text=True, check=True, env=env)
-        mine = ours.get("resnet18", {}).get("peak_rss_step_mib")
-        print(f"resnet18 training step, peak RSS growth: torch {child.stdout.strip()} MiB"
-              + (f", ours {mine:.1f} MiB" if mine else ""))
+        print(f"{'model':<12} {'step peak RSS growth, MiB: torch':>33} {'ours':>8}")
+        for name in names:
+            child = subprocess.run([sys.executable, __file__, "--memory-child", name, "--threads", str(args.threads),
+                                    "--batch", str(args.batch)], capture_output=True, text=True, check=True, env=env)
+            mine = ours.get(name, {}).get("peak_rss_step_mib")
+            print(f"{name:<12} {float(child.stdout.strip()):33.1f} " + (f"{mine:8.1f}" if mine else f"{'-':>8}"),
+                  flush=True)
 
 
 if __name__ == "__main__":
