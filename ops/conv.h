@@ -6,8 +6,11 @@
 //   maps 12 to 32 wide, small maps (up to 8 wide, up to 128 input channels) and strided
 //   3×3 layers, where the GEMM algorithms move more memory than they compute.
 // - Winograd F(2×2, 3×3) for other 3×3 kernels at stride 1 (no dilation, no groups, 16
-//   channels or more): 16 GEMMs in a transform domain, 2.25× fewer multiplications than
-//   direct convolution.
+//   channels or more; with more than 128 × 128 channels, at least 128 tiles per call, since
+//   the weights' transform is redone every call): 16 GEMMs in a transform domain, 2.25×
+//   fewer multiplications than direct convolution. On AVX-512 its transforms run 16 tiles
+//   at a time (ops/winograd_avx512.h) and the weights' transform writes the GEMM kernel's
+//   packed layout directly.
 // - im2col + GEMM for everything else, with a 1×1 stride-1 path that reads the input in
 //   place.
 //
