@@ -706,7 +706,7 @@ class WinogradWeights {
   std::vector<PackedA> slices_;
 };
 
-// dW[o][c] = Gᵀ dU[·][o][c] G, the adjoint of winograd_weights.
+// dW[o][c] = Gᵀ dU[·][o][c] G, the adjoint of winograd_kernel_transform.
 void winograd_weight_grad(const ConvGeometry& g, const float* dU, float* dw) {
   const int64_t count = g.O * g.C, stride = slice_stride(g.O, g.C);
   parallel_for(count, 1024, [&](int64_t e0, int64_t e1) {
