@@ -4,19 +4,12 @@
 #include <cstdlib>
 #include <memory>
 
-#include "engine/avx512_transpose.h"
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's AVX-512 shuffle intrinsics pass an "undefined" vector made by self-initialisation
-// (`__m512 __Y = __Y;`) to their masked builtins, and -Wuninitialized reports it wherever they
-// are inlined. The value is never read (the mask is all ones).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define ADJOINT_AVX512 [[gnu::target("avx512f")]]
+#include "engine/avx512.h"
 #endif
 
 namespace adjoint {
@@ -50,9 +43,6 @@ PackBuffers& pack_buffers() {
   if (!buffers.a || !buffers.b) throw Error("out of memory: the packing buffers of a matrix product");
   return buffers;
 }
-
-// The lanes [0, n) of a vector, n ≤ 16.
-ADJOINT_AVX512 __mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
 // A row-major matrix read along its rows, packed along its columns: for `count` ≤ 16 of
 // its rows (the rest zero) and depth k in [0, kc), out[k·stride + r] = src[r·ld + k], written

@@ -11,7 +11,6 @@
 #include "engine/error.h"
 #include "engine/flops.h"
 #include "engine/gemm.h"
-#include "engine/avx512_transpose.h"
 #include "engine/gemm_avx512.h"
 #include "engine/prefetch.h"
 #include "engine/threads.h"
@@ -23,8 +22,7 @@
 #include "ops/winograd_avx512.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-#define ADJOINT_AVX512 [[gnu::target("avx512f")]]
+#include "engine/avx512.h"
 #endif
 
 namespace adjoint {
@@ -622,7 +620,7 @@ template <class T>
 ADJOINT_AVX512 void winograd_transform_packed(const float* w, int64_t row_step, int64_t depth_step, int64_t M,
                                               int64_t K, int64_t p0, int64_t p1, int64_t k0, int64_t k1, float* u,
                                               int64_t stride) {
-  const __mmask16 panel = static_cast<__mmask16>((1u << kAvx512PanelRows) - 1u), nine = 0x1ff;
+  const __mmask16 panel = first_lanes(kAvx512PanelRows), nine = first_lanes(9);
   const bool panels_inner = row_step < depth_step;
   const int64_t outer_end = panels_inner ? k1 : p1, inner_end = panels_inner ? p1 : k1;
   for (int64_t outer = panels_inner ? k0 : p0; outer < outer_end; ++outer)

@@ -9,8 +9,7 @@
 #include "engine/vectorize.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-#define ADJOINT_AVX512 [[gnu::target("avx512f")]]
+#include "engine/avx512.h"
 #endif
 
 namespace adjoint {
@@ -41,10 +40,6 @@ std::vector<float> pack_weights(const DirectConvShape& s, const float* w, bool a
     }
   }
   return packed;
-}
-
-ADJOINT_AVX512 __mmask16 first_lanes(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << std::max<int64_t>(n, 0)) - 1u);
 }
 
 // One image, zero-padded: C planes of `rows` rows of `stride` floats; input row h is row

@@ -5,13 +5,7 @@
 #include "engine/error.h"
 
 #if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's AVX-512 permute intrinsics pass an "undefined" vector made by self-initialisation
-// to their masked builtins, and -Wuninitialized reports it wherever they are inlined (as in
-// engine/gemm_avx512.cpp). The value is never read.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define ADJOINT_AVX512 [[gnu::target("avx512f")]]
+#include "engine/avx512.h"
 #endif
 
 namespace adjoint {
@@ -19,13 +13,6 @@ namespace adjoint {
 #if defined(__x86_64__)
 
 namespace {
-
-// The lanes j with lo ≤ j < hi.
-ADJOINT_AVX512 __mmask16 lanes_between(int64_t lo, int64_t hi) {
-  lo = std::max<int64_t>(lo, 0), hi = std::min<int64_t>(hi, 16);
-  if (hi <= lo) return 0;
-  return static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-}
 
 // Columns q .. q + 16 of a row W wide, zero outside it (those lanes are not read).
 ADJOINT_AVX512 __m512 load_inside(const float* row, int64_t q, int64_t W) {

@@ -1,21 +1,39 @@
-// A 16 × 16 block of floats transposed in AVX-512 registers: the packing of the engine's GEMM
-// (engine/gemm_avx512.cpp) and Winograd's weight transform (ops/conv.cpp) turn rows into
-// columns with it. Include only where AVX-512 code is compiled for x86-64.
+// What the engine's hand-written AVX-512 kernels share: the attribute that compiles a
+// function for AVX-512 (the build targets plain x86-64, and each kernel runs only after a
+// run-time check), lane masks, and a 16 × 16 transpose in registers. Used by the GEMM
+// (engine/gemm_avx512.cpp), the direct convolutions (ops/conv_direct.cpp) and Winograd
+// (ops/conv.cpp, ops/winograd_avx512.cpp). Include only in x86-64 code.
 #pragma once
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstdint>
+
+#define ADJOINT_AVX512 [[gnu::target("avx512f")]]
+
 namespace adjoint {
 
-// GCC 12's AVX-512 shuffle intrinsics pass an "undefined" vector made by self-initialisation
-// to their masked builtins, and -Wuninitialized reports it wherever they are inlined. The
-// value is never read (the mask is all ones).
-#pragma GCC diagnostic push
+// The lanes j with lo ≤ j < hi (clipped to the 16 lanes).
+ADJOINT_AVX512 inline __mmask16 lanes_between(int64_t lo, int64_t hi) {
+  lo = std::max<int64_t>(lo, 0), hi = std::min<int64_t>(hi, 16);
+  if (hi <= lo) return 0;
+  return static_cast<__mmask16>(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+// The first n lanes (none for n ≤ 0, all for n ≥ 16).
+ADJOINT_AVX512 inline __mmask16 first_lanes(int64_t n) { return lanes_between(0, n); }
+
+// GCC 12's AVX-512 shuffle, align and max intrinsics pass an "undefined" vector made by
+// self-initialisation to their masked builtins, and -Wuninitialized reports it wherever they
+// are inlined. The value is never read (the mask is all ones). Silenced for every file that
+// includes this one: they are the kernel files, and the warning fires in their own code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 // rows[i] = row i of a 16 × 16 block → rows[i] = column i, in 24 shuffles (unpack pairs
 // of rows, then pairs of pairs, then gather 128-bit lanes across the four groups of rows).
-[[gnu::target("avx512f")]] inline void transpose16(__m512 rows[16]) {
+ADJOINT_AVX512 inline void transpose16(__m512 rows[16]) {
   __m512 t[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
@@ -40,8 +58,6 @@ namespace adjoint {
     rows[e + 12] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
   }
 }
-
-#pragma GCC diagnostic pop
 
 }  // namespace adjoint
 
