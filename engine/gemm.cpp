@@ -3,7 +3,10 @@
 #include <cblas.h>
 #include <sys/mman.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -72,13 +75,27 @@ void check_blas_buffer() {
   mapped_once = true;
 }
 
+// Whether a BlasTime meter runs, and its tally in nanoseconds. Atomic: products run on any
+// thread, and the check costs one load per product when nothing is measured.
+std::atomic<bool> timing_blas{false};
+std::atomic<int64_t> blas_nanoseconds{0};
+
+int64_t thread_cpu_nanoseconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t(t.tv_sec) * 1000000000 + int64_t(t.tv_nsec);
+}
+
 // One single-threaded sgemm (OpenBLAS is pinned to one thread by engine/threads.cpp).
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
            int64_t ldb, float beta, float* C, int64_t ldc) {
   check_blas_buffer();
+  const bool timed = timing_blas.load(std::memory_order_relaxed);
+  const int64_t start = timed ? thread_cpu_nanoseconds() : 0;
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
               static_cast<int>(N), static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
               C, static_cast<int>(ldc));
+  if (timed) blas_nanoseconds.fetch_add(thread_cpu_nanoseconds() - start, std::memory_order_relaxed);
 }
 
 // One product on the calling thread, by the kernels asked for (see GemmKernel).
@@ -211,6 +228,15 @@ void gemm_batched(int64_t count, bool ta, bool tb, int64_t M, int64_t N, int64_t
                   ldc);
   });
 }
+
+BlasTime::BlasTime() {
+  check(!timing_blas.exchange(true), "BlasTime: another meter is already running");
+  blas_nanoseconds = 0;
+}
+
+BlasTime::~BlasTime() { timing_blas = false; }
+
+double BlasTime::seconds() const { return 1e-9 * double(blas_nanoseconds.load()); }
 
 const char* widest_gemm_kernels() { return avx512_gemm_available() ? "adjoint AVX-512" : blas_kernels(); }
 

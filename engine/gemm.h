@@ -80,6 +80,19 @@ void gemm_batched(int64_t count, bool trans_a, bool trans_b, int64_t M, int64_t 
 // The kernels that run GemmKernel::widest products here: "adjoint AVX-512" or blas_kernels().
 const char* widest_gemm_kernels();
 
+// Measures, while alive, the CPU time that threads spend inside OpenBLAS's sgemm, summed
+// over threads. Those are the kernels both sides of a benchmark share (GemmKernel::blas), so
+// `adjoint bench models` sets a step's time in them beside the peer's whole step: the ratio
+// the engine would reach if everything else cost nothing. One meter at a time.
+class BlasTime {
+ public:
+  BlasTime();
+  ~BlasTime();
+  BlasTime(const BlasTime&) = delete;
+  BlasTime& operator=(const BlasTime&) = delete;
+  double seconds() const;
+};
+
 // The OpenBLAS kernel family in use ("SkylakeX", "Haswell", ...). On first use the engine
 // replaces a generic fallback (OpenBLAS older than the CPU) with the best family the CPU runs.
 const char* blas_kernels();

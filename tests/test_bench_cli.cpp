@@ -1,8 +1,11 @@
-// `adjoint bench stitch` (tools/bench_stitch.cpp): bad options are one line with the right
+// `adjoint bench stitch` (tools/bench_stitch.cpp) and `bench models`: bad options are one line with the right
 // exit code, and a tiny run writes the JSON that tools/bench_stitch_torch.py reads. No
 // timing is checked: that is the benchmark's job, not a test's.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
+#include "engine/error.h"
 #include "engine/json.h"
 #include "tests/support.h"
 
@@ -53,4 +56,31 @@ TEST_CASE("bench stitch: a tiny run writes one row per model and loop with the s
     CHECK(r.find("ms_fastest")->as_number() <= r.find("ms_per_step")->as_number());
     CHECK(r.find("ms_per_step")->as_number() <= r.find("ms_slowest")->as_number());
   }
+}
+
+TEST_CASE("bench models: a tiny run writes each model's rates, its time in OpenBLAS and its memory") {
+  adjoint::testing::TempDir dir;
+  const std::string out = dir.file("ours.json");
+  // The program itself, not run_adjoint: the memory is measured in a child process that
+  // bench models starts from its own executable.
+  const std::string log = dir.file("bench.log");
+  const int status = std::system((std::string(ADJOINT_EXE) + " --threads 1 bench models --only bilinear_lm --repeats 1 --out " +
+                                  out + " > " + log + " 2>&1").c_str());
+  REQUIRE_MESSAGE(status == 0, read_text(log));
+  const Json doc = parse_json(read_text(out));
+  for (const char* key : {"threads", "clock", "blas", "conv_gemm", "sgemm_gflops", "training_passes"})
+    CHECK_MESSAGE(doc.find(key) != nullptr, key);
+  const Json::Array& rows = doc.find("models")->as_array();
+  REQUIRE(rows.size() == 1);
+  const Json& lm = rows[0];
+  CHECK(lm.find("model")->as_string() == "bilinear_lm");
+  // The LM's products all run in OpenBLAS: its time there is a positive part of a step.
+  for (const char* pass : {"train", "infer"}) {
+    const double step_seconds = double(lm.find("batch")->as_int()) / lm.find(cat(pass, "_samples_per_s"))->as_number();
+    const double blas = lm.find(cat(pass, "_blas_cpu_seconds"))->as_number();
+    INFO(pass, ": ", blas, " s in OpenBLAS of a ", step_seconds, " s step");
+    CHECK(blas > 0.0);
+    CHECK(blas < 2.0 * step_seconds);  // the median step and the mean time in OpenBLAS: not far apart
+  }
+  CHECK(lm.find("peak_step_mib")->as_number() > 0.0);
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/gemm.h"
+#include "engine/gemm_avx512.h"
 #include "engine/threads.h"
 #include "ops/matmul.h"
 #include "tests/golden_case.h"
@@ -162,4 +164,33 @@ TEST_CASE("gemm: under an address-space limit a product fails with 'out of memor
   INFO("child status ", status, " (exit 0: refused with the message; 1: ran; 2: other message; signal: hung)");
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("gemm: BlasTime meters the CPU time inside OpenBLAS's products, and only theirs") {
+  const int64_t n = 256;
+  std::vector<float> a(size_t(n * n), 0.5f), c(size_t(n * n));
+  auto product = [&](GemmKernel kernel) {
+    gemm(false, true, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n, kernel);
+  };
+  auto process_cpu_seconds = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+  };
+  {
+    BlasTime meter;
+    CHECK(meter.seconds() == 0.0);
+    CHECK_THROWS_AS(BlasTime(), Error);  // one meter at a time
+    const double start = process_cpu_seconds();
+    for (int r = 0; r < 5; ++r) product(GemmKernel::blas);
+    const double spent = process_cpu_seconds() - start;
+    CHECK(meter.seconds() > 0.0);
+    CHECK(meter.seconds() <= spent * 1.01 + 1e-4);  // a part of the process's CPU time, not more
+    CHECK(c[0] == doctest::Approx(0.25 * double(n)));
+  }
+  if (avx512_gemm_available()) {  // the engine's own kernels are not OpenBLAS's
+    BlasTime meter;
+    product(GemmKernel::widest);
+    CHECK(meter.seconds() == 0.0);
+  }
 }

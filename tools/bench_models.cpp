@@ -8,6 +8,10 @@
 // engine/flops.h; a training step counts as three forward passes) as a share of the rate
 // of one large square sgemm through the engine's gemm at the same thread count, measured
 // in the same run.
+//
+// And what bounds the ratio: the CPU time a step spends in OpenBLAS's sgemm, the kernels both
+// sides share (engine/gemm.h, BlasTime). The PyTorch script divides its step time by it: the
+// ratio the engine would reach if everything outside those kernels cost nothing.
 #include "tools/bench_models.h"
 
 #include <unistd.h>
@@ -62,6 +66,8 @@ struct Result {
   double forward_flops = 0;  // per sample, engine/flops.h's convention
   double peak_mib = 0;      // tensor storage held at the step's peak, beyond what it started with
   double peak_rss_mib = 0;  // the process's resident-set peak over the step (as the PyTorch peer measures)
+  // CPU seconds per step inside OpenBLAS's sgemm, summed over threads (engine/gemm.h, BlasTime)
+  double train_blas_seconds = 0, infer_blas_seconds = 0;
 };
 
 // A field of /proc/self/status in KiB (VmRSS, VmHWM); 0 where unavailable.
@@ -131,17 +137,32 @@ void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, cli::Bench
   Bench b(mc, batch);
   r.model = mc.name;
   r.batch = b.x.size(0);
+  // The time in OpenBLAS is metered over all the runs (warm-up included), per run.
+  int64_t runs = 0;
   b.model->train(true);
-  r.train_per_s = double(r.batch) / cli::median_seconds(repeats, [&] { b.step(); }, {clock, 0, 0.0});
+  {
+    BlasTime blas;
+    r.train_per_s = double(r.batch) / cli::median_seconds(repeats, [&] { b.step(), ++runs; }, {clock, 0, 0.0});
+    r.train_blas_seconds = blas.seconds() / double(runs);
+  }
   b.model->train(false);
+  runs = 0;
+  BlasTime blas;
   r.infer_per_s = double(r.batch) / cli::median_seconds(repeats, [&] {
     NoGrad off;
     b.model->forward(b.x);
+    ++runs;
   }, {clock});
+  r.infer_blas_seconds = blas.seconds() / double(runs);
   NoGrad off;
   FlopCount count;
   b.model->forward(b.x);
   r.forward_flops = double(count.total()) / double(r.batch);
+}
+
+// The share of a step's time (all threads' CPU time) spent in OpenBLAS.
+double blas_share(double blas_seconds, double samples_per_s, int64_t batch) {
+  return blas_seconds / (double(num_threads()) * double(batch) / samples_per_s);
 }
 
 // A training step's operations: the forward pass, and two products of each of its
@@ -229,8 +250,8 @@ int run_bench_models(const cli::Args& args) {
               "products' nominal FLOPs (training: 3x forward) and its %% is the share of that sgemm rate;\n"
               "convolutions' GEMM kernels: %s\n",
               (long long)kSgemmSize, blas_kernels(), sgemm * 1e-9, widest_gemm_kernels());
-  std::printf("%-12s %15s %15s %13s %19s %19s\n", "model", "train samples/s", "infer samples/s", "GFLOP/sample",
-              "train GFLOP/s (%)", "infer GFLOP/s (%)");
+  std::printf("%-12s %15s %15s %13s %19s %19s %16s\n", "model", "train samples/s", "infer samples/s", "GFLOP/sample",
+              "train GFLOP/s (%)", "infer GFLOP/s (%)", "in OpenBLAS t/i");
   std::vector<Result> results;
   std::vector<ModelCase> chosen;
   for (const ModelCase& mc : cases())
@@ -240,9 +261,10 @@ int run_bench_models(const cli::Args& args) {
     bench_speed(mc, batch, repeats, clock, r);
     const Rate train = rate(r.train_per_s, kTrainingPasses * r.forward_flops, sgemm);
     const Rate infer = rate(r.infer_per_s, r.forward_flops, sgemm);
-    std::printf("%-12s %15.1f %15.1f %13.3f %11.1f (%4.0f%%) %11.1f (%4.0f%%)\n", r.model.c_str(), r.train_per_s,
-                r.infer_per_s, r.forward_flops * 1e-9, train.gflops, 100 * train.share, infer.gflops,
-                100 * infer.share);
+    std::printf("%-12s %15.1f %15.1f %13.3f %11.1f (%4.0f%%) %11.1f (%4.0f%%) %7.0f%% %6.0f%%\n", r.model.c_str(),
+                r.train_per_s, r.infer_per_s, r.forward_flops * 1e-9, train.gflops, 100 * train.share, infer.gflops,
+                100 * infer.share, 100 * blas_share(r.train_blas_seconds, r.train_per_s, r.batch),
+                100 * blas_share(r.infer_blas_seconds, r.infer_per_s, r.batch));
     std::fflush(stdout);
     results.push_back(r);
   }
@@ -266,6 +288,8 @@ int run_bench_models(const cli::Args& args) {
                                        {"train_sgemm_share", train.share},
                                        {"infer_gflops", infer.gflops},
                                        {"infer_sgemm_share", infer.share},
+                                       {"train_blas_cpu_seconds", r.train_blas_seconds},
+                                       {"infer_blas_cpu_seconds", r.infer_blas_seconds},
                                        {"peak_step_mib", r.peak_mib},
                                        {"peak_rss_step_mib", r.peak_rss_mib}}));
     }

@@ -9,7 +9,9 @@ achieved GFLOP/s is also printed as a share of the sgemm rate that `adjoint benc
 measured in its run (its FLOP counts, engine/flops.h: training counts 3x forward). With
 --clock cpu (1 thread only, as adjoint's --clock cpu) steps are timed in process CPU time,
 steady on a busy machine. With --memory, the peak memory of each model's training step is
-the process's max RSS growth, measured in a child process per model.
+the process's max RSS growth, measured in a child process per model. Where the JSON holds
+the time adjoint's steps spent in OpenBLAS (the kernels both sides share), each ratio's bound
+is printed beside it: PyTorch's step time over that time.
 """
 import argparse
 import json
@@ -144,8 +146,13 @@ def main():
         ours = {}
     if sgemm:
         print(f"share = achieved GFLOP/s / the sgemm rate of adjoint's run ({sgemm:.1f} GFLOP/s), torch and ours")
+    bounded = any("train_blas_cpu_seconds" in o for o in ours.values())
+    if bounded:
+        print("bound = PyTorch's step time / the time adjoint's step spends in OpenBLAS (CPU time over threads): "
+              "the highest ratio adjoint could reach if everything outside the kernels both sides share cost nothing")
     print(f"{'model':<12} {'train/s torch':>14} {'ours':>10} {'ratio':>7} {'infer/s torch':>14} {'ours':>10} {'ratio':>7}"
-          + (f" {'train share':>15} {'infer share':>15}" if sgemm else ""))
+          + (f" {'train share':>15} {'infer share':>15}" if sgemm else "")
+          + (f" {'bound t/i':>13}" if bounded else ""))
     for name in names:
         r = bench(name, args.batch, args.repeats, clock)
         o = ours.get(name, {})
@@ -159,6 +166,11 @@ def main():
                 return f"{torch_per_s * passes * o['forward_gflop_per_sample'] / sgemm:7.0%} {ours_share:7.0%}"
             line += (f" {shares(r['train_samples_per_s'], doc.get('training_passes', 3), o['train_sgemm_share'])}"
                      f" {shares(r['infer_samples_per_s'], 1, o['infer_sgemm_share'])}")
+        if bounded and o.get("train_blas_cpu_seconds") and o.get("infer_blas_cpu_seconds"):
+            def bound(torch_per_s, blas_seconds):
+                return (r["batch"] / torch_per_s) / (blas_seconds / args.threads)
+            line += (f" {bound(r['train_samples_per_s'], o['train_blas_cpu_seconds']):6.2f}"
+                     f" {bound(r['infer_samples_per_s'], o['infer_blas_cpu_seconds']):6.2f}")
         print(line, flush=True)
     if args.memory:
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
