@@ -27,6 +27,10 @@ namespace adjoint {
 
 namespace {
 
+// A residual connection x + scale·f. At the default scale of 1 the product is left out: a
+// pass over the activations (and another in the backward pass) that would change nothing.
+Tensor residual(const Tensor& x, const Tensor& f, float scale) { return scale == 1.0f ? x + f : x + f * scale; }
+
 PolynomialStep linear_step(const std::string& name, const Linear& layer) {
   PolynomialStep s;
   s.kind = PolynomialStep::Kind::Linear;
@@ -74,7 +78,7 @@ public:
         blocks_.push_back(block);
         add_block(cat("blocks.", i), [block, scale](const Tensor& x) {
           Tensor h = flatten(x, 1);
-          return h + block->forward(h) * scale;
+          return residual(h, block->forward(h), scale);
         });
       }
     } else {
@@ -151,9 +155,9 @@ public:
   Tensor forward(const Tensor& x) const {
     Tensor a = norm1 ? norm1->forward(x) : x;
     a = poly_attn ? poly_attn->forward(a) : softmax_attn->forward(a, true);
-    Tensor h = x + a * scale;
+    Tensor h = residual(x, a, scale);
     Tensor m = norm2 ? norm2->forward(h) : h;
-    return h + mlp->forward(m) * scale;
+    return residual(h, mlp->forward(m), scale);
   }
 
   // The block's two polynomial steps; a LayerNorm or softmax attention is refused by name.

@@ -137,21 +137,25 @@ TEST_CASE("polynomial view: evaluating the view gives the models' forward") {
     for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == doctest::Approx(want[i]).epsilon(1e-4));
   }
   SUBCASE("bilinear_lm with bilinear attention: one-hot tokens") {
-    ModelConfig c;
-    c.arch = "bilinear_lm", c.attention = "bilinear", c.vocab = 7, c.seq_len = 4, c.dim = 8, c.depth = 2, c.heads = 2;
-    c.mlp_ratio = 2, c.residual_scale = 0.7;
-    Generator gen(5);
-    auto model = make_model(c, gen);
-    const std::vector<float> ids = {0, 3, 6, 2, 5, 5, 1, 4};
-    const Tensor tokens = Tensor::from_vector({2, 4}, ids);
-    std::vector<double> onehot(2 * 4 * 7, 0.0);
-    for (size_t i = 0; i < ids.size(); ++i) onehot[i * 7 + size_t(ids[i])] = 1.0;
-    const PolynomialView view = model->polynomial_view(4);
-    CHECK(view.positions == 4);
-    CHECK(view.steps.size() == 6);  // embed, (attn, mlp) × 2, unembed
-    const std::vector<double> y = evaluate_polynomial(view, onehot, 2), want = to_double(model->forward(tokens));
-    REQUIRE(y.size() == want.size());
-    for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1e-3));
+    // A residual scale of 1 skips its product in the model (models/bilinear.cpp), never in the view.
+    for (const double scale : {0.7, 1.0}) {
+      CAPTURE(scale);
+      ModelConfig c;
+      c.arch = "bilinear_lm", c.attention = "bilinear", c.vocab = 7, c.seq_len = 4, c.dim = 8, c.depth = 2, c.heads = 2;
+      c.mlp_ratio = 2, c.residual_scale = scale;
+      Generator gen(5);
+      auto model = make_model(c, gen);
+      const std::vector<float> ids = {0, 3, 6, 2, 5, 5, 1, 4};
+      const Tensor tokens = Tensor::from_vector({2, 4}, ids);
+      std::vector<double> onehot(2 * 4 * 7, 0.0);
+      for (size_t i = 0; i < ids.size(); ++i) onehot[i * 7 + size_t(ids[i])] = 1.0;
+      const PolynomialView view = model->polynomial_view(4);
+      CHECK(view.positions == 4);
+      CHECK(view.steps.size() == 6);  // embed, (attn, mlp) × 2, unembed
+      const std::vector<double> y = evaluate_polynomial(view, onehot, 2), want = to_double(model->forward(tokens));
+      REQUIRE(y.size() == want.size());
+      for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == doctest::Approx(want[i]).epsilon(1e-4).scale(1e-3));
+    }
   }
 }
 

@@ -167,10 +167,11 @@ def main():
             line += (f" {shares(r['train_samples_per_s'], doc.get('training_passes', 3), o['train_sgemm_share'])}"
                      f" {shares(r['infer_samples_per_s'], 1, o['infer_sgemm_share'])}")
         if bounded and o.get("train_blas_cpu_seconds") and o.get("infer_blas_cpu_seconds"):
-            def bound(torch_per_s, blas_seconds):
-                return (r["batch"] / torch_per_s) / (blas_seconds / args.threads)
-            line += (f" {bound(r['train_samples_per_s'], o['train_blas_cpu_seconds']):6.2f}"
-                     f" {bound(r['infer_samples_per_s'], o['infer_blas_cpu_seconds']):6.2f}")
+            def bound(torch_per_s, blas_seconds):  # above 10: the step is not bound by OpenBLAS ("-")
+                b = (r["batch"] / torch_per_s) / (blas_seconds / args.threads)
+                return f"{b:6.2f}" if b < 10 else f"{'-':>6}"
+            line += (f" {bound(r['train_samples_per_s'], o['train_blas_cpu_seconds'])}"
+                     f" {bound(r['infer_samples_per_s'], o['infer_blas_cpu_seconds'])}")
         print(line, flush=True)
     if args.memory:
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
