@@ -14,6 +14,7 @@ use_best_blas). A user's own settings are respected, as the engine respects them
     peer = torch_peer.describe(torch)   # {"blas": "Haswell", "cpu_capability": "AVX2", ...}
 """
 import ctypes
+import json
 import os
 import statistics
 import sys
@@ -52,22 +53,39 @@ def best_core():
     return None
 
 
-def _threads_from_argv():
-    """The script's --threads N (or --threads=N), read before argparse runs; all cores if absent."""
+def _option_from_argv(name):
+    """The script's --name VALUE (or --name=VALUE), read before argparse runs; None if absent."""
     args = sys.argv[1:]
     for i, a in enumerate(args):
-        if a == "--threads" and i + 1 < len(args) and args[i + 1].isdigit():
-            return int(args[i + 1])
-        if a.startswith("--threads=") and a.split("=", 1)[1].isdigit():
-            return int(a.split("=", 1)[1])
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _threads_from_argv():
+    """The script's --threads N; else the thread count of the run in its --ours FILE (the
+    scripts take theirs from it); else all cores."""
+    threads = _option_from_argv("--threads")
+    if threads and threads.isdigit():
+        return int(threads)
+    ours = _option_from_argv("--ours")
+    if ours:
+        try:
+            with open(ours) as f:
+                return int(json.load(f)["threads"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # the script itself reports a bad --ours file
     return os.cpu_count()
 
 
 def use_best_blas():
     """Re-runs the script with the settings torch reads only when it loads:
     - OPENBLAS_CORETYPE, when OpenBLAS chose a generic core;
-    - OPENBLAS_NUM_THREADS = the script's --threads. Debian's torch does not tell OpenBLAS its
-      thread count, so at --threads 1 its GEMMs still ran on every core, against our one;
+    - OPENBLAS_NUM_THREADS = the script's --threads, else the threads of its --ours run.
+      Debian's torch does not tell OpenBLAS its thread count, so at --threads 1 its GEMMs
+      still ran on every core, against our one;
     - OMP_WAIT_POLICY=PASSIVE. Torch runs its own loops on OpenMP threads and its GEMMs on
       OpenBLAS's pthreads; with OpenMP's default active waiting its idle threads spin on the
       cores the GEMM needs (measured here: ViT-Tiny training at 2 threads 24.5 samples/s active,
