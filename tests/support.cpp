@@ -2,11 +2,13 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -223,6 +225,12 @@ std::string read_text(const std::filesystem::path& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+ProgramRun run_adjoint_program(const std::string& arguments, const TempDir& dir) {
+  const std::string log = dir.file("cli.log");
+  const int status = std::system((std::string(ADJOINT_EXE) + " " + arguments + " > " + log + " 2>&1").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
 }
 
 }  // namespace adjoint::testing

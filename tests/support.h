@@ -85,6 +85,15 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// Runs the built `adjoint` executable, not in-process as run_adjoint does, with `arguments`
+// (shell words; stdout and stderr together through `dir`/cli.log): for commands that start
+// processes of their own from their executable. exit_code is -1 when it did not exit.
+struct ProgramRun {
+  int exit_code = -1;
+  std::string output;
+};
+ProgramRun run_adjoint_program(const std::string& arguments, const TempDir& dir);
+
 // A bilinear MLP (hidden 8, seed `seed`) trained on modadd:7 with AdamW at a constant lr 1e-2:
 // 15 training pairs, batch 4, so 3 steps an epoch. `adjust` sets anything else (epochs,
 // out_dir, keep_checkpoints, continue_from, ...) before training. For tests of runs and of

@@ -3,8 +3,6 @@
 // timing is checked: that is the benchmark's job, not a test's.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-
 #include "engine/error.h"
 #include "engine/json.h"
 #include "tests/support.h"
@@ -63,10 +61,9 @@ TEST_CASE("bench models: a tiny run writes each model's rates, its time in OpenB
   const std::string out = dir.file("ours.json");
   // The program itself, not run_adjoint: the memory is measured in a child process that
   // bench models starts from its own executable.
-  const std::string log = dir.file("bench.log");
-  const int status = std::system((std::string(ADJOINT_EXE) + " --threads 1 bench models --only bilinear_lm --repeats 1 --out " +
-                                  out + " > " + log + " 2>&1").c_str());
-  REQUIRE_MESSAGE(status == 0, read_text(log));
+  const adjoint::testing::ProgramRun run = adjoint::testing::run_adjoint_program(
+      "--threads 1 bench models --only bilinear_lm --repeats 1 --out " + out, dir);
+  REQUIRE_MESSAGE(run.exit_code == 0, run.output);
   const Json doc = parse_json(read_text(out));
   for (const char* key : {"threads", "clock", "blas", "conv_gemm", "sgemm_gflops", "training_passes"})
     CHECK_MESSAGE(doc.find(key) != nullptr, key);

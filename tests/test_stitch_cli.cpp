@@ -73,18 +73,10 @@ std::string train_tiny(const DataSource& data, const TempDir& dir, const std::st
   return o.out_dir + "/checkpoint.safetensors";
 }
 
-struct Run {
-  int exit_code = -1;
-  std::string output;
-};
+using Run = adjoint::testing::ProgramRun;
 
 Run adjoint_cli(const std::string& arguments, const TempDir& dir) {
-  const std::string log = dir.file("cli.log");
-  const int status = std::system((std::string(ADJOINT_EXE) + " " + arguments + " --threads 2 > " + log + " 2>&1").c_str());
-  std::ifstream in(log);
-  std::stringstream s;
-  s << in.rdbuf();
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()};
+  return adjoint::testing::run_adjoint_program(arguments + " --threads 2", dir);
 }
 
 // Whether process `pid` still runs (a zombie nobody has reaped yet does not).

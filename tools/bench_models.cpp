@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
@@ -133,27 +134,31 @@ struct Bench {
   }
 };
 
+// The median seconds of `repeats` steps, and the CPU seconds per step spent in OpenBLAS,
+// metered over every run (warm-up included).
+struct StepTimes {
+  double median_seconds, blas_seconds;
+};
+StepTimes time_steps(int64_t repeats, const std::function<void()>& step, const cli::TimingOptions& options) {
+  int64_t runs = 0;
+  const BlasTime blas;
+  const double median = cli::median_seconds(repeats, [&] { step(), ++runs; }, options);
+  return {median, blas.seconds() / double(runs)};
+}
+
 void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, cli::BenchClock clock, Result& r) {
   Bench b(mc, batch);
   r.model = mc.name;
   r.batch = b.x.size(0);
-  // The time in OpenBLAS is metered over all the runs (warm-up included), per run.
-  int64_t runs = 0;
   b.model->train(true);
-  {
-    BlasTime blas;
-    r.train_per_s = double(r.batch) / cli::median_seconds(repeats, [&] { b.step(), ++runs; }, {clock, 0, 0.0});
-    r.train_blas_seconds = blas.seconds() / double(runs);
-  }
+  const StepTimes train = time_steps(repeats, [&] { b.step(); }, {clock, 0, 0.0});
   b.model->train(false);
-  runs = 0;
-  BlasTime blas;
-  r.infer_per_s = double(r.batch) / cli::median_seconds(repeats, [&] {
+  const StepTimes infer = time_steps(repeats, [&] {
     NoGrad off;
     b.model->forward(b.x);
-    ++runs;
   }, {clock});
-  r.infer_blas_seconds = blas.seconds() / double(runs);
+  r.train_per_s = double(r.batch) / train.median_seconds, r.train_blas_seconds = train.blas_seconds;
+  r.infer_per_s = double(r.batch) / infer.median_seconds, r.infer_blas_seconds = infer.blas_seconds;
   NoGrad off;
   FlopCount count;
   b.model->forward(b.x);
