@@ -525,14 +525,15 @@ TEST_CASE("pool: soft max-pool pullback matches the PyTorch reference (unfold, d
 }
 
 TEST_CASE("pool: soft max-pool pullback over tiling windows matches its definition") {
-  // Windows that tile the input (2x2 stride 2; 3x2 stride 3x2 leaving a row and a column
-  // uncovered) take their own loops: dx = u(window) · softmax(window / tau), computed here
-  // in double, a window at a time.
+  // Windows that tile the input exactly take their own loops (2x2 stride 2, with the width
+  // a constant; 3x3 stride 3); 3x2 stride 3x2 leaving a row and a column uncovered takes
+  // the general ones: dx = u(window) · softmax(window / tau), computed here in double, a
+  // window at a time.
   struct Case {
     int64_t kh, kw;
     Shape in;
   };
-  for (const Case& c : {Case{2, 2, {2, 3, 8, 10}}, Case{3, 2, {1, 2, 10, 7}}}) {
+  for (const Case& c : {Case{2, 2, {2, 3, 8, 10}}, Case{3, 3, {2, 2, 9, 6}}, Case{3, 2, {1, 2, 10, 7}}}) {
     const Tensor x = random_tensor(c.in, 510);
     const Fn f = [c](const std::vector<Tensor>& in) { return max_pool2d(in[0], c.kh, c.kw, c.kh, c.kw, 0, 0); };
     const int64_t OH = c.in[2] / c.kh, OW = c.in[3] / c.kw;
