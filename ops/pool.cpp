@@ -191,8 +191,8 @@ class MaxPoolNode : public Node {
   // copied apart (tap t of window k to e[t·windows + k], k over all windows of the planes); the
   // exp, the window sums and the scales are then plain loops over every window at once,
   // which vectorise whatever the map's width, and the products go back tap by tap. Row by
-  // row, with each window's maximum spread over its inputs, a VGG-11 soft pullback's 8- and
-  // 4-wide maps made loops of a few elements and scalar passes, 2–13 ns an input.
+  // row, with each window's maximum spread over its inputs, 8- and 4-wide maps made loops of
+  // a few elements (256 channels at 8×8, batch 16: 1.8 ms, now 0.7 ms on a Zen 5 core).
   void spread_tiled(const float* x, int64_t q0, int64_t q1, const float* du, float tau, float* d) const {
     const int64_t OW = g_.OW, W = g_.W, kh = g_.kh, kw = g_.kw, taps = kh * kw;
     const int64_t out_plane = g_.OH * OW, in_plane = g_.H * W;
