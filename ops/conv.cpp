@@ -569,14 +569,16 @@ constexpr int64_t kWinogradMinTiles = 128;
 constexpr int64_t kWinogradMinTilesBackward = 512;
 // With the engine's AVX-512 GEMM, the forward pass's blocks go down to 32 tiles (one panel
 // of its kernel's columns), so that more of them keep V and M within L2. Measured on a Zen 5
-// core, batch 64, against blocks of 128: 64→64 at 32×32 3% faster, 128→128 at 16×16 6%,
-// 256→256 at 8×8 3%; but 512→512 at 4×4 25% slower, since every block's products read
-// the transformed weights (16 MB there) again. Weights above 256 × 256 keep 128.
+// core, batch 64, against blocks of 128 (medians of 3 rounds): 64→64 at 32×32 3% faster,
+// 128→128 at 16×16 6%, 256→256 at 8×8 6%; but 512→512 at 4×4 25% slower, since every
+// block's products read the transformed weights (16 MB there) again. Weights above
+// 256 × 256 keep 128.
 constexpr int64_t kWinogradMinTilesSmallWeights = 32;
 constexpr int64_t kWinogradSmallWeights = 256 * 256;
 // Backward, where each block adds its share to the weight gradient's 16·O·C sum, blocks of
-// 256 tiles for weights of up to 128 × 128 (measured as above, forward and backward: 64→64
-// at 32×32 8% faster than with 512, 128→128 at 16×16 about 4%; 256→256 at 8×8 slower).
+// 256 tiles for weights of up to 128 × 128 (measured as above, forward and both gradients,
+// medians of 5 rounds: 64→64 at 32×32 10% faster than with 512, 128→128 at 16×16 6%;
+// 256→256 at 8×8 slower).
 constexpr int64_t kWinogradMinTilesBackwardSmallWeights = 256;
 constexpr int64_t kWinogradSmallWeightsBackward = 128 * 128;
 
