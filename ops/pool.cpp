@@ -217,8 +217,9 @@ class MaxPoolNode : public Node {
       else
         rows(kw);
     };
+    // scale first holds each window's sum, so it starts at zero.
     std::vector<float> e(static_cast<size_t>(taps * windows)), top(static_cast<size_t>(windows)),
-        scale(static_cast<size_t>(windows));
+        scale(static_cast<size_t>(windows), 0.0f);
     each_tap([&](int64_t t, int64_t k, int64_t c) { e[t * windows + k] = xs[c]; });
     // Each window's maximum, where the forward pass found it (plane q's flat index).
     for (int64_t q = 0; q < q1 - q0; ++q) {
@@ -231,8 +232,7 @@ class MaxPoolNode : public Node {
       float* et = e.data() + t * windows;
       for (int64_t k = 0; k < windows; ++k) et[k] = fast_exp((et[k] - top[k]) / tau);
     }
-    std::fill(scale.begin(), scale.end(), 0.0f);  // first each window's sum, in row-major order
-    for (int64_t t = 0; t < taps; ++t)
+    for (int64_t t = 0; t < taps; ++t)  // each window's sum, in row-major order
       for (int64_t k = 0; k < windows; ++k) scale[k] += e[t * windows + k];
     const float* u = du + first;
     for (int64_t k = 0; k < windows; ++k) scale[k] = u[k] / scale[k];
