@@ -36,11 +36,15 @@ StitchedModel::StitchedModel(const StitchPair& pair, std::shared_ptr<Stitch> sti
   register_module("front", front);
   register_module("stitch", stitch_);
   register_module("end", end);
-  for (size_t k = 0; k <= pair.front_block(); ++k) add_block("front." + front->blocks()[k].name, front->blocks()[k].forward);
+  // A block keeps its `with_next` where the block after it is copied too.
+  auto copy = [&](const std::string& prefix, const Block& block, bool next_copied) {
+    add_block(prefix + block.name, block.forward);
+    if (next_copied && block.with_next) set_with_next(block.with_next);
+  };
+  for (size_t k = 0; k <= pair.front_block(); ++k) copy("front.", front->blocks()[k], k < pair.front_block());
   const Stitch* s = stitch_.get();
   add_block("stitch", [s](const Tensor& h) { return s->forward(h); });
-  for (size_t k = pair.end_block() + 1; k < end->num_blocks(); ++k)
-    add_block("end." + end->blocks()[k].name, end->blocks()[k].forward);
+  for (size_t k = pair.end_block() + 1; k < end->num_blocks(); ++k) copy("end.", end->blocks()[k], true);
   train(false);
 }
 

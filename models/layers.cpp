@@ -7,6 +7,7 @@
 #include "ops/attention.h"
 #include "ops/bilinear.h"
 #include "ops/embedding.h"
+#include "ops/layout.h"
 #include "ops/matmul.h"
 #include "ops/norm.h"
 
@@ -89,6 +90,17 @@ Tensor SelfAttention::forward(const Tensor& x, bool causal) const {
   check(x.dim() == 3, "SelfAttention: expects (batch, tokens, dim), got ", x.shape());
   // qkv (B, T, 3D) is split into heads as timm's reshape(B, T, 3, H, dh) does, in place.
   return proj->forward(packed_qkv_attention(qkv->forward(x), heads, causal));
+}
+
+Tensor SelfAttention::forward_first(const Tensor& x, int64_t queries) const {
+  check(x.dim() == 3 && queries > 0 && queries <= x.size(1), "SelfAttention: ", queries,
+        " queries of (batch, tokens, dim) ", x.shape());
+  // Rows [0, D) of the qkv projection make the queries, rows [D, 3D) the keys and values.
+  const int64_t D = x.size(2);
+  auto rows = [&](const Tensor& t, int64_t from, int64_t to) { return t.defined() ? slice(t, 0, from, to) : t; };
+  Tensor q = linear(slice(x, 1, 0, queries), rows(qkv->weight, 0, D), rows(qkv->bias, 0, D));
+  Tensor kv = linear(x, rows(qkv->weight, D, 3 * D), rows(qkv->bias, D, 3 * D));
+  return proj->forward(packed_kv_attention(q, kv, heads));
 }
 
 }  // namespace adjoint

@@ -69,6 +69,9 @@ class SelfAttention : public Module {
 public:
   SelfAttention(int64_t dim, int64_t heads, bool qkv_bias, Generator& gen);
   Tensor forward(const Tensor& x, bool causal = false) const;  // (B, T, dim) → (B, T, dim)
+  // The outputs of the first `queries` tokens alone, (B, queries, dim), each attending to
+  // every token: only their rows of the query projection are computed.
+  Tensor forward_first(const Tensor& x, int64_t queries) const;
   int64_t heads;
   std::shared_ptr<Linear> qkv, proj;
 };

@@ -90,7 +90,10 @@ Tensor Model::run(const Tensor& x, size_t from, size_t to) const {
   check(from <= to && to <= blocks_.size(), "Model::run: block range [", from, ", ", to, ") is outside the ",
         blocks_.size(), " blocks of ", config_.arch);
   Tensor h = x;
-  for (size_t i = from; i < to; ++i) h = blocks_[i].forward(h);
+  for (size_t i = from; i < to; ++i) {
+    if (blocks_[i].with_next && i + 1 < to) h = blocks_[i++].with_next(h);
+    else h = blocks_[i].forward(h);
+  }
   return h;
 }
 
@@ -110,7 +113,12 @@ std::vector<Tensor> Model::trace(const Tensor& x, size_t from, size_t to) const 
 }
 
 void Model::add_block(std::string name, std::function<Tensor(const Tensor&)> forward) {
-  blocks_.push_back({std::move(name), std::move(forward)});
+  blocks_.push_back({std::move(name), std::move(forward), nullptr});
+}
+
+void Model::set_with_next(std::function<Tensor(const Tensor&)> both) {
+  check(!blocks_.empty(), "Model::set_with_next: ", config_.arch, " has no block yet");
+  blocks_.back().with_next = std::move(both);
 }
 
 std::vector<std::string> model_names() {

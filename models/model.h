@@ -45,6 +45,10 @@ struct ModelConfig {
 struct Block {
   std::string name;
   std::function<Tensor(const Tensor&)> forward;
+  // Optional: this block and the next one in a single call, with the same result as the
+  // two in turn. Run whenever a call runs both, so it may skip work whose only reader is
+  // the next block (a ViT's last block computes only the class token its head reads).
+  std::function<Tensor(const Tensor&)> with_next;
 };
 
 class Model : public Module {
@@ -56,13 +60,14 @@ public:
   // Index of a block by name; throws listing the names when absent.
   size_t block_index(const std::string& name) const;
 
-  // Runs blocks [from, to).
+  // Runs blocks [from, to), taking a block's `with_next` when the range holds the next one.
   Tensor run(const Tensor& x, size_t from, size_t to) const;
   Tensor forward(const Tensor& x) const { return run(x, 0, blocks_.size()); }
   Tensor features(const Tensor& x, size_t block) const { return run(x, 0, block + 1); }
   Tensor forward_from(const Tensor& features, size_t block) const { return run(features, block + 1, blocks_.size()); }
   // Runs blocks [from, to) and keeps every block's output: element k is the output of
-  // block from + k (what layer-wise losses such as stitching's FuLA compare).
+  // block from + k (what layer-wise losses such as stitching's FuLA compare). Never takes
+  // `with_next`, since every output is wanted.
   std::vector<Tensor> trace(const Tensor& x, size_t from, size_t to) const;
 
   // The network as a polynomial (models/polynomial.h), for tensor similarity, over the first
@@ -72,6 +77,8 @@ public:
 
 protected:
   void add_block(std::string name, std::function<Tensor(const Tensor&)> forward);
+  // Sets the last added block's `with_next` (the block to follow must be added next).
+  void set_with_next(std::function<Tensor(const Tensor&)> both);
 
 private:
   ModelConfig config_;

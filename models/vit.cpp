@@ -28,12 +28,15 @@ public:
     fc1 = mlp->register_module("fc1", std::make_shared<Linear>(dim, dim * mlp_ratio, true, gen));
     fc2 = mlp->register_module("fc2", std::make_shared<Linear>(dim * mlp_ratio, dim, true, gen));
   }
-  Tensor forward(const Tensor& x) const {
-    Tensor h = x + attn->forward(norm1->forward(x));
-    return h + fc2->forward(gelu(fc1->forward(norm2->forward(h))));
+  Tensor forward(const Tensor& x) const { return with_mlp(x + attn->forward(norm1->forward(x))); }
+  // The outputs of the first `tokens` tokens alone, each attending to every token.
+  Tensor forward_first(const Tensor& x, int64_t tokens) const {
+    return with_mlp(slice(x, 1, 0, tokens) + attn->forward_first(norm1->forward(x), tokens));
   }
 
 private:
+  Tensor with_mlp(const Tensor& h) const { return h + fc2->forward(gelu(fc1->forward(norm2->forward(h)))); }
+
   std::shared_ptr<LayerNorm> norm1, norm2;
   std::shared_ptr<SelfAttention> attn;
   std::shared_ptr<Linear> fc1, fc2;
@@ -64,16 +67,25 @@ public:
       return t + broadcast_to(pos, t.shape());
     });
     auto blocks = register_module("blocks", std::make_shared<Module>());
+    std::shared_ptr<VitBlock> block;
     for (int64_t i = 0; i < depth; ++i) {
-      auto block = blocks->register_module(std::to_string(i), std::make_shared<VitBlock>(dim, heads, config.mlp_ratio, gen));
+      block = blocks->register_module(std::to_string(i), std::make_shared<VitBlock>(dim, heads, config.mlp_ratio, gen));
       add_block(cat("blocks.", i), [block](const Tensor& x) { return block->forward(x); });
     }
     const bool average = config.pool == "avg";
     auto norm = register_module(average ? "fc_norm" : "norm", std::make_shared<LayerNorm>(dim, 1e-6f));
     auto head = register_module("head", std::make_shared<Linear>(dim, config.num_classes, true, gen));
-    add_block("head", [norm, head, average](const Tensor& x) {
+    auto class_token_head = [norm, head](const Tensor& x) { return head->forward(squeeze(norm->forward(x), 1)); };
+    if (!average && block)
+      // The head reads the class token alone, so the last block need only compute its row:
+      // the queries', the MLP's and the projections' products shrink from 1 + N tokens to 1
+      // (only the keys and values need every token), about a twelfth of ViT-Tiny's work.
+      set_with_next([block, class_token_head](const Tensor& x) {
+        return class_token_head(block->forward_first(x, 1));
+      });
+    add_block("head", [norm, head, average, class_token_head](const Tensor& x) {
       if (average) return head->forward(norm->forward(mean(slice(x, 1, 1, x.size(1)), {1})));  // (B, D)
-      return head->forward(squeeze(slice(norm->forward(x), 1, 0, 1), 1));
+      return class_token_head(slice(x, 1, 0, 1));  // LayerNorm is per token: normalise the class token alone
     });
   }
 };

@@ -222,4 +222,23 @@ Tensor packed_qkv_attention(const Tensor& qkv, int64_t heads, bool causal, float
   return attend({qkv.contiguous()}, call, {B, T, D});
 }
 
+Tensor packed_kv_attention(const Tensor& q, const Tensor& kv, int64_t heads, float scale) {
+  check(q.defined() && kv.defined(), "packed_kv_attention: undefined input");
+  check(q.dim() == 3 && kv.dim() == 3 && q.size(0) == kv.size(0) && kv.size(2) == 2 * q.size(2),
+        "packed_kv_attention: expects q (batch, queries, dim) and kv (batch, tokens, 2·dim), got q ", q.shape(),
+        " and kv ", kv.shape());
+  const int64_t B = q.size(0), T = q.size(1), S = kv.size(1), D = q.size(2);
+  check(heads > 0 && D % heads == 0, "packed_kv_attention: dim ", D, " (q ", q.shape(), ") is not divisible by ",
+        heads, " heads");
+  check(T > 0 && S > 0 && D > 0, "packed_kv_attention: no queries, keys or head: q ", q.shape(), ", kv ",
+        kv.shape());
+  const int64_t dh = D / heads;
+  const AttentionShape sh{B * heads, T, S, dh, dh};
+  // Head h of example n: q's rows D apart from n·T·D + h·dh (the output's likewise); k's
+  // rows 2D apart from n·S·2D + h·dh, and v's D further.
+  const HeadLayout queries{D, BatchStrides(T * D, heads, dh)}, keys{2 * D, BatchStrides(S * 2 * D, heads, dh)};
+  const AttentionCall call{{0, 0, queries}, {1, 0, keys}, {1, D, keys}, queries, sh, false, default_scale(scale, dh)};
+  return attend({q.contiguous(), kv.contiguous()}, call, {B, T, D});
+}
+
 }  // namespace adjoint

@@ -26,4 +26,12 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 // are read and written in place, so neither they nor their cotangents are copied.
 Tensor packed_qkv_attention(const Tensor& qkv, int64_t heads, bool causal = false, float scale = -1.0f);
 
+// The same attention for queries that are a subset of the tokens: q (B, Tq, D) from the
+// query part of a qkv projection, kv (B, S, 2·D) its key and value parts (per token, k then
+// v, each `heads` heads of D/heads). Returns (B, Tq, D). A model whose output reads only
+// some tokens (a ViT's class token, after the last block) projects and attends only those
+// queries; the keys and values still come from every token. Not causal: the queries need
+// not be the first Tq tokens of the sequence.
+Tensor packed_kv_attention(const Tensor& q, const Tensor& kv, int64_t heads, float scale = -1.0f);
+
 }  // namespace adjoint

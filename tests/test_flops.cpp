@@ -5,6 +5,8 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/flops.h"
+#include "engine/random.h"
+#include "models/model.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/bilinear.h"
@@ -54,6 +56,35 @@ TEST_CASE("flops: grouped and pointwise convs, matmul, attention and bilinear la
   // Bilinear 3 → 7 on 4 rows: two projections of 4·7·3 multiply-adds each.
   bilinear(random_tensor({4, 3}, 8), random_tensor({7, 4}, 9), random_tensor({7, 4}, 10));
   CHECK(count.total() - after_attention == 2 * 2 * 4 * 7 * 3);
+}
+
+TEST_CASE("flops: a ViT's nominal count comes from running every block in full") {
+  ModelConfig c;
+  c.arch = "vit_custom", c.dim = 48, c.depth = 2, c.heads = 3, c.patch = 4, c.image_size = 16, c.in_channels = 3;
+  Generator gen(3);
+  auto model = make_model(c, gen);
+  const Tensor x = random_tensor({1, 3, 16, 16}, 4);
+  NoGrad off;
+  // 17 tokens of 48. Patch embedding: 16 positions · 48 outputs · 3·4·4 inputs. A block, per
+  // token: qkv 48·144, proj 48·48, fc1 and fc2 48·192 each; attention 3 heads · 17 queries
+  // · 17 keys · (16 + 16). The head: 48·10 for the class token.
+  const int64_t patch = 16 * 48 * 48, block = 17 * (48 * 144 + 48 * 48 + 2 * 48 * 192) + 3 * 17 * 17 * 32;
+  int64_t nominal = 0, performed = 0;
+  {
+    FlopCount count;
+    model->trace(x, 0, model->num_blocks());
+    nominal = count.total();
+  }
+  CHECK(nominal == 2 * (patch + 2 * block + 48 * 10));
+  {
+    FlopCount count;
+    model->forward(x);
+    performed = count.total();
+  }
+  // forward() runs the last block for the class token alone: its query, projections and MLP
+  // for 1 token, keys and values for all 17, and 1 query's attention.
+  const int64_t last = 48 * 48 + 17 * 48 * 96 + 3 * 17 * 32 + 48 * 48 + 2 * 48 * 192;
+  CHECK(performed == 2 * (patch + block + last + 48 * 10));
 }
 
 TEST_CASE("flops: one count runs at a time, and a new count starts from zero") {

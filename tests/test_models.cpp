@@ -121,6 +121,35 @@ TEST_CASE("models: running from any block equals the whole forward") {
   }
 }
 
+TEST_CASE("models: a ViT's last block computed for the class token alone carries every transport as in full") {
+  // forward() runs the last block and the head together (the block's with_next), computing
+  // the class token's row alone; forward_from(features(last), last) runs them in turn, in
+  // full. Every transport must bring the same cotangents to the input and the weights.
+  auto model = golden_model("vit_custom");
+  const size_t last = model->num_blocks() - 2;
+  REQUIRE(model->blocks()[last].with_next);
+  REQUIRE(!golden_model("vit_custom_avg")->blocks()[last].with_next);  // the mean reads every token
+  std::vector<Tensor> wrt = {golden("models", "vit_custom.input").clone().requires_grad_()};
+  for (auto& [name, p] : model->named_parameters()) wrt.push_back(p);
+  const Tensor u = random_tensor({wrt[0].size(0), 10}, 71);
+  Temperatures hot;
+  hot.attention = 2.0f, hot.gelu = 0.5f;
+  for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(hot)}) {
+    INFO("transport ", to_string(t.kind));
+    const Tensor fused = model->forward(wrt[0]);
+    const Tensor in_turn = model->forward_from(model->features(wrt[0], last), last);
+    check_close(fused, in_turn, 1e-6, 1e-6, "logits");
+    const std::vector<Tensor> got = grad(fused, wrt, u, t), want = grad(in_turn, wrt, u, t);
+    double moved = 0;
+    for (size_t i = 0; i < wrt.size(); ++i) {
+      check_close(got[i], want[i], 1e-5, 1e-6, i == 0 ? "input" : model->named_parameters()[i - 1].first);
+      moved += max_abs(want[i]);
+    }
+    CHECK(moved > 0);
+    CHECK(max_abs(got[0]) > 0);
+  }
+}
+
 TEST_CASE("models: a ViT's pool option picks timm's head, survives the checkpoint config and is validated") {
   ModelConfig c = config_for("vit_custom_avg");
   CHECK(ModelConfig::from_map(c.to_map()).pool == "avg");

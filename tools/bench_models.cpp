@@ -161,7 +161,9 @@ void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, cli::Bench
   r.infer_per_s = double(r.batch) / infer.median_seconds, r.infer_blas_seconds = infer.blas_seconds;
   NoGrad off;
   FlopCount count;
-  b.model->forward(b.x);
+  // trace runs every block in full (never a block's with_next), so this counts the model's
+  // nominal FLOPs, the peer's too, not the fewer of a ViT's class-token-only last block.
+  b.model->trace(b.x, 0, b.model->num_blocks());
   r.forward_flops = double(count.total()) / double(r.batch);
 }
 
