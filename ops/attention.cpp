@@ -8,6 +8,7 @@
 #include "engine/error.h"
 #include "engine/fast_exp.h"
 #include "engine/flops.h"
+#include "engine/lane_sum.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
@@ -54,11 +55,10 @@ Tensor pattern(const float* q, const HeadLayout& lq, const float* k, const HeadL
         // Keys 0..i are visible to query i under the causal mask (i = r mod T); at least
         // key 0 always is, so no row is empty.
         const int64_t visible = causal ? std::min<int64_t>(S, r % T + 1) : S;
-        const float peak = *std::max_element(row, row + visible);
+        const float peak = lane_max(row, visible);
         for (int64_t j = 0; j < visible; ++j) row[j] = fast_exp(row[j] - peak);
-        double total = 0;
-        for (int64_t j = 0; j < visible; ++j) total += row[j];
-        const float inv = float(1.0 / total);
+        // In lanes: one running sum, an add at a time, took most of this loop's time.
+        const float inv = float(1.0 / lane_sum(visible, [row](int64_t j) { return row[j]; }));
         for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
         std::fill(row + visible, row + S, 0.0f);
       }
@@ -122,13 +122,14 @@ public:
     gemm_batched(batch, false, true, T, S, dv, 1.0f, pu, lu.ld, lu.heads, value(c_.v), lv.ld, lv.heads, 0.0f, pz, S,
                  T * S);
     parallel_for(batch * T, row_grain(S), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* ar = pa + r * S;
-        float* zr = pz + r * S;
-        double dot = 0;
-        for (int64_t j = 0; j < S; ++j) dot += double(zr[j]) * ar[j];
-        for (int64_t j = 0; j < S; ++j) zr[j] = ar[j] * (zr[j] - float(dot));  // masked: A = 0
-      }
+      run_widest([&] {
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* ar = pa + r * S;
+          float* zr = pz + r * S;
+          const float dot = float(lane_sum(S, [ar, zr](int64_t j) { return zr[j] * ar[j]; }));
+          for (int64_t j = 0; j < S; ++j) zr[j] = ar[j] * (zr[j] - dot);  // masked: A = 0
+        }
+      });
     });
     if (written[0])  // dQ = s·dZ K
       gemm_batched(batch, false, false, T, d, S, c_.scale, pz, S, T * S, value(c_.k), lk.ld, lk.heads, 0.0f,

@@ -7,6 +7,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/lane_sum.h"
 #include "engine/threads.h"
 
 namespace adjoint {
@@ -17,29 +18,6 @@ namespace {
 int64_t grain_for(int64_t length) { return std::max<int64_t>(1, 4096 / std::max<int64_t>(length, 1)); }
 // Rows per partial sum in the γ/β column reductions (bounds the partials' memory).
 constexpr int64_t kReduceGrain = 128;
-
-// Σ a(l) and Σ b(l) over l < n, in one pass over the values both read: eight float lanes
-// each, summed in a fixed order, combined in double. Independent lanes let the compiler
-// vectorise the loop (a single running sum would pin it to one add at a time), and the
-// fixed order keeps results independent of the threads.
-template <class TermA, class TermB>
-std::pair<double, double> lane_sums(int64_t n, TermA a, TermB b) {
-  constexpr int kLanes = 8;
-  float lanes_a[kLanes] = {}, lanes_b[kLanes] = {};
-  int64_t l = 0;
-  for (; l + kLanes <= n; l += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes_a[k] += a(l + k), lanes_b[k] += b(l + k);
-  double sum_a = 0, sum_b = 0;
-  for (; l < n; ++l) sum_a += a(l), sum_b += b(l);
-  for (int k = 0; k < kLanes; ++k) sum_a += lanes_a[k], sum_b += lanes_b[k];
-  return {sum_a, sum_b};
-}
-
-// Σ term(l) over l < n, summed as lane_sums sums (the unused second sum compiles away).
-template <class Term>
-double lane_sum(int64_t n, Term term) {
-  return lane_sums(n, term, [](int64_t) { return 0.0f; }).first;
-}
 
 // Mean and biased variance of the values p[b·stride + i], b < blocks, i < length: one
 // channel of a batch (N blocks of L values) or one layer-norm row (a single block). Two
