@@ -26,7 +26,7 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, Generator& gen) {
   weight = register_parameter("weight", fan_in_uniform({out, in}, in, gen));
   if (has_bias) bias = register_parameter("bias", fan_in_uniform({out}, in, gen));
 }
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x, const Tensor& residual) const { return linear(x, weight, bias, residual); }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions opts, bool has_bias, Generator& gen)
     : options(opts) {
@@ -86,13 +86,13 @@ SelfAttention::SelfAttention(int64_t dim, int64_t heads_, bool qkv_bias, Generat
   proj = register_module("proj", std::make_shared<Linear>(dim, dim, true, gen));
 }
 
-Tensor SelfAttention::forward(const Tensor& x, bool causal) const {
+Tensor SelfAttention::forward(const Tensor& x, bool causal, const Tensor& residual) const {
   check(x.dim() == 3, "SelfAttention: expects (batch, tokens, dim), got ", x.shape());
   // qkv (B, T, 3D) is split into heads as timm's reshape(B, T, 3, H, dh) does, in place.
-  return proj->forward(packed_qkv_attention(qkv->forward(x), heads, causal));
+  return proj->forward(packed_qkv_attention(qkv->forward(x), heads, causal), residual);
 }
 
-Tensor SelfAttention::forward_first(const Tensor& x, int64_t queries) const {
+Tensor SelfAttention::forward_first(const Tensor& x, int64_t queries, const Tensor& residual) const {
   check(x.dim() == 3 && queries > 0 && queries <= x.size(1), "SelfAttention: ", queries,
         " queries of (batch, tokens, dim) ", x.shape());
   // Rows [0, D) of the qkv projection make the queries, rows [D, 3D) the keys and values.
@@ -100,7 +100,7 @@ Tensor SelfAttention::forward_first(const Tensor& x, int64_t queries) const {
   auto rows = [&](const Tensor& t, int64_t from, int64_t to) { return t.defined() ? slice(t, 0, from, to) : t; };
   Tensor q = linear(slice(x, 1, 0, queries), rows(qkv->weight, 0, D), rows(qkv->bias, 0, D));
   Tensor kv = linear(x, rows(qkv->weight, D, 3 * D), rows(qkv->bias, D, 3 * D));
-  return proj->forward(packed_kv_attention(q, kv, heads));
+  return proj->forward(packed_kv_attention(q, kv, heads), residual);
 }
 
 }  // namespace adjoint

@@ -14,7 +14,8 @@ namespace adjoint {
 class Linear : public Module {
 public:
   Linear(int64_t in, int64_t out, bool bias, Generator& gen);
-  Tensor forward(const Tensor& x) const;
+  // With `residual`: residual + the layer's output, summed by the product (ops/matmul.h).
+  Tensor forward(const Tensor& x, const Tensor& residual = {}) const;
   Tensor weight, bias;  // (out, in), (out) or undefined
 };
 
@@ -68,10 +69,13 @@ public:
 class SelfAttention : public Module {
 public:
   SelfAttention(int64_t dim, int64_t heads, bool qkv_bias, Generator& gen);
-  Tensor forward(const Tensor& x, bool causal = false) const;  // (B, T, dim) → (B, T, dim)
+  // (B, T, dim) → (B, T, dim); with `residual` (B, T, dim), residual + the attention's output,
+  // summed by the output projection.
+  Tensor forward(const Tensor& x, bool causal = false, const Tensor& residual = {}) const;
   // The outputs of the first `queries` tokens alone, (B, queries, dim), each attending to
-  // every token: only their rows of the query projection are computed.
-  Tensor forward_first(const Tensor& x, int64_t queries) const;
+  // every token: only their rows of the query projection are computed. `residual` as above,
+  // (B, queries, dim).
+  Tensor forward_first(const Tensor& x, int64_t queries, const Tensor& residual = {}) const;
   int64_t heads;
   std::shared_ptr<Linear> qkv, proj;
 };

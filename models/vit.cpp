@@ -28,14 +28,16 @@ public:
     fc1 = mlp->register_module("fc1", std::make_shared<Linear>(dim, dim * mlp_ratio, true, gen));
     fc2 = mlp->register_module("fc2", std::make_shared<Linear>(dim * mlp_ratio, dim, true, gen));
   }
-  Tensor forward(const Tensor& x) const { return with_mlp(x + attn->forward(norm1->forward(x))); }
+  // The residual connections' sums are made by the projections before them (x + attn(…) by
+  // attn.proj, h + mlp(…) by mlp.fc2), which accumulate onto the residual.
+  Tensor forward(const Tensor& x) const { return with_mlp(attn->forward(norm1->forward(x), false, x)); }
   // The outputs of the first `tokens` tokens alone, each attending to every token.
   Tensor forward_first(const Tensor& x, int64_t tokens) const {
-    return with_mlp(slice(x, 1, 0, tokens) + attn->forward_first(norm1->forward(x), tokens));
+    return with_mlp(attn->forward_first(norm1->forward(x), tokens, slice(x, 1, 0, tokens)));
   }
 
 private:
-  Tensor with_mlp(const Tensor& h) const { return h + fc2->forward(gelu(fc1->forward(norm2->forward(h)))); }
+  Tensor with_mlp(const Tensor& h) const { return fc2->forward(gelu(fc1->forward(norm2->forward(h))), h); }
 
   std::shared_ptr<LayerNorm> norm1, norm2;
   std::shared_ptr<SelfAttention> attn;

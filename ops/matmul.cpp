@@ -80,7 +80,7 @@ class LinearNode : public Node {
   LinearNode(Tensor x, Tensor weight, int64_t rows) : x_(std::move(x)), w_(std::move(weight)), rows_(rows) {}
   std::string name() const override { return "linear"; }
 
-  // y = x·Wᵀ + b over `rows` rows: dx = dy·W, dW = dyᵀ·x, db = Σ_rows dy.
+  // y = x·Wᵀ + b [+ r] over `rows` rows: dx = dy·W, dW = dyᵀ·x, db = Σ_rows dy, dr = dy.
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
     const int64_t out = w_.size(0), in = w_.size(1);
     Tensor dx, dw, db;
@@ -96,7 +96,7 @@ class LinearNode : public Node {
       db = Tensor::empty({out});
       column_sums(u.data(), rows_, out, db.data());
     }
-    return {dx, dw, db};
+    return {dx, dw, db, needs.size() > 3 && needs[3] ? u : Tensor()};
   }
 
  public:
@@ -137,7 +137,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Tensor& residual_in) {
   check(x_in.defined() && weight_in.defined(), "linear: undefined input or weight");
   check(weight_in.dim() == 2, "linear: weight must be 2-D (out, in), got ", weight_in.shape());
   const int64_t out_features = weight_in.size(0), in_features = weight_in.size(1);
@@ -151,20 +151,32 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
+  if (residual_in.defined())
+    check(residual_in.shape() == out_shape, "linear: residual ", residual_in.shape(), " does not match the output ",
+          out_shape, " of input ", x.shape(), " and weight ", w.shape());
+  Tensor residual = residual_in.defined() ? residual_in.contiguous() : Tensor();
   Tensor out = Tensor::empty(out_shape);
   float* y = out.data();
   float beta = 0.0f;
-  if (bias.defined()) {  // start every row from the bias and let the GEMM accumulate onto it
-    const float* b = bias.data();
+  if (bias.defined() || residual.defined()) {  // start every row from them; the GEMM accumulates onto it
+    const float* b = bias.defined() ? bias.data() : nullptr;
+    const float* start = residual.defined() ? residual.data() : nullptr;
     parallel_for(rows, 1024, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) std::copy(b, b + out_features, y + r * out_features);
+      for (int64_t r = r0; r < r1; ++r) {
+        float* row = y + r * out_features;
+        if (!start) std::copy(b, b + out_features, row);
+        else if (!b) std::copy(start + r * out_features, start + (r + 1) * out_features, row);
+        else
+          for (int64_t c = 0; c < out_features; ++c) row[c] = start[r * out_features + c] + b[c];
+      }
     });
     beta = 1.0f;
   }
   count_multiply_adds(rows * out_features * in_features);
   gemm(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features, beta, y,
        out_features);
-  if (needs_grad({x, w, bias})) attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias});
+  if (needs_grad({x, w, bias, residual}))
+    attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias, residual});
   return out;
 }
 

@@ -13,7 +13,10 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 
 // x · weightᵀ + bias, like torch.nn.functional.linear: x (..., in), weight (out, in),
 // bias (out) or undefined → (..., out). The leading dimensions of x fold into one GEMM.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// With `residual` (the output's shape): residual + x · weightᵀ + bias, a residual
+// connection's sum made by the product itself: the GEMM accumulates onto residual + bias,
+// where a separate add would make another pass over three tensors.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Tensor& residual = {});
 
 // out[c·out_stride] = Σ_r m[r, c] for a row-major (rows, cols) matrix, summed in double in an
 // order that does not depend on the thread count: the bias gradients of linear and bilinear

@@ -17,6 +17,7 @@
 #include "engine/gemm.h"
 #include "engine/gemm_avx512.h"
 #include "engine/threads.h"
+#include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "tests/golden_case.h"
 #include "tests/support.h"
@@ -105,6 +106,28 @@ TEST_CASE("matmul: bad shapes") {
 TEST_CASE("linear: gradients with and without bias") {
   check_gradients(linear_of, {random_tensor({2, 3, 4}, 12), random_tensor({5, 4}, 13), random_tensor({5}, 14)});
   check_gradients(linear_of, {random_tensor({4}, 15), random_tensor({3, 4}, 16)});
+}
+
+TEST_CASE("linear: a residual is summed by the product, with every transport as linear + add") {
+  // Finite differences through all four inputs, with and without the bias.
+  auto with_residual = [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2], in[3]); };
+  check_gradients(with_residual, {random_tensor({2, 3, 4}, 21), random_tensor({5, 4}, 22), random_tensor({5}, 23),
+                                  random_tensor({2, 3, 5}, 24)});
+  check_gradients([](const std::vector<Tensor>& in) { return linear(in[0], in[1], Tensor(), in[2]); },
+                  {random_tensor({3, 4}, 25), random_tensor({2, 4}, 26), random_tensor({3, 2}, 27)});
+  // Against its definition, linear then add, under every transport.
+  const std::vector<Tensor> in = {random_tensor({6, 4}, 28), random_tensor({3, 4}, 29), random_tensor({3}, 30),
+                                  random_tensor({6, 3}, 31)};
+  auto in_turn = [](const std::vector<Tensor>& v) { return v[3] + linear(v[0], v[1], v[2]); };
+  const Tensor u = random_tensor({6, 3}, 32);
+  check_close(with_residual(in), in_turn(in), 1e-6, 1e-6, "forward");
+  for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()}) {
+    const std::vector<Tensor> got = vjp(with_residual, in, u, t), want = vjp(in_turn, in, u, t);
+    for (size_t i = 0; i < in.size(); ++i) check_close(got[i], want[i], 1e-6, 1e-6, cat("input ", i));
+    CHECK(got[3].to_vector() == u.to_vector());  // the residual's cotangent is u itself
+  }
+  CHECK_THROWS_WITH_AS(linear(Tensor::zeros({8, 20}), Tensor::zeros({10, 20}), Tensor(), Tensor::zeros({8, 20})),
+                       doctest::Contains("linear: residual [8, 20] does not match the output [8, 10]"), Error);
 }
 
 TEST_CASE("linear: matches PyTorch") {
