@@ -14,6 +14,7 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
+#include "models/model.h"
 #include "ops/layout.h"
 #include "tests/stitch_fixture.h"
 #include "tests/support.h"
@@ -186,6 +187,35 @@ TEST_CASE("stitched model: an identity stitch of a model into itself predicts an
       CHECK(max_abs(map) > 0);
       check_close(map, explain(method, *b.model, x, targets), 1e-5, 1e-6, method + " through the stitched model");
     }
+  }
+}
+
+TEST_CASE("stitched model: a ViT keeps its class-token-only last block only where the head still follows it") {
+  ModelConfig c;
+  c.arch = "vit_custom", c.dim = 24, c.depth = 2, c.heads = 2, c.patch = 4, c.image_size = 8, c.in_channels = 1;
+  Generator gen(4);
+  const Endpoint vit{"vit", make_model(c, gen), {}, {}};
+  vit.model->train(false);
+  const Tensor x = random_tensor({3, 1, 8, 8}, 9);
+  Tensor expected;
+  {
+    NoGrad off;
+    expected = vit.model->forward(x);
+  }
+  // Blocks: patch_embed, blocks.0, blocks.1 (computed with the head: its with_next), head.
+  REQUIRE(vit.model->blocks()[2].with_next);
+  for (size_t block : {size_t(1), size_t(2)}) {
+    INFO("block ", block);
+    StitchPair pair(vit, block, vit, block, {1, 8, 8});
+    auto stitch = std::make_shared<Stitch>(pair.shapes());
+    stitch->init_identity();
+    const StitchedModel stitched(pair, stitch);
+    // After block 1 the end's blocks.1 still meets its head; after block 2 the front's
+    // blocks.1 meets the stitch, so it must run in full.
+    const size_t copy_of_last = block == 1 ? 3 : 2;  // end.blocks.1 after the stitch, or front.blocks.1 before it
+    CHECK(bool(stitched.blocks()[copy_of_last].with_next) == (block == 1));
+    NoGrad off;
+    check_close(stitched.forward(x), expected, 1e-5, 1e-6, "identity-stitched logits");
   }
 }
 
