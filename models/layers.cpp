@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/autograd.h"
 #include "engine/error.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
@@ -101,6 +102,19 @@ Tensor SelfAttention::forward_first(const Tensor& x, int64_t queries, const Tens
   Tensor q = linear(slice(x, 1, 0, queries), rows(qkv->weight, 0, D), rows(qkv->bias, 0, D));
   Tensor kv = linear(x, rows(qkv->weight, D, 3 * D), rows(qkv->bias, D, 3 * D));
   return proj->forward(packed_kv_attention(q, kv, heads), residual);
+}
+
+Tensor rowwise_in_chunks(const Tensor& x, int64_t rows, const std::function<Tensor(const Tensor&)>& fn) {
+  check(x.dim() >= 1 && rows > 0, "rowwise_in_chunks: ", rows, " rows of ", x.shape());
+  const int64_t total = x.numel() / std::max<int64_t>(x.size(-1), 1);
+  if (grad_enabled() || total <= rows) return fn(x);
+  const Tensor flat = reshape(x, {total, x.size(-1)});
+  std::vector<Tensor> parts;
+  for (int64_t r = 0; r < total; r += rows) parts.push_back(fn(slice(flat, 0, r, std::min(total, r + rows))));
+  Tensor out = concat(parts, 0);
+  Shape shape = x.shape();
+  shape.back() = out.size(-1);
+  return reshape(out, shape);
 }
 
 }  // namespace adjoint

@@ -3,6 +3,7 @@
 // torchvision/timm state-dict names. Initialisation follows torch's defaults.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "engine/module.h"
@@ -79,5 +80,13 @@ public:
   int64_t heads;
   std::shared_ptr<Linear> qkv, proj;
 };
+
+// fn(x) for a row-wise fn: one whose output row r (along the last axis) depends on row r
+// of x alone, such as a transformer's per-token MLP. When no graph is being recorded it
+// runs on chunks of `rows` rows at a time, so that fn's wide intermediates (an MLP's hidden
+// layer, four times the width) stay in cache from one op to the next instead of making
+// passes over memory; the results are the same. Recording a graph, it is one call, since
+// the backward pass keeps every intermediate anyway.
+Tensor rowwise_in_chunks(const Tensor& x, int64_t rows, const std::function<Tensor(const Tensor&)>& fn);
 
 }  // namespace adjoint

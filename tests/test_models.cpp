@@ -12,7 +12,10 @@
 #include "engine/json.h"
 #include "engine/safetensors.h"
 #include "models/checkpoint.h"
+#include "models/layers.h"
 #include "models/model.h"
+#include "ops/activation.h"
+#include "ops/matmul.h"
 #include "tests/support.h"
 
 using namespace adjoint;
@@ -148,6 +151,30 @@ TEST_CASE("models: a ViT's last block computed for the class token alone carries
     CHECK(moved > 0);
     CHECK(max_abs(got[0]) > 0);
   }
+}
+
+TEST_CASE("models: a row-wise function runs in chunks of rows at inference, whole when recording") {
+  const Tensor x = random_tensor({3, 5, 4}, 81), w = random_tensor({6, 4}, 82), b = random_tensor({6}, 83);
+  int calls = 0;
+  auto fn = [&](const Tensor& t) {
+    ++calls;
+    return gelu(linear(t, w, b));
+  };
+  Tensor whole, chunked;
+  {
+    NoGrad off;
+    whole = fn(x);
+    calls = 0;
+    chunked = rowwise_in_chunks(x, 4, fn);  // 15 rows: 4 + 4 + 4 + 3
+  }
+  CHECK(calls == 4);
+  CHECK(chunked.shape() == Shape{3, 5, 6});
+  check_close(chunked, whole, 1e-7, 1e-7, "chunked");
+  calls = 0;
+  const Tensor leaf = x.clone().requires_grad_();
+  const Tensor recorded = rowwise_in_chunks(leaf, 4, fn);
+  CHECK(calls == 1);
+  CHECK(max_abs(grad(recorded, {leaf}, random_tensor({3, 5, 6}, 84))[0]) > 0);
 }
 
 TEST_CASE("models: a ViT's pool option picks timm's head, survives the checkpoint config and is validated") {
