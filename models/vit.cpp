@@ -88,7 +88,7 @@ public:
     if (!average && block)
       // The head reads the class token alone, so the last block need only compute its row:
       // the queries', the MLP's and the projections' products shrink from 1 + N tokens to 1
-      // (only the keys and values need every token), about a twelfth of ViT-Tiny's work.
+      // (only the keys and values need every token): 6.9% of ViT-Tiny's multiply-adds saved.
       set_with_next([block, class_token_head](const Tensor& x) {
         return class_token_head(block->forward_first(x, 1));
       });
