@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 #include <tuple>
 
@@ -14,7 +15,6 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/safetensors.h"
-#include "models/model.h"
 #include "ops/layout.h"
 #include "tests/stitch_fixture.h"
 #include "tests/support.h"
@@ -46,6 +46,14 @@ Endpoint tiny_resnet(uint64_t seed) {
   Endpoint e{"resnet", make_model(c, gen), {0.3f}, {0.4f}};
   e.model->train(false);
   return e;
+}
+
+// A model stitched into itself after `block` through an identity stitch.
+std::unique_ptr<StitchedModel> self_stitched(const Endpoint& e, size_t block, const Shape& input) {
+  StitchPair pair(e, block, e, block, input);
+  auto stitch = std::make_shared<Stitch>(pair.shapes());
+  stitch->init_identity();
+  return std::make_unique<StitchedModel>(pair, stitch);
 }
 
 }  // namespace
@@ -167,10 +175,8 @@ TEST_CASE("stitched model: an identity stitch of a model into itself predicts an
   const std::vector<int64_t> targets = predicted_classes(*b.model, x);
   for (size_t block : {size_t(1), size_t(5)}) {
     INFO("block ", block);
-    StitchPair pair(b, block, b, block, {1, 16, 16});
-    auto stitch = std::make_shared<Stitch>(pair.shapes());
-    stitch->init_identity();
-    const StitchedModel stitched(pair, stitch);
+    const auto stitched_model = self_stitched(b, block, {1, 16, 16});
+    const StitchedModel& stitched = *stitched_model;
     CHECK(stitched.num_blocks() == b.model->num_blocks() + 1);
     CHECK(stitched.blocks()[block + 1].name == "stitch");
     CHECK(stitched.blocks()[0].name == "front." + b.model->blocks()[0].name);
@@ -191,11 +197,7 @@ TEST_CASE("stitched model: an identity stitch of a model into itself predicts an
 }
 
 TEST_CASE("stitched model: a ViT keeps its class-token-only last block only where the head still follows it") {
-  ModelConfig c;
-  c.arch = "vit_custom", c.dim = 24, c.depth = 2, c.heads = 2, c.patch = 4, c.image_size = 8, c.in_channels = 1;
-  Generator gen(4);
-  const Endpoint vit{"vit", make_model(c, gen), {}, {}};
-  vit.model->train(false);
+  const Endpoint vit = tiny_vit(4);
   const Tensor x = random_tensor({3, 1, 8, 8}, 9);
   Tensor expected;
   {
@@ -206,16 +208,13 @@ TEST_CASE("stitched model: a ViT keeps its class-token-only last block only wher
   REQUIRE(vit.model->blocks()[2].with_next);
   for (size_t block : {size_t(1), size_t(2)}) {
     INFO("block ", block);
-    StitchPair pair(vit, block, vit, block, {1, 8, 8});
-    auto stitch = std::make_shared<Stitch>(pair.shapes());
-    stitch->init_identity();
-    const StitchedModel stitched(pair, stitch);
+    const auto stitched = self_stitched(vit, block, {1, 8, 8});
     // After block 1 the end's blocks.1 still meets its head; after block 2 the front's
     // blocks.1 meets the stitch, so it must run in full.
     const size_t copy_of_last = block == 1 ? 3 : 2;  // end.blocks.1 after the stitch, or front.blocks.1 before it
-    CHECK(bool(stitched.blocks()[copy_of_last].with_next) == (block == 1));
+    CHECK(bool(stitched->blocks()[copy_of_last].with_next) == (block == 1));
     NoGrad off;
-    check_close(stitched.forward(x), expected, 1e-5, 1e-6, "identity-stitched logits");
+    check_close(stitched->forward(x), expected, 1e-5, 1e-6, "identity-stitched logits");
   }
 }
 
