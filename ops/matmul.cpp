@@ -9,6 +9,7 @@
 #include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/threads.h"
+#include "engine/vectorize.h"
 
 namespace adjoint {
 
@@ -20,13 +21,15 @@ void column_sums(const float* m, int64_t rows, int64_t cols, float* out, int64_t
   const int64_t blocks = (rows + kRowBlock - 1) / kRowBlock;
   std::vector<double> partial(static_cast<size_t>(blocks * cols), 0.0);
   parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      double* sum = partial.data() + b * cols;
-      for (int64_t r = b * kRowBlock; r < std::min(rows, (b + 1) * kRowBlock); ++r) {
-        const float* row = m + r * cols;
-        for (int64_t c = 0; c < cols; ++c) sum[c] += row[c];
+    run_widest([&] {  // the columns side by side, a vector of doubles at a time
+      for (int64_t b = b0; b < b1; ++b) {
+        double* sum = partial.data() + b * cols;
+        for (int64_t r = b * kRowBlock; r < std::min(rows, (b + 1) * kRowBlock); ++r) {
+          const float* row = m + r * cols;
+          for (int64_t c = 0; c < cols; ++c) sum[c] += row[c];
+        }
       }
-    }
+    });
   });
   parallel_for(cols, 1024, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {

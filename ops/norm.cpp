@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/lane_sum.h"
 #include "engine/threads.h"
+#include "engine/vectorize.h"
 
 namespace adjoint {
 
@@ -187,27 +188,29 @@ public:
       const bool exact = t.is_gradient();
       Tensor dx = Tensor::empty(x_.shape());
       float* pd = dx.data();
+      const float* gamma = gamma_.data();
       parallel_for(M, grain_for(D), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const float *xr = px + r * D, *ur = pu + r * D;
-          float* dr = pd + r * D;
-          const float mu = mean_[r], is = invstd_[r];
-          if (!exact) {  // μ, σ frozen: (γ/σ)·u
-            for (int64_t j = 0; j < D; ++j) dr[j] = gamma_[j] * is * ur[j];
-            continue;
+        run_widest([&] {
+          for (int64_t r = r0; r < r1; ++r) {
+            const float *xr = px + r * D, *ur = pu + r * D;
+            float* dr = pd + r * D;
+            const float mu = mean_[r], is = invstd_[r];
+            if (!exact) {  // μ, σ frozen: (γ/σ)·u
+              for (int64_t j = 0; j < D; ++j) dr[j] = gamma[j] * is * ur[j];
+              continue;
+            }
+            // With g = γ·u: dx = (1/σ)·(g − mean(g) − x̂·mean(g·x̂)), means over the row. The
+            // sums run in lanes: a running double sum, an add at a time, took most of the time.
+            const auto [sg, sgx] = lane_sums(
+                D, [&](int64_t j) { return gamma[j] * ur[j]; },
+                [&](int64_t j) { return gamma[j] * ur[j] * ((xr[j] - mu) * is); });
+            const float mean_g = float(sg / double(D)), mean_gx = float(sgx / double(D));
+            for (int64_t j = 0; j < D; ++j) {
+              const float xhat = (xr[j] - mu) * is;
+              dr[j] = is * (gamma[j] * ur[j] - mean_g - xhat * mean_gx);
+            }
           }
-          // With g = γ·u: dx = (1/σ)·(g − mean(g) − x̂·mean(g·x̂)), means over the row.
-          double sg = 0, sgx = 0;
-          for (int64_t j = 0; j < D; ++j) {
-            const double g = double(gamma_[j]) * ur[j];
-            sg += g, sgx += g * ((xr[j] - mu) * is);
-          }
-          const float mean_g = float(sg / double(D)), mean_gx = float(sgx / double(D));
-          for (int64_t j = 0; j < D; ++j) {
-            const float xhat = (xr[j] - mu) * is;
-            dr[j] = is * (gamma_[j] * ur[j] - mean_g - xhat * mean_gx);
-          }
-        }
+        });
       });
       out[0] = dx;
     }
@@ -219,13 +222,16 @@ public:
       std::vector<double> part_gx(size_t(chunks * D), 0.0), part_g(size_t(chunks * D), 0.0);
       parallel_for(M, kReduceGrain, [&](int64_t r0, int64_t r1) {
         double *pgx = &part_gx[size_t(r0 / kReduceGrain * D)], *pg = &part_g[size_t(r0 / kReduceGrain * D)];
-        for (int64_t r = r0; r < r1; ++r) {
-          const float *xr = px + r * D, *ur = pu + r * D;
-          for (int64_t j = 0; j < D; ++j) {
-            pgx[j] += double(ur[j]) * ((xr[j] - mean_[r]) * invstd_[r]);
-            pg[j] += ur[j];
+        run_widest([&] {  // the columns' sums side by side, a vector of doubles at a time
+          for (int64_t r = r0; r < r1; ++r) {
+            const float *xr = px + r * D, *ur = pu + r * D;
+            const float mu = mean_[r], is = invstd_[r];
+            for (int64_t j = 0; j < D; ++j) {
+              pgx[j] += double(ur[j]) * ((xr[j] - mu) * is);
+              pg[j] += ur[j];
+            }
           }
-        }
+        });
       });
       Tensor dgamma = Tensor::zeros(features_), dbeta = Tensor::zeros(features_);
       for (int64_t c = 0; c < chunks; ++c)
