@@ -8,8 +8,8 @@
 #include "engine/error.h"
 #include "engine/fast_exp.h"
 #include "engine/flops.h"
-#include "engine/lane_sum.h"
 #include "engine/gemm.h"
+#include "engine/lane_sum.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
 
