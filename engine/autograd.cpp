@@ -32,14 +32,17 @@ void accumulate(Tensor& a, const Tensor& b) {
     return;
   }
   // Never add in place into memory someone else sees: another handle on the same tensor
-  // (a node may pass its cotangent through unchanged) or a view of the same storage.
-  if (a.impl_ptr().use_count() > 1 || a.impl()->storage.use_count() > 1) a = a.clone();
+  // (a node may pass its cotangent through unchanged, as a residual connection's does) or a
+  // view of the same storage. Then the sum goes to new memory, in the same single pass.
+  const bool shared = a.impl_ptr().use_count() > 1 || a.impl()->storage.use_count() > 1;
+  Tensor sum = shared ? Tensor::empty(a.shape()) : a;
   Tensor bc = b.contiguous();
-  float* pa = a.data();
-  const float* pb = bc.data();
+  const float *pa = a.data(), *pb = bc.data();
+  float* ps = sum.data();
   parallel_for(a.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) pa[i] += pb[i];
+    for (int64_t i = begin; i < end; ++i) ps[i] = pa[i] + pb[i];
   });
+  a = sum;
 }
 
 // Where a tensor's cotangent is kept: its node for op outputs, its impl for leaves.
