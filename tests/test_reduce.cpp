@@ -1,11 +1,13 @@
 // Reductions: gradients, PyTorch goldens, determinism and accuracy, max routing, bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/lane_sum.h"
 #include "engine/random.h"
 #include "engine/threads.h"
 #include "ops/elementwise.h"
@@ -36,6 +38,29 @@ std::vector<double> reference_sum(const std::vector<float>& x, int64_t outer, in
   return out;
 }
 }  // namespace
+
+TEST_CASE("lane sums: the row maximum and sums in lanes, for every length around the lanes' width") {
+  // Lengths 1..20 cover no full lane group, one, two, and every tail; the maximum is put at
+  // each position in turn (tail included), far above the rest.
+  for (int64_t n = 1; n <= 20; ++n) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[size_t(i)] = float((i * 7) % 5) - 2.0f;  // small integers: exact sums
+    const double sum = std::accumulate(x.begin(), x.end(), 0.0);
+    CHECK(lane_sum(n, [&](int64_t i) { return x[size_t(i)]; }) == sum);
+    const auto [a, b] = lane_sums(
+        n, [&](int64_t i) { return x[size_t(i)]; }, [&](int64_t i) { return 2 * x[size_t(i)] + 1; });
+    CHECK(a == sum);
+    CHECK(b == 2 * sum + double(n));
+    for (int64_t at = 0; at < n; ++at) {
+      std::vector<float> y = x;
+      y[size_t(at)] = 100.0f + float(at);
+      CAPTURE(n);
+      CAPTURE(at);
+      CHECK(lane_max(y.data(), n) == *std::max_element(y.begin(), y.end()));
+    }
+  }
+  CHECK(lane_max(nullptr, 0) == -INFINITY);
+}
 
 TEST_CASE("reduce: gradients match central differences") {
   const Tensor x = random_tensor({2, 3, 4}, 21);
