@@ -9,7 +9,7 @@
 // Ops whose map is affine in the input (linear, conv, BN in eval, pooling by averaging,
 // add, reshape, concat...) implement one rule for all three.
 //
-// Two more kinds serve the attribution baselines (analysis/explain.h). They change only
+// Two more kinds serve the attribution baselines (analysis/pullbacks/explain.h). They change only
 // the pointwise activations (ops/activation.h); every other op sees is_gradient() true
 // and applies its exact VJP, as Captum's and the papers' implementations do:
 //   Guided        Guided Backprop: ReLU passes relu(u)·1{z>0}; GELU/SiLU pass relu(u)·f'(z).

@@ -16,7 +16,7 @@ libs="$(pkg-config --libs openblas tbb stb zlib) -lpthread"
 
 # The engine sources the parsers need (the whole engine, for simplicity) and the CLI parser.
 objects=""
-for src in engine/*.cpp engine/data/*.cpp tools/cli.cpp; do
+for src in engine/*.cpp engine/io/*.cpp engine/data/*.cpp tools/cli.cpp; do
   obj="$out/obj/$(echo "$src" | tr / _ | sed 's/\.cpp$/.o/')"
   objects="$objects $obj"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then

@@ -3,7 +3,7 @@
 #include <string_view>
 
 #include "engine/error.h"
-#include "engine/json.h"
+#include "engine/io/json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   adjoint::Json value;

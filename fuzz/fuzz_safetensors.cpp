@@ -1,6 +1,6 @@
 // safetensors: header (length, JSON, dtypes, shapes, offsets) and body.
 #include "engine/error.h"
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

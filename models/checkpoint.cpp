@@ -4,7 +4,7 @@
 #include <set>
 
 #include "engine/error.h"
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 
 namespace adjoint {
 

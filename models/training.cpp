@@ -9,11 +9,11 @@
 #include <limits>
 
 #include "engine/autograd.h"
-#include "engine/csv.h"
+#include "engine/io/csv.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
-#include "engine/files.h"
-#include "engine/json.h"
+#include "engine/io/files.h"
+#include "engine/io/json.h"
 #include "engine/optim.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"

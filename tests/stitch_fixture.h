@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "analysis/stitching_pair.h"
+#include "analysis/stitching/pair.h"
 #include "models/checkpoint.h"
 #include "tests/support.h"
 

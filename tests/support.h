@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "engine/tensor.h"
 #include "engine/transport.h"
 #include "models/training.h"

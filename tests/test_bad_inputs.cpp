@@ -13,9 +13,9 @@
 #include "engine/data/image_folder.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
-#include "engine/json.h"
+#include "engine/io/json.h"
 #include "engine/random.h"
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "models/checkpoint.h"
 #include "tests/support.h"
 

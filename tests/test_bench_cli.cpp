@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "engine/error.h"
-#include "engine/json.h"
+#include "engine/io/json.h"
 #include "tests/support.h"
 
 using namespace adjoint;

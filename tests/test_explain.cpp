@@ -1,11 +1,11 @@
-// Explanation methods (analysis/explain.h) and the two attribution transports (Guided,
+// Explanation methods (analysis/pullbacks/explain.h) and the two attribution transports (Guided,
 // DeepLift): every method against a PyTorch reference on the same weights
 // (tests/goldens/gen_explain.py), and the properties that define them.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "analysis/explain.h"
+#include "analysis/pullbacks/explain.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"

@@ -1,4 +1,4 @@
-// Explanation reports (analysis/heatmap.h, analysis/report.h), the library path of
+// Explanation reports (analysis/common/heatmap.h, analysis/pullbacks/report.h), the library path of
 // `adjoint explain`: the colour map, PNG files, the metric tables and one end-to-end run
 // on a tiny random model that writes every file into a temporary folder.
 #include <doctest/doctest.h>
@@ -9,12 +9,12 @@
 #include <fstream>
 #include <sstream>
 
-#include "analysis/heatmap.h"
-#include "analysis/report.h"
+#include "analysis/common/heatmap.h"
+#include "analysis/pullbacks/report.h"
 #include "engine/error.h"
-#include "engine/json.h"
+#include "engine/io/json.h"
 #include "engine/random.h"
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "models/model.h"
 #include "tests/support.h"
 

@@ -1,4 +1,4 @@
-// Every quality metric (analysis/metrics.h, randomisation.h, focus.h) on a case small
+// Every quality metric (analysis/pullbacks/metrics.h, randomisation.h, focus.h) on a case small
 // enough to work out by hand, asserted to float tolerance rather than within a range.
 // Where a metric draws random perturbations the case is built so that the draws cannot
 // change the value: a noise range of width 1e-6 (the noise is a constant to 1e-6), patches
@@ -9,10 +9,10 @@
 #include <functional>
 #include <set>
 
-#include "analysis/focus.h"
-#include "analysis/metrics.h"
-#include "analysis/randomisation.h"
-#include "analysis/statistics.h"
+#include "analysis/pullbacks/focus.h"
+#include "analysis/pullbacks/metrics.h"
+#include "analysis/pullbacks/randomisation.h"
+#include "analysis/common/statistics.h"
 #include "models/layers.h"
 #include "tests/support.h"
 

@@ -1,4 +1,4 @@
-// Quality metrics for explanations (analysis/metrics.h, randomisation.h, focus.h), each
+// Quality metrics for explanations (analysis/pullbacks/metrics.h, randomisation.h, focus.h), each
 // against a case whose value is known by hand: tiny linear classifiers f(x) = W·x, whose
 // exact attributions are known, and maps whose Gini index and entropy are known.
 #include <doctest/doctest.h>
@@ -7,10 +7,10 @@
 #include <limits>
 #include <set>
 
-#include "analysis/focus.h"
-#include "analysis/metrics.h"
-#include "analysis/randomisation.h"
-#include "analysis/statistics.h"
+#include "analysis/pullbacks/focus.h"
+#include "analysis/pullbacks/metrics.h"
+#include "analysis/pullbacks/randomisation.h"
+#include "analysis/common/statistics.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/threads.h"

@@ -9,8 +9,8 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
-#include "engine/json.h"
-#include "engine/safetensors.h"
+#include "engine/io/json.h"
+#include "engine/io/safetensors.h"
 #include "models/checkpoint.h"
 #include "models/layers.h"
 #include "models/model.h"

@@ -1,8 +1,8 @@
-// The metric table of the explanation report (analysis/report.h, report_metrics()): one
+// The metric table of the explanation report (analysis/pullbacks/report.h, report_metrics()): one
 // row per metric of the catalogue, in its order, and the cost model it drives.
 #include <doctest/doctest.h>
 
-#include "analysis/report.h"
+#include "analysis/pullbacks/report.h"
 #include "engine/error.h"
 
 using namespace adjoint;

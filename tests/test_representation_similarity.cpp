@@ -1,10 +1,10 @@
-// The baselines beside tensor similarity (analysis/representation_similarity.h), against
+// The baselines beside tensor similarity (analysis/similarity/representation_similarity.h), against
 // values computed with numpy from the definitions (the script is in each comment).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "analysis/representation_similarity.h"
+#include "analysis/similarity/representation_similarity.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "models/model.h"

@@ -1,4 +1,4 @@
-// PGD attacks, PGD adversarial training and rAuA (analysis/robustness.h): the attack stays
+// PGD attacks, PGD adversarial training and rAuA (analysis/stitching/robustness.h): the attack stays
 // in its ε-set and in [0, 1] and raises the loss; its L∞ and L2 steps match PyTorch on the
 // tiny stitching model; an adversarial step is a classification step on the attacked
 // batch; adversarial runs resume bit for bit; AuA is the trapezoid; bad options are one line.
@@ -8,9 +8,9 @@
 #include <cmath>
 #include <filesystem>
 
-#include "analysis/robustness.h"
-#include "analysis/stitching_protocol.h"
-#include "analysis/stitching_train.h"
+#include "analysis/stitching/robustness.h"
+#include "analysis/stitching/protocol.h"
+#include "analysis/stitching/train.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"

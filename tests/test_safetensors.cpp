@@ -12,8 +12,8 @@
 #include <limits>
 
 #include "engine/error.h"
-#include "engine/json.h"
-#include "engine/safetensors.h"
+#include "engine/io/json.h"
+#include "engine/io/safetensors.h"
 #include "tests/support.h"
 
 namespace adjoint {

@@ -15,11 +15,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "analysis/stitched_model.h"
+#include "analysis/stitching/stitched_model.h"
 #include "engine/data/idx.h"
 #include "engine/data/open.h"
-#include "engine/json.h"
-#include "engine/safetensors.h"
+#include "engine/io/json.h"
+#include "engine/io/safetensors.h"
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tests/support.h"

@@ -8,10 +8,10 @@
 #include <map>
 #include <string>
 
-#include "analysis/stitching_layer.h"
-#include "analysis/stitching_objectives.h"
-#include "analysis/stitching_pair.h"
-#include "analysis/stitching_train.h"
+#include "analysis/stitching/layer.h"
+#include "analysis/stitching/objectives.h"
+#include "analysis/stitching/pair.h"
+#include "analysis/stitching/train.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "ops/layout.h"

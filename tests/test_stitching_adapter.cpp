@@ -1,6 +1,6 @@
-// The map↔token adapter of the stitch (analysis/stitching_layer.h) between a CNN's
+// The map↔token adapter of the stitch (analysis/stitching/layer.h) between a CNN's
 // feature maps and a ViT's tokens, and the stitched model as a Model of its own
-// (analysis/stitched_model.h): its predictions and explanations, and the stitch file.
+// (analysis/stitching/stitched_model.h): its predictions and explanations, and the stitch file.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,13 +8,13 @@
 #include <string>
 #include <tuple>
 
-#include "analysis/explain.h"
-#include "analysis/stitched_model.h"
-#include "analysis/stitching_objectives.h"
-#include "analysis/stitching_train.h"
+#include "analysis/pullbacks/explain.h"
+#include "analysis/stitching/stitched_model.h"
+#include "analysis/stitching/objectives.h"
+#include "analysis/stitching/train.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "ops/layout.h"
 #include "tests/stitch_fixture.h"
 #include "tests/support.h"

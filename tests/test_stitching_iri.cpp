@@ -1,5 +1,5 @@
-// The input-space optimiser (analysis/input_search.h) and identically represented inputs
-// (analysis/stitching_iri.h): best iterate, clamping, both step rules, derangements, and a
+// The input-space optimiser (analysis/common/input_search.h) and identically represented inputs
+// (analysis/stitching/iri.h): best iterate, clamping, both step rules, derangements, and a
 // real IRI search on the tiny stitching pair whose distance falls far below its start.
 #include <doctest/doctest.h>
 
@@ -7,8 +7,8 @@
 #include <cmath>
 #include <set>
 
-#include "analysis/input_search.h"
-#include "analysis/stitching_iri.h"
+#include "analysis/common/input_search.h"
+#include "analysis/stitching/iri.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "ops/elementwise.h"

@@ -1,4 +1,4 @@
-// Tensor similarity (analysis/tensor_similarity.h, analysis/second_moment.h) and the
+// Tensor similarity (analysis/similarity/tensor_similarity.h, analysis/similarity/second_moment.h) and the
 // polynomial view of bilinear models it reads (models/polynomial.h): the view against the
 // models' forward, the closed forms against explicit tensors, Isserlis' formula and Monte
 // Carlo, and the deep recursion against Monte Carlo.
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "analysis/attention_moments.h"
-#include "analysis/second_moment.h"
-#include "analysis/tensor_similarity.h"
+#include "analysis/similarity/attention_moments.h"
+#include "analysis/similarity/second_moment.h"
+#include "analysis/similarity/tensor_similarity.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"

@@ -9,9 +9,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "analysis/model_similarity.h"
-#include "engine/json.h"
-#include "engine/safetensors.h"
+#include "analysis/similarity/model_similarity.h"
+#include "engine/io/json.h"
+#include "engine/io/safetensors.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"
 #include "models/training.h"

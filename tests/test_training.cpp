@@ -13,8 +13,8 @@
 
 #include "engine/data/synthetic.h"
 #include "engine/error.h"
-#include "engine/files.h"
-#include "engine/safetensors.h"
+#include "engine/io/files.h"
+#include "engine/io/safetensors.h"
 #include "engine/random.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"

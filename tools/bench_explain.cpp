@@ -15,10 +15,10 @@
 #include <cstdio>
 #include <functional>
 
-#include "analysis/explain.h"
+#include "analysis/pullbacks/explain.h"
 #include "engine/error.h"
-#include "engine/files.h"
-#include "engine/json.h"
+#include "engine/io/files.h"
+#include "engine/io/json.h"
 #include "engine/random.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"

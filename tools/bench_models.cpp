@@ -24,8 +24,8 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
-#include "engine/json.h"
-#include "engine/files.h"
+#include "engine/io/json.h"
+#include "engine/io/files.h"
 #include "engine/flops.h"
 #include "engine/gemm.h"
 #include "engine/optim.h"

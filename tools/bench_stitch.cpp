@@ -2,11 +2,11 @@
 // METHODS.md §2), timed through the analysis code itself on a fixed pair of untrained
 // models (the cost does not depend on the weights):
 //
-//   iri    find_iris (analysis/stitching_iri.h) on one batch: front model A up to block i,
+//   iri    find_iris (analysis/stitching/iri.h) on one batch: front model A up to block i,
 //          relative distance to A's features of the target images, backward to the input,
 //          normalised L2 step, best iterate kept. A run of --steps steps costs the target's
 //          forward, steps + 1 recorded forwards and steps backwards; the time is per step.
-//   train  train_stitch (analysis/stitching_train.h) for one epoch of --steps batches, slm
+//   train  train_stitch (analysis/stitching/train.h) for one epoch of --steps batches, slm
 //          objective: A frozen to block i without autograd, B's own path on the same
 //          images (the soft labels), the 1×1-conv stitch, B's remaining blocks recorded,
 //          backward to the stitch's weight and bias only, AdamW; the time is per step.
@@ -20,12 +20,12 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "analysis/stitching_iri.h"
-#include "analysis/stitching_train.h"
+#include "analysis/stitching/iri.h"
+#include "analysis/stitching/train.h"
 #include "engine/error.h"
-#include "engine/files.h"
+#include "engine/io/files.h"
 #include "engine/gemm.h"
-#include "engine/json.h"
+#include "engine/io/json.h"
 #include "engine/random.h"
 #include "engine/threads.h"
 #include "tools/timing.h"

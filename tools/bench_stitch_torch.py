@@ -5,7 +5,7 @@ architectures, weight shapes, batch, block and thread count, side by side with o
   /usr/bin/python3 tools/bench_stitch_torch.py --threads 2 --ours ours.json
 
 The settings come from that file (or the options without it). Both loops mirror the
-analysis code step for step (analysis/stitching_iri.cpp, input_search.cpp,
+analysis code step for step (analysis/stitching/iri.cpp, input_search.cpp,
 stitching_train.cpp, stitching_objectives.cpp):
 
   iri    one find_iris call of `steps` steps on one batch: A's features of the targets

@@ -16,8 +16,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "analysis/second_moment.h"
-#include "analysis/tensor_similarity.h"
+#include "analysis/similarity/second_moment.h"
+#include "analysis/similarity/tensor_similarity.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"

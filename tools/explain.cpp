@@ -1,13 +1,13 @@
 // `adjoint explain`: explanations of a model's decisions as pictures, raw attributions and
-// a quality table (METHODS.md §1.3–1.4). The work is in analysis/report.cpp; this file
+// a quality table (METHODS.md §1.3–1.4). The work is in analysis/pullbacks/report.cpp; this file
 // turns options into ReportOptions, finds the model and the images, and prints.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 
-#include "analysis/randomisation.h"
-#include "analysis/stitched_model.h"
-#include "analysis/report.h"
+#include "analysis/pullbacks/randomisation.h"
+#include "analysis/stitching/stitched_model.h"
+#include "analysis/pullbacks/report.h"
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "tools/cli.h"

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "analysis/stitched_model.h"
+#include "analysis/stitching/stitched_model.h"
 #include "engine/data/image_folder.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
-#include "engine/safetensors.h"
+#include "engine/io/safetensors.h"
 #include "models/checkpoint.h"
 
 namespace adjoint {

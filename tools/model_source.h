@@ -1,7 +1,7 @@
 // Where a command's model and inputs come from: shared by `predict` (tools/train.cpp) and
 // `explain` (tools/explain.cpp), so both read the same options the same way.
 //
-//   the model   --checkpoint FILE, --stitch FILE (a stitched model: analysis/stitched_model.h),
+//   the model   --checkpoint FILE, --stitch FILE (a stitched model: analysis/stitching/stitched_model.h),
 //               or --model NAME --weights FILE (a torchvision/timm-named state dict) with
 //               --classes/--in-channels/--image-size
 //   the inputs  --input X.safetensors [--tensor NAME] (taken as already normalised), or
@@ -46,7 +46,7 @@ struct LoadedModel {
 LoadedModel load_model(const cli::Args& args);
 // A checkpoint written by `adjoint train`, in eval mode, with its normalisation and data set.
 LoadedModel load_checkpoint_model(const std::string& path);
-// A stitch written by `adjoint stitch` (analysis/stitched_model.h): the front and end
+// A stitch written by `adjoint stitch` (analysis/stitching/stitched_model.h): the front and end
 // checkpoints its metadata names, joined at its blocks; inputs normalised as the front's.
 LoadedModel load_stitched_model(const std::string& path);
 

@@ -3,7 +3,7 @@
 // this file turns options into a sweep and its lines into output.
 #include <cstdio>
 
-#include "analysis/stitching_protocol.h"
+#include "analysis/stitching/protocol.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "models/checkpoint.h"

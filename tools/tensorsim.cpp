@@ -1,4 +1,4 @@
-// `adjoint tensorsim`: tensor similarity of bilinear checkpoints (analysis/model_similarity.h)
+// `adjoint tensorsim`: tensor similarity of bilinear checkpoints (analysis/similarity/model_similarity.h)
 // with its baselines, for one pair or for every checkpoint a training run kept.
 //
 //   adjoint tensorsim A.ckpt B.ckpt [--metric identity|gaussian] [--slices] [--diff A0.ckpt] [--out DIR]
@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "analysis/model_similarity.h"
-#include "analysis/plot.h"
+#include "analysis/similarity/model_similarity.h"
+#include "analysis/common/plot.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
-#include "engine/files.h"
-#include "engine/json.h"
+#include "engine/io/files.h"
+#include "engine/io/json.h"
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tools/cli.h"

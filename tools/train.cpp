@@ -6,15 +6,15 @@
 #include <filesystem>
 #include <fstream>
 
-#include "analysis/robustness.h"
-#include "analysis/stitching_pair.h"
+#include "analysis/stitching/robustness.h"
+#include "analysis/stitching/pair.h"
 #include "engine/autograd.h"
-#include "engine/csv.h"
+#include "engine/io/csv.h"
 #include "engine/data/loader.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
-#include "engine/files.h"
-#include "engine/safetensors.h"
+#include "engine/io/files.h"
+#include "engine/io/safetensors.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"
 #include "models/training.h"

@@ -1,0 +1,549 @@
+#include "analysis/pullbacks/explain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "analysis/common/input_search.h"
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/random.h"
+#include "engine/threads.h"
+#include "ops/elementwise.h"
+#include "ops/reduce.h"
+
+namespace adjoint {
+
+namespace {
+
+// Elements per parallel chunk for the elementwise loops below.
+constexpr int64_t kGrain = 1 << 15;
+
+// ---- shared machinery ----------------------------------------------------------------
+
+void check_ready(const char* method, const Model& model, const Tensor& x, const std::vector<int64_t>& targets) {
+  check(!model.training(), method, ": the model is in training mode; call model.train(false) before explaining");
+  check(grad_enabled(), method, ": autograd recording is off (called inside NoGrad)");
+  check(x.defined() && x.dim() >= 2 && x.size(0) > 0, method, ": expects a non-empty batch (N, ...), got ",
+        x.defined() ? x.shape() : Shape{});
+  check(static_cast<int64_t>(targets.size()) == x.size(0), method, ": ", targets.size(), " targets for a batch of ",
+        x.size(0), " examples ", x.shape());
+}
+
+// out[i] = fn(i) over a new tensor of `shape`.
+template <class Fn>
+Tensor generate(const Shape& shape, Fn fn) {
+  Tensor out = Tensor::empty(shape);
+  float* po = out.data();
+  parallel_for(out.numel(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) po[i] = fn(i);
+  });
+  return out;
+}
+
+// The cotangent of the logits (rows, classes): row r is the one-hot e_{targets[r]}; a
+// target of -1 leaves its row zero (DeepLift's baseline rows).
+Tensor one_hot_rows(const char* method, const std::vector<int64_t>& targets, const Tensor& logits) {
+  check(logits.dim() == 2 && logits.size(0) == static_cast<int64_t>(targets.size()), method,
+        ": the model gave logits ", logits.shape(), " for ", targets.size(), " rows; expected (rows, classes)");
+  const int64_t classes = logits.size(1);
+  Tensor u = Tensor::zeros(logits.shape());
+  for (size_t r = 0; r < targets.size(); ++r) {
+    if (targets[r] == -1) continue;
+    check(targets[r] >= 0 && targets[r] < classes, method, ": target class ", targets[r], " of example ", r,
+          " is outside [0, ", classes, ")");
+    u.data()[static_cast<int64_t>(r) * classes + targets[r]] = 1.0f;
+  }
+  return u;
+}
+
+// The input cotangent of the target logits under `transport`: one forward pass and one
+// backward pass that asks for the input alone (no parameter gradient is computed).
+Tensor input_cotangent(const char* method, const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
+                       const Transport& transport) {
+  Tensor leaf = x.contiguous().detach();
+  leaf.requires_grad_();
+  Tensor logits = model.forward(leaf);
+  return grad(logits, {leaf}, one_hot_rows(method, targets, logits), transport)[0];
+}
+
+// The baseline x0 as a dense tensor of x's shape.
+Tensor resolve_baseline(const char* method, const Tensor& x, const Tensor& baseline) {
+  if (!baseline.defined()) return Tensor::zeros(x.shape());
+  const Shape& s = x.shape();
+  const Shape one_example(s.begin() + 1, s.end());
+  Shape with_unit_batch = s;
+  with_unit_batch[0] = 1;
+  if (baseline.shape() == s) return baseline.contiguous();
+  check(baseline.shape() == one_example || baseline.shape() == with_unit_batch, method, ": baseline ",
+        baseline.shape(), " matches neither the batch ", s, " nor one example ", one_example);
+  const Tensor b = baseline.contiguous();
+  const float* pb = b.data();
+  const int64_t per_example = b.numel();
+  return generate(s, [=](int64_t i) { return pb[i % per_example]; });
+}
+
+// A copy of rows [0, count) of a contiguous batch.
+Tensor leading_rows(const Tensor& t, int64_t count) {
+  Shape shape = t.shape();
+  const int64_t row = t.numel() / shape[0];
+  shape[0] = count;
+  Tensor out = Tensor::empty(shape);
+  std::copy(t.data(), t.data() + count * row, out.data());
+  return out;
+}
+
+// ---- the methods ---------------------------------------------------------------------
+
+Tensor run_transport(const char* method, const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
+                     const Transport& transport) {
+  check_ready(method, model, x, targets);
+  return input_cotangent(method, model, x, targets, transport);
+}
+
+Tensor soft_pullback(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  return run_transport("soft_pullback", m, x, t, Transport::soft_pullback(o.temperatures));
+}
+
+Tensor pullback(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions&) {
+  return run_transport("pullback", m, x, t, Transport::pullback());
+}
+
+Tensor gradient(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions&) {
+  return run_transport("gradient", m, x, t, Transport::gradient());
+}
+
+Tensor guided_backprop(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions&) {
+  return run_transport("guided_backprop", m, x, t, Transport::guided());
+}
+
+Tensor input_x_gradient(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions&) {
+  const Tensor g = run_transport("input_x_gradient", m, x, t, Transport::gradient());
+  const Tensor xc = x.contiguous();
+  const float *px = xc.data(), *pg = g.data();
+  return generate(x.shape(), [=](int64_t i) { return px[i] * pg[i]; });
+}
+
+Tensor pullback_ascent(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  return ascent(m, x, t, o, true).attribution;
+}
+
+Tensor gradient_ascent(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  return ascent(m, x, t, o, false).attribution;
+}
+
+// Mean of Σ_k weights[k]·∂f_c/∂x at points(k), k < count, evaluated in batches of whole
+// samples: sample k of every example sits in one forward pass. `points(k, dst)` writes
+// the k-th evaluation point of the whole batch (x's shape) into dst.
+template <class Points>
+Tensor weighted_gradient_sum(const char* method, const Model& model, const Tensor& x,
+                             const std::vector<int64_t>& targets, const std::vector<double>& weights,
+                             const ExplainOptions& o, Points points) {
+  const int64_t N = x.size(0), count = static_cast<int64_t>(weights.size());
+  const int64_t batch_numel = x.numel();
+  check(o.max_batch > 0, method, ": max_batch must be positive, got ", o.max_batch);
+  const int64_t per_pass = std::max<int64_t>(1, o.max_batch / N);  // samples per forward
+  Tensor total = Tensor::zeros(x.shape());
+  float* pt = total.data();
+  for (int64_t k0 = 0; k0 < count; k0 += per_pass) {
+    const int64_t k1 = std::min(count, k0 + per_pass);
+    Shape shape = x.shape();
+    shape[0] = (k1 - k0) * N;
+    Tensor batch = Tensor::empty(shape);
+    std::vector<int64_t> rows;
+    for (int64_t k = k0; k < k1; ++k) {
+      points(k, batch.data() + (k - k0) * batch_numel);
+      rows.insert(rows.end(), targets.begin(), targets.end());
+    }
+    const Tensor g = input_cotangent(method, model, batch, rows, Transport::gradient());
+    const float* pg = g.data();
+    for (int64_t k = k0; k < k1; ++k) {
+      const float w = static_cast<float>(weights[k]);
+      const float* gk = pg + (k - k0) * batch_numel;
+      parallel_for(batch_numel, kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) pt[i] += w * gk[i];
+      });
+    }
+  }
+  return total;
+}
+
+Tensor smoothgrad(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  check_ready("smoothgrad", m, x, t);
+  check(o.smoothgrad_samples > 0, "smoothgrad: needs at least one sample, got ", o.smoothgrad_samples);
+  const float sigma = o.smoothgrad_sigma * o.range.width();
+  const Tensor xc = x.contiguous();
+  const int64_t n = o.smoothgrad_samples, numel = x.numel();
+  // Samples are drawn in order from one generator, so the noise does not depend on how
+  // they are grouped into passes.
+  Generator gen(o.seed);
+  const std::vector<double> mean(n, 1.0 / double(n));
+  return weighted_gradient_sum("smoothgrad", m, xc, t, mean, o, [&](int64_t, float* dst) {
+    const Tensor noise = normal(x.shape(), 0.0f, sigma, gen);
+    const float *px = xc.data(), *pn = noise.data();
+    for (int64_t i = 0; i < numel; ++i) dst[i] = px[i] + pn[i];
+  });
+}
+
+Tensor integrated_gradients(const Model& m, const Tensor& x, const std::vector<int64_t>& t,
+                            const ExplainOptions& o) {
+  check_ready("integrated_gradients", m, x, t);
+  const Quadrature q = quadrature(o.ig_rule, o.ig_steps);
+  const Tensor xc = x.contiguous();
+  const Tensor x0 = resolve_baseline("integrated_gradients", xc, o.baseline);
+  const float *px = xc.data(), *p0 = x0.data();
+  const int64_t numel = x.numel();
+  const Tensor path_mean = weighted_gradient_sum("integrated_gradients", m, xc, t, q.weights, o,
+                                                 [&](int64_t k, float* dst) {
+    const float a = static_cast<float>(q.nodes[k]);
+    for (int64_t i = 0; i < numel; ++i) dst[i] = p0[i] + a * (px[i] - p0[i]);
+  });
+  const float* pm = path_mean.data();
+  return generate(x.shape(), [=](int64_t i) { return (px[i] - p0[i]) * pm[i]; });
+}
+
+// DeepLift (rescale rule): the forward runs on [x; x0] and the DeepLift transport pairs
+// each example's activations with its baseline's; the baseline rows get no cotangent at
+// the logits. Attribution (x − x0) ⊙ the input rows' cotangent.
+Tensor deeplift(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  check_ready("deeplift", m, x, t);
+  const int64_t N = x.size(0), numel = x.numel();
+  const Tensor xc = x.contiguous();
+  const Tensor x0 = resolve_baseline("deeplift", xc, o.baseline);
+  Shape shape = x.shape();
+  shape[0] = 2 * N;
+  Tensor both = Tensor::empty(shape);
+  std::copy(xc.data(), xc.data() + numel, both.data());
+  std::copy(x0.data(), x0.data() + numel, both.data() + numel);
+  std::vector<int64_t> rows = t;
+  rows.insert(rows.end(), N, -1);
+  const Tensor g = leading_rows(input_cotangent("deeplift", m, both, rows, Transport::deeplift()), N);
+  const float *px = xc.data(), *p0 = x0.data(), *pg = g.data();
+  return generate(x.shape(), [=](int64_t i) { return (px[i] - p0[i]) * pg[i]; });
+}
+
+// Grad-CAM upsampled to the input and repeated over its channels.
+Tensor gradcam(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  check(x.defined() && x.dim() == 4, "gradcam: expects images (N, C, H, W), got ", x.defined() ? x.shape() : Shape{});
+  const std::string block = o.gradcam_block.empty() ? default_gradcam_block(m, x.shape()) : o.gradcam_block;
+  const Tensor cam = bilinear_resize(gradcam_map(m, x, t, block), x.size(2), x.size(3));
+  const int64_t C = x.size(1), plane = x.size(2) * x.size(3);
+  const float* pc = cam.data();
+  return generate(x.shape(), [=](int64_t i) { return pc[(i / (C * plane)) * plane + i % plane]; });
+}
+
+Tensor guided_gradcam(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  const Tensor cam = gradcam(m, x, t, o);
+  const Tensor guided = run_transport("guided_gradcam", m, x, t, Transport::guided());
+  const float *pc = cam.data(), *pg = guided.data();
+  return generate(x.shape(), [=](int64_t i) { return pc[i] * pg[i]; });
+}
+
+using Method = Tensor (*)(const Model&, const Tensor&, const std::vector<int64_t>&, const ExplainOptions&);
+struct NamedMethod {
+  const char* name;
+  Method run;
+  bool reads_gradcam_block = false;  // resolves ExplainOptions::gradcam_block when it is empty
+};
+
+const std::vector<NamedMethod>& method_table() {
+  static const std::vector<NamedMethod> table = {
+      {"soft_pullback", soft_pullback},
+      {"pullback", pullback},
+      {"pullback_ascent", pullback_ascent},
+      {"gradient_ascent", gradient_ascent},
+      {"gradient", gradient},
+      {"input_x_gradient", input_x_gradient},
+      {"smoothgrad", smoothgrad},
+      {"integrated_gradients", integrated_gradients},
+      {"guided_backprop", guided_backprop},
+      {"gradcam", gradcam, true},
+      {"guided_gradcam", guided_gradcam, true},
+      {"deeplift", deeplift},
+  };
+  return table;
+}
+
+const NamedMethod& find_method(const std::string& name) {
+  std::string names;
+  for (const NamedMethod& m : method_table()) {
+    if (name == m.name) return m;
+    names += cat(" ", m.name);
+  }
+  throw UsageError(cat("unknown explanation method '", name, "'; known:", names));
+}
+
+// ---- Gauss–Legendre ------------------------------------------------------------------
+
+// P_n(t) and P_n'(t) by the three-term recurrence (k+1)P_{k+1} = (2k+1)tP_k − kP_{k−1}.
+std::pair<double, double> legendre(int64_t n, double t) {
+  double p0 = 1.0, p1 = t;
+  for (int64_t k = 1; k < n; ++k) {
+    const double p2 = ((2.0 * double(k) + 1.0) * t * p1 - double(k) * p0) / double(k + 1);
+    p0 = p1;
+    p1 = p2;
+  }
+  const double derivative = double(n) * (t * p1 - p0) / (t * t - 1.0);
+  return {p1, derivative};
+}
+
+Quadrature gauss_legendre(int64_t n) {
+  Quadrature q;
+  for (int64_t i = 0; i < n; ++i) {
+    // Newton's method from Tricomi's estimate of the i-th root (descending on [−1, 1]).
+    double t = std::cos(M_PI * (double(i) + 0.75) / (double(n) + 0.5));
+    for (int iter = 0; iter < 100; ++iter) {
+      const auto [p, d] = legendre(n, t);
+      const double step = p / d;
+      t -= step;
+      if (std::fabs(step) < 1e-15) break;
+    }
+    const double dp = legendre(n, t).second;
+    // Map [−1, 1] to [0, 1]: node (1 + t)/2, weight halved.
+    q.nodes.push_back(0.5 * (1.0 + t));
+    q.weights.push_back(1.0 / ((1.0 - t * t) * dp * dp));
+  }
+  std::reverse(q.nodes.begin(), q.nodes.end());  // ascending
+  std::reverse(q.weights.begin(), q.weights.end());
+  return q;
+}
+
+}  // namespace
+
+Quadrature quadrature(const std::string& rule, int64_t n) {
+  if (rule == "trapezoid") {
+    check(n >= 2, "integrated gradients: the trapezoid rule needs at least 2 points, got ", n);
+    Quadrature q;
+    for (int64_t k = 0; k < n; ++k) {
+      q.nodes.push_back(double(k) / double(n - 1));
+      q.weights.push_back((k == 0 || k == n - 1 ? 0.5 : 1.0) / double(n - 1));
+    }
+    return q;
+  }
+  if (rule == "gauss-legendre") {
+    check(n >= 1, "integrated gradients: Gauss–Legendre needs at least 1 node, got ", n);
+    return gauss_legendre(n);
+  }
+  throw UsageError(cat("integrated gradients: unknown rule '", rule, "' (trapezoid, gauss-legendre)"));
+}
+
+std::vector<std::string> explanation_methods() {
+  std::vector<std::string> names;
+  for (const NamedMethod& m : method_table()) names.push_back(m.name);
+  return names;
+}
+
+Tensor explain(const std::string& method, const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
+               const ExplainOptions& options) {
+  return find_method(method).run(model, x, targets, options);
+}
+
+Explainer make_explainer(const std::string& method, const Model& model, const ExplainOptions& options) {
+  const NamedMethod& found = find_method(method);
+  const Method run = found.run;
+  if (!found.reads_gradcam_block || !options.gradcam_block.empty())
+    return [run, &model, options](const Tensor& x, const std::vector<int64_t>& targets) {
+      return run(model, x, targets, options);
+    };
+  // Grad-CAM's default block depends on the image shape and takes a probe forward to find,
+  // so the explainer finds it once per shape, not on every call (max-sensitivity calls it
+  // on every perturbed batch). Shapes only: re-initialised weights do not change it.
+  struct BlockPerShape {
+    std::mutex lock;
+    std::map<Shape, std::string> block;
+  };
+  auto resolved = std::make_shared<BlockPerShape>();
+  return [run, &model, options, resolved](const Tensor& x, const std::vector<int64_t>& targets) {
+    if (!x.defined() || x.dim() != 4) return run(model, x, targets, options);  // run's own check reports it
+    const Shape image{1, x.size(1), x.size(2), x.size(3)};
+    ExplainOptions o = options;
+    {
+      std::lock_guard guard(resolved->lock);
+      auto it = resolved->block.find(image);  // stored only once found: a failed probe is not cached
+      if (it == resolved->block.end()) it = resolved->block.emplace(image, default_gradcam_block(model, image)).first;
+      o.gradcam_block = it->second;
+    }
+    return run(model, x, targets, o);
+  };
+}
+
+std::vector<int64_t> predicted_classes(const Model& model, const Tensor& x) {
+  check(!model.training(), "predicted_classes: the model is in training mode; call model.train(false) first");
+  Tensor logits;
+  {
+    NoGrad no_grad;
+    logits = model.forward(x).contiguous();
+  }
+  check(logits.dim() == 2, "predicted_classes: the model gave logits ", logits.shape(), ", expected (N, classes)");
+  std::vector<int64_t> classes;
+  const int64_t C = logits.size(1);
+  for (int64_t n = 0; n < logits.size(0); ++n) {
+    const float* row = logits.data() + n * C;
+    classes.push_back(std::max_element(row, row + C) - row);
+  }
+  return classes;
+}
+
+float default_ascent_alpha(const Tensor& x, const InputRange& range) {
+  const double D = double(x.numel() / x.size(0));
+  return static_cast<float>(20.0 * std::sqrt(D / 150528.0) * (range.width() / 2.0));
+}
+
+AscentResult ascent(const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
+                    const ExplainOptions& o, bool soft) {
+  const char* method = soft ? "pullback_ascent" : "gradient_ascent";
+  check_ready(method, model, x, targets);
+  check(o.ascent_steps >= 0, method, ": the number of steps must be non-negative, got ", o.ascent_steps);
+  const Transport transport = soft ? Transport::soft_pullback(o.temperatures) : Transport::gradient();
+  const float alpha = o.ascent_alpha > 0 ? o.ascent_alpha : default_ascent_alpha(x, o.range);
+  const Tensor x0 = x.contiguous();
+  // The input-space optimiser (analysis/common/input_search.h) with its normalised L2 step,
+  // minimising the negated target logit: each step is x + α·ν/‖ν‖ with ν the cotangent of
+  // the target logit under `transport`. A zero cotangent (a dead example, or a target of
+  // −1) gives no direction, so that example stays put. The last iterate is x_K.
+  InputSearchOptions search;
+  search.rule = "l2";
+  search.steps = o.ascent_steps;
+  search.step = alpha;
+  search.range = o.range;
+  search.clamp = o.ascent_clip;
+  search.keep_best = false;
+  search.transport = transport;
+  const Tensor xt = minimise_per_example(
+                        [&](const Tensor& leaf) {
+                          const Tensor logits = model.forward(leaf);
+                          return -sum(logits * one_hot_rows(method, targets, logits), {1});
+                        },
+                        x0, search)
+                        .best;
+  const float *pk = xt.data(), *p0 = x0.data();
+  return {generate(x.shape(), [=](int64_t i) { return pk[i] - p0[i]; }), xt};
+}
+
+// ---- Grad-CAM --------------------------------------------------------------------------
+
+std::string default_gradcam_block(const Model& model, const Shape& input) {
+  const auto& blocks = model.blocks();
+  check(blocks.size() >= 2, "gradcam: model ", model.config().arch, " has ", blocks.size(),
+        " blocks; Grad-CAM needs one before the head");
+  if (model.config().arch.rfind("vit", 0) == 0) {
+    // The input of the last transformer block (see explain.h).
+    return blocks.size() >= 3 ? blocks[blocks.size() - 3].name : blocks.front().name;
+  }
+  // The blocks' output sizes for one input of this shape, in eval mode (statistics fixed).
+  check(input.size() == 4, "gradcam: expects images (N, C, H, W), got ", input);
+  Model& m = const_cast<Model&>(model);
+  const bool was_training = m.training();
+  m.train(false);
+  NoGrad no_grad;
+  Tensor h = Tensor::zeros({1, input[1], input[2], input[3]});
+  size_t chosen = blocks.size() - 2;
+  bool found = false;
+  for (size_t i = 0; i + 1 < blocks.size(); ++i) {
+    h = model.run(h, i, i + 1);
+    if (h.dim() == 4 && h.size(2) * h.size(3) > 1) chosen = i, found = true;
+  }
+  m.train(was_training);
+  return blocks[found ? chosen : blocks.size() - 2].name;
+}
+
+Tensor gradcam_map(const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
+                   const std::string& block) {
+  check_ready("gradcam", model, x, targets);
+  check(x.dim() == 4, "gradcam: expects images (N, C, H, W), got ", x.shape());
+  const size_t b = model.block_index(block);
+  check(b + 1 < model.num_blocks(), "gradcam: block '", block, "' is the last one; it gives the logits");
+  Tensor features;
+  {
+    NoGrad no_grad;  // the front part needs no history: the backward stops at the block
+    features = model.run(x, 0, b + 1).contiguous();
+  }
+  Tensor leaf = features.detach();
+  leaf.requires_grad_();
+  const Tensor logits = model.run(leaf, b + 1, model.num_blocks());
+  const Tensor g = grad(logits, {leaf}, one_hot_rows("gradcam", targets, logits), Transport::gradient())[0];
+
+  // Where channel k of pixel p of example n lives: n·example + first + p·pixel + k·channel.
+  const int64_t N = x.size(0);
+  int64_t channels = 0, h = 0, w = 0, channel_stride = 0, pixel_stride = 0, first = 0;
+  if (features.dim() == 4) {  // (N, C, h, w)
+    channels = features.size(1), h = features.size(2), w = features.size(3);
+    channel_stride = h * w, pixel_stride = 1;
+  } else if (features.dim() == 3) {  // (N, 1 + h·w, D): class token, then the patch grid
+    const int64_t tokens = features.size(1) - 1;
+    h = std::lround(std::sqrt(double(tokens) * double(x.size(2)) / double(x.size(3))));
+    w = h > 0 ? tokens / h : 0;
+    check(tokens > 0 && h * w == tokens, "gradcam: block '", block, "' gives ", features.shape(),
+          "; its tokens after the class token do not form a grid with the aspect of ", x.shape());
+    channels = features.size(2), channel_stride = 1, pixel_stride = channels, first = channels;
+  } else {
+    throw Error(cat("gradcam: block '", block, "' gives ", features.shape(),
+                    "; expected (N, C, h, w) feature maps or (N, 1 + h·w, D) tokens"));
+  }
+  const int64_t example = features.numel() / N, pixels = h * w;
+  Tensor cam = Tensor::empty({N, h, w});
+  const float *pa = features.data(), *pg = g.data();
+  float* pc = cam.data();
+  parallel_for(N, 1, [&](int64_t n0, int64_t n1) {
+    std::vector<double> weight(channels);
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* a = pa + n * example + first;
+      const float* gn = pg + n * example + first;
+      for (int64_t k = 0; k < channels; ++k) {
+        double s = 0;
+        for (int64_t p = 0; p < pixels; ++p) s += gn[p * pixel_stride + k * channel_stride];
+        weight[k] = s / double(pixels);
+      }
+      for (int64_t p = 0; p < pixels; ++p) {
+        double s = 0;
+        for (int64_t k = 0; k < channels; ++k) s += weight[k] * a[p * pixel_stride + k * channel_stride];
+        pc[n * pixels + p] = static_cast<float>(std::max(s, 0.0));
+      }
+    }
+  });
+  return cam;
+}
+
+Tensor bilinear_resize(const Tensor& maps, int64_t H, int64_t W) {
+  check(maps.dim() == 3 && H > 0 && W > 0, "bilinear_resize: expects maps (N, h, w) and a positive size, got ",
+        maps.shape(), " to ", H, "x", W);
+  const Tensor src = maps.contiguous();
+  const int64_t N = src.size(0), h = src.size(1), w = src.size(2);
+  // Source coordinate of output index i (align_corners = False): (i + ½)·in/out − ½,
+  // clamped at 0; the upper neighbour is clamped at the last row/column.
+  struct Tap {
+    int64_t lo, hi;
+    float frac;
+  };
+  auto taps = [](int64_t in, int64_t out) {
+    std::vector<Tap> t(out);
+    const double scale = double(in) / double(out);
+    for (int64_t i = 0; i < out; ++i) {
+      const double s = std::max(0.0, (double(i) + 0.5) * scale - 0.5);
+      const int64_t lo = std::min<int64_t>(static_cast<int64_t>(s), in - 1);
+      t[i] = {lo, std::min(lo + 1, in - 1), static_cast<float>(s - double(lo))};
+    }
+    return t;
+  };
+  const std::vector<Tap> rows = taps(h, H), cols = taps(w, W);
+  Tensor out = Tensor::empty({N, H, W});
+  const float* ps = src.data();
+  float* po = out.data();
+  parallel_for(N * H, 16, [&](int64_t b, int64_t e) {
+    for (int64_t nr = b; nr < e; ++nr) {
+      const float* plane = ps + (nr / H) * h * w;
+      const Tap& r = rows[nr % H];
+      for (int64_t c = 0; c < W; ++c) {
+        const Tap& q = cols[c];
+        const float top = plane[r.lo * w + q.lo] * (1 - q.frac) + plane[r.lo * w + q.hi] * q.frac;
+        const float bottom = plane[r.hi * w + q.lo] * (1 - q.frac) + plane[r.hi * w + q.hi] * q.frac;
+        po[nr * W + c] = top * (1 - r.frac) + bottom * r.frac;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace adjoint

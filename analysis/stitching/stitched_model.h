@@ -1,0 +1,63 @@
+// The stitched model F(x) = B_{>j}(S(A_{≤i}(x))) (METHODS.md §2.1) as a Model of its own,
+// so that everything that runs a model (predict, explain, the metrics) runs it too, and
+// the file a trained stitch is kept in.
+//
+// Its blocks are the front model's blocks 0..i ("front.<name>"), the stitch ("stitch") and
+// the end model's blocks after j ("end.<name>"); its parameters are those of the three
+// modules under the same prefixes. Its inputs are normalised as the front model's are (the
+// end model never sees the input). Its config is the front model's with the end model's
+// classes, and arch "stitched:<front arch>→<end arch>" so that nothing mistakes it for a
+// plain architecture (make_model cannot rebuild it: model-parameter randomisation refuses it).
+//
+// The stitch is affine (linear maps, a resize, reshapes, a mean), so each transport
+// (gradient, pullback, soft pullback) carries a cotangent through it by the same linear
+// map; the blocks of A and B keep their own rules.
+//
+// A stitch file (.safetensors) holds "weight" and "bias", and in its metadata the front and
+// end models (their checkpoint paths when the sweep ran from the command line) and blocks,
+// which is all it takes to rebuild the stitched model.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "analysis/stitching/pair.h"
+#include "models/model.h"
+
+namespace adjoint {
+
+class StitchedModel : public Model {
+public:
+  // `stitch` must join the pair's shapes (pair.shapes()).
+  StitchedModel(const StitchPair& pair, std::shared_ptr<Stitch> stitch);
+  const Stitch& stitch() const { return *stitch_; }
+
+private:
+  std::shared_ptr<Stitch> stitch_;
+};
+
+// Writes weight, bias and the pair's names and blocks (plus `extra` metadata) atomically.
+void write_stitch_file(const std::string& path, const StitchPair& pair, const Stitch& stitch,
+                       const std::map<std::string, std::string>& extra = {});
+
+// A stitch file read back: what it joins, and its parameters.
+struct StitchFile {
+  std::string path;
+  std::string front, end;  // the models' names (checkpoint paths)
+  size_t front_block = 0, end_block = 0;
+  Tensor weight, bias;
+};
+// Throws Error naming the file and the missing or malformed entry.
+StitchFile read_stitch_file(const std::string& path);
+// Only the weight and bias (front, end and blocks left empty): what a sweep that knows its
+// pair needs, and all that stitch files written before they named their models hold.
+StitchFile read_stitch_parameters(const std::string& path);
+
+// The pair's stitch with the parameters of `file`; throws Error naming the file, the blocks
+// and both shapes when they do not fit it.
+std::shared_ptr<Stitch> load_stitch(const StitchPair& pair, const StitchFile& file);
+// The stitched model of `pair` with the parameters of `file` (load_stitch).
+std::shared_ptr<StitchedModel> stitched_model(const StitchPair& pair, const StitchFile& file);
+
+}  // namespace adjoint
