@@ -1,0 +1,75 @@
+// The layout rule of analysis/README.md, checked on the source tree: the three analysis
+// modules (pullbacks, stitching, similarity) never include one another; what they share
+// lives in analysis/common/, which includes none of them.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kRoot = ADJOINT_SOURCE_DIR;
+const std::vector<std::string> kModules = {"pullbacks", "stitching", "similarity"};
+
+// The analysis folder each `#include "analysis/<folder>/..."` of a file names.
+std::set<std::string> included_analysis_folders(const fs::path& file) {
+  std::ifstream in(file);
+  const std::regex include(R"re(^\s*#\s*include\s*"analysis/([a-z_]+)/)re");
+  std::set<std::string> folders;
+  std::string line;
+  std::smatch m;
+  while (std::getline(in, line))
+    if (std::regex_search(line, m, include)) folders.insert(m[1]);
+  return folders;
+}
+
+std::vector<fs::path> sources_under(const fs::path& folder) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::recursive_directory_iterator(folder)) {
+    const std::string ext = entry.path().extension().string();
+    if (entry.is_regular_file() && (ext == ".h" || ext == ".cpp")) files.push_back(entry.path());
+  }
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("layout: the analysis modules include one another only through analysis/common") {
+  size_t checked = 0;
+  for (const std::string& module : kModules) {
+    const std::vector<fs::path> files = sources_under(kRoot / "analysis" / module);
+    REQUIRE_FALSE(files.empty());  // the module folder exists and holds sources
+    for (const fs::path& file : files) {
+      for (const std::string& folder : included_analysis_folders(file)) {
+        INFO(file.string(), " includes analysis/", folder, "/");
+        CHECK((folder == module || folder == "common"));
+      }
+      ++checked;
+    }
+  }
+  for (const fs::path& file : sources_under(kRoot / "analysis" / "common")) {
+    for (const std::string& folder : included_analysis_folders(file)) {
+      INFO(file.string(), " includes analysis/", folder, "/");
+      CHECK(folder == "common");
+    }
+    ++checked;
+  }
+  CHECK(checked > 20);
+}
+
+TEST_CASE("layout: the include scan sees a crossing include") {
+  // The scan itself must be able to find what the rule forbids.
+  const fs::path probe = fs::temp_directory_path() / "adjoint_layout_probe.cpp";
+  {
+    std::ofstream out(probe);
+    out << "#include \"analysis/stitching/pair.h\"\n  #  include \"analysis/common/plot.h\"\n";
+  }
+  CHECK(included_analysis_folders(probe) == std::set<std::string>{"stitching", "common"});
+  fs::remove(probe);
+}
