@@ -44,6 +44,7 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.bias = !a.flag("no-bias");
   o.positions = a.integer("positions");
   o.input_std = a.number("input-std");
+  o.recursion = a.flag("recursion");
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
   return o;
 }
@@ -98,16 +99,16 @@ int run_pair(const cli::Args& a) {
   std::string md = cat("# Tensor similarity\n\nA = `", files[0], "`, B = `", files[1], "`",
                        reference ? cat(", compared as (A − `", a.text("diff"), "`) against B") : "", "\n\n| measure | value |\n|---|---:|\n",
                        "| tensor similarity (", score.kind, ": ", score.method, ") | ", fixed(score.total), " |\n");
-  std::string csv = cat("measure,value\nmethod,", score.kind, "\ntensor_similarity,", score.total, "\n");
+  std::string csv = cat("measure,value\ntensor_similarity,", score.total, "\nmethod,", score.kind, "\n");
   std::optional<MonteCarloSimilarity> mc;
   if (a.integer("check-mc") != 0) {
     mc = naming(pair, [&] {
       return monte_carlo_check(*ca.model, *cb.model, o, a.integer("check-mc"), reference ? reference->model.get() : nullptr);
     });
     const double off = (score.total - mc->similarity) / mc->similarity_se;
-    std::printf("Monte Carlo check, %lld samples: %s ± %s (s.e.); %s − Monte Carlo = %.1f s.e.\n",
-                static_cast<long long>(mc->samples), fixed(mc->similarity).c_str(), fixed(mc->similarity_se).c_str(),
-                score.kind.c_str(), off);
+    std::printf("Monte Carlo check, %lld samples: %s ± %s (s.e.); %s %s − Monte Carlo = %.1f s.e.\n",
+                static_cast<long long>(mc->samples), fixed(mc->similarity, 6).c_str(), fixed(mc->similarity_se, 6).c_str(),
+                score.kind.c_str(), fixed(score.total, 6).c_str(), off);
     json["monte_carlo"] = Json(Json::Object{{"samples", Json(mc->samples)}, {"tensor_similarity", number(mc->similarity)},
                                             {"standard_error", number(mc->similarity_se)}});
     csv += cat("monte_carlo_samples,", mc->samples, "\nmonte_carlo_similarity,", mc->similarity,
@@ -294,6 +295,7 @@ const cli::Registration tensorsim_command({
                  "also estimate the similarity (and slices) from N Gaussian inputs through both networks, with "
                  "standard errors",
                  "0"},
+                {"recursion", "", "deep networks: the second-moment recursion (an approximation) even where the exact sum applies", ""},
                 {"run", "DIR", "compare every kept checkpoint of a training run", ""},
                 {"data", "SPEC", "data set for the baselines and accuracy (default: the checkpoint's)", ""},
                 {"count", "N", "test examples for the baselines and accuracy (0: all)", "2000"},

@@ -110,7 +110,10 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
   MomentCache own;
   MomentCache& cache_ = cache ? *cache : own;
   std::string why;
-  if (!expandable(va, &why) || !expandable(vb, &why) || (reference && !expandable(reference->polynomial_view(o.positions), &why)))
+  if (o.recursion)
+    why = "asked for (--recursion)";
+  else if (!expandable(va, &why) || !expandable(vb, &why) ||
+           (reference && !expandable(reference->polynomial_view(o.positions), &why)))
     why = cat("the exact sum does not apply: ", why);
   else {
     const OutputExpansion &ea = cache_.expansion(a, va), &eb = cache_.expansion(b, vb);
@@ -131,8 +134,7 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
     }
     why = cat("the exact sum would take ", cost, " contractions (budget ", kExactContractionBudget, ")");
   }
-  if (reference)
-    throw UsageError(cat("tensor similarity: --diff of these networks needs the exact sum, and ", why));
+  if (reference) throw UsageError(cat("tensor similarity: --diff of deep networks needs the exact sum; ", why));
   const DeepSimilarity deep =
       deep_similarity(va, vb, cache_.of(a, va, o.input_std), cache_.of(b, vb, o.input_std));
   score.kind = "recursion-approx";

@@ -24,6 +24,7 @@ struct TensorSimOptions {
   bool bias = true;                 // include the constant coordinate x̃_0 = 1
   int64_t positions = 0;            // sequence models: positions compared (0: the model's context)
   double input_std = 1.0;           // gaussian metric: x ~ N(0, input_std²·I)
+  bool recursion = false;           // deep networks: the second-moment recursion even where the exact sum applies
 };
 
 // Each model's own terms, kept across the comparisons of many pairs (a run's checkpoints):
