@@ -44,6 +44,7 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.bias = !a.flag("no-bias");
   o.positions = a.integer("positions");
   o.input_std = a.number("input-std");
+  o.recursion = a.flag("recursion");
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
   return o;
 }
@@ -90,13 +91,31 @@ int run_pair(const cli::Args& a) {
     return tensor_similarity(*ca.model, *cb.model, o, reference ? reference->model.get() : nullptr);
   });
   const std::string compared = reference ? cat("(A - ", a.text("diff"), ") against B") : "A and B";
-  std::printf("tensor similarity of %s: %s (%s)\n", compared.c_str(), fixed(score.total).c_str(), score.method.c_str());
-  Json json(Json::Object{{"a", files[0]}, {"b", files[1]}, {"method", score.method}, {"tensor_similarity", number(score.total)}});
+  std::printf("tensor similarity of %s: %s [%s: %s]\n", compared.c_str(), fixed(score.total).c_str(), score.kind.c_str(),
+              score.method.c_str());
+  Json json(Json::Object{{"a", files[0]}, {"b", files[1]}, {"method", score.kind}, {"method_detail", score.method},
+                         {"tensor_similarity", number(score.total)}});
   if (reference) json["diff_reference"] = a.text("diff");
   std::string md = cat("# Tensor similarity\n\nA = `", files[0], "`, B = `", files[1], "`",
                        reference ? cat(", compared as (A − `", a.text("diff"), "`) against B") : "", "\n\n| measure | value |\n|---|---:|\n",
-                       "| tensor similarity (", score.method, ") | ", fixed(score.total), " |\n");
-  std::string csv = cat("measure,value\ntensor_similarity,", score.total, "\n");
+                       "| tensor similarity (", score.kind, ": ", score.method, ") | ", fixed(score.total), " |\n");
+  std::string csv = cat("measure,value\ntensor_similarity,", score.total, "\nmethod,", score.kind, "\n");
+  std::optional<MonteCarloSimilarity> mc;
+  if (a.integer("check-mc") != 0) {
+    mc = naming(pair, [&] {
+      return monte_carlo_check(*ca.model, *cb.model, o, a.integer("check-mc"), reference ? reference->model.get() : nullptr);
+    });
+    const double off = (score.total - mc->similarity) / mc->similarity_se;
+    std::printf("Monte Carlo check, %lld samples: %s ± %s (s.e.); %s %s − Monte Carlo = %.1f s.e.\n",
+                static_cast<long long>(mc->samples), fixed(mc->similarity, 6).c_str(), fixed(mc->similarity_se, 6).c_str(),
+                score.kind.c_str(), fixed(score.total, 6).c_str(), off);
+    json["monte_carlo"] = Json(Json::Object{{"samples", Json(mc->samples)}, {"tensor_similarity", number(mc->similarity)},
+                                            {"standard_error", number(mc->similarity_se)}});
+    csv += cat("monte_carlo_samples,", mc->samples, "\nmonte_carlo_similarity,", mc->similarity,
+               "\nmonte_carlo_standard_error,", mc->similarity_se, "\n");
+    md += cat("| Monte Carlo, ", mc->samples, " samples (± s.e.) | ", fixed(mc->similarity), " ± ", fixed(mc->similarity_se),
+              " |\n");
+  }
 
   if (a.flag("slices")) {
     Json slices = Json::array();
@@ -109,6 +128,20 @@ int run_pair(const cli::Args& a) {
     }
     std::printf("\n");
     json["slices"] = slices;
+    if (mc) {
+      Json mc_slices = Json::array(), mc_se = Json::array();
+      std::printf("Monte Carlo slices (± s.e.):");
+      for (size_t k = 0; k < mc->slices.size(); ++k) {
+        std::printf(" %zu:%s±%s", k, fixed(mc->slices[k], 3).c_str(), fixed(mc->slice_se[k], 3).c_str());
+        mc_slices.push_back(number(mc->slices[k])), mc_se.push_back(number(mc->slice_se[k]));
+        csv += cat("monte_carlo_slice_", k, ",", mc->slices[k], "\nmonte_carlo_slice_", k, "_standard_error,", mc->slice_se[k],
+                   "\n");
+        md += cat("| Monte Carlo slice ", k, " | ", fixed(mc->slices[k]), " ± ", fixed(mc->slice_se[k]), " |\n");
+      }
+      std::printf("\n");
+      json["monte_carlo"]["slices"] = mc_slices;
+      json["monte_carlo"]["slice_standard_errors"] = mc_se;
+    }
   }
   if (!a.flag("no-baselines")) {
     const Examples ex = baseline_inputs(a, ca.checkpoint);
@@ -172,7 +205,7 @@ int run_run(const cli::Args& a) {
     const TensorSimScore score =
         naming(c.path, [&] { return tensor_similarity(*c.model, *cks.back().model, o, nullptr, &traces); });
     to_last.push_back(score.total);
-    method = score.method;
+    method = score.kind + ": " + score.method;
     cka_logits.push_back(baseline_scores(*c.model, *cks.back().model, ex.inputs, {"cka_logits"}).front().value);
     bar.update(++done);
   }
@@ -242,7 +275,9 @@ const cli::Registration tensorsim_command({
     .description =
         "Compares two checkpoints of bilinear models through their weights alone (METHODS.md §3): the\n"
         "symmetrised tensors' inner product in closed form for one bilinear layer (--metric identity or\n"
-        "gaussian), the second-moment recursion for deeper networks. Beside it, on --count test examples:\n"
+        "gaussian), the exact Isserlis sum for deeper networks where it is tractable (a residual MLP of\n"
+        "depth 2), else the second-moment recursion, an approximation, labelled recursion-approx. Beside it,\n"
+        "on --count test examples:\n"
         "linear CKA (biased, debiased) of hidden features and logits, prediction agreement, output\n"
         "correlation and the cosine of the weights. --run DIR compares every checkpoint a run kept\n"
         "(adjoint train --keep-checkpoints) with the last and with each other, and plots both.",
@@ -256,6 +291,11 @@ const cli::Registration tensorsim_command({
                  "gaussian metric: inputs x ~ N(0, X²·I); token models' one-hot inputs have the norm of "
                  "X = 1/sqrt(vocab)",
                  "1"},
+                {"check-mc", "N",
+                 "also estimate the similarity (and slices) from N Gaussian inputs through both networks, with "
+                 "standard errors",
+                 "0"},
+                {"recursion", "", "deep networks: the second-moment recursion (an approximation) even where the exact sum applies", ""},
                 {"run", "DIR", "compare every kept checkpoint of a training run", ""},
                 {"data", "SPEC", "data set for the baselines and accuracy (default: the checkpoint's)", ""},
                 {"count", "N", "test examples for the baselines and accuracy (0: all)", "2000"},

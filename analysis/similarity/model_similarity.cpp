@@ -1,6 +1,7 @@
 #include "analysis/similarity/model_similarity.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "analysis/similarity/representation_similarity.h"
 #include "analysis/similarity/second_moment.h"
@@ -13,9 +14,14 @@ namespace adjoint {
 
 namespace {
 
+// One bilinear layer, not residual (a residual block keeps a linear term beside it: the exact
+// sum takes it).
 bool single_bilinear_layer(const PolynomialView& v) {
   int64_t bilinear = 0;
-  for (const PolynomialStep& s : v.steps) bilinear += s.kind != PolynomialStep::Kind::Linear;
+  for (const PolynomialStep& s : v.steps) {
+    if (s.kind != PolynomialStep::Kind::Linear && s.residual) return false;
+    bilinear += s.kind != PolynomialStep::Kind::Linear;
+  }
   return v.positions == 1 && bilinear == 1 && v.steps.size() <= 3;
 }
 
@@ -48,6 +54,23 @@ const MomentTrace& MomentCache::of(const Model& model, const PolynomialView& vie
   return it->second;
 }
 
+const OutputExpansion& MomentCache::expansion(const Model& model, const PolynomialView& view) {
+  const auto key = std::make_pair(&model, view.positions);
+  auto it = expansions_.find(key);
+  if (it == expansions_.end()) it = expansions_.emplace(key, expand_output(view)).first;
+  return it->second;
+}
+
+const std::vector<double>& MomentCache::exact_self(const Model& model, const PolynomialView& view, double input_std) {
+  const auto key = std::make_tuple(&model, view.positions, input_std);
+  auto it = self_.find(key);
+  if (it == self_.end()) {
+    const OutputExpansion& e = expansion(model, view);
+    it = self_.emplace(key, exact_output_inner(e, e, input_std)).first;
+  }
+  return it->second;
+}
+
 namespace {
 
 // A form's x columns scaled by s: the layer read on inputs x = s·x₀.
@@ -72,6 +95,7 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
     if (reference) fa = difference(fa, bilinear_form(reference->polynomial_view(o.positions)));
     const Similarity s = tensor_similarity(metric, on_scaled_inputs(fa, o.input_std),
                                            on_scaled_inputs(bilinear_form(vb), o.input_std), o.bias);
+    score.kind = "exact";
     score.method = cat("closed form, ", metric.name, " metric", o.bias ? "" : ", no bias");
     score.total = s.total;
     score.slices = s.slices;
@@ -79,19 +103,55 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
   }
   if (o.metric != "gaussian" || !o.bias)
     throw UsageError(cat("tensor similarity: ", a.config().arch,
-                         " has more than one bilinear layer; the second-moment recursion uses the Gaussian metric with "
-                         "the bias coordinate (drop --metric and --no-bias)"));
-  if (reference)
-    throw UsageError("tensor similarity: --diff needs models of one bilinear layer (a difference of deep networks "
-                     "is not a polynomial of the same shape)");
+                         " has more than one bilinear layer; deep networks are compared under the Gaussian metric "
+                         "with the bias coordinate (drop --metric and --no-bias)"));
+  if (!(o.input_std > 0 && std::isfinite(o.input_std)))
+    throw UsageError(cat("tensor similarity: --input-std must be a positive number, got ", o.input_std));
   MomentCache own;
-  MomentCache& traces = cache ? *cache : own;
+  MomentCache& cache_ = cache ? *cache : own;
+  std::string why;
+  if (o.recursion)
+    why = "asked for (--recursion)";
+  else if (!expandable(va, &why) || !expandable(vb, &why) ||
+           (reference && !expandable(reference->polynomial_view(o.positions), &why)))
+    why = cat("the exact sum does not apply: ", why);
+  else {
+    const OutputExpansion &ea = cache_.expansion(a, va), &eb = cache_.expansion(b, vb);
+    const OutputExpansion diff = reference ? expansion_difference(ea, expand_output(reference->polynomial_view(o.positions)))
+                                           : OutputExpansion{};
+    const OutputExpansion& left = reference ? diff : ea;
+    const int64_t cost = exact_contractions(left, eb) + exact_contractions(left, left);
+    if (cost <= kExactContractionBudget) {
+      const DeepSimilarity exact = similarity_from_inner(
+          exact_output_inner(left, eb, o.input_std),
+          reference ? exact_output_inner(left, left, o.input_std) : cache_.exact_self(a, va, o.input_std),
+          cache_.exact_self(b, vb, o.input_std), eb.classes);
+      score.kind = "exact";
+      score.method = cat("exact Isserlis sum over ", exact_contractions(left, eb), " matchings (gaussian)");
+      score.total = exact.similarity;
+      score.slices = exact.slices;
+      return score;
+    }
+    why = cat("the exact sum would take ", cost, " contractions (budget ", kExactContractionBudget, ")");
+  }
+  if (reference) throw UsageError(cat("tensor similarity: --diff of deep networks needs the exact sum; ", why));
   const DeepSimilarity deep =
-      deep_similarity(va, vb, traces.of(a, va, o.input_std), traces.of(b, vb, o.input_std));
-  score.method = "second-moment recursion (gaussian)";
+      deep_similarity(va, vb, cache_.of(a, va, o.input_std), cache_.of(b, vb, o.input_std));
+  score.kind = "recursion-approx";
+  score.method = cat("second-moment recursion (gaussian), an approximation beyond the first bilinear layer: ", why);
   score.total = deep.similarity;
   score.slices = deep.slices;
   return score;
+}
+
+MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const TensorSimOptions& o, int64_t samples,
+                                       const Model* reference, uint64_t seed) {
+  if (o.metric != "gaussian" || !o.bias)
+    throw UsageError("--check-mc samples the Gaussian metric with the bias coordinate (drop --metric identity and --no-bias)");
+  if (samples < 2) throw UsageError(cat("--check-mc needs at least 2 samples, got ", samples));
+  const PolynomialView ref = reference ? reference->polynomial_view(o.positions) : PolynomialView{};
+  return monte_carlo_estimate(a.polynomial_view(o.positions), b.polynomial_view(o.positions), samples, seed, o.input_std,
+                              reference ? &ref : nullptr);
 }
 
 namespace {

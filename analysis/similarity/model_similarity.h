@@ -1,5 +1,6 @@
 // Two bilinear models compared: tensor similarity from their weights (the closed form for
-// one bilinear layer, the second-moment recursion for deeper networks) with the baselines
+// one bilinear layer, the exact Isserlis sum for deeper networks where it is tractable, the
+// second-moment recursion, an approximation, beyond) with the baselines
 // of METHODS.md §3.4 beside it, computed on a batch of inputs. What `adjoint tensorsim`
 // prints and writes, for one pair of checkpoints or every checkpoint of a run.
 #pragma once
@@ -7,8 +8,11 @@
 #include <optional>
 #include <utility>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "analysis/similarity/exact_moments.h"
+#include "analysis/similarity/monte_carlo.h"
 #include "analysis/similarity/second_moment.h"
 #include "engine/tensor.h"
 #include "models/model.h"
@@ -20,20 +24,30 @@ struct TensorSimOptions {
   bool bias = true;                 // include the constant coordinate x̃_0 = 1
   int64_t positions = 0;            // sequence models: positions compared (0: the model's context)
   double input_std = 1.0;           // gaussian metric: x ~ N(0, input_std²·I)
+  bool recursion = false;           // deep networks: the second-moment recursion even where the exact sum applies
 };
 
-// Each model's own second moments, kept across the comparisons of many pairs (a run's
-// checkpoints) so that the recursion computes only the cross moments of each pair.
+// Each model's own terms, kept across the comparisons of many pairs (a run's checkpoints):
+// its second moments for the recursion, its expansion and E[f·f] for the exact sum.
 class MomentCache {
 public:
   const MomentTrace& of(const Model& model, const PolynomialView& view, double input_std);
+  const OutputExpansion& expansion(const Model& model, const PolynomialView& view);
+  const std::vector<double>& exact_self(const Model& model, const PolynomialView& view, double input_std);
 
 private:
   std::map<std::pair<const Model*, double>, MomentTrace> traces_;
+  std::map<std::pair<const Model*, int64_t>, OutputExpansion> expansions_;  // by model and positions
+  std::map<std::tuple<const Model*, int64_t, double>, std::vector<double>> self_;
 };
 
+// The most contractions the exact sum may take for one pair (a depth-2 MLP takes 3 304);
+// beyond it, the recursion answers, labelled an approximation.
+constexpr int64_t kExactContractionBudget = 20000;
+
 struct TensorSimScore {
-  std::string method;          // "closed form, gaussian metric" or "second-moment recursion"
+  std::string kind;            // "exact" (closed form or Isserlis sum) or "recursion-approx"
+  std::string method;          // what computed it, in words
   double total = 0;
   std::vector<double> slices;  // per output (class, token), summed over positions
 };
@@ -42,6 +56,11 @@ struct TensorSimScore {
 // (a − reference) against b (the difference tensor: what changed since the reference).
 TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& options,
                                  const Model* reference = nullptr, MomentCache* cache = nullptr);
+
+// The same comparison by Monte Carlo: `samples` Gaussian inputs through both models'
+// polynomials (the Gaussian metric with the bias coordinate only), with standard errors.
+MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const TensorSimOptions& options, int64_t samples,
+                                       const Model* reference = nullptr, uint64_t seed = 1);
 
 // A data-based or weight-based baseline: name, what it measures, and its value.
 struct BaselineScore {

@@ -3,9 +3,9 @@
 #include <cmath>
 
 #include "analysis/similarity/attention_moments.h"
+#include "analysis/similarity/monte_carlo.h"
 #include "engine/error.h"
 #include "engine/matrix64.h"
-#include "engine/random.h"
 
 namespace adjoint {
 
@@ -229,21 +229,11 @@ DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b,
 
 DeepSimilarity monte_carlo_similarity(const PolynomialView& a, const PolynomialView& b, int64_t samples, uint64_t seed,
                                       double input_std) {
-  check(a.input_dim == b.input_dim && a.positions == b.positions && a.output_dim() == b.output_dim(),
-        "monte carlo similarity: the networks' input or output sizes differ");
-  Generator gen(seed);
-  const int64_t per = a.positions * a.input_dim, chunk = 4096;
+  const MonteCarloSimilarity mc = monte_carlo_estimate(a, b, samples, seed, input_std);
   DeepSimilarity r;
-  for (int64_t done = 0; done < samples; done += chunk) {
-    const int64_t n = std::min(chunk, samples - done);
-    const std::vector<float> draw = normal({n, per}, 0.0f, float(input_std), gen).to_vector();
-    const std::vector<double> x(draw.begin(), draw.end());
-    const std::vector<double> fa = evaluate_polynomial(a, x, n), fb = evaluate_polynomial(b, x, n);
-    for (size_t i = 0; i < fa.size(); ++i)
-      r.inner_ab += fa[i] * fb[i], r.inner_aa += fa[i] * fa[i], r.inner_bb += fb[i] * fb[i];
-  }
-  r.inner_ab /= double(samples), r.inner_aa /= double(samples), r.inner_bb /= double(samples);
-  r.similarity = r.inner_ab / std::sqrt(r.inner_aa * r.inner_bb);
+  r.similarity = mc.similarity;
+  r.inner_ab = mc.inner_ab, r.inner_aa = mc.inner_aa, r.inner_bb = mc.inner_bb;
+  r.slices = mc.slices;
   return r;
 }
 

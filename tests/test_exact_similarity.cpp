@@ -1,0 +1,197 @@
+// The exact Gaussian inner product of deep polynomial networks (analysis/similarity/exact_moments.h)
+// against a hand computation, the one-layer recursion, the expansion's own evaluation and a
+// Monte Carlo estimate made here (analysis/similarity/monte_carlo.h), on independent networks.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "analysis/similarity/exact_moments.h"
+#include "analysis/similarity/model_similarity.h"
+#include "analysis/similarity/monte_carlo.h"
+#include "analysis/similarity/second_moment.h"
+#include "engine/data/open.h"
+#include "engine/error.h"
+#include "engine/io/json.h"
+#include "engine/random.h"
+#include "models/checkpoint.h"
+#include "models/model.h"
+#include "models/training.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+
+namespace {
+
+Tensor matrix(int64_t rows, int64_t cols, std::vector<float> values) { return Tensor::from_vector({rows, cols}, std::move(values)); }
+
+// One residual block h ← h + (L h̃) ⊙ (R h̃) on a scalar h, L = (l0, l1), R = (r0, r1).
+PolynomialStep scalar_block(float l0, float l1, float r0, float r1) {
+  PolynomialStep s;
+  s.kind = PolynomialStep::Kind::Bilinear;
+  s.name = "block";
+  s.left = matrix(1, 2, {l0, l1}), s.right = matrix(1, 2, {r0, r1}), s.down = matrix(1, 1, {1});
+  s.residual = true;
+  return s;
+}
+
+ModelConfig mlp_config(int64_t depth, int64_t inputs, int64_t hidden, int64_t classes) {
+  ModelConfig c;
+  c.arch = "bilinear_mlp";
+  c.in_features = inputs, c.hidden = hidden, c.num_classes = classes, c.depth = depth;
+  return c;
+}
+
+PolynomialView random_view(const ModelConfig& c, uint64_t seed) {
+  Generator g(seed);
+  return make_model(c, g)->polynomial_view();
+}
+
+}  // namespace
+
+TEST_CASE("exact moments: a scalar network by hand") {
+  // h1 = x + x², h2 = h1 + h1² = x + 2x² + 2x³ + x⁴. With E[x^k] = (k−1)!! σ^k:
+  // E[h2²] = 1 + 12 + 12 + 60 + 60 + 105 = 250 at σ = 1, E[h2·x] = 1 + 2·3 = 7.
+  PolynomialView deep{"scalar", 1, 1, {scalar_block(0, 1, 0, 1), scalar_block(0, 1, 0, 1)}};
+  PolynomialView identity{"identity", 1, 1, {}};
+  const OutputExpansion f = expand_output(deep), x = expand_output(identity);
+  CHECK(exact_output_inner(f, f)[0] == doctest::Approx(250).epsilon(1e-12));
+  CHECK(exact_output_inner(f, x)[0] == doctest::Approx(7).epsilon(1e-12));
+  // σ = 0.5: Σ c_i c_j m_{i+j} σ^{i+j} term by term.
+  const double s = 0.5;
+  const double want = std::pow(s, 2) + (12 + 12) * std::pow(s, 4) + (60 + 60) * std::pow(s, 6) + 105 * std::pow(s, 8);
+  CHECK(exact_output_inner(f, f, s)[0] == doctest::Approx(want).epsilon(1e-12));
+  // A bias in the blocks: h1 = x + (1 + x)·x = 2x + x², a constant term through the second block.
+  PolynomialView biased{"biased", 1, 1, {scalar_block(1, 1, 0, 1)}};
+  // E[(2x + x²)²] = 4 + 3 = 7, E[(2x + x²)·x] = 2.
+  const OutputExpansion g = expand_output(biased);
+  CHECK(exact_output_inner(g, g)[0] == doctest::Approx(7).epsilon(1e-12));
+  CHECK(exact_output_inner(g, x)[0] == doctest::Approx(2).epsilon(1e-12));
+  CHECK(telephone_number(8) == 764);
+}
+
+TEST_CASE("exact moments: the expansion evaluates to the network") {
+  for (int64_t depth : {0, 1, 2}) {
+    CAPTURE(depth);
+    ModelConfig c = mlp_config(depth, 6, 4, 3);
+    if (depth == 2) c.dim = 5;  // with an embedding
+    const PolynomialView v = random_view(c, 3 + uint64_t(depth));
+    const OutputExpansion e = expand_output(v);
+    const std::vector<double> x = {0.3, -1.2, 0.7, 0.1, 2.0, -0.4};
+    const std::vector<double> want = evaluate_polynomial(v, x, 1), got = evaluate_expansion(e, x);
+    REQUIRE(got.size() == want.size());
+    for (size_t k = 0; k < want.size(); ++k) CHECK(got[k] == doctest::Approx(want[k]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("exact moments: one residual block equals the recursion, exact there") {
+  const ModelConfig c = mlp_config(1, 5, 4, 3);
+  const PolynomialView a = random_view(c, 1), b = random_view(c, 2);
+  for (double s : {1.0, 0.6}) {
+    const DeepSimilarity exact = exact_similarity(expand_output(a), expand_output(b), s), recursion = deep_similarity(a, b, s);
+    CHECK(exact.inner_ab == doctest::Approx(recursion.inner_ab).epsilon(1e-12));
+    CHECK(exact.inner_aa == doctest::Approx(recursion.inner_aa).epsilon(1e-12));
+    CHECK(exact.similarity == doctest::Approx(recursion.similarity).epsilon(1e-12));
+    REQUIRE(exact.slices.size() == recursion.slices.size());
+    for (size_t o = 0; o < exact.slices.size(); ++o) CHECK(exact.slices[o] == doctest::Approx(recursion.slices[o]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("exact moments: independent depth-2 MLPs against Monte Carlo") {
+  // A residual scale of 2 makes the second block's input far from Gaussian: the recursion's
+  // closure is off there by many standard errors, the exact sum is not.
+  ModelConfig c = mlp_config(2, 6, 4, 3);
+  c.residual_scale = 2.0;
+  const PolynomialView a = random_view(c, 11), b = random_view(c, 12);
+  const double input_std = 1.0;
+  const DeepSimilarity exact = exact_similarity(expand_output(a), expand_output(b), input_std);
+  const DeepSimilarity recursion = deep_similarity(a, b, input_std);
+  const MonteCarloSimilarity mc = monte_carlo_estimate(a, b, 400000, 21, input_std);
+  MESSAGE("depth 2, independent: exact ", exact.similarity, ", Monte Carlo ", mc.similarity, " ± ", mc.similarity_se,
+          ", recursion ", recursion.similarity);
+  CHECK(std::abs(exact.similarity - mc.similarity) < 4 * mc.similarity_se);
+  CHECK(std::abs(exact.inner_ab - mc.inner_ab) < 4 * mc.inner_ab_se);
+  CHECK(std::abs(recursion.similarity - mc.similarity) > 8 * mc.similarity_se);  // a pair the closure gets wrong
+  REQUIRE(exact.slices.size() == mc.slices.size());
+  for (size_t o = 0; o < mc.slices.size(); ++o) {
+    CAPTURE(o);
+    CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
+  }
+}
+
+TEST_CASE("exact moments: a difference of depth-2 MLPs (--diff) against Monte Carlo") {
+  ModelConfig c = mlp_config(2, 5, 3, 2);
+  c.dim = 4;
+  Generator ga(31), gb(32), gr(33);
+  const std::shared_ptr<Model> a = make_model(c, ga), b = make_model(c, gb), reference = make_model(c, gr);
+  const TensorSimScore exact = tensor_similarity(*a, *b, TensorSimOptions{}, reference.get());
+  CHECK(exact.kind == "exact");
+  const MonteCarloSimilarity mc = monte_carlo_check(*a, *b, TensorSimOptions{}, 300000, reference.get(), 5);
+  MESSAGE("(a − reference) against b: exact ", exact.total, ", Monte Carlo ", mc.similarity, " ± ", mc.similarity_se);
+  CHECK(std::abs(exact.total - mc.similarity) < 4 * mc.similarity_se);
+  for (size_t o = 0; o < mc.slices.size(); ++o) CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
+  // Not the plain score: the reference was subtracted.
+  CHECK(std::abs(exact.total - tensor_similarity(*a, *b, TensorSimOptions{}).total) > 10 * mc.similarity_se);
+}
+
+TEST_CASE("tensor similarity of deep models: exact where tractable, the recursion labelled beyond") {
+  ModelConfig c = mlp_config(2, 5, 3, 2);
+  Generator g1(1), g2(2);
+  const std::shared_ptr<Model> a = make_model(c, g1), b = make_model(c, g2);
+  const TensorSimScore exact = tensor_similarity(*a, *b, TensorSimOptions{});
+  CHECK(exact.kind == "exact");
+  CHECK(exact.total == doctest::Approx(exact_similarity(expand_output(a->polynomial_view()), expand_output(b->polynomial_view())).similarity).epsilon(1e-12));
+  TensorSimOptions asked;
+  asked.recursion = true;
+  const TensorSimScore recursion = tensor_similarity(*a, *b, asked);
+  CHECK(recursion.kind == "recursion-approx");
+  CHECK(recursion.total == doctest::Approx(deep_similarity(a->polynomial_view(), b->polynomial_view()).similarity).epsilon(1e-12));
+  // Depth 3: pieces of 8 legs, far over the budget.
+  c.depth = 3;
+  const std::shared_ptr<Model> deep_a = make_model(c, g1), deep_b = make_model(c, g2);
+  const TensorSimScore deep = tensor_similarity(*deep_a, *deep_b, TensorSimOptions{});
+  CHECK(deep.kind == "recursion-approx");
+  CHECK(deep.method.find("contractions (budget") != std::string::npos);
+  // The bilinear LM's attention: the recursion, saying why.
+  ModelConfig lm;
+  lm.arch = "bilinear_lm", lm.attention = "bilinear", lm.vocab = 5, lm.seq_len = 2, lm.dim = 4, lm.depth = 1, lm.heads = 2;
+  lm.mlp_ratio = 1, lm.residual_scale = 0.5;
+  const std::shared_ptr<Model> la = make_model(lm, g1), lb = make_model(lm, g2);
+  const TensorSimScore lms = tensor_similarity(*la, *lb, TensorSimOptions{});
+  CHECK(lms.kind == "recursion-approx");
+  CHECK(lms.method.find("'blocks.0.attn' is a bilinear attention") != std::string::npos);
+  // --check-mc on the LM: an estimate with a standard error, one per token slice.
+  const MonteCarloSimilarity mc = monte_carlo_check(*la, *lb, TensorSimOptions{}, 20000, nullptr, 3);
+  CHECK(mc.similarity_se > 0);
+  CHECK(mc.slices.size() == 5);
+}
+
+TEST_CASE("tensorsim --check-mc: the Monte Carlo estimate beside the exact score of a depth-2 MLP") {
+  adjoint::testing::TempDir dir;
+  DataSource data = open_data("modadd:5");
+  ModelConfig c;
+  c.arch = "bilinear_mlp", c.hidden = 4, c.depth = 2;
+  fit_config_to_data(c, data);
+  Generator g1(1), g2(2);
+  save_checkpoint(dir.file("a.safetensors"), *make_model(c, g1), nullptr, 0, 0, {{"data.spec", "modadd:5"}});
+  save_checkpoint(dir.file("b.safetensors"), *make_model(c, g2), nullptr, 0, 0, {{"data.spec", "modadd:5"}});
+  const adjoint::testing::CommandOutcome o =
+      adjoint::testing::run_adjoint({"tensorsim", dir.file("a.safetensors"), dir.file("b.safetensors"), "--slices",
+                                     "--no-baselines", "--check-mc", "100000", "--out", dir.file("out")});
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  CHECK(o.out.find("[exact: exact Isserlis sum") != std::string::npos);
+  CHECK(o.out.find("Monte Carlo check, 100000 samples") != std::string::npos);
+  const Json j = parse_json(adjoint::testing::read_text(dir.file("out/tensorsim.json")));
+  CHECK(j.find("method")->as_string() == "exact");
+  const Json& mc = *j.find("monte_carlo");
+  const double exact = j.find("tensor_similarity")->as_number(), estimate = mc.find("tensor_similarity")->as_number(),
+               se = mc.find("standard_error")->as_number();
+  CHECK(se > 0);
+  CHECK(std::abs(exact - estimate) < 4 * se);
+  REQUIRE(mc.find("slices")->size() == 5);
+  CHECK(adjoint::testing::read_text(dir.file("out/tensorsim.csv")).find("\nmethod,exact\n") != std::string::npos);
+  const adjoint::testing::CommandOutcome bad = adjoint::testing::run_adjoint(
+      {"tensorsim", dir.file("a.safetensors"), dir.file("b.safetensors"), "--no-baselines", "--check-mc", "100000",
+       "--metric", "identity"});
+  CHECK(bad.code == 2);
+}
