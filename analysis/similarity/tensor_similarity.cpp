@@ -316,14 +316,23 @@ Similarity tensor_similarity(const SimilarityMetric& metric, const BilinearForm&
   return tensor_similarity(prepare_layer(metric, a, bias, input), prepare_layer(metric, b, bias, input));
 }
 
-std::vector<Similarity> pairwise_similarity(const std::vector<PreparedLayer>& layers) {
+std::vector<Similarity> pairwise_similarity(const std::vector<PreparedLayer>& layers,
+                                            const std::vector<std::string>& names) {
   const size_t K = layers.size();
+  check(names.empty() || names.size() == K, "pairwise_similarity: ", names.size(), " names for ", K, " layers");
+  const auto pair_name = [&](size_t i, size_t j) {
+    return names.empty() ? cat("pair (", i, ", ", j, ")") : i == j ? names[i] : cat(names[i], " vs ", names[j]);
+  };
   std::vector<Similarity> out(K * K);
   if (K == 0) return out;
   // All factors stacked in order: layer j's rows start at offset[j].
   std::vector<int64_t> offset(K + 1, 0);
   for (size_t j = 0; j < K; ++j) {
-    check_comparable(layers[0], layers[j]);
+    try {
+      check_comparable(layers[0], layers[j]);
+    } catch (const Error& e) {
+      throw Error(cat(pair_name(0, j), ": ", e.what()));
+    }
     offset[j + 1] = offset[j] + layers[j].factors.rows;
   }
   const int64_t n = layers[0].factors.cols;
@@ -339,7 +348,7 @@ std::vector<Similarity> pairwise_similarity(const std::vector<PreparedLayer>& la
         try {
           return similarity_from(a, layers[j], ab);
         } catch (const Error& e) {
-          throw Error(cat("pair (", i, ", ", j, "): ", e.what()));
+          throw Error(cat(pair_name(size_t(i), j), ": ", e.what()));
         }
       };
       out[size_t(i) * K + size_t(i)] = named(size_t(i), a.self);

@@ -112,7 +112,9 @@ Similarity tensor_similarity(const SimilarityMetric& metric, const BilinearForm&
 
 // Every pair of `layers` (all prepared under one metric): a K×K row-major matrix, computed
 // as one product of each layer's stacked factors with those of all later layers, the rows
-// spread over the engine's threads. Throws naming the pair (i, j) that cannot be compared.
-std::vector<Similarity> pairwise_similarity(const std::vector<PreparedLayer>& layers);
+// spread over the engine's threads. Throws naming the pair that cannot be compared: by
+// `names` ("A vs B") when given, else by index.
+std::vector<Similarity> pairwise_similarity(const std::vector<PreparedLayer>& layers,
+                                            const std::vector<std::string>& names = {});
 
 }  // namespace adjoint
