@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/common/plot.h"
 #include "analysis/similarity/attention_moments.h"
 #include "analysis/similarity/second_moment.h"
 #include "analysis/similarity/tensor_similarity.h"
@@ -521,4 +522,24 @@ TEST_CASE("tensor similarity: all pairs at once equal the pairs one by one, at a
   std::vector<PreparedLayer> mixed = {prepare_layer(similarity_metric("identity"), forms[0], true),
                                       prepare_layer(similarity_metric("identity"), random_form(5, 2, 3, 1), true)};
   CHECK_THROWS_WITH_AS(pairwise_similarity(mixed), doctest::Contains("cannot be compared"), Error);
+}
+
+TEST_CASE("pairwise heat-map: scaled to the data, with a colour bar") {
+  // Values between 0.97 and 1: on a fixed ±1 scale all one red; here white to red.
+  const std::vector<double> values = {1.0, 0.97, 0.985, 0.97, 1.0, NAN, 0.985, NAN, 1.0};
+  const HeatmapFigure f = data_scaled_heatmap("t", values, 3, 3, {"10", "20", "30"}, "step", "tensor similarity", 12);
+  CHECK(f.lo == 0.97);
+  CHECK(f.hi == 1.0);
+  const auto centre = [&](int64_t r, int64_t c) { return f.image.at(f.left + c * f.cell + f.cell / 2, f.top + r * f.cell + f.cell / 2); };
+  CHECK(centre(0, 0) == Rgb{255, 0, 0});      // the largest value: red
+  CHECK(centre(0, 1) == Rgb{255, 255, 255});  // the smallest: white
+  const Rgb middle = centre(0, 2);            // half way: half faded
+  CHECK(middle.r == 255);
+  CHECK(std::abs(int(middle.g) - 128) <= 1);
+  CHECK(centre(1, 2) == Rgb{200, 200, 200});  // not finite: grey
+  // The bar: red at its top, white at its bottom, black tick marks beside it.
+  const int64_t bar_x = f.bar_left + f.bar_width / 2, bottom = f.top + 3 * f.cell - 1;
+  CHECK(f.image.at(bar_x, f.top) == Rgb{255, 0, 0});
+  CHECK(f.image.at(bar_x, bottom) == Rgb{255, 255, 255});
+  CHECK(f.image.at(f.bar_left + f.bar_width + 1, f.top) == Rgb{0, 0, 0});
 }
