@@ -176,6 +176,12 @@ TEST_CASE("tensorsim command: the defects of issue 27 stay fixed") {
     CHECK(o.code == 1);
     CHECK(o.err.find("zero.safetensors vs ") != std::string::npos);
     CHECK(o.err.find("has zero norm") != std::string::npos);
+    // Deeper networks (the recursion): the same refusal.
+    const std::string deep_zero = save_model(dir, "deep_zero", 6, 2, 4, true), deep = save_model(dir, "deep", 6, 2, 5);
+    o = run_adjoint({"tensorsim", deep_zero, deep, "--no-baselines", "--out", dir.file("z")});
+    CHECK(o.code == 1);
+    CHECK(o.err.find("deep_zero.safetensors vs ") != std::string::npos);
+    CHECK(o.err.find("undefined") != std::string::npos);
     o = run_adjoint({"tensorsim", a, a, "--diff", a, "--no-baselines", "--out", dir.file("z")});
     CHECK(o.code == 1);
     CHECK(o.err.find("has zero norm") != std::string::npos);

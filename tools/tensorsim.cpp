@@ -112,6 +112,14 @@ std::string csv_row(const std::string& measure, double value, double ab, double 
              raw ? full(std::sqrt(bb)) : "", ",", compared, "\n");
 }
 
+// The score, or an error where it is undefined (a network whose outputs have zero norm): the
+// closed forms refuse such pairs themselves, the recursion's quotient is checked here.
+const TensorSimScore& defined(const std::string& pair, const TensorSimScore& score) {
+  check(std::isfinite(score.total), pair, ": tensor similarity is undefined (", score.method, ": ⟨A|A⟩ = ", score.inner_aa,
+        ", ⟨B|B⟩ = ", score.inner_bb, "; a network with zero norm)");
+  return score;
+}
+
 int run_pair(const cli::Args& a) {
   const auto& files = a.positionals();
   if (files.size() != 2) throw UsageError("tensorsim: give two checkpoints (A B), or --run DIR");
@@ -135,7 +143,7 @@ int run_pair(const cli::Args& a) {
   if (o.metric == "data" && !one_layer)
     throw UsageError(cat(pair, ": the data metric is a closed form of one bilinear layer; these networks are deeper"));
 
-  const TensorSimScore score = naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, o, ref); });
+  const TensorSimScore score = defined(pair, naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, o, ref); }));
   const std::string compared = reference ? cat("A - ", a.text("diff"), " vs B") : "A vs B";
   std::printf("tensor similarity of %s: %s (%s)\n", compared.c_str(), fixed(score.total).c_str(), score.method.c_str());
   std::printf("  <A|B> = %.6g, |A| = %.6g, |B| = %.6g\n", score.inner_ab, std::sqrt(score.inner_aa),
@@ -261,7 +269,7 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
       const TensorSimScore s = naming(cat(cks[i].path, " vs ", cks[j].path), [&] {
         return tensor_similarity(*cks[i].model, *cks[j].model, o, nullptr, &traces);
       });
-      pairwise[i * K + j] = pairwise[j * K + i] = s.total;
+      pairwise[i * K + j] = pairwise[j * K + i] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
       method = s.method;
     }
   return pairwise;
