@@ -16,6 +16,7 @@
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tests/support.h"
+#include "tools/model_source.h"
 
 using namespace adjoint;
 using adjoint::testing::CommandOutcome;
@@ -241,4 +242,31 @@ TEST_CASE("tensorsim command: the defects of issue 27 stay fixed") {
     CHECK(o.err.find(fs::path(kept_checkpoint_path(run, 9)).filename().string()) != std::string::npos);
     CHECK(o.err.find("cannot be compared") != std::string::npos);
   }
+}
+
+TEST_CASE("tensorsim command: the data metric reads the mean and covariance of the --count test examples") {
+  adjoint::testing::TempDir dir;
+  const std::string a = save_model(dir, "a", 6, 0, 1), b = save_model(dir, "b", 5, 0, 2);
+  const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--metric", "data", "--count", "20", "--out", dir.file("data")});
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  const Examples ex = load_examples(open_data("modadd:7", DataSplits::TestOnly), "test", 20);
+  Matrix64 rows(ex.inputs.size(0), ex.inputs.numel() / ex.inputs.size(0));
+  const std::vector<float> v = ex.inputs.contiguous().to_vector();
+  std::copy(v.begin(), v.end(), rows.data.begin());
+  const InputDistribution moments = input_distribution(rows);
+  TensorSimOptions options;
+  options.metric = "data", options.data = &moments;
+  auto ma = model_from_checkpoint(load_checkpoint(a)), mb = model_from_checkpoint(load_checkpoint(b));
+  const TensorSimScore want = tensor_similarity(*ma, *mb, options);
+  const Json j = parse_json(read_text(dir.file("data/tensorsim.json")));
+  CHECK(j.find("method")->as_string() == "closed form, data metric");
+  CHECK(j.find("tensor_similarity")->as_number() == doctest::Approx(want.total).epsilon(1e-12));
+  // Beside it, the other metrics; the Gaussian one differs.
+  const double gaussian = j.find("other_metrics")->find("gaussian")->as_number();
+  CHECK(gaussian == doctest::Approx(tensor_similarity(*ma, *mb, TensorSimOptions{}).total).epsilon(1e-12));
+  CHECK(std::abs(gaussian - want.total) > 1e-3);
+  // On all test examples the statistics (and so the score) differ from those of the first 20.
+  const CommandOutcome all = run_adjoint({"tensorsim", a, b, "--metric", "data", "--count", "0", "--no-baselines", "--out", dir.file("all")});
+  REQUIRE_MESSAGE(all.code == 0, all.err);
+  CHECK(std::abs(parse_json(read_text(dir.file("all/tensorsim.json"))).find("tensor_similarity")->as_number() - want.total) > 1e-6);
 }
