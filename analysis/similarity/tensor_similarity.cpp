@@ -289,9 +289,19 @@ PreparedLayer prepare_layer(const SimilarityMetric& metric, const BilinearForm& 
     for (int64_t h = 0; h < H; ++h) p.scale[size_t(o)] += std::abs(p.down(o, h)) * size[size_t(h)];
     p.scale[size_t(o)] *= p.scale[size_t(o)];
   }
+  // The layer's own Gram matrix is symmetric: without Σ, half of it (dsyrk), then mirrored.
   std::vector<double> g;
-  gram_into(w, p.factors.data.data(), p.factors.rows, n, g);
-  p.self = slices_from_gram(p, p, g.data(), p.factors.rows);
+  const int64_t rows = p.factors.rows;
+  if (p.weighted.rows == 0 && rows > 0 && n > 0) {
+    g.assign(size_t(rows * rows), 0.0);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, int(rows), int(n), 1.0, p.factors.data.data(), int(n), 0.0,
+                g.data(), int(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < r; ++c) g[size_t(r * rows + c)] = g[size_t(c * rows + r)];
+  } else {
+    gram_into(w, p.factors.data.data(), rows, n, g);
+  }
+  p.self = slices_from_gram(p, p, g.data(), rows);
   return p;
 }
 
