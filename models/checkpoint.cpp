@@ -86,7 +86,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   auto format = file.metadata.find("format");
   check(format != file.metadata.end() && format->second == kFormat, "checkpoint ", path,
         ": not an adjoint checkpoint (metadata 'format' is missing or not ", kFormat,
-        "); a plain weights file goes with --model and --weights");
+")");
   Checkpoint c;
   c.path = path;
   std::map<std::string, std::string> config;

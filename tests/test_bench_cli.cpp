@@ -81,3 +81,25 @@ TEST_CASE("bench models: a tiny run writes each model's rates, its time in OpenB
   }
   CHECK(lm.find("peak_step_mib")->as_number() > 0.0);
 }
+
+TEST_CASE("bench tensorsim: --clock and --out are honoured, --only closed skips the deep cases") {
+  adjoint::testing::TempDir dir;
+  const CommandOutcome bad = run_adjoint({"bench", "tensorsim", "--only", "deep"});
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.err, "--only expects closed"));
+  const CommandOutcome clock = run_adjoint({"--threads", "2", "bench", "tensorsim", "--clock", "cpu"});
+  CHECK(clock.code == 2);
+  CHECK(contains(clock.err, "--clock cpu measures durations only with --threads 1"));
+  const std::string out = dir.file("ours.json");
+  const CommandOutcome o =
+      run_adjoint({"--threads", "1", "bench", "tensorsim", "--only", "closed", "--clock", "cpu", "--repeats", "1", "--out", out});
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  CHECK(!contains(o.out, "samples:"));  // no Monte Carlo run
+  CHECK(!contains(o.out, "recursion"));
+  const Json j = parse_json(read_text(out));
+  CHECK(j.find("clock")->as_string() == "cpu");
+  CHECK(j.find("threads")->as_number() == 1);
+  const auto& results = j.find("results")->as_array();
+  REQUIRE(results.size() == 6);  // three cases, two metrics
+  for (const Json& r : results) CHECK(r.find("ms_per_pair")->as_number() > 0);
+}

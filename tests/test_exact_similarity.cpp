@@ -189,7 +189,7 @@ TEST_CASE("tensorsim --check-mc: the Monte Carlo estimate beside the exact score
   CHECK(se > 0);
   CHECK(std::abs(exact - estimate) < 4 * se);
   REQUIRE(mc.find("slices")->size() == 5);
-  CHECK(adjoint::testing::read_text(dir.file("out/tensorsim.csv")).find("\nmethod,exact\n") != std::string::npos);
+  CHECK(adjoint::testing::read_text(dir.file("out/tensorsim.csv")).find("\nmethod,exact,,,,\n") != std::string::npos);
   const adjoint::testing::CommandOutcome bad = adjoint::testing::run_adjoint(
       {"tensorsim", dir.file("a.safetensors"), dir.file("b.safetensors"), "--no-baselines", "--check-mc", "100000",
        "--metric", "identity"});

@@ -9,12 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "analysis/common/plot.h"
 #include "analysis/similarity/attention_moments.h"
 #include "analysis/similarity/second_moment.h"
 #include "analysis/similarity/tensor_similarity.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"
+#include "engine/threads.h"
 #include "models/model.h"
 #include "ops/elementwise.h"
 #include "tests/support.h"
@@ -32,6 +34,17 @@ Matrix64 random_matrix(int64_t rows, int64_t cols, uint64_t seed, double scale =
 
 BilinearForm random_form(int64_t d, int64_t hidden, int64_t outputs, uint64_t seed) {
   return {random_matrix(hidden, d + 1, seed), random_matrix(hidden, d + 1, seed + 1), random_matrix(outputs, hidden, seed + 2)};
+}
+
+// x = μ + S z with random μ and S (d × d): N(μ, S Sᵀ), and S itself for sampling.
+struct RandomInput {
+  InputDistribution distribution;
+  Matrix64 root;
+};
+RandomInput random_input(int64_t d, uint64_t seed) {
+  RandomInput r{{random_matrix(d, 1, seed, 0.5), Matrix64()}, random_matrix(d, d, seed + 1, 0.6)};
+  r.distribution.covariance = matmul(r.root, r.root, false, true);
+  return r;
 }
 
 // Rows and columns 1.. of a (d+1)×(d+1) matrix: the part acting on x alone.
@@ -200,12 +213,13 @@ TEST_CASE("tensor similarity: the identity metric is the symmetrised tensors' in
   for (int64_t o = 0; o < 2; ++o) std::swap(same.down(o, 1), same.down(o, 2));
   for (int64_t c = 0; c < 5; ++c) same.left(0, c) *= 3;
   for (int64_t o = 0; o < 2; ++o) same.down(o, 0) /= 3;
+  const InputDistribution input = random_input(4, 11).distribution;  // the data metric's
   for (const SimilarityMetric& m : similarity_metrics()) {
     CAPTURE(m.name);
-    const Similarity s = tensor_similarity(m, a, same, true);
+    const Similarity s = tensor_similarity(m, a, same, true, &input);
     CHECK(s.total == doctest::Approx(1.0).epsilon(1e-12));
     for (double v : s.slices) CHECK(v == doctest::Approx(1.0).epsilon(1e-12));
-    CHECK(std::abs(tensor_similarity(m, a, b, true).total) < 0.9);
+    CHECK(std::abs(tensor_similarity(m, a, b, true, &input).total) < 0.9);
   }
 }
 
@@ -230,10 +244,11 @@ TEST_CASE("tensor similarity: the Gaussian metric matches Isserlis' block formul
 
 TEST_CASE("tensor similarity: difference tensors are linear, and bad pairs are refused") {
   const BilinearForm a = random_form(4, 3, 3, 50), a0 = random_form(4, 6, 3, 60), b = random_form(4, 2, 3, 70);
+  const InputDistribution input = random_input(4, 51).distribution;  // the data metric's
   for (const SimilarityMetric& m : similarity_metrics()) {
     CAPTURE(m.name);
-    const std::vector<double> d = slice_inner(m, difference(a, a0), b, true);
-    const std::vector<double> x = slice_inner(m, a, b, true), y = slice_inner(m, a0, b, true);
+    const std::vector<double> d = slice_inner(m, difference(a, a0), b, true, &input);
+    const std::vector<double> x = slice_inner(m, a, b, true, &input), y = slice_inner(m, a0, b, true, &input);
     if (std::string(m.name) == "identity")
       for (size_t o = 0; o < d.size(); ++o) CHECK(d[o] == doctest::Approx(x[o] - y[o]).epsilon(1e-12));
   }
@@ -242,7 +257,7 @@ TEST_CASE("tensor similarity: difference tensors are linear, and bad pairs are r
   for (double v : zero) CHECK(std::abs(v) < 1e-12);
   CHECK_THROWS_WITH_AS(tensor_similarity(similarity_metric("identity"), a, random_form(5, 3, 3, 1), true),
                        doctest::Contains("layers of 4→3 and 5→3 cannot be compared"), Error);
-  CHECK_THROWS_WITH_AS(similarity_metric("cosine"), doctest::Contains("unknown metric 'cosine' (identity, gaussian)"),
+  CHECK_THROWS_WITH_AS(similarity_metric("cosine"), doctest::Contains("unknown metric 'cosine' (identity, gaussian, data)"),
                        UsageError);
 }
 
@@ -269,7 +284,7 @@ TEST_CASE("tensor similarity: a one-layer model's folded form is its polynomial"
     }
   c.depth = 2;
   CHECK_THROWS_WITH_AS(bilinear_form(make_model(c, gen)->polynomial_view()),
-                       doctest::Contains("layer 'blocks.0' makes this more than one bilinear layer"), Error);
+                       doctest::Contains("layer 'blocks.1' makes this more than one bilinear layer"), Error);
 }
 
 TEST_CASE("second-moment recursion: exact for one layer, close to Monte Carlo for deeper stacks") {
@@ -373,4 +388,158 @@ TEST_CASE("second-moment recursion: mismatched networks are refused by name") {
   m.depth = 3;
   const PolynomialView three = make_model(m, g)->polynomial_view();
   CHECK_THROWS_WITH_AS(deep_similarity(two, three), doctest::Contains("has 4 layers and bilinear_mlp has 5"), Error);
+}
+
+namespace {
+
+// Sample means of A_o(x)·B_o(x) for x = μ + S z, z ~ N(0, I): the data metric's reference.
+std::vector<double> monte_carlo_slices_on(const BilinearForm& a, const BilinearForm& b, const RandomInput& input,
+                                          int64_t samples, uint64_t seed) {
+  Generator gen(seed);
+  const int64_t d = a.inputs();
+  const std::vector<float> z = normal({samples, d}, 0.0f, 1.0f, gen).to_vector();
+  Matrix64 x(samples, d);
+  for (int64_t n = 0; n < samples; ++n)
+    for (int64_t i = 0; i < d; ++i) {
+      x(n, i) = input.distribution.mean(i, 0);
+      for (int64_t j = 0; j < d; ++j) x(n, i) += input.root(i, j) * z[size_t(n * d + j)];
+    }
+  auto output = [&](const BilinearForm& f, int64_t n, int64_t o) {
+    double y = 0;
+    for (int64_t h = 0; h < f.hidden(); ++h) {
+      double l = f.left(h, 0), r = f.right(h, 0);
+      for (int64_t i = 0; i < d; ++i) l += f.left(h, i + 1) * x(n, i), r += f.right(h, i + 1) * x(n, i);
+      y += f.down(o, h) * l * r;
+    }
+    return y;
+  };
+  std::vector<double> out(size_t(a.outputs()), 0.0);
+  for (int64_t n = 0; n < samples; ++n)
+    for (int64_t o = 0; o < a.outputs(); ++o) out[size_t(o)] += output(a, n, o) * output(b, n, o) / double(samples);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tensor similarity: the data metric is the Gaussian of the data's mean and covariance") {
+  const BilinearForm a = random_form(3, 4, 2, 130), b = random_form(3, 2, 2, 140);
+  const RandomInput input = random_input(3, 150);
+  const SimilarityMetric& data = similarity_metric("data");
+  const std::vector<double> closed = slice_inner(data, a, b, true, &input.distribution);
+  const std::vector<double> mc = monte_carlo_slices_on(a, b, input, 400000, 9);
+  const std::vector<double> standard = slice_inner(similarity_metric("gaussian"), a, b, true);
+  for (size_t o = 0; o < 2; ++o) {
+    CAPTURE(o);
+    MESSAGE("slice ", o, ": data metric ", closed[o], ", Monte Carlo ", mc[o], ", N(0, I) ", standard[o]);
+    CHECK(closed[o] == doctest::Approx(mc[o]).epsilon(0.03));  // Monte Carlo within 3%
+    CHECK(std::abs(closed[o] - standard[o]) > 0.1 * std::abs(closed[o]));  // not the standard Gaussian
+  }
+  // N(0, I) as the data: the Gaussian metric itself.
+  const InputDistribution unit{Matrix64(3, 1), Matrix64::identity(3)};
+  const std::vector<double> same = slice_inner(data, a, b, true, &unit);
+  for (size_t o = 0; o < 2; ++o) CHECK(same[o] == doctest::Approx(standard[o]).epsilon(1e-12));
+  // The statistics of samples: mean and covariance divided by N.
+  Matrix64 samples(3, 2);
+  samples.data = {1, 0, 3, 2, 5, 4};
+  const InputDistribution d = input_distribution(samples);
+  CHECK(d.mean(0, 0) == doctest::Approx(3.0));
+  CHECK(d.mean(1, 0) == doctest::Approx(2.0));
+  CHECK(d.covariance(0, 0) == doctest::Approx(8.0 / 3));
+  CHECK(d.covariance(0, 1) == doctest::Approx(8.0 / 3));
+  CHECK_THROWS_WITH_AS(slice_inner(data, a, b, true), doctest::Contains("needs the data's mean and covariance"), Error);
+}
+
+TEST_CASE("tensor similarity: a residual layer (bilinear_mlp --depth 1) is one layer's closed form") {
+  for (int64_t dim : {0, 4}) {
+    CAPTURE(dim);
+    ModelConfig c = bilinear_config("bilinear_mlp");
+    c.dim = dim, c.depth = 1, c.residual_scale = 0.5;
+    Generator gen(18);
+    auto model = make_model(c, gen);
+    const PolynomialView view = model->polynomial_view();
+    const BilinearForm f = bilinear_form(view);
+    const int64_t d = view.input_dim, O = f.outputs();
+    const std::vector<double> x = to_double(adjoint::testing::random_tensor({3, d}, 19));
+    const std::vector<double> want = evaluate_polynomial(view, x, 3);
+    for (int64_t n = 0; n < 3; ++n)
+      for (int64_t o = 0; o < O; ++o) {
+        const Matrix64 s = symmetric_slice(f, o);
+        double y = s(0, 0);
+        for (int64_t i = 0; i < d; ++i) {
+          y += 2 * s(0, i + 1) * x[size_t(n * d + i)];
+          for (int64_t j = 0; j < d; ++j) y += s(i + 1, j + 1) * x[size_t(n * d + i)] * x[size_t(n * d + j)];
+        }
+        CHECK(y == doctest::Approx(want[size_t(n * O + o)]).epsilon(1e-9));
+      }
+    // The closed form equals the recursion, exact for one layer.
+    Generator other(28);
+    const PolynomialView v2 = make_model(c, other)->polynomial_view();
+    CHECK(tensor_similarity(similarity_metric("gaussian"), f, bilinear_form(v2), true).total ==
+          doctest::Approx(deep_similarity(view, v2).similarity).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("tensor similarity: a zero tensor is refused, a zero slice is undefined") {
+  const BilinearForm a = random_form(4, 3, 3, 160), b = random_form(4, 5, 3, 170);
+  for (const SimilarityMetric& m : {similarity_metric("identity"), similarity_metric("gaussian")}) {
+    CAPTURE(m.name);
+    CHECK_THROWS_WITH_AS(tensor_similarity(m, difference(a, a), b, true),
+                         doctest::Contains("the first layer's tensor has zero norm"), Error);
+    CHECK_THROWS_WITH_AS(tensor_similarity(m, b, difference(a, a), true),
+                         doctest::Contains("the second layer's tensor has zero norm"), Error);
+    BilinearForm quiet = a;  // output 1 never moves
+    for (int64_t h = 0; h < quiet.hidden(); ++h) quiet.down(1, h) = 0;
+    const Similarity s = tensor_similarity(m, quiet, b, true);
+    CHECK(std::isnan(s.slices[1]));
+    CHECK(std::isfinite(s.slices[0]));
+    CHECK(std::isfinite(s.total));
+    CHECK(s.total == doctest::Approx(s.inner_ab / std::sqrt(s.inner_aa * s.inner_bb)).epsilon(1e-15));
+  }
+}
+
+TEST_CASE("tensor similarity: all pairs at once equal the pairs one by one, at any thread count") {
+  std::vector<BilinearForm> forms;
+  for (int64_t k = 0; k < 5; ++k) forms.push_back(random_form(6, 2 + k, 3, 200 + 10 * uint64_t(k)));
+  const RandomInput input = random_input(6, 250);
+  for (const SimilarityMetric& m : similarity_metrics()) {
+    CAPTURE(m.name);
+    std::vector<PreparedLayer> layers;
+    for (const BilinearForm& f : forms) layers.push_back(prepare_layer(m, f, true, &input.distribution));
+    const std::vector<Similarity> all = pairwise_similarity(layers);
+    for (size_t i = 0; i < forms.size(); ++i)
+      for (size_t j = 0; j < forms.size(); ++j) {
+        const Similarity one = tensor_similarity(m, forms[i], forms[j], true, &input.distribution);
+        CHECK(all[i * 5 + j].total == doctest::Approx(one.total).epsilon(1e-12));
+        CHECK(all[i * 5 + j].inner_aa == doctest::Approx(one.inner_aa).epsilon(1e-12));
+        CHECK(all[i * 5 + j].slices[2] == doctest::Approx(one.slices[2]).epsilon(1e-12));
+      }
+    const int previous = num_threads();
+    set_num_threads(1);
+    const std::vector<Similarity> serial = pairwise_similarity(layers);
+    set_num_threads(previous);
+    for (size_t k = 0; k < all.size(); ++k) CHECK(serial[k].total == all[k].total);
+  }
+  std::vector<PreparedLayer> mixed = {prepare_layer(similarity_metric("identity"), forms[0], true),
+                                      prepare_layer(similarity_metric("identity"), random_form(5, 2, 3, 1), true)};
+  CHECK_THROWS_WITH_AS(pairwise_similarity(mixed), doctest::Contains("cannot be compared"), Error);
+}
+
+TEST_CASE("pairwise heat-map: scaled to the data, with a colour bar") {
+  // Values between 0.97 and 1: on a fixed ±1 scale all one red; here white to red.
+  const std::vector<double> values = {1.0, 0.97, 0.985, 0.97, 1.0, NAN, 0.985, NAN, 1.0};
+  const HeatmapFigure f = data_scaled_heatmap("t", values, 3, 3, {"10", "20", "30"}, "step", "tensor similarity", 12);
+  CHECK(f.lo == 0.97);
+  CHECK(f.hi == 1.0);
+  const auto centre = [&](int64_t r, int64_t c) { return f.image.at(f.left + c * f.cell + f.cell / 2, f.top + r * f.cell + f.cell / 2); };
+  CHECK(centre(0, 0) == Rgb{255, 0, 0});      // the largest value: red
+  CHECK(centre(0, 1) == Rgb{255, 255, 255});  // the smallest: white
+  const Rgb middle = centre(0, 2);            // half way: half faded
+  CHECK(middle.r == 255);
+  CHECK(std::abs(int(middle.g) - 128) <= 1);
+  CHECK(centre(1, 2) == Rgb{200, 200, 200});  // not finite: grey
+  // The bar: red at its top, white at its bottom, black tick marks beside it.
+  const int64_t bar_x = f.bar_left + f.bar_width / 2, bottom = f.top + 3 * f.cell - 1;
+  CHECK(f.image.at(bar_x, f.top) == Rgb{255, 0, 0});
+  CHECK(f.image.at(bar_x, bottom) == Rgb{255, 255, 255});
+  CHECK(f.image.at(f.bar_left + f.bar_width + 1, f.top) == Rgb{0, 0, 0});
 }

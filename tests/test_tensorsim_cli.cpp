@@ -16,6 +16,7 @@
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tests/support.h"
+#include "tools/model_source.h"
 
 using namespace adjoint;
 using adjoint::testing::CommandOutcome;
@@ -51,7 +52,7 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
     REQUIRE(j.find("slices")->size() == 7);
     CHECK(j.find("slices")->as_array()[3].as_number() == doctest::Approx(want.slices[3]).epsilon(1e-12));
     CHECK(j.find("baselines")->find("cka_logits") != nullptr);
-    CHECK(read_text(dir.file("pair/tensorsim.csv")).rfind("measure,value\ntensor_similarity,", 0) == 0);
+    CHECK(read_text(dir.file("pair/tensorsim.csv")).rfind("measure,value,inner_product,norm_a,norm_b,compared\ntensor_similarity,", 0) == 0);
     CHECK(read_text(dir.file("pair/tensorsim.md")).find("| slice 6 |") != std::string::npos);
   }
   SUBCASE("a difference tensor: (A - A0) against B") {
@@ -115,4 +116,157 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
     CHECK(o.err.find("small.safetensors vs ") != std::string::npos);
     CHECK(o.err.find("cannot be compared") != std::string::npos);
   }
+}
+
+namespace {
+
+// The CSV row whose first field is `measure`, split at commas.
+std::vector<std::string> csv_row(const std::string& csv, const std::string& measure) {
+  std::istringstream lines(csv);
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> fields;
+    std::istringstream cells(line);
+    for (std::string f; std::getline(cells, f, ',');) fields.push_back(f);
+    if (!fields.empty() && fields[0] == measure) return fields;
+  }
+  return {};
+}
+
+// A one-layer (or residual, depth 1) bilinear MLP on modadd:7 with random weights, saved.
+std::string save_model(const adjoint::testing::TempDir& dir, const std::string& name, int64_t hidden, int64_t depth,
+                       uint64_t seed, bool zero = false) {
+  DataSource data = open_data("modadd:7");
+  ModelConfig c;
+  c.arch = "bilinear_mlp", c.hidden = hidden, c.depth = depth;
+  fit_config_to_data(c, data);
+  Generator gen(seed);
+  auto m = make_model(c, gen);
+  if (zero)
+    for (auto& [n, t] : m->named_parameters()) t.copy_from(Tensor::from_vector(t.shape(), std::vector<float>(size_t(t.numel()), 0.0f)));
+  const std::string path = dir.file(name + ".safetensors");
+  save_checkpoint(path, *m, nullptr, 0, 0, {{"data.spec", "modadd:7"}});
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("tensorsim command: the defects of issue 27 stay fixed") {
+  adjoint::testing::TempDir dir;
+  SUBCASE("bilinear_mlp --depth 1 is compared by the closed form") {
+    const std::string a = save_model(dir, "d1a", 6, 1, 1), b = save_model(dir, "d1b", 6, 1, 2);
+    const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--no-baselines", "--out", dir.file("d1")});
+    REQUIRE_MESSAGE(o.code == 0, o.err);
+    CHECK(o.out.find("closed form, gaussian metric") != std::string::npos);
+    CHECK(o.err.find("--deep") == std::string::npos);
+  }
+  SUBCASE("different hidden widths: the score, and the weight cosine left out and said so") {
+    const std::string a = save_model(dir, "h6", 6, 0, 1), b = save_model(dir, "h4", 4, 0, 2);
+    const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--out", dir.file("widths")});
+    REQUIRE_MESSAGE(o.code == 0, o.err);
+    CHECK(o.out.find("weight_cosine        left out: the models' parameters differ") != std::string::npos);
+    const std::string csv = read_text(dir.file("widths/tensorsim.csv"));
+    CHECK(csv_row(csv, "weight_cosine").empty());
+    CHECK(!csv_row(csv, "cka_logits").empty());
+    const Json j = parse_json(read_text(dir.file("widths/tensorsim.json")));
+    CHECK(j.find("baselines_left_out")->find("weight_cosine") != nullptr);
+  }
+  SUBCASE("zero norms and a NaN input scale are refused, never written as nan") {
+    const std::string a = save_model(dir, "a", 6, 0, 1), b = save_model(dir, "b", 6, 0, 2);
+    const std::string zero = save_model(dir, "zero", 6, 0, 3, true);
+    CommandOutcome o = run_adjoint({"tensorsim", zero, b, "--no-baselines", "--out", dir.file("z")});
+    CHECK(o.code == 1);
+    CHECK(o.err.find("zero.safetensors vs ") != std::string::npos);
+    CHECK(o.err.find("has zero norm") != std::string::npos);
+    // Deeper networks (the recursion): the same refusal.
+    const std::string deep_zero = save_model(dir, "deep_zero", 6, 2, 4, true), deep = save_model(dir, "deep", 6, 2, 5);
+    o = run_adjoint({"tensorsim", deep_zero, deep, "--no-baselines", "--out", dir.file("z")});
+    CHECK(o.code == 1);
+    CHECK(o.err.find("deep_zero.safetensors vs ") != std::string::npos);
+    CHECK(o.err.find("undefined") != std::string::npos);
+    o = run_adjoint({"tensorsim", a, a, "--diff", a, "--no-baselines", "--out", dir.file("z")});
+    CHECK(o.code == 1);
+    CHECK(o.err.find("has zero norm") != std::string::npos);
+    o = run_adjoint({"tensorsim", a, b, "--input-std", "nan", "--no-baselines", "--out", dir.file("z")});
+    CHECK(o.code == 2);
+    CHECK(o.err.find("--input-std must be a positive finite number, got nan") != std::string::npos);
+    CHECK(!fs::exists(dir.file("z")));
+  }
+  SUBCASE("the CSV holds full precision, the raw inner products and both norms") {
+    const std::string a = save_model(dir, "a", 6, 0, 1), b = save_model(dir, "b", 5, 0, 2);
+    const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--slices", "--no-baselines", "--out", dir.file("csv")});
+    REQUIRE_MESSAGE(o.code == 0, o.err);
+    auto ma = model_from_checkpoint(load_checkpoint(a)), mb = model_from_checkpoint(load_checkpoint(b));
+    const TensorSimScore want = tensor_similarity(*ma, *mb, TensorSimOptions{});
+    const std::string csv = read_text(dir.file("csv/tensorsim.csv"));
+    const std::vector<std::string> total = csv_row(csv, "tensor_similarity");
+    REQUIRE(total.size() == 6);
+    CHECK(std::stod(total[1]) == want.total);  // bit for bit: 17 significant digits round-trip
+    CHECK(std::stod(total[2]) == want.inner_ab);
+    CHECK(std::stod(total[3]) == std::sqrt(want.inner_aa));
+    CHECK(std::stod(total[4]) == std::sqrt(want.inner_bb));
+    CHECK(std::stod(csv_row(csv, "slice_2")[1]) == want.slices[2]);
+    CHECK(std::stod(csv_row(csv, "slice_2")[2]) == want.slice_ab[2]);
+    CHECK(!csv_row(csv, "tensor_similarity_identity").empty());  // the other metrics beside it
+  }
+  SUBCASE("with --diff the baselines say that they compare A and B themselves") {
+    const std::string a = save_model(dir, "a", 6, 0, 1), b = save_model(dir, "b", 6, 0, 2), a0 = save_model(dir, "a0", 6, 0, 3);
+    const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--diff", a0, "--out", dir.file("diff")});
+    REQUIRE_MESSAGE(o.code == 0, o.err);
+    CHECK(o.out.find("baselines between A and B themselves") != std::string::npos);
+    const std::string csv = read_text(dir.file("diff/tensorsim.csv"));
+    CHECK(csv_row(csv, "cka_logits").back() == "A vs B");
+    CHECK(csv_row(csv, "tensor_similarity").back().rfind("A - ", 0) == 0);
+    CHECK(parse_json(read_text(dir.file("diff/tensorsim.json"))).find("baselines_compare")->as_string() == "A vs B");
+  }
+  SUBCASE("a plain weights file: no hint at options tensorsim lacks") {
+    write_safetensors(dir.file("plain.safetensors"), {{"w", Tensor::from_vector({2}, {1.0f, 2.0f})}}, {});
+    const std::string b = save_model(dir, "b", 6, 0, 2);
+    const CommandOutcome o = run_adjoint({"tensorsim", dir.file("plain.safetensors"), b});
+    CHECK(o.code == 1);
+    CHECK(o.err.find("not an adjoint checkpoint") != std::string::npos);
+    CHECK(o.err.find("--weights") == std::string::npos);
+  }
+  SUBCASE("--run names both checkpoints of a pair that cannot be compared") {
+    const std::string run = dir.file("run");
+    train_tiny_run(run, 1);
+    // The last kept checkpoint replaced by a model of another input size.
+    DataSource data = open_data("modadd:5");
+    ModelConfig c;
+    c.arch = "bilinear_mlp", c.hidden = 8;
+    fit_config_to_data(c, data);
+    Generator gen(0);
+    save_checkpoint(kept_checkpoint_path(run, 9), *make_model(c, gen), nullptr, 0, 9, {{"data.spec", "modadd:7"}});
+    const CommandOutcome o = run_adjoint({"tensorsim", "--run", run, "--no-baselines"});
+    CHECK(o.code == 1);
+    CAPTURE(o.err);
+    CHECK(o.err.find(fs::path(kept_checkpoint_path(run, 9)).filename().string()) != std::string::npos);
+    CHECK(o.err.find("cannot be compared") != std::string::npos);
+  }
+}
+
+TEST_CASE("tensorsim command: the data metric reads the mean and covariance of the --count test examples") {
+  adjoint::testing::TempDir dir;
+  const std::string a = save_model(dir, "a", 6, 0, 1), b = save_model(dir, "b", 5, 0, 2);
+  const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--metric", "data", "--count", "20", "--out", dir.file("data")});
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  const Examples ex = load_examples(open_data("modadd:7", DataSplits::TestOnly), "test", 20);
+  Matrix64 rows(ex.inputs.size(0), ex.inputs.numel() / ex.inputs.size(0));
+  const std::vector<float> v = ex.inputs.contiguous().to_vector();
+  std::copy(v.begin(), v.end(), rows.data.begin());
+  const InputDistribution moments = input_distribution(rows);
+  TensorSimOptions options;
+  options.metric = "data", options.data = &moments;
+  auto ma = model_from_checkpoint(load_checkpoint(a)), mb = model_from_checkpoint(load_checkpoint(b));
+  const TensorSimScore want = tensor_similarity(*ma, *mb, options);
+  const Json j = parse_json(read_text(dir.file("data/tensorsim.json")));
+  CHECK(j.find("method_detail")->as_string() == "closed form, data metric");
+  CHECK(j.find("tensor_similarity")->as_number() == doctest::Approx(want.total).epsilon(1e-12));
+  // Beside it, the other metrics; the Gaussian one differs.
+  const double gaussian = j.find("other_metrics")->find("gaussian")->as_number();
+  CHECK(gaussian == doctest::Approx(tensor_similarity(*ma, *mb, TensorSimOptions{}).total).epsilon(1e-12));
+  CHECK(std::abs(gaussian - want.total) > 1e-3);
+  // On all test examples the statistics (and so the score) differ from those of the first 20.
+  const CommandOutcome all = run_adjoint({"tensorsim", a, b, "--metric", "data", "--count", "0", "--no-baselines", "--out", dir.file("all")});
+  REQUIRE_MESSAGE(all.code == 0, all.err);
+  CHECK(std::abs(parse_json(read_text(dir.file("all/tensorsim.json"))).find("tensor_similarity")->as_number() - want.total) > 1e-6);
 }

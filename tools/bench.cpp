@@ -263,15 +263,17 @@ const cli::Registration bench_command({
         "adjoint bench explain: ms per image of gradient, soft pullback, pullback ascent (K=5), SmoothGrad(50)\n"
         "and IG(50) and the ratio to the gradient on ResNet-18, VGG-11-BN, ViT-Tiny (32x32x3, batch 16;\n"
         "--only resnet18,vgg11_bn,vit_tiny, --checkpoint FILE).\n"
-        "adjoint bench tensorsim: tensor similarity's closed forms (d 1024, hidden 64) and recursion (a deep\n"
-        "bilinear MLP) beside Monte Carlo to the same accuracy (--tolerance, --max-samples).\n"
+        "adjoint bench tensorsim: tensor similarity's closed forms (d 1024, hidden 64) per pair, from the forms,\n"
+        "with cached norms and over a run's pairs, and the recursion (a deep bilinear MLP) beside Monte Carlo to\n"
+        "the same accuracy (--tolerance, --max-samples; --only closed: the closed forms alone, --clock). Beside numpy:\n"
+        "  /usr/bin/python3 tools/bench_tensorsim_numpy.py --adjoint build/tools/adjoint --threads 1 --clock cpu\n"
         "adjoint bench stitch: ms per IRI step and per stitch-training step (slm) on two VGG-11-BN and two\n"
         "ResNet-18 at width 1/4 on 1x28x28, batch 128, median of 5 runs of 10 steps (--only, --block,\n"
         "--steps, --clock). Compare with PyTorch:\n"
         "  adjoint --threads N bench stitch --out ours.json && /usr/bin/python3 tools/bench_stitch_torch.py --threads N --ours ours.json",
     .arguments = "[models|explain|tensorsim|stitch]",
     .options = {{"quick", "", "a few seconds: batch 8, 3 runs, fewer matmul shapes", ""},
-                {"only", "KIND", "conv or matmul (default: both)", ""},
+                {"only", "KIND", "conv or matmul (default: both); tensorsim: closed (the closed forms alone)", ""},
                 {"batch", "N", "images per conv batch (8 with --quick)", "64"},
                 {"repeats", "N", "timed runs per measurement (3 with --quick)", "7"},
                 {"out", "FILE", "also write the results: JSON if FILE ends in .json, else CSV", ""},

@@ -1,7 +1,9 @@
 // `adjoint bench tensorsim`: how long tensor similarity takes, and how long Monte Carlo needs
 // for the same number. Cases (random weights, seeded):
 //   one bilinear layer, d = 1024, hidden 64, 10 outputs: the closed forms (identity and
-//     Gaussian metric), the target being under 10 ms;
+//     Gaussian metric) per pair, three ways: from the two forms, with each layer's own terms
+//     cached (what a pair costs in a run), and over all pairs of a run of 16 checkpoints
+//     (stacked products, threads); --out writes them for tools/bench_tensorsim_numpy.py;
 //   a residual bilinear MLP (embed 784 → 256, three blocks of hidden 256, head → 10): the
 //     second-moment recursion;
 //   a 2-block bilinear-attention LM over 4 positions (--lm-dim, 2 heads): the recursion with the
@@ -15,10 +17,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "analysis/similarity/second_moment.h"
 #include "analysis/similarity/tensor_similarity.h"
 #include "engine/error.h"
+#include "engine/gemm.h"
+#include "engine/io/files.h"
+#include "engine/io/json.h"
 #include "engine/random.h"
 #include "engine/threads.h"
 #include "models/model.h"
@@ -72,27 +78,76 @@ void report_ratio(double mc_seconds, double exact_seconds, double tolerance) {
 
 }  // namespace
 
+// One timed case of the closed forms, for the JSON that tools/bench_tensorsim_numpy.py reads.
+struct ClosedFormCase {
+  std::string name, metric;
+  double ms = 0, fastest_ms = 0, slowest_ms = 0;
+};
+
 int run_bench_tensorsim(const cli::Args& args) {
   const int64_t repeats = args.has("repeats") ? args.integer("repeats") : 7;
   const double tolerance = args.number("tolerance");
   const int64_t max_samples = args.integer("max-samples");
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
   if (!(tolerance > 0)) throw UsageError(cat("option --tolerance expects a positive number, got ", tolerance));
-  std::printf("adjoint bench tensorsim: %d threads, median of %lld runs, Monte Carlo to |error| < %g\n\n", num_threads(),
-              (long long)repeats, tolerance);
+  const std::string only = args.has("only") ? args.text("only") : "";
+  if (!only.empty() && only != "closed")
+    throw UsageError(cat("bench tensorsim: --only expects closed (the one-layer closed forms alone), got '", only, "'"));
+  const std::string clock = args.text("clock");
+  const cli::TimingOptions timing{cli::bench_clock(clock, num_threads())};
+  std::printf("adjoint bench tensorsim: %d threads, OpenBLAS kernels %s, median %s time of %lld runs, Monte Carlo to "
+              "|error| < %g\n\n",
+              num_threads(), blas_kernels(), clock.c_str(), (long long)repeats, tolerance);
 
+  constexpr int64_t kRunLength = 16;  // checkpoints of the simulated run
   ModelConfig one;
   one.arch = "bilinear_mlp", one.in_features = 1024, one.hidden = 64, one.num_classes = 10;
   auto [a1, b1] = related_pair(one);
   const BilinearForm fa = bilinear_form(a1->polynomial_view()), fb = bilinear_form(b1->polynomial_view());
-  std::printf("one bilinear layer, d 1024, hidden 64, 10 outputs:\n");
+  std::vector<BilinearForm> run;  // a run's checkpoints: a, drifting towards b
+  for (int64_t k = 0; k < kRunLength; ++k) {
+    BilinearForm f = fa;
+    const double t = double(k) / double(kRunLength - 1);
+    for (Matrix64* m : {&f.left, &f.right, &f.down}) {
+      const Matrix64& other = m == &f.left ? fb.left : m == &f.right ? fb.right : fb.down;
+      for (size_t i = 0; i < m->data.size(); ++i) m->data[i] = (1 - t) * m->data[i] + t * other.data[i];
+    }
+    run.push_back(f);
+  }
+  std::printf("one bilinear layer, d 1024, hidden 64, 10 outputs (with the 10 slices), ms per pair:\n");
+  std::printf("  %-9s %12s %14s %22s\n", "metric", "from forms", "norms cached", "run of 16, all pairs");
+  std::vector<ClosedFormCase> cases;
   double gaussian = 0, gaussian_seconds = 0;
   for (const SimilarityMetric& m : similarity_metrics()) {
+    if (m.needs_data) continue;  // the data metric is the Gaussian one after a fold done once per model
     double value = 0;
-    const double t = cli::median_seconds(repeats, [&] { value = tensor_similarity(m, fa, fb, true).total; });
-    std::printf("  closed form, %-8s metric: %.6f in %.3f ms (with the 10 slices)\n", m.name, value, t * 1e3);
-    if (std::string(m.name) == "gaussian") gaussian = value, gaussian_seconds = t;
+    const cli::RunTimes scratch = cli::time_runs(repeats, [&] { value = tensor_similarity(m, fa, fb, true).total; }, timing);
+    const PreparedLayer pa = prepare_layer(m, fa, true), pb = prepare_layer(m, fb, true);
+    const cli::RunTimes cached = cli::time_runs(repeats, [&] { value = tensor_similarity(pa, pb).total; }, timing);
+    std::vector<PreparedLayer> layers;
+    for (const BilinearForm& f : run) layers.push_back(prepare_layer(m, f, true));
+    const double pairs = double(kRunLength * (kRunLength - 1) / 2);
+    const cli::RunTimes all = cli::time_runs(repeats, [&] { pairwise_similarity(layers); }, timing);
+    std::printf("  %-9s %12.3f %14.3f %22.3f   (similarity %.6f)\n", m.name, scratch.median * 1e3, cached.median * 1e3,
+                all.median * 1e3 / pairs, value);
+    for (const auto& [name, t, per] : {std::tuple{"from_forms", scratch, 1.0}, std::tuple{"cached_norms", cached, 1.0},
+                                       std::tuple{"run_pairs", all, pairs}})
+      cases.push_back({name, m.name, t.median * 1e3 / per, t.fastest * 1e3 / per, t.slowest * 1e3 / per});
+    if (std::string(m.name) == "gaussian") gaussian = value, gaussian_seconds = scratch.median;
   }
+  if (args.has("out")) {
+    Json results = Json::array();
+    for (const ClosedFormCase& c : cases)
+      results.push_back(Json(Json::Object{{"case", c.name}, {"metric", c.metric}, {"ms_per_pair", c.ms},
+                                          {"ms_fastest", c.fastest_ms}, {"ms_slowest", c.slowest_ms}}));
+    Json doc(Json::Object{{"threads", num_threads()}, {"blas", blas_kernels()}, {"clock", clock}, {"repeats", repeats},
+                          {"inputs", int64_t(1024)}, {"hidden", int64_t(64)}, {"outputs", int64_t(10)},
+                          {"run_length", kRunLength}, {"results", results}});
+    write_file_atomic(args.text("out"), to_json(doc, 2) + "\n");
+    std::printf("wrote %s; compare: /usr/bin/python3 tools/bench_tensorsim_numpy.py --ours %s\n", args.text("out").c_str(),
+                args.text("out").c_str());
+  }
+  if (only == "closed") return 0;
   report_ratio(monte_carlo_until(a1->polynomial_view(), b1->polynomial_view(), gaussian, tolerance, max_samples),
                gaussian_seconds, tolerance);
 

@@ -1,13 +1,14 @@
 // `adjoint tensorsim`: tensor similarity of bilinear checkpoints (analysis/similarity/model_similarity.h)
 // with its baselines, for one pair or for every checkpoint a training run kept.
 //
-//   adjoint tensorsim A.ckpt B.ckpt [--metric identity|gaussian] [--slices] [--diff A0.ckpt] [--out DIR]
+//   adjoint tensorsim A.ckpt B.ckpt [--metric identity|gaussian|data] [--slices] [--diff A0.ckpt] [--out DIR]
 //   adjoint tensorsim --run DIR [--out DIR]
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "analysis/similarity/model_similarity.h"
+#include "analysis/similarity/tensor_similarity.h"
 #include "analysis/common/plot.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
@@ -41,11 +42,14 @@ LoadedCheckpoint load(const std::string& path) {
 TensorSimOptions options_from(const cli::Args& a) {
   TensorSimOptions o;
   o.metric = a.text("metric");
+  similarity_metric(o.metric);  // an unknown name is a usage error before any file is read
   o.bias = !a.flag("no-bias");
   o.positions = a.integer("positions");
   o.input_std = a.number("input-std");
   o.recursion = a.flag("recursion");
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
+  if (!(std::isfinite(o.input_std) && o.input_std > 0))
+    throw UsageError(cat("--input-std must be a positive finite number, got ", o.input_std));
   return o;
 }
 
@@ -61,45 +65,104 @@ auto naming(const std::string& files, Fn fn) {
   }
 }
 
-// The first --count test examples of the data set the first checkpoint names (or --data).
-Examples baseline_inputs(const cli::Args& a, const Checkpoint& first) {
+std::string data_spec(const cli::Args& a, const Checkpoint& first) {
   const std::string spec = a.has("data") ? a.text("data")
                            : first.metadata.count("data.spec") ? first.metadata.at("data.spec")
                                                                 : "";
-  if (spec.empty()) throw UsageError("tensorsim: the checkpoint names no data set for the baselines; give --data");
-  return load_examples(open_data(spec, DataSplits::TestOnly), "test", a.integer("count"));
+  if (spec.empty())
+    throw UsageError("tensorsim: the checkpoint names no data set for the baselines and the data metric; give --data");
+  return spec;
+}
+
+// The first --count test examples of the data set the first checkpoint names (or --data).
+Examples baseline_inputs(const cli::Args& a, const Checkpoint& first) {
+  return load_examples(open_data(data_spec(a, first), DataSplits::TestOnly), "test", a.integer("count"));
+}
+
+// The data metric's N(μ, Σ): the mean and covariance of the baseline examples, as the model reads them.
+InputDistribution data_distribution(const Examples& ex) {
+  const int64_t n = ex.inputs.size(0);
+  Matrix64 rows(n, ex.inputs.numel() / n);
+  const std::vector<float> v = ex.inputs.contiguous().to_vector();
+  std::copy(v.begin(), v.end(), rows.data.begin());
+  return input_distribution(rows);
 }
 
 std::string fixed(double v, int digits = 4) {
-  if (!std::isfinite(v)) return "nan";
+  if (!std::isfinite(v)) return "undefined (zero norm)";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
 
+// A CSV value at full precision (17 significant digits: the double round-trips); empty when unknown.
+std::string full(double v) {
+  if (std::isnan(v)) return "undefined";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 Json number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+
+// One row of tensorsim.csv: a cosine, with the raw inner product and both norms behind it
+// when known, and what was compared.
+std::string csv_row(const std::string& measure, double value, double ab, double aa, double bb, bool raw,
+                    const std::string& compared) {
+  return cat(measure, ",", full(value), ",", raw ? full(ab) : "", ",", raw ? full(std::sqrt(aa)) : "", ",",
+             raw ? full(std::sqrt(bb)) : "", ",", compared, "\n");
+}
+
+// The score, or an error where it is undefined (a network whose outputs have zero norm): the
+// closed forms refuse such pairs themselves, the recursion's quotient is checked here.
+const TensorSimScore& defined(const std::string& pair, const TensorSimScore& score) {
+  check(std::isfinite(score.total), pair, ": tensor similarity is undefined (", score.method, ": ⟨A|A⟩ = ", score.inner_aa,
+        ", ⟨B|B⟩ = ", score.inner_bb, "; a network with zero norm)");
+  return score;
+}
 
 int run_pair(const cli::Args& a) {
   const auto& files = a.positionals();
   if (files.size() != 2) throw UsageError("tensorsim: give two checkpoints (A B), or --run DIR");
-  const TensorSimOptions o = options_from(a);
+  TensorSimOptions o = options_from(a);
   const LoadedCheckpoint ca = load(files[0]), cb = load(files[1]);
   std::optional<LoadedCheckpoint> reference;
   if (a.has("diff")) reference = load(a.text("diff"));
   const std::string pair = cat(files[0], " vs ", files[1]);
-  const TensorSimScore score = naming(pair, [&] {
-    return tensor_similarity(*ca.model, *cb.model, o, reference ? reference->model.get() : nullptr);
-  });
-  const std::string compared = reference ? cat("(A - ", a.text("diff"), ") against B") : "A and B";
+  const Model* ref = reference ? reference->model.get() : nullptr;
+  TensorSimOptions probe = o;  // one bilinear layer each? (asked under a metric that needs no data)
+  probe.metric = "identity", probe.input_std = 1.0;
+  const bool one_layer =
+      naming(pair, [&] { return prepared_layer(*ca.model, probe, ref).has_value() && prepared_layer(*cb.model, probe).has_value(); });
+  // The data metric (chosen, or reported beside the others) reads the baseline examples' statistics.
+  const bool wants_examples = !a.flag("no-baselines") || o.metric == "data";
+  std::optional<Examples> ex;
+  if (wants_examples) ex = baseline_inputs(a, ca.checkpoint);
+  std::optional<InputDistribution> data;
+  if (ex && one_layer) data = naming(pair, [&] { return data_distribution(*ex); });
+  o.data = data ? &*data : nullptr;
+  if (o.metric == "data" && !one_layer)
+    throw UsageError(cat(pair, ": the data metric is a closed form of one bilinear layer; these networks are deeper"));
+
+  const TensorSimScore score = defined(pair, naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, o, ref); }));
+  const std::string compared = reference ? cat("A - ", a.text("diff"), " vs B") : "A vs B";
   std::printf("tensor similarity of %s: %s [%s: %s]\n", compared.c_str(), fixed(score.total).c_str(), score.kind.c_str(),
               score.method.c_str());
+  std::printf("  <A|B> = %.6g, |A| = %.6g, |B| = %.6g\n", score.inner_ab, std::sqrt(score.inner_aa),
+              std::sqrt(score.inner_bb));
   Json json(Json::Object{{"a", files[0]}, {"b", files[1]}, {"method", score.kind}, {"method_detail", score.method},
-                         {"tensor_similarity", number(score.total)}});
+                         {"tensor_similarity", number(score.total)},
+                         {"inner_ab", score.inner_ab}, {"norm_a", std::sqrt(score.inner_aa)},
+                         {"norm_b", std::sqrt(score.inner_bb)}});
   if (reference) json["diff_reference"] = a.text("diff");
   std::string md = cat("# Tensor similarity\n\nA = `", files[0], "`, B = `", files[1], "`",
-                       reference ? cat(", compared as (A − `", a.text("diff"), "`) against B") : "", "\n\n| measure | value |\n|---|---:|\n",
-                       "| tensor similarity (", score.kind, ": ", score.method, ") | ", fixed(score.total), " |\n");
-  std::string csv = cat("measure,value\ntensor_similarity,", score.total, "\nmethod,", score.kind, "\n");
+                       reference ? cat(", compared as (A − `", a.text("diff"), "`) against B") : "",
+                       "\n\n| measure | value | ⟨A|B⟩ | ‖A‖ | ‖B‖ |\n|---|---:|---:|---:|---:|\n",
+                       "| tensor similarity (", score.kind, ": ", score.method, ") | ", fixed(score.total), " | ", score.inner_ab, " | ",
+                       std::sqrt(score.inner_aa), " | ", std::sqrt(score.inner_bb), " |\n");
+  std::string csv = cat("measure,value,inner_product,norm_a,norm_b,compared\n",
+                        csv_row("tensor_similarity", score.total, score.inner_ab, score.inner_aa, score.inner_bb, true, compared),
+                         "method,", score.kind, ",,,,\n");
   std::optional<MonteCarloSimilarity> mc;
   if (a.integer("check-mc") != 0) {
     mc = naming(pair, [&] {
@@ -111,20 +174,45 @@ int run_pair(const cli::Args& a) {
                 score.kind.c_str(), fixed(score.total, 6).c_str(), off);
     json["monte_carlo"] = Json(Json::Object{{"samples", Json(mc->samples)}, {"tensor_similarity", number(mc->similarity)},
                                             {"standard_error", number(mc->similarity_se)}});
-    csv += cat("monte_carlo_samples,", mc->samples, "\nmonte_carlo_similarity,", mc->similarity,
-               "\nmonte_carlo_standard_error,", mc->similarity_se, "\n");
+    csv += cat("monte_carlo_samples,", mc->samples, ",,,,\n", csv_row("monte_carlo_similarity", mc->similarity, 0, 0, 0, false, compared),
+               csv_row("monte_carlo_standard_error", mc->similarity_se, 0, 0, 0, false, compared));
     md += cat("| Monte Carlo, ", mc->samples, " samples (± s.e.) | ", fixed(mc->similarity), " ± ", fixed(mc->similarity_se),
-              " |\n");
+              " | | | |\n");
   }
 
+  if (one_layer) {  // the other metrics beside the chosen one
+    Json others = Json::object();
+    std::string line;
+    for (const SimilarityMetric& m : similarity_metrics()) {
+      if (m.name == o.metric || (m.needs_data && !o.data)) continue;
+      TensorSimOptions other = o;
+      other.metric = m.name;
+      if (std::string(m.name) != "gaussian") other.input_std = 1.0;
+      const TensorSimScore s = naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, other, ref); });
+      line += cat(line.empty() ? "" : ", ", m.name, " ", fixed(s.total));
+      others[m.name] = number(s.total);
+      csv += csv_row(cat("tensor_similarity_", m.name), s.total, s.inner_ab, s.inner_aa, s.inner_bb, true, compared);
+      md += cat("| tensor similarity (", s.method, ") | ", fixed(s.total), " | ", s.inner_ab, " | ", std::sqrt(s.inner_aa),
+                " | ", std::sqrt(s.inner_bb), " |\n");
+    }
+    if (!o.data) line += cat(line.empty() ? "" : ", ", "data: not computed (--no-baselines reads no data)");
+    std::printf("  other metrics: %s\n", line.c_str());
+    json["other_metrics"] = others;
+  }
   if (a.flag("slices")) {
     Json slices = Json::array();
     std::printf("per-output slices:");
     for (size_t k = 0; k < score.slices.size(); ++k) {
-      std::printf(" %zu:%s", k, fixed(score.slices[k], 3).c_str());
-      slices.push_back(number(score.slices[k]));
-      csv += cat("slice_", k, ",", score.slices[k], "\n");
-      md += cat("| slice ", k, " | ", fixed(score.slices[k]), " |\n");
+      const double v = score.slices[k];
+      std::printf(" %zu:%s", k, std::isfinite(v) ? fixed(v, 3).c_str() : "undefined (zero norm)");
+      slices.push_back(number(v));
+      const bool raw = k < score.slice_ab.size();
+      csv += csv_row(cat("slice_", k), v, raw ? score.slice_ab[k] : 0, raw ? score.slice_aa[k] : 0,
+                     raw ? score.slice_bb[k] : 0, raw, compared);
+      md += cat("| slice ", k, " | ", fixed(v), " | ",
+                raw ? cat(score.slice_ab[k], " | ", std::sqrt(score.slice_aa[k]), " | ", std::sqrt(score.slice_bb[k]))
+                    : std::string(" | | "),
+                " |\n");
     }
     std::printf("\n");
     json["slices"] = slices;
@@ -134,9 +222,9 @@ int run_pair(const cli::Args& a) {
       for (size_t k = 0; k < mc->slices.size(); ++k) {
         std::printf(" %zu:%s±%s", k, fixed(mc->slices[k], 3).c_str(), fixed(mc->slice_se[k], 3).c_str());
         mc_slices.push_back(number(mc->slices[k])), mc_se.push_back(number(mc->slice_se[k]));
-        csv += cat("monte_carlo_slice_", k, ",", mc->slices[k], "\nmonte_carlo_slice_", k, "_standard_error,", mc->slice_se[k],
-                   "\n");
-        md += cat("| Monte Carlo slice ", k, " | ", fixed(mc->slices[k]), " ± ", fixed(mc->slice_se[k]), " |\n");
+        csv += csv_row(cat("monte_carlo_slice_", k), mc->slices[k], 0, 0, 0, false, compared) +
+               csv_row(cat("monte_carlo_slice_", k, "_standard_error"), mc->slice_se[k], 0, 0, 0, false, compared);
+        md += cat("| Monte Carlo slice ", k, " | ", fixed(mc->slices[k]), " ± ", fixed(mc->slice_se[k]), " | | | |\n");
       }
       std::printf("\n");
       json["monte_carlo"]["slices"] = mc_slices;
@@ -144,16 +232,26 @@ int run_pair(const cli::Args& a) {
     }
   }
   if (!a.flag("no-baselines")) {
-    const Examples ex = baseline_inputs(a, ca.checkpoint);
-    Json base = Json::object();
-    for (const BaselineScore& b : naming(pair, [&] { return baseline_scores(*ca.model, *cb.model, ex.inputs); })) {
+    // The baselines read the models themselves: A and B, never the difference A − A0.
+    const std::string between = "A vs B";
+    if (reference) std::printf("baselines between A and B themselves (not A - %s):\n", a.text("diff").c_str());
+    Json base = Json::object(), skipped = Json::object();
+    for (const BaselineScore& b : naming(pair, [&] { return baseline_scores(*ca.model, *cb.model, ex->inputs); })) {
+      if (!b.not_applicable.empty()) {
+        std::printf("  %-20s left out: %s\n", b.name.c_str(), b.not_applicable.c_str());
+        skipped[b.name] = b.not_applicable;
+        md += cat("| ", b.name, " | left out: ", b.not_applicable, " | | | |\n");
+        continue;
+      }
       std::printf("  %-20s %s  (%s)\n", b.name.c_str(), fixed(b.value).c_str(), b.summary.c_str());
       base[b.name] = number(b.value);
-      csv += cat(b.name, ",", b.value, "\n");
-      md += cat("| ", b.name, " | ", fixed(b.value), " |\n");
+      csv += csv_row(b.name, b.value, 0, 0, 0, false, between);
+      md += cat("| ", b.name, reference ? " (A vs B)" : "", " | ", fixed(b.value), " | | | |\n");
     }
     json["baselines"] = base;
-    json["baseline_examples"] = Json(int64_t(ex.labels.size()));
+    json["baselines_compare"] = between;
+    if (skipped.size()) json["baselines_left_out"] = skipped;
+    json["baseline_examples"] = Json(int64_t(ex->labels.size()));
   }
   if (a.has("out")) {
     const std::string out = a.text("out");
@@ -179,55 +277,81 @@ std::vector<std::string> run_checkpoints(const std::string& dir) {
   return files;
 }
 
+// Every pair of a run's checkpoints (row-major K×K): one layer's closed forms all at once
+// (each checkpoint prepared once, stacked products, threads); deeper networks pair by pair
+// through the recursion, each network's own moments computed once.
+std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const TensorSimOptions& o, std::string& method) {
+  const size_t K = cks.size();
+  std::vector<std::string> names;
+  std::vector<PreparedLayer> layers;
+  for (const LoadedCheckpoint& c : cks) {
+    names.push_back(c.path);
+    std::optional<PreparedLayer> p = naming(c.path, [&] { return prepared_layer(*c.model, o); });
+    if (!p) break;
+    layers.push_back(std::move(*p));
+  }
+  std::vector<double> pairwise(K * K, 1.0);
+  if (layers.size() == K) {
+    const std::vector<Similarity> all = pairwise_similarity(layers, names);
+    for (size_t k = 0; k < K * K; ++k) pairwise[k] = all[k].total;
+    const TensorSimScore form = closed_form_score(layers[0], layers[0], o);
+    method = form.kind + ": " + form.method;
+    return pairwise;
+  }
+  MomentCache traces;
+  for (size_t i = 0; i < K; ++i)
+    for (size_t j = i + 1; j < K; ++j) {
+      const TensorSimScore s = naming(cat(cks[i].path, " vs ", cks[j].path), [&] {
+        return tensor_similarity(*cks[i].model, *cks[j].model, o, nullptr, &traces);
+      });
+      pairwise[i * K + j] = pairwise[j * K + i] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
+      method = s.kind + ": " + s.method;
+    }
+  return pairwise;
+}
+
 int run_run(const cli::Args& a) {
   const std::string dir = a.text("run");
   const std::string out = a.has("out") ? a.text("out") : dir + "/tensorsim";
-  const TensorSimOptions o = options_from(a);
+  TensorSimOptions o = options_from(a);
   const std::vector<std::string> files = run_checkpoints(dir);
   const size_t K = files.size();
   std::vector<LoadedCheckpoint> cks;
   for (const std::string& f : files) cks.push_back(load(f));
   const Examples ex = baseline_inputs(a, cks.front().checkpoint);
-  const DataSource data = open_data(a.has("data") ? a.text("data") : cks.front().checkpoint.metadata.at("data.spec"),
-                                    DataSplits::TestOnly);
+  const DataSource data = open_data(data_spec(a, cks.front().checkpoint), DataSplits::TestOnly);
+  std::optional<InputDistribution> moments;
+  if (o.metric == "data") moments = data_distribution(ex), o.data = &*moments;
 
-  cli::ProgressBar bar("tensorsim", int64_t(K * (K + 1) / 2 + K), "comparison");
-  int64_t done = 0;
+  std::string method;
+  const std::vector<double> pairwise = run_pairwise(cks, o, method);
+  cli::ProgressBar bar("tensorsim", int64_t(K), "checkpoint");
   std::vector<double> steps, loss, accuracy, to_last, cka_logits;
   std::vector<std::string> labels;
-  std::string method;
-  MomentCache traces;  // each checkpoint's own moments, computed once
-  for (const LoadedCheckpoint& c : cks) {
+  for (size_t i = 0; i < K; ++i) {
+    const LoadedCheckpoint& c = cks[i];
     steps.push_back(double(c.checkpoint.step));
     labels.push_back(std::to_string(c.checkpoint.step));
-    const Evaluation e = evaluate(*c.model, data.test, data.eval_transforms(), 256, a.integer("count"));
+    const Evaluation e = naming(c.path, [&] { return evaluate(*c.model, data.test, data.eval_transforms(), 256, a.integer("count")); });
     loss.push_back(e.loss), accuracy.push_back(e.accuracy);
-    const TensorSimScore score =
-        naming(c.path, [&] { return tensor_similarity(*c.model, *cks.back().model, o, nullptr, &traces); });
-    to_last.push_back(score.total);
-    method = score.kind + ": " + score.method;
-    cka_logits.push_back(baseline_scores(*c.model, *cks.back().model, ex.inputs, {"cka_logits"}).front().value);
-    bar.update(++done);
+    to_last.push_back(pairwise[i * K + K - 1]);
+    cka_logits.push_back(naming(cat(c.path, " vs ", cks.back().path), [&] {
+      return baseline_scores(*c.model, *cks.back().model, ex.inputs, {"cka_logits"}).front().value;
+    }));
+    bar.update(int64_t(i + 1));
   }
-  std::vector<double> pairwise(K * K, 1.0);
-  for (size_t i = 0; i < K; ++i)
-    for (size_t j = i + 1; j < K; ++j) {
-      pairwise[i * K + j] = pairwise[j * K + i] =
-          naming(cat(files[i], " vs ", files[j]),
-                 [&] { return tensor_similarity(*cks[i].model, *cks[j].model, o, nullptr, &traces).total; });
-      bar.update(++done);
-    }
   bar.finish();
 
   fs::create_directories(out);
   std::string csv = "step,test_loss,test_accuracy,tensor_similarity_to_last,cka_logits_to_last\n";
   std::string md = cat("# Tensor similarity over a run\n\nRun `", dir, "`, ", K, " checkpoints, compared with the last (step ",
-                       labels.back(), "); accuracy on ", a.integer("count") ? cat("the first ", a.integer("count")) : std::string("all"),
+                       labels.back(), ") by ", method, "; accuracy on ",
+                       a.integer("count") ? cat("the first ", a.integer("count")) : std::string("all"),
                        " test examples.\n\n| step | test loss | test accuracy | tensor similarity to last | CKA of logits to last |\n"
                        "|---:|---:|---:|---:|---:|\n");
   Json rows = Json::array(), matrix = Json::array();
   for (size_t i = 0; i < K; ++i) {
-    csv += cat(labels[i], ",", loss[i], ",", accuracy[i], ",", to_last[i], ",", cka_logits[i], "\n");
+    csv += cat(labels[i], ",", full(loss[i]), ",", full(accuracy[i]), ",", full(to_last[i]), ",", full(cka_logits[i]), "\n");
     md += cat("| ", labels[i], " | ", fixed(loss[i]), " | ", fixed(accuracy[i]), " | ", fixed(to_last[i]), " | ",
               fixed(cka_logits[i]), " |\n");
     rows.push_back(Json(Json::Object{{"step", steps[i]}, {"test_loss", number(loss[i])}, {"test_accuracy", number(accuracy[i])},
@@ -242,7 +366,7 @@ int run_run(const cli::Args& a) {
   pair_csv += "\n";
   for (size_t i = 0; i < K; ++i) {
     pair_csv += labels[i];
-    for (size_t j = 0; j < K; ++j) pair_csv += cat(",", pairwise[i * K + j]);
+    for (size_t j = 0; j < K; ++j) pair_csv += cat(",", full(pairwise[i * K + j]));
     pair_csv += "\n";
   }
   write_file_atomic(out + "/run_similarity.csv", csv);
@@ -252,7 +376,8 @@ int run_run(const cli::Args& a) {
                     to_json(Json(Json::Object{{"run", dir}, {"method", method},
                                               {"checkpoints", rows}, {"pairwise", matrix}}), 2) + "\n");
   const bool log_x = steps.front() > 0 && steps.back() / steps.front() > 50;
-  Image over_steps = line_chart("similarity to the last checkpoint", "step", steps,
+  Image over_steps = line_chart("similarity to the last checkpoint", "step",
+                                cat("similarity or accuracy (tensor similarity: ", method, ")"), steps,
                                 {{"tensor similarity", to_last, Rgb{200, 30, 30}},
                                  {"CKA of logits", cka_logits, Rgb{30, 90, 200}},
                                  {"test accuracy", accuracy, Rgb{40, 150, 60}}},
@@ -260,7 +385,9 @@ int run_run(const cli::Args& a) {
   write_png(out + "/similarity_over_steps.png", over_steps);
   const int64_t cell = std::max<int64_t>(4, 480 / int64_t(K));
   write_png(out + "/pairwise_similarity.png",
-            matrix_heatmap("tensor similarity between checkpoints (steps)", pairwise, int64_t(K), int64_t(K), labels, 1.0, cell));
+            data_scaled_heatmap("tensor similarity between checkpoints", pairwise, int64_t(K), int64_t(K), labels, "step",
+                                cat("tensor similarity (", method, ")"), cell)
+                .image);
   std::printf("%zu checkpoints; similarity of the first to the last %s; wrote %s/run_similarity.{csv,json,md}, "
               "pairwise_similarity.{csv,png}, similarity_over_steps.png\n",
               K, fixed(to_last.front()).c_str(), out.c_str());
@@ -273,16 +400,20 @@ const cli::Registration tensorsim_command({
     .name = "tensorsim",
     .summary = "tensor similarity of bilinear checkpoints, with CKA and behavioural baselines",
     .description =
-        "Compares two checkpoints of bilinear models through their weights alone (METHODS.md §3): the\n"
-        "symmetrised tensors' inner product in closed form for one bilinear layer (--metric identity or\n"
-        "gaussian), the exact Isserlis sum for deeper networks where it is tractable (a residual MLP of\n"
-        "depth 2), else the second-moment recursion, an approximation, labelled recursion-approx. Beside it,\n"
-        "on --count test examples:\n"
+        "Compares two checkpoints of bilinear models through their weights alone (docs/methods.md §3): the\n"
+        "symmetrised tensors' inner product in closed form for one bilinear layer (--metric identity,\n"
+        "gaussian or data; the others are reported beside the chosen one), the exact Isserlis sum for\n"
+        "deeper networks where it is tractable (a residual MLP of depth 2), else the second-moment\n"
+        "recursion, an approximation, labelled recursion-approx (--check-mc N verifies any pair by Monte\n"
+        "Carlo). The CSV holds each cosine at full precision with its inner product and both norms.\n"
+        "Beside it, on --count test examples (never on a --diff difference):\n"
         "linear CKA (biased, debiased) of hidden features and logits, prediction agreement, output\n"
         "correlation and the cosine of the weights. --run DIR compares every checkpoint a run kept\n"
         "(adjoint train --keep-checkpoints) with the last and with each other, and plots both.",
     .arguments = "[A.ckpt B.ckpt]",
-    .options = {{"metric", "NAME", "identity or gaussian (inputs x ~ N(0, I))", "gaussian"},
+    .options = {{"metric", "NAME",
+                 "identity, gaussian (inputs x ~ N(0, I)) or data (x ~ N(μ, Σ) of the --count test examples of --data)",
+                 "gaussian"},
                 {"no-bias", "", "compare the parts quadratic in x only (drop the constant coordinate)", ""},
                 {"slices", "", "also the similarity per output (class)", ""},
                 {"diff", "A0.ckpt", "compare (A − A0) against B: what changed since A0", ""},

@@ -72,8 +72,8 @@ mv "$out/backdoor.csv.tmp" "$out/backdoor.csv"
   echo "| seed | drop of class $target | largest other drop (class) | median other drop |"
   echo "|---:|---:|---|---:|"
   for seed in $seeds; do
-    drops=$(paste -d, <(grep '^slice_' "$out/seed$seed/poison/tensorsim/tensorsim.csv") \
-                      <(grep '^slice_' "$out/seed$seed/control/tensorsim/tensorsim.csv") |
+    drops=$(paste -d, <(grep '^slice_' "$out/seed$seed/poison/tensorsim/tensorsim.csv" | cut -d, -f1,2) \
+                      <(grep '^slice_' "$out/seed$seed/control/tensorsim/tensorsim.csv" | cut -d, -f1,2) |
             awk -F, '{ sub("slice_", "", $1); printf "%s %.4f\n", $1, $4 - $2 }')
     own=$(echo "$drops" | awk -v t="$target" '$1 == t { print $2 }')
     others=$(echo "$drops" | awk -v t="$target" '$1 != t' | sort -k2 -g)

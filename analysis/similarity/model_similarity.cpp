@@ -14,14 +14,11 @@ namespace adjoint {
 
 namespace {
 
-// One bilinear layer, not residual (a residual block keeps a linear term beside it: the exact
-// sum takes it).
+// One bilinear layer (residual or not: the closed form takes a residual block's identity
+// path as one more unit).
 bool single_bilinear_layer(const PolynomialView& v) {
   int64_t bilinear = 0;
-  for (const PolynomialStep& s : v.steps) {
-    if (s.kind != PolynomialStep::Kind::Linear && s.residual) return false;
-    bilinear += s.kind != PolynomialStep::Kind::Linear;
-  }
+  for (const PolynomialStep& s : v.steps) bilinear += s.kind != PolynomialStep::Kind::Linear;
   return v.positions == 1 && bilinear == 1 && v.steps.size() <= 3;
 }
 
@@ -83,24 +80,35 @@ BilinearForm on_scaled_inputs(BilinearForm f, double s) {
 
 }  // namespace
 
+std::optional<PreparedLayer> prepared_layer(const Model& m, const TensorSimOptions& o, const Model* reference) {
+  const PolynomialView view = m.polynomial_view(o.positions);
+  if (!single_bilinear_layer(view)) return std::nullopt;
+  const SimilarityMetric& metric = similarity_metric(o.metric);
+  if (o.input_std != 1.0 && std::string(metric.name) != "gaussian")
+    throw UsageError(cat("tensor similarity: --input-std sets the Gaussian metric's input; the ", metric.name,
+                         " metric has none"));
+  BilinearForm form = bilinear_form(view);
+  if (reference) form = difference(form, bilinear_form(reference->polynomial_view(o.positions)));
+  return prepare_layer(metric, on_scaled_inputs(form, o.input_std), o.bias, o.data);
+}
+
+TensorSimScore closed_form_score(const PreparedLayer& a, const PreparedLayer& b, const TensorSimOptions& o) {
+  const Similarity s = tensor_similarity(a, b);
+  TensorSimScore score;
+  score.kind = "exact";
+  score.method = cat("closed form, ", a.metric->name, " metric", o.bias ? "" : ", no bias");
+  score.total = s.total, score.slices = s.slices;
+  score.inner_ab = s.inner_ab, score.inner_aa = s.inner_aa, score.inner_bb = s.inner_bb;
+  score.slice_ab = s.slice_ab, score.slice_aa = s.slice_aa, score.slice_bb = s.slice_bb;
+  return score;
+}
+
 TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& o, const Model* reference,
                                  MomentCache* cache) {
   const PolynomialView va = a.polynomial_view(o.positions), vb = b.polynomial_view(o.positions);
   TensorSimScore score;
-  if (single_bilinear_layer(va) && single_bilinear_layer(vb)) {
-    const SimilarityMetric& metric = similarity_metric(o.metric);
-    if (o.input_std != 1.0 && std::string(metric.name) != "gaussian")
-      throw UsageError("tensor similarity: --input-std sets the Gaussian metric's input; the identity metric has none");
-    BilinearForm fa = bilinear_form(va);
-    if (reference) fa = difference(fa, bilinear_form(reference->polynomial_view(o.positions)));
-    const Similarity s = tensor_similarity(metric, on_scaled_inputs(fa, o.input_std),
-                                           on_scaled_inputs(bilinear_form(vb), o.input_std), o.bias);
-    score.kind = "exact";
-    score.method = cat("closed form, ", metric.name, " metric", o.bias ? "" : ", no bias");
-    score.total = s.total;
-    score.slices = s.slices;
-    return score;
-  }
+  if (single_bilinear_layer(va) && single_bilinear_layer(vb))
+    return closed_form_score(*prepared_layer(a, o, reference), *prepared_layer(b, o), o);
   if (o.metric != "gaussian" || !o.bias)
     throw UsageError(cat("tensor similarity: ", a.config().arch,
                          " has more than one bilinear layer; deep networks are compared under the Gaussian metric "
@@ -129,6 +137,7 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
       score.kind = "exact";
       score.method = cat("exact Isserlis sum over ", exact_contractions(left, eb), " matchings (gaussian)");
       score.total = exact.similarity;
+      score.inner_ab = exact.inner_ab, score.inner_aa = exact.inner_aa, score.inner_bb = exact.inner_bb;
       score.slices = exact.slices;
       return score;
     }
@@ -140,6 +149,7 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
   score.kind = "recursion-approx";
   score.method = cat("second-moment recursion (gaussian), an approximation beyond the first bilinear layer: ", why);
   score.total = deep.similarity;
+  score.inner_ab = deep.inner_ab, score.inner_aa = deep.inner_aa, score.inner_bb = deep.inner_bb;
   score.slices = deep.slices;
   return score;
 }
@@ -161,7 +171,17 @@ struct Baseline {
   const char* name;
   const char* summary;
   double (*score)(const Activations& a, const Activations& b, const Model& ma, const Model& mb);
+  // Why the baseline does not apply to this pair (empty: it does); null: it always does.
+  std::string (*not_applicable)(const Model& ma, const Model& mb) = nullptr;
 };
+
+std::string parameter_shapes_differ(const Model& ma, const Model& mb) {
+  const NamedTensors pa = ma.named_parameters(), pb = mb.named_parameters();
+  bool same = pa.size() == pb.size();
+  for (size_t i = 0; same && i < pa.size(); ++i)
+    same = pa[i].first == pb[i].first && pa[i].second.shape() == pb[i].second.shape();
+  return same ? "" : "the models' parameters differ in names or shapes";
+}
 
 const Baseline kBaselines[] = {
     {"cka_hidden", "linear CKA of the hidden features (the block before the head)",
@@ -185,7 +205,8 @@ const Baseline kBaselines[] = {
        return output_correlation(a.logits, b.logits);
      }},
     {"weight_cosine", "cosine of the flattened parameters",
-     [](const Activations&, const Activations&, const Model& ma, const Model& mb) { return weight_cosine(ma, mb); }},
+     [](const Activations&, const Activations&, const Model& ma, const Model& mb) { return weight_cosine(ma, mb); },
+     parameter_shapes_differ},
 };
 
 }  // namespace
@@ -196,7 +217,10 @@ std::vector<BaselineScore> baseline_scores(const Model& a, const Model& b, const
   std::vector<BaselineScore> out;
   for (const Baseline& base : kBaselines)
     if (only.empty() || std::find(only.begin(), only.end(), base.name) != only.end())
-      out.push_back({base.name, base.summary, base.score(xa, xb, a, b)});
+      if (const std::string why = base.not_applicable ? base.not_applicable(a, b) : ""; !why.empty())
+        out.push_back({base.name, base.summary, NAN, why});
+      else
+        out.push_back({base.name, base.summary, base.score(xa, xb, a, b), ""});
   check(only.empty() || out.size() == only.size(), "baseline_scores: an unknown baseline among those asked for");
   return out;
 }

@@ -14,6 +14,7 @@
 #include "analysis/similarity/exact_moments.h"
 #include "analysis/similarity/monte_carlo.h"
 #include "analysis/similarity/second_moment.h"
+#include "analysis/similarity/tensor_similarity.h"
 #include "engine/tensor.h"
 #include "models/model.h"
 
@@ -25,6 +26,7 @@ struct TensorSimOptions {
   int64_t positions = 0;            // sequence models: positions compared (0: the model's context)
   double input_std = 1.0;           // gaussian metric: x ~ N(0, input_std²·I)
   bool recursion = false;           // deep networks: the second-moment recursion even where the exact sum applies
+  const InputDistribution* data = nullptr;  // data metric: the data's N(μ, Σ)
 };
 
 // Each model's own terms, kept across the comparisons of many pairs (a run's checkpoints):
@@ -50,7 +52,16 @@ struct TensorSimScore {
   std::string method;          // what computed it, in words
   double total = 0;
   std::vector<double> slices;  // per output (class, token), summed over positions
+  double inner_ab = 0, inner_aa = 0, inner_bb = 0;  // the raw inner products ⟨A|B⟩, ⟨A|A⟩, ⟨B|B⟩
+  std::vector<double> slice_ab, slice_aa, slice_bb;  // per output, where the method gives them
 };
+
+// A model of one bilinear layer (tensor_similarity.h's closed form), prepared for many
+// comparisons under `options` (A − reference with --diff); nullopt for deeper networks.
+std::optional<PreparedLayer> prepared_layer(const Model& model, const TensorSimOptions& options,
+                                            const Model* reference = nullptr);
+// The score of two prepared layers, as tensor_similarity gives it.
+TensorSimScore closed_form_score(const PreparedLayer& a, const PreparedLayer& b, const TensorSimOptions& options);
 
 // Tensor similarity of two models' polynomials; `reference`, when given, compares
 // (a − reference) against b (the difference tensor: what changed since the reference).
@@ -66,6 +77,7 @@ MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const Ten
 struct BaselineScore {
   std::string name, summary;
   double value = 0;
+  std::string not_applicable;  // why it was left out (value unset), or empty
 };
 // The baselines of the table (all, or those named in `only`), on `inputs` (already
 // normalised): linear CKA (biased, debiased) on the hidden features (the output of the
