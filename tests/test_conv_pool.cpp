@@ -187,7 +187,7 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
 
 TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convolution" *
           doctest::skip(cpu_vector_isa() != VectorIsa::Avx512)) {
-  // ops/conv_direct.cpp. By rows: up to 32 channels, maps 12 to 32 wide, stride 1; blocks of
+  // ops/conv/direct.cpp. By rows: up to 32 channels, maps 12 to 32 wide, stride 1; blocks of
   // 8 and 12 output channels (with a partial last block), one and two vectors per row, tiles
   // of 1, 2 and 3 rows, padding smaller and larger than the kernel's half, non-square kernels.
   const std::vector<ConvCase> cases = {
