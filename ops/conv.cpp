@@ -57,6 +57,14 @@ std::optional<DirectConvShape> direct_shape(const ConvGeometry& g, bool input_gr
   return s;
 }
 
+// The choice rule, forward or for the input gradient: direct where its kernels suit the
+// shape, else Winograd where it applies, else im2col. (The weight gradient always runs
+// through GEMMs: Winograd's where it applies, else im2col's.)
+ConvAlgorithm choose_algorithm(const ConvGeometry& g, bool input_gradient) {
+  if (direct_shape(g, input_gradient)) return ConvAlgorithm::Direct;
+  return winograd_applies(g) ? ConvAlgorithm::Winograd : ConvAlgorithm::Im2col;
+}
+
 // Convolution is affine in x (and linear in w): one rule serves every transport.
 class Conv2dNode : public Node {
  public:
@@ -95,18 +103,19 @@ Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const T
   count_multiply_adds(g.N * g.O * g.P * g.rows_g);
   epilogue.bias = bias.defined() ? bias.data() : nullptr;
   if (g.N == 0) return out;
-  if (const std::optional<DirectConvShape> direct = direct_shape(g, false)) {
-    direct_conv(*direct, x.data(), w.data(), false, out.data(), [&](float* plane, int64_t o) {
-      run_widest([&] {
-        if (epilogue.bias)
-          for (int64_t p = 0; p < g.P; ++p) plane[p] += epilogue.bias[o];
-        epilogue.finish_row(plane, g.P, o);
+  switch (choose_algorithm(g, false)) {
+    case ConvAlgorithm::Direct:
+      direct_conv(*direct_shape(g, false), x.data(), w.data(), false, out.data(), [&](float* plane, int64_t o) {
+        run_widest([&] {
+          if (epilogue.bias)
+            for (int64_t p = 0; p < g.P; ++p) plane[p] += epilogue.bias[o];
+          epilogue.finish_row(plane, g.P, o);
+        });
       });
-    });
-  } else if (winograd_applies(g))
-    winograd_forward(g, x.data(), w.data(), epilogue, out.data());
-  else
-    conv_forward(g, x.data(), w.data(), epilogue, out.data());
+      break;
+    case ConvAlgorithm::Winograd: winograd_forward(g, x.data(), w.data(), epilogue, out.data()); break;
+    case ConvAlgorithm::Im2col: conv_forward(g, x.data(), w.data(), epilogue, out.data()); break;
+  }
   return out;
 }
 
@@ -143,6 +152,24 @@ bool cut_dead_taps(const ConvGeometry& g, const Tensor& w, const Conv2dOptions& 
 }
 
 }  // namespace
+
+const char* to_string(ConvAlgorithm algorithm) {
+  switch (algorithm) {
+    case ConvAlgorithm::Im2col: return "im2col";
+    case ConvAlgorithm::Winograd: return "winograd";
+    case ConvAlgorithm::Direct: return "direct";
+  }
+  return "?";
+}
+
+ConvAlgorithm conv2d_algorithm(const Tensor& x, const Tensor& weight, const Conv2dOptions& options,
+                               bool input_gradient) {
+  const ConvGeometry g = make_geometry(x, weight, Tensor(), options);
+  Tensor cut_w;
+  Conv2dOptions cut_o;
+  if (cut_dead_taps(g, weight, options, &cut_w, &cut_o)) return conv2d_algorithm(x, cut_w, cut_o, input_gradient);
+  return choose_algorithm(g, input_gradient);
+}
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);

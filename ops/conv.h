@@ -54,6 +54,14 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 // and the weight gradient when the weight needs none (explanations).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Conv2dOptions& options = {});
 
+// The algorithms of conv2d (ops/conv/), and the one that runs this convolution here, forward
+// or for its input gradient (after dead taps are cut; on this CPU and vector cap): for the
+// tests, which check each against the reference (ops/reference/), and for benchmarks.
+enum class ConvAlgorithm { Im2col, Winograd, Direct };
+const char* to_string(ConvAlgorithm algorithm);
+ConvAlgorithm conv2d_algorithm(const Tensor& x, const Tensor& weight, const Conv2dOptions& options = {},
+                               bool input_gradient = false);
+
 // An eval-mode BatchNorm's parameters (ops/norm.h), for the fused op below.
 struct EvalBatchNorm {
   Tensor weight, bias, running_mean, running_var;  // weight and bias may be undefined
