@@ -21,6 +21,7 @@
 #include "ops/matmul.h"
 #include "ops/norm.h"
 #include "ops/pool.h"
+#include "ops/reduce.h"
 #include "ops/reference/reference.h"
 #include "ops/softmax.h"
 #include "tests/support.h"
@@ -121,8 +122,8 @@ TEST_CASE("reference ops: conv2d by every algorithm and transport matches the re
   for (const ConvCase& c : cases) {
     INFO(c.what, ": x ", to_string(c.x), ", w ", to_string(c.w));
     const ref::ConvShape s = conv_shape(c);
-    const Values x = random_values(size_t(numel(c.x)), seed++), w = random_values(size_t(numel(c.w)), seed++, -0.5, 0.5),
-                 b = random_values(size_t(c.w[0]), seed++);
+    const Values x = random_values(size_t(numel(c.x)), seed++);
+    const Values w = random_values(size_t(numel(c.w)), seed++, -0.5, 0.5), b = random_values(size_t(c.w[0]), seed++);
     const Tensor xt = as_tensor(c.x, x), wt = as_tensor(c.w, w), bt = as_tensor({c.w[0]}, b);
     const A algorithm = conv2d_algorithm(xt, wt, c.options);
     if (avx512 || c.algorithm != A::Direct)
@@ -183,7 +184,8 @@ TEST_CASE("reference ops: conv2d's portable loops (vectors capped) match the ref
 }
 
 TEST_CASE("reference ops: the reference conv2d's gradients match finite differences") {
-  const ConvCase c{"strided, dilated, grouped", {1, 4, 6, 5}, {4, 2, 3, 2}, {2, 1, 1, 1, 1, 2, 2}, ConvAlgorithm::Im2col};
+  const ConvCase c{"strided, dilated, grouped", {1, 4, 6, 5}, {4, 2, 3, 2}, {2, 1, 1, 1, 1, 2, 2},
+                   ConvAlgorithm::Im2col};
   const ref::ConvShape s = conv_shape(c);
   const Values x = random_values(size_t(numel(c.x)), 61), w = random_values(size_t(numel(c.w)), 62),
                b = random_values(4, 63);
@@ -203,7 +205,8 @@ TEST_CASE("reference ops: attention under every transport matches the reference"
     const ref::AttentionShape s{2 * 3, 5, causal ? 5 : 7, 4, 3, 0.5, causal};
     const Values q = random_values(size_t(s.heads * s.T * s.d), 71, -2, 2),
                  k = random_values(size_t(s.heads * s.S * s.d), 72, -2, 2),
-                 v = random_values(size_t(s.heads * s.S * s.dv), 73), u = random_values(size_t(s.heads * s.T * s.dv), 74);
+                 v = random_values(size_t(s.heads * s.S * s.dv), 73),
+                 u = random_values(size_t(s.heads * s.T * s.dv), 74);
     const Tensor qt = as_tensor({2, 3, s.T, s.d}, q), kt = as_tensor({2, 3, s.S, s.d}, k),
                  vt = as_tensor({2, 3, s.S, s.dv}, v), ut = as_tensor({2, 3, s.T, s.dv}, u);
     const Fn f = [&](const std::vector<Tensor>& in) {
@@ -229,8 +232,8 @@ TEST_CASE("reference ops: attention under every transport matches the reference"
 TEST_CASE("reference ops: the reference attention's gradient matches finite differences") {
   const ref::AttentionShape s{2, 4, 4, 3, 2, 0.7, true};
   const Values q = random_values(size_t(s.heads * s.T * s.d), 81, -2, 2),
-               k = random_values(size_t(s.heads * s.S * s.d), 82, -2, 2), v = random_values(size_t(s.heads * s.S * s.dv), 83),
-               u = random_values(size_t(s.heads * s.T * s.dv), 84);
+               k = random_values(size_t(s.heads * s.S * s.d), 82, -2, 2),
+               v = random_values(size_t(s.heads * s.S * s.dv), 83), u = random_values(size_t(s.heads * s.T * s.dv), 84);
   const ref::AttentionGrads g = ref::attention_backward(u, q, k, v, s, Transport::gradient());
   check_reference_gradient([&](const Values& p) { return ref::attention_forward(p, k, v, s); }, q, u, g.dq, "dq");
   check_reference_gradient([&](const Values& p) { return ref::attention_forward(q, p, v, s); }, k, u, g.dk, "dk");
@@ -498,7 +501,8 @@ TEST_CASE("reference ops: bilinear, embedding and losses under every transport m
     NoGrad no_grad;
     check_matches(bil({xt, Lt, Rt}), ref::bilinear_forward(x, L, R, M, d, h), 1e-5, "bilinear forward");
     check_matches(emb({tt}), ref::embedding_forward(table, indices, D), 0, "embedding forward");
-    CHECK(ce({logits_t}).item() == doctest::Approx(ref::cross_entropy_forward(logits, labels, N, C, 0.1)).epsilon(1e-5));
+    const double expected_ce = ref::cross_entropy_forward(logits, labels, N, C, 0.1);
+    CHECK(ce({logits_t}).item() == doctest::Approx(expected_ce).epsilon(1e-5));
     CHECK(mse({logits_t, target_t}).item() == doctest::Approx(ref::mse_forward(logits, target)).epsilon(1e-5));
   }
   for (const Transport& t : all_transports()) {
@@ -528,4 +532,156 @@ TEST_CASE("reference ops: bilinear, embedding and losses under every transport m
       ref::cross_entropy_backward(loss_u, logits, labels, N, C, 0.1), "reference cross-entropy");
   check_reference_gradient([&](const Values& v) { return Values{ref::mse_forward(v, target)}; }, logits, {loss_u},
                            ref::mse_backward(loss_u, logits, target).da, "reference mse");
+}
+
+// ---------------------------------------------------------------------------------------
+// reductions and adaptive pooling
+
+TEST_CASE("reference ops: mean, var, max and adaptive pooling under every transport match the reference") {
+  const int64_t rows = 6, n = 7;
+  const Values x = distinct_values(size_t(rows * n), 161), u = random_values(size_t(rows), 162);
+  const Tensor xt = as_tensor({rows, n}, x), ut = as_tensor({rows}, u);
+  const Fn fast_mean = [](const Args& a) { return mean(a[0], {1}); };
+  const Fn fast_var = [](const Args& a) { return var(a[0], {1}); };
+  const Fn fast_max = [](const Args& a) { return max(a[0], {1}); };
+
+  const int64_t N = 2, C = 3, H = 7, W = 5, OH = 3, OW = 2;
+  const Values px = random_values(size_t(N * C * H * W), 163), pu = random_values(size_t(N * C * OH * OW), 164);
+  const Tensor pxt = as_tensor({N, C, H, W}, px), put = as_tensor({N, C, OH, OW}, pu);
+  const Fn adaptive = [&](const Args& a) { return adaptive_avg_pool2d(a[0], OH, OW); };
+  {
+    NoGrad no_grad;
+    check_matches(fast_mean({xt}), ref::mean_forward(x, rows, n), 1e-6, "mean forward");
+    check_matches(fast_var({xt}), ref::var_forward(x, rows, n), 1e-5, "var forward");
+    check_matches(fast_max({xt}), ref::max_forward(x, rows, n), 0, "max forward");
+    check_matches(adaptive({pxt}), ref::adaptive_avg_pool2d_forward(px, N, C, H, W, OH, OW), 1e-6, "adaptive forward");
+  }
+  for (const Transport& t : all_transports()) {
+    INFO("transport ", std::string(to_string(t.kind)));
+    check_matches(fast_vjp(fast_mean, {xt}, ut, t)[0], ref::mean_backward(u, rows, n), 1e-6, "mean");
+    check_matches(fast_vjp(fast_var, {xt}, ut, t)[0], ref::var_backward(u, x, rows, n), 1e-5, "var");
+    check_matches(fast_vjp(fast_max, {xt}, ut, t)[0], ref::max_backward(u, x, rows, n, t), 1e-6, "max");
+    check_matches(fast_vjp(adaptive, {pxt}, put, t)[0], ref::adaptive_avg_pool2d_backward(pu, N, C, H, W, OH, OW),
+                  1e-6, "adaptive");
+  }
+  check_reference_gradient([&](const Values& v) { return ref::var_forward(v, rows, n); }, x, u,
+                           ref::var_backward(u, x, rows, n), "reference var");
+  check_reference_gradient([&](const Values& v) { return ref::max_forward(v, rows, n); }, x, u,
+                           ref::max_backward(u, x, rows, n, Transport::gradient()), "reference max");
+  check_reference_gradient([&](const Values& v) { return ref::adaptive_avg_pool2d_forward(v, N, C, H, W, OH, OW); },
+                           px, pu, ref::adaptive_avg_pool2d_backward(pu, N, C, H, W, OH, OW), "reference adaptive");
+}
+
+// ---------------------------------------------------------------------------------------
+// fused paths: their reference is the composition of the ops they fuse
+
+TEST_CASE("reference ops: conv2d_batch_norm_eval and add_relu match the composed references") {
+  const ConvCase c{"winograd", {2, 16, 6, 6}, {24, 16, 3, 3}, Conv2dOptions::square(1, 1), ConvAlgorithm::Winograd};
+  const ref::ConvShape s = conv_shape(c);
+  const int64_t O = c.w[0], P = s.OH() * s.OW();
+  const Values x = random_values(size_t(numel(c.x)), 171), w = random_values(size_t(numel(c.w)), 172, -0.5, 0.5),
+               b = random_values(size_t(O), 173), gamma = random_values(size_t(O), 174, 0.5, 1.5),
+               beta = random_values(size_t(O), 175), mean = random_values(size_t(O), 176),
+               variance = random_values(size_t(O), 177, 0.5, 2);
+  const Tensor xt = as_tensor(c.x, x), wt = as_tensor(c.w, w), bt = as_tensor({O}, b);
+  const EvalBatchNorm bn{as_tensor({O}, gamma), as_tensor({O}, beta), as_tensor({O}, mean),
+                         as_tensor({O}, variance)};
+  const ref::BatchNormShape bs{c.x[0], O, P};
+  const Values z = ref::batch_norm_forward(ref::conv2d_forward(x, w, b, s), gamma, beta, {mean, variance}, bs);
+  const Values expected = ref::activation_forward(z, Activation::Relu);
+  NoGrad no_grad;
+  check_matches(conv2d_batch_norm_eval(xt, wt, bt, c.options, bn, true), expected, 1e-4, "fused conv, BN, ReLU");
+  check_matches(conv2d_batch_norm_eval(xt, wt, bt, c.options, bn, false), z, 1e-4, "fused conv, BN");
+
+  const Values a = random_values(40, 178), d = random_values(40, 179);
+  Values sum(40);
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = double(float(a[i]) + float(d[i]));  // the float add both sides make
+  check_matches(add_relu(as_tensor({4, 10}, a), as_tensor({4, 10}, d)), ref::activation_forward(sum, Activation::Relu),
+                0, "add_relu");
+}
+
+// ---------------------------------------------------------------------------------------
+// packed attention: the heads read in place from a projection's output
+
+namespace {
+
+// The heads of a packed (B, T, width) projection output, at column `offset` on: (B·heads, T, dh).
+Values split_heads(const Values& packed, int64_t B, int64_t T, int64_t width, int64_t offset, int64_t heads,
+                   int64_t dh) {
+  Values out(B * heads * T * dh);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < dh; ++c)
+          out[((b * heads + h) * T + t) * dh + c] = packed[(b * T + t) * width + offset + h * dh + c];
+  return out;
+}
+
+// Its adjoint: (B·heads, T, dh) back into columns [offset, offset + heads·dh) of (B, T, width).
+void merge_heads(const Values& split, int64_t B, int64_t T, int64_t width, int64_t offset, int64_t heads, int64_t dh,
+                 Values& packed) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < dh; ++c)
+          packed[(b * T + t) * width + offset + h * dh + c] = split[((b * heads + h) * T + t) * dh + c];
+}
+
+}  // namespace
+
+TEST_CASE("reference ops: packed qkv and kv attention under every transport match the reference") {
+  const int64_t B = 2, T = 5, heads = 3, dh = 4, D = heads * dh, Tq = 2;
+  const double scale = 0.4;
+  const Values qkv = random_values(size_t(B * T * 3 * D), 181, -1.5, 1.5), u = random_values(size_t(B * T * D), 182);
+  const Tensor qkv_t = as_tensor({B, T, 3 * D}, qkv), ut = as_tensor({B, T, D}, u);
+  const Values q = split_heads(qkv, B, T, 3 * D, 0, heads, dh), k = split_heads(qkv, B, T, 3 * D, D, heads, dh),
+               v = split_heads(qkv, B, T, 3 * D, 2 * D, heads, dh), us = split_heads(u, B, T, D, 0, heads, dh);
+  // The kv variant: the first Tq tokens' queries (B, Tq, D) against every token's keys and values.
+  Values q_first(B * Tq * D), kv(B * T * 2 * D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < 3 * D; ++j) {
+        const double e = qkv[(b * T + t) * 3 * D + j];
+        if (j < D && t < Tq) q_first[(b * Tq + t) * D + j] = e;
+        if (j >= D) kv[(b * T + t) * 2 * D + j - D] = e;
+      }
+  const Values uq = random_values(size_t(B * Tq * D), 183);
+  const Tensor q_first_t = as_tensor({B, Tq, D}, q_first), kv_t = as_tensor({B, T, 2 * D}, kv),
+               uq_t = as_tensor({B, Tq, D}, uq);
+
+  for (bool causal : {false, true}) {
+    INFO("causal ", causal);
+    const ref::AttentionShape s{B * heads, T, T, dh, dh, scale, causal};
+    const Fn f = [&](const Args& a) { return packed_qkv_attention(a[0], heads, causal, float(scale)); };
+    Values expected_y(B * T * D);
+    merge_heads(ref::attention_forward(q, k, v, s), B, T, D, 0, heads, dh, expected_y);
+    {
+      NoGrad no_grad;
+      check_matches(f({qkv_t}), expected_y, 1e-5, "forward");
+    }
+    for (const Transport& t : all_transports()) {
+      INFO("transport ", std::string(to_string(t.kind)));
+      const ref::AttentionGrads g = ref::attention_backward(us, q, k, v, s, t);
+      Values expected(qkv.size());
+      merge_heads(g.dq, B, T, 3 * D, 0, heads, dh, expected);
+      merge_heads(g.dk, B, T, 3 * D, D, heads, dh, expected);
+      merge_heads(g.dv, B, T, 3 * D, 2 * D, heads, dh, expected);
+      check_matches(fast_vjp(f, {qkv_t}, ut, t)[0], expected, 1e-5, "dqkv");
+    }
+  }
+
+  const ref::AttentionShape s{B * heads, Tq, T, dh, dh, scale, false};
+  const Values qs = split_heads(q_first, B, Tq, D, 0, heads, dh), uqs = split_heads(uq, B, Tq, D, 0, heads, dh);
+  const Fn f = [&](const Args& a) { return packed_kv_attention(a[0], a[1], heads, float(scale)); };
+  for (const Transport& t : all_transports()) {
+    INFO("kv attention, transport ", std::string(to_string(t.kind)));
+    const ref::AttentionGrads g = ref::attention_backward(uqs, qs, k, v, s, t);
+    Values dq(q_first.size()), dkv(kv.size());
+    merge_heads(g.dq, B, Tq, D, 0, heads, dh, dq);
+    merge_heads(g.dk, B, T, 2 * D, 0, heads, dh, dkv);
+    merge_heads(g.dv, B, T, 2 * D, D, heads, dh, dkv);
+    const auto fast = fast_vjp(f, {q_first_t, kv_t}, uq_t, t);
+    check_matches(fast[0], dq, 1e-5, "dq");
+    check_matches(fast[1], dkv, 1e-5, "dkv");
+  }
 }

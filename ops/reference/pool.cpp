@@ -89,4 +89,38 @@ Values avg_pool2d_backward(const Values& u, const PoolShape& s) {
   return dx;
 }
 
+// Output (oh, ow) of an adaptive pooling to OH × OW averages rows [⌊oh·H/OH⌋, ⌈(oh+1)·H/OH⌉)
+// and the columns likewise.
+Values adaptive_avg_pool2d_forward(const Values& x, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH,
+                                   int64_t OW) {
+  Values y(N * C * OH * OW, 0.0);
+  for (int64_t plane = 0; plane < N * C; ++plane)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
+        const int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+        double& out = y[(plane * OH + oh) * OW + ow];
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) out += x[(plane * H + h) * W + w] / double((h1 - h0) * (w1 - w0));
+      }
+  return y;
+}
+
+// u/(window area) to every input of the window (docs/methods.md §1.2: linear, one rule for
+// every transport).
+Values adaptive_avg_pool2d_backward(const Values& u, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH,
+                                    int64_t OW) {
+  Values dx(N * C * H * W, 0.0);
+  for (int64_t plane = 0; plane < N * C; ++plane)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
+        const int64_t w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w)
+            dx[(plane * H + h) * W + w] += u[(plane * OH + oh) * OW + ow] / double((h1 - h0) * (w1 - w0));
+      }
+  return dx;
+}
+
 }  // namespace adjoint::reference

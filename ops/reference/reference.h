@@ -20,7 +20,8 @@
 //   elementwise.cpp  exp, log, tanh, sigmoid, abs, sqrt, products
 //   activation.cpp   ReLU, GELU, SiLU: the one table of gates every transport reads
 //   conv2d.cpp       conv2d (any stride, padding, dilation, groups)
-//   pool.cpp         max_pool2d, avg_pool2d
+//   pool.cpp         max_pool2d, avg_pool2d, adaptive_avg_pool2d
+//   reduce.cpp       mean, var, max over an axis
 //   norm.cpp         BatchNorm (batch or running statistics), LayerNorm
 //   softmax.cpp      softmax, log_softmax
 //   attention.cpp    scaled dot-product attention
@@ -72,7 +73,8 @@ struct ConvShape {
   int64_t OH() const;
   int64_t OW() const;
 };
-// y (N, O, OH, OW) = bias[o] + Σ_{c in o's group, i, j} w[o][c][i][j] · x[n][c][oh·sh − ph + i·dh][ow·sw − pw + j·dw].
+// y (N, O, OH, OW): y[n][o][oh][ow] = bias[o] + Σ_{c in o's group, i, j} w[o][c][i][j] ·
+// x[n][c][oh·sh − ph + i·dh][ow·sw − pw + j·dw], zero outside x.
 Values conv2d_forward(const Values& x, const Values& w, const Values& bias, const ConvShape& s);
 struct ConvGrads {
   Values dx, dw, dbias;
@@ -97,6 +99,12 @@ Values max_pool2d_backward(const Values& u, const Values& x, const PoolShape& s,
 Values avg_pool2d_forward(const Values& x, const PoolShape& s);
 // Linear: u/(kh·kw) to every input of the window, under every transport.
 Values avg_pool2d_backward(const Values& u, const PoolShape& s);
+// Adaptive average pooling of (N, C, H, W) to (N, C, OH, OW): output (oh, ow) averages rows
+// [⌊oh·H/OH⌋, ⌈(oh+1)·H/OH⌉) and columns likewise. Linear: one rule for every transport.
+Values adaptive_avg_pool2d_forward(const Values& x, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH,
+                                   int64_t OW);
+Values adaptive_avg_pool2d_backward(const Values& u, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH,
+                                    int64_t OW);
 
 // ---------------------------------------------------------------------------------------
 // activation.cpp. f(z) = z·g(z) elementwise, for the gate g of each kind.
@@ -135,6 +143,19 @@ Values layer_norm_forward(const Values& x, const Values& gamma, const Values& be
                           double eps = 1e-5);
 NormGrads layer_norm_backward(const Values& u, const Values& x, const Values& gamma, int64_t M, int64_t D,
                               const Transport& t, double eps = 1e-5);
+
+// ---------------------------------------------------------------------------------------
+// reduce.cpp. Over the last axis of `rows` rows of n values.
+
+Values mean_forward(const Values& x, int64_t rows, int64_t n);
+Values mean_backward(const Values& u, int64_t rows, int64_t n);
+// The unbiased variance.
+Values var_forward(const Values& x, int64_t rows, int64_t n);
+Values var_backward(const Values& u, const Values& x, int64_t rows, int64_t n);
+// The maximum; backward as max-pooling's: u to the first maximal element, or (soft
+// pullback) spread with the weights softmax(row/τ), τ = tau.max_pool.
+Values max_forward(const Values& x, int64_t rows, int64_t n);
+Values max_backward(const Values& u, const Values& x, int64_t rows, int64_t n, const Transport& t);
 
 // ---------------------------------------------------------------------------------------
 // softmax.cpp.
