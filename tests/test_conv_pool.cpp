@@ -65,12 +65,12 @@ struct ThreadCount {
   ~ThreadCount() { set_num_threads(saved); }
 };
 
-// Checks the conv of case `c` against the direct convolution on random x, w and u (seeds
+// Checks the conv of case `c` against the reference convolution on random x, w and u (seeds
 // from `seed` on): the forward pass within `tolerance`, the input and weight cotangents of
 // u under each of `transports` within `tolerance` and `weight_tolerance` (a conv is linear
 // in x and in w, so every transport is its gradient).
-void check_against_direct_conv(const ConvCase& c, uint64_t& seed, double tolerance, double weight_tolerance,
-                               const std::vector<Transport>& transports) {
+void check_against_reference_conv(const ConvCase& c, uint64_t& seed, double tolerance, double weight_tolerance,
+                                  const std::vector<Transport>& transports) {
   INFO("x ", to_string(c.x), " w ", to_string(c.w));
   const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
   const Fn f = conv_with(c.options);
@@ -148,13 +148,13 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
       {{2, 264, 16, 16}, {260, 264, 3, 3}, Conv2dOptions::square(1, 1)},
   };
   uint64_t seed = 700;
-  for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+  for (const ConvCase& c : cases) check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
   // Without AVX-512 (or capped below it), narrow layers run Winograd and im2col with
   // OpenBLAS's kernels instead of the direct kernels and the engine's GEMM: the same cases.
   if (cpu_vector_isa() == VectorIsa::Avx512) {
     cap_vector_isa(VectorIsa::Avx2);
     seed = 700;
-    for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+    for (const ConvCase& c : cases) check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
     cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
   }
 }
@@ -185,7 +185,7 @@ TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convoluti
       {{2, 32, 8, 8}, {32, 32, 5, 5}, Conv2dOptions::square(1, 2)},
   };
   uint64_t seed = 900;
-  for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+  for (const ConvCase& c : cases) check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
   // The same bits at 1 and 2 threads.
   ThreadCount restore;
   const Tensor x = random_tensor({4, 16, 28, 28}, 950), w = random_tensor({16, 16, 3, 3}, 951);
@@ -207,7 +207,7 @@ TEST_CASE("conv2d: kernel taps that meet only padding are cut, and their weight 
   };
   uint64_t seed = 900;
   for (const ConvCase& c : cases) {
-    check_against_direct_conv(c, seed, 1e-5, 1e-5,
+    check_against_reference_conv(c, seed, 1e-5, 1e-5,
                               {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()});
     check_gradients(conv_with(c.options), {random_tensor(c.x, seed++), random_tensor(c.w, seed++),
                                            random_tensor({c.w[0]}, seed++)});
