@@ -1,8 +1,8 @@
 // What the engine's hand-written AVX-512 kernels share: the attribute that compiles a
 // function for AVX-512 (the build targets plain x86-64, and each kernel runs only after a
 // run-time check), lane masks, and a 16 × 16 transpose in registers. Used by the GEMM
-// (engine/gemm_avx512.cpp), the direct convolutions (ops/conv_direct.cpp) and Winograd
-// (ops/conv.cpp, ops/winograd_avx512.cpp). Include only in x86-64 code.
+// (engine/gemm_avx512.cpp), the direct convolutions (ops/conv/direct.cpp) and Winograd
+// (ops/conv/winograd.cpp, ops/conv/winograd_avx512.cpp). Include only in x86-64 code.
 #pragma once
 #if defined(__x86_64__)
 #include <immintrin.h>

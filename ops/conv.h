@@ -2,25 +2,27 @@
 // algorithms chosen per layer from its shape (the forward pass and the input gradient each
 // choose; the weight gradient always runs through GEMMs):
 //
-// - Direct, on CPUs with AVX-512 (ops/conv_direct.h): narrow layers (up to 32 channels) on
+// - Direct, on CPUs with AVX-512 (ops/conv/direct.h): narrow layers (up to 32 channels) on
 //   maps 12 to 32 wide, small maps (up to 8 wide, up to 128 input channels) and strided
 //   3×3 layers, where the GEMM algorithms move more memory than they compute.
 // - Winograd F(2×2, 3×3) for other 3×3 kernels at stride 1 (no dilation, no groups, 16
 //   channels or more; with more than 128 × 128 channels, at least 128 tiles per call, since
 //   the weights' transform is redone every call): 16 GEMMs in a transform domain, 2.25×
 //   fewer multiplications than direct convolution. On AVX-512 its transforms run 16 tiles
-//   at a time (ops/winograd_avx512.h) and the weights' transform writes the GEMM kernel's
+//   at a time (ops/conv/winograd_avx512.h) and the weights' transform writes the GEMM kernel's
 //   packed layout directly.
 // - im2col + GEMM for everything else, with a 1×1 stride-1 path that reads the input in
 //   place.
 //
 // The GEMMs run the widest kernels the CPU has (GemmKernel::widest in engine/gemm.h: the
-// engine's own on AVX-512, else OpenBLAS's), as oneDNN's convolutions do in PyTorch. Small images are folded into one GEMM (columns = images · output
-// positions), since a deep layer's per-image product (e.g. 512 × 16 × 4608) runs at half
-// the rate of the folded one; large images are cut into bands of output rows so that each
-// GEMM's operand stays in cache. Convolution is affine in its input, so all three
-// transports share one rule. Results are bitwise the same at any thread count; between a
-// CPU with AVX-512 and one without they differ by rounding (other algorithms and kernels).
+// engine's own on AVX-512, else OpenBLAS's), as oneDNN's convolutions do in PyTorch. Small
+// images are folded into one GEMM (columns = images · output positions), since a deep
+// layer's per-image product (e.g. 512 × 16 × 4608) is too narrow for the GEMM's full
+// rate; large images are cut into bands of output rows so that each GEMM's operand stays
+// in cache. Convolution is affine in its input, so all three transports share one rule.
+// ops/conv.cpp holds the op and its choice; ops/conv/ holds the algorithms, each beside the
+// constants that tune it. Results are bitwise the same at any thread count; between a CPU
+// with AVX-512 and one without they differ by rounding (other algorithms and kernels).
 #pragma once
 #include <cstdint>
 
@@ -51,6 +53,14 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 // Backward skips the input gradient when the input needs none (a network's first layer)
 // and the weight gradient when the weight needs none (explanations).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Conv2dOptions& options = {});
+
+// The algorithms of conv2d (ops/conv/), and the one that runs this convolution here, forward
+// or for its input gradient (after dead taps are cut; on this CPU and vector cap): for the
+// tests, which check each against the reference (ops/reference/), and for benchmarks.
+enum class ConvAlgorithm { Im2col, Winograd, Direct };
+const char* to_string(ConvAlgorithm algorithm);
+ConvAlgorithm conv2d_algorithm(const Tensor& x, const Tensor& weight, const Conv2dOptions& options = {},
+                               bool input_gradient = false);
 
 // An eval-mode BatchNorm's parameters (ops/norm.h), for the fused op below.
 struct EvalBatchNorm {

@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "ops/attention.h"
 #include "ops/layout.h"
+#include "ops/reference/reference.h"
 #include "tests/support.h"
 
 using namespace adjoint;
@@ -16,39 +17,14 @@ namespace {
 
 Tensor golden_t(const std::string& name) { return golden("transport", name); }
 
-// softmax(q kᵀ·scale/tau [+ causal mask]) in double, straight from the definition; (B·H, T, S).
-std::vector<double> naive_pattern(const Tensor& q, const Tensor& k, double scale, bool causal, double tau = 1) {
-  const int64_t T = q.size(-2), S = k.size(-2), d = q.size(-1), heads = q.numel() / (T * d);
-  const std::vector<float> qv = q.to_vector(), kv = k.to_vector();
-  std::vector<double> a(size_t(heads * T * S), 0.0);
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t i = 0; i < T; ++i) {
-      double* row = &a[size_t((h * T + i) * S)];
-      double total = 0;
-      for (int64_t j = 0; j < S; ++j) {
-        if (causal && j > i) continue;
-        double s = 0;
-        for (int64_t c = 0; c < d; ++c) s += double(qv[(h * T + i) * d + c]) * kv[(h * S + j) * d + c];
-        total += row[j] = std::exp(s * scale / tau);
-      }
-      for (int64_t j = 0; j < S; ++j) row[j] /= total;
-    }
-  return a;
-}
-
-// Aᵀu per head: (B·H, S, dv), shaped like v.
-Tensor pattern_transposed_times(const std::vector<double>& a, const Tensor& u, const Tensor& v) {
-  const int64_t T = u.size(-2), S = v.size(-2), dv = v.size(-1), heads = v.numel() / (S * dv);
-  const std::vector<float> uv = u.to_vector();
-  std::vector<float> out(size_t(v.numel()));
-  for (int64_t h = 0; h < heads; ++h)
-    for (int64_t j = 0; j < S; ++j)
-      for (int64_t c = 0; c < dv; ++c) {
-        double s = 0;
-        for (int64_t i = 0; i < T; ++i) s += a[size_t((h * T + i) * S + j)] * uv[size_t((h * T + i) * dv + c)];
-        out[size_t((h * S + j) * dv + c)] = float(s);
-      }
-  return Tensor::from_vector(v.shape(), out);
+// Aᵀu for the pattern A = softmax(q kᵀ·scale/tau [+ causal mask]), computed in double from
+// its definition by the reference attention (ops/reference/attention.cpp); shaped like v.
+Tensor pattern_transposed_times(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& u, double scale,
+                                bool causal, double tau = 1) {
+  const int64_t T = q.size(-2), S = k.size(-2), d = q.size(-1), dv = v.size(-1);
+  const reference::AttentionShape s{q.numel() / (T * d), T, S, d, dv, scale, causal};
+  const reference::Values a = reference::attention_pattern(reference::values(q), reference::values(k), s, tau);
+  return reference::to_tensor(v.shape(), reference::pattern_transposed_times(a, reference::values(u), s));
 }
 
 Tensor attend(const std::vector<Tensor>& in, bool causal, float scale = -1) {
@@ -102,7 +78,7 @@ TEST_CASE("attention: transports against their definitions") {
     auto p = grad(y, in, u, Transport::pullback());
     check_close(p[0], Tensor::zeros(q.shape()), 0, 0, "pullback q");
     check_close(p[1], Tensor::zeros(k.shape()), 0, 0, "pullback k");
-    check_close(p[2], pattern_transposed_times(naive_pattern(q, k, scale, causal), u, v), 1e-5, 1e-6,
+    check_close(p[2], pattern_transposed_times(q, k, v, u, scale, causal), 1e-5, 1e-6,
                 "pullback v = Aᵀu");
     // With A frozen the output is linear in v, so <pullback(u), v> = <u, y>.
     std::vector<float> pv = p[2].to_vector(), vv = v.to_vector(), uv = u.to_vector(), yv = y.to_vector();
@@ -117,7 +93,7 @@ TEST_CASE("attention: transports against their definitions") {
     auto s = grad(y, in, u, Transport::soft_pullback(t));
     check_close(s[0], Tensor::zeros(q.shape()), 0, 0, "soft q");
     check_close(s[1], Tensor::zeros(k.shape()), 0, 0, "soft k");
-    check_close(s[2], pattern_transposed_times(naive_pattern(q, k, scale, causal, 2.5), u, v), 1e-5, 1e-6,
+    check_close(s[2], pattern_transposed_times(q, k, v, u, scale, causal, 2.5), 1e-5, 1e-6,
                 "soft v = A_tauᵀu");
     // At the default tau = 1 the recomputed pattern is the forward one.
     check_close(grad(y, {in[2]}, u, Transport::soft_pullback())[0], p[2], 1e-6, 1e-7, "soft at tau 1 = pullback");

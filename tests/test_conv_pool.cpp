@@ -18,6 +18,7 @@
 #include "ops/conv.h"
 #include "ops/norm.h"
 #include "ops/pool.h"
+#include "ops/reference/reference.h"
 #include "tests/golden_case.h"
 #include "tests/support.h"
 
@@ -54,37 +55,6 @@ Transport soft(float tau) {
   return Transport::soft_pullback(t);
 }
 
-// Direct convolution in double, with its input and weight gradients for cotangent u:
-// the reference for shapes too large for a fixture (they exercise the row tiles).
-struct NaiveConv {
-  std::vector<double> y, dx, dw;
-};
-NaiveConv naive_conv(const Tensor& x, const Tensor& w, const Tensor& u, const Conv2dOptions& o) {
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0), KH = w.size(2),
-                KW = w.size(3), OH = u.size(2), OW = u.size(3), Cg = C / o.groups, Og = O / o.groups;
-  const std::vector<float> xv = x.to_vector(), wv = w.to_vector(), uv = u.to_vector();
-  NaiveConv r{std::vector<double>(uv.size()), std::vector<double>(xv.size()), std::vector<double>(wv.size())};
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t oc = 0; oc < O; ++oc)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t yi = ((n * O + oc) * OH + oh) * OW + ow;
-          for (int64_t c = 0; c < Cg; ++c)
-            for (int64_t i = 0; i < KH; ++i)
-              for (int64_t j = 0; j < KW; ++j) {
-                const int64_t ih = oh * o.stride_h - o.pad_h + i * o.dilation_h;
-                const int64_t iw = ow * o.stride_w - o.pad_w + j * o.dilation_w;
-                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                const int64_t xi = ((n * C + (oc / Og) * Cg + c) * H + ih) * W + iw;
-                const int64_t wi = ((oc * Cg + c) * KH + i) * KW + j;
-                r.y[yi] += double(xv[xi]) * wv[wi];
-                r.dx[xi] += double(uv[yi]) * wv[wi];
-                r.dw[wi] += double(uv[yi]) * xv[xi];
-              }
-        }
-  return r;
-}
-
 void check_against(const Tensor& actual, const std::vector<double>& expected, double tol, const std::string& what) {
   std::vector<float> e(expected.begin(), expected.end());
   check_close(actual, Tensor::from_vector(actual.shape(), e), tol, tol, what);
@@ -95,12 +65,12 @@ struct ThreadCount {
   ~ThreadCount() { set_num_threads(saved); }
 };
 
-// Checks the conv of case `c` against the direct convolution on random x, w and u (seeds
+// Checks the conv of case `c` against the reference convolution on random x, w and u (seeds
 // from `seed` on): the forward pass within `tolerance`, the input and weight cotangents of
 // u under each of `transports` within `tolerance` and `weight_tolerance` (a conv is linear
 // in x and in w, so every transport is its gradient).
-void check_against_direct_conv(const ConvCase& c, uint64_t& seed, double tolerance, double weight_tolerance,
-                               const std::vector<Transport>& transports) {
+void check_against_reference_conv(const ConvCase& c, uint64_t& seed, double tolerance, double weight_tolerance,
+                                  const std::vector<Transport>& transports) {
   INFO("x ", to_string(c.x), " w ", to_string(c.w));
   const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
   const Fn f = conv_with(c.options);
@@ -110,8 +80,12 @@ void check_against_direct_conv(const ConvCase& c, uint64_t& seed, double toleran
     y = f({x, w});
   }
   const Tensor u = random_tensor(y.shape(), seed++);
-  const NaiveConv ref = naive_conv(x, w, u, c.options);
-  check_against(y, ref.y, tolerance, "forward");
+  // The reference convolution (ops/reference/conv2d.cpp), in double: shapes too large for
+  // a fixture exercise the row tiles.
+  const reference::ConvShape shape{c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], c.options};
+  const reference::Values xv = reference::values(x), wv = reference::values(w);
+  const reference::ConvGrads ref = reference::conv2d_backward(reference::values(u), xv, wv, shape);
+  check_against(y, reference::conv2d_forward(xv, wv, {}, shape), tolerance, "forward");
   for (const Transport& t : transports) {
     const auto g = vjp(f, {x, w}, u, t);
     check_against(g[0], ref.dx, tolerance, "input cotangent");
@@ -174,20 +148,20 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
       {{2, 264, 16, 16}, {260, 264, 3, 3}, Conv2dOptions::square(1, 1)},
   };
   uint64_t seed = 700;
-  for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+  for (const ConvCase& c : cases) check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
   // Without AVX-512 (or capped below it), narrow layers run Winograd and im2col with
   // OpenBLAS's kernels instead of the direct kernels and the engine's GEMM: the same cases.
   if (cpu_vector_isa() == VectorIsa::Avx512) {
     cap_vector_isa(VectorIsa::Avx2);
     seed = 700;
-    for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+    for (const ConvCase& c : cases) check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
     cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
   }
 }
 
 TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convolution" *
           doctest::skip(cpu_vector_isa() != VectorIsa::Avx512)) {
-  // ops/conv_direct.cpp. By rows: up to 32 channels, maps 12 to 32 wide, stride 1; blocks of
+  // ops/conv/direct.cpp. By rows: up to 32 channels, maps 12 to 32 wide, stride 1; blocks of
   // 8 and 12 output channels (with a partial last block), one and two vectors per row, tiles
   // of 1, 2 and 3 rows, padding smaller and larger than the kernel's half, non-square kernels.
   const std::vector<ConvCase> cases = {
@@ -211,7 +185,7 @@ TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convoluti
       {{2, 32, 8, 8}, {32, 32, 5, 5}, Conv2dOptions::square(1, 2)},
   };
   uint64_t seed = 900;
-  for (const ConvCase& c : cases) check_against_direct_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+  for (const ConvCase& c : cases) check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
   // The same bits at 1 and 2 threads.
   ThreadCount restore;
   const Tensor x = random_tensor({4, 16, 28, 28}, 950), w = random_tensor({16, 16, 3, 3}, 951);
@@ -233,7 +207,7 @@ TEST_CASE("conv2d: kernel taps that meet only padding are cut, and their weight 
   };
   uint64_t seed = 900;
   for (const ConvCase& c : cases) {
-    check_against_direct_conv(c, seed, 1e-5, 1e-5,
+    check_against_reference_conv(c, seed, 1e-5, 1e-5,
                               {Transport::gradient(), Transport::pullback(), Transport::soft_pullback()});
     check_gradients(conv_with(c.options), {random_tensor(c.x, seed++), random_tensor(c.w, seed++),
                                            random_tensor({c.w[0]}, seed++)});

@@ -3,10 +3,10 @@
 //
 // - By rows, for narrow layers (up to 32 channels, maps 12 to 32 wide, stride 1). With 16 or
 //   32 channels, Winograd's transforms and im2col's column matrix move more memory than the
-//   products do arithmetic (a 16→16 3×3 layer on 28×28 maps ran at 40 GFLOP/s either way, a
-//   third of oneDNN's rate). Each output row is one or two vectors of 16 positions and a
-//   register tile holds 8 or 12 output channels × 2 vectors: per kernel tap and input
-//   channel, two loads of the shifted input row and 16 or 24 FMAs with broadcast weights.
+//   products do arithmetic (they run such a layer at a third of oneDNN's rate). Each output
+//   row is one or two vectors of 16 positions and a register tile holds 8 or 12 output
+//   channels × 2 vectors: per kernel tap and input channel, two loads of the shifted input
+//   row and 16 or 24 FMAs with broadcast weights.
 // - By channels, for small maps and strided layers with a multiple of 32 output channels (a
 //   7×7 or 4×4 map fills few vectors of positions, and its Winograd tiles are mostly edge).
 //   A register tile holds up to 14 positions of one output row × 32 output channels (two
@@ -28,7 +28,7 @@ struct DirectConvShape {
 };
 
 // Whether direct_conv runs here (AVX-512) and suits the shape (one of its kernels is ahead
-// of Winograd and im2col there, as measured).
+// of Winograd and im2col there; docs/benchmarks.md, "Convolution tuning constants").
 bool direct_conv_runs(const DirectConvShape& s);
 
 // y[n][o] = Σ_c Σ_ij w[o][c][i][j] · x[n][c][oh + i − ph][ow + j − pw] (zero outside x),

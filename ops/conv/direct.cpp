@@ -1,4 +1,4 @@
-#include "ops/conv_direct.h"
+#include "ops/conv/direct.h"
 
 #include <algorithm>
 #include <vector>
@@ -47,7 +47,7 @@ std::vector<float> pack_weights(const DirectConvShape& s, const float* w, bool a
 // kernel then reads memory of this buffer, and zeros wherever the convolution reads padding.
 // The buffer is the thread's, kept between calls: its zeros stay zeros while images of one
 // layout are copied in, so it is cleared only when the layout changes (a fresh zeroed buffer
-// per image cost 12% of a 16-channel layer, mostly page faults).
+// per image costs page faults, a sizeable share of a narrow layer).
 class PaddedImage {
  public:
   PaddedImage(const DirectConvShape& s, int64_t rows, int64_t stride, int64_t left)
@@ -57,8 +57,8 @@ class PaddedImage {
     buffer_.layout = layout;
     buffer_.data.assign(static_cast<size_t>(s.C * rows * stride), 0.0f);
   }
-  // Copies an image in, row by row in vectors (rows are short: a library call per row cost
-  // 6% of a ResNet's narrow layers).
+  // Copies an image in, row by row in vectors (rows are short: a library call per row
+  // costs more than the copy).
   ADJOINT_AVX512 void fill(const float* image) {
     const __mmask16 tail = static_cast<__mmask16>((1u << (s_.W % 16)) - 1u);
     for (int64_t c = 0; c < s_.C; ++c)
@@ -94,7 +94,7 @@ class PaddedImage {
 
 // The loop both kernels share: one image per task, copied into a padded image of `rows` ×
 // `stride` (input column 0 at `left`) while the next is prefetched (without, the copies
-// took 9% of a ResNet's narrow layers, waiting on memory), computed by
+// wait on memory), computed by
 // compute(padded, output planes of the image), then finish(plane, o) on each output plane.
 template <class Compute>
 void for_each_image(const DirectConvShape& s, const float* x, float* y, int64_t rows, int64_t stride, int64_t left,
@@ -263,9 +263,8 @@ ChannelTile channel_tile_for(int M, int R) {
 }
 
 // Every output position of a block of channels: rows in groups of up to three where a row
-// holds few positions, spread evenly (a 4×4 map as two tiles of 4 × 2 positions: 5% faster
-// than 4 × 3 and a 4 × 1 with 8 accumulators), each row in chunks of the widest tile that
-// fits.
+// holds few positions, spread evenly (a 4×4 map as two tiles of 4 × 2 positions rather than
+// 4 × 3 and a 4 × 1 with 8 accumulators), each row in chunks of the widest tile that fits.
 template <int S>
 void channel_block(const DirectConvShape& s, const PaddedImage& in, const float* wb, int64_t channels, float* out) {
   for (int64_t oh0 = 0; oh0 < s.OH;) {
@@ -322,14 +321,12 @@ bool by_rows_suits(const DirectConvShape& s) {
          s.O <= 32;
 }
 
-// Measured on a Zen 5 core against Winograd and im2col with the engine's GEMM, at batch 64
-// and 128: ahead on every strided 3×3 layer (16→32 at 28×28 in 1.4 ms against 4.0), on
-// maps up to 8 wide with up to 128 input channels (64→64 at 7×7: 2.4 ms against 3.8), and,
-// ahead of the by-rows kernel too, on maps up to 16 wide with up to 32 (32→32 at 14×14: 7%:
-// every lane computes a position there, against 14 of 16 by rows). Behind
-// where Winograd's 2.25× fewer multiplications meet enough channels to keep the GEMMs
-// efficient (ResNet-18 and VGG at 32×32, 64 to 512 channels: 3-10% slower per step), and on
-// 1×1 layers (im2col is a plain GEMM there).
+// Where the by-channels kernel is ahead of Winograd and im2col with the engine's GEMM: on
+// every strided 3×3 layer (a strided layer is no Winograd case, and im2col copies the input
+// kh·kw times), on maps up to 8 wide with up to 128 input channels, and, ahead of the by-rows
+// kernel too, on maps up to 16 wide with up to 32 (every lane computes a position there,
+// against 14 of 16 by rows). Behind where Winograd's 2.25× fewer multiplications meet enough
+// channels to keep the GEMMs efficient, and on 1×1 layers (im2col is a plain GEMM there).
 bool by_channels_suits(const DirectConvShape& s) {
   if (s.sh != s.sw || s.sw > 2 || s.O % kChannelBlock != 0 || s.KH * s.KW == 1) return false;
   if (!padded_image_fits(s)) return false;
@@ -339,8 +336,8 @@ bool by_channels_suits(const DirectConvShape& s) {
 }  // namespace
 
 bool direct_conv_runs(const DirectConvShape& s) {
-  // Measured on a Zen 5 core (ops/conv.cpp's choice): ahead of Winograd and im2col with up
-  // to 32 input and output channels on maps 12 to 32 wide.
+  // Ahead of Winograd and im2col (ops/conv.cpp's choice) by rows with up to 32 input and
+  // output channels on maps 12 to 32 wide; by channels as by_channels_suits says.
   return vector_isa() == VectorIsa::Avx512 && (by_rows_suits(s) || by_channels_suits(s));
 }
 

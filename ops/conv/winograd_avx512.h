@@ -1,6 +1,6 @@
-// Winograd F(2×2, 3×3)'s transforms (ops/conv.cpp) for up to 16 tiles of one row of tiles
-// at once, one tile per lane of an AVX-512 vector. ops/conv.cpp runs them where the CPU has
-// AVX-512 and its portable loops elsewhere; both make the same operations in the same order,
+// Winograd F(2×2, 3×3)'s transforms (ops/conv/winograd.cpp) for up to 16 tiles of one row
+// of tiles at once, one tile per lane of an AVX-512 vector. ops/conv/winograd.cpp runs them
+// where the CPU has AVX-512 and its portable loops elsewhere; both make the same operations in the same order,
 // so they give the same bits. The portable loops work through the tiles one padded entry
 // at a time (the even and odd columns of a patch row kept apart); here a patch row's even
 // and odd columns are split by two permutes, and every transform-domain value of 16 tiles
@@ -29,7 +29,7 @@ void winograd_input_adjoint_row_avx512(const float* in, int64_t vs, int64_t TW, 
                                        int64_t W, int64_t pw);
 
 // What follows a convolution's sum in its output channel: v ↦ v·scale + shift (when
-// `affine`, a folded BatchNorm), then max(v, 0) (when `relu`), as ops/conv.cpp's Epilogue.
+// `affine`, a folded BatchNorm), then max(v, 0) (when `relu`), as ops/conv/geometry.h's Epilogue.
 struct WinogradEpilogue {
   bool affine;
   float scale, shift;

@@ -1,4 +1,4 @@
-#include "ops/winograd_avx512.h"
+#include "ops/conv/winograd_avx512.h"
 
 #include <algorithm>
 
@@ -94,7 +94,7 @@ ADJOINT_AVX512 void winograd_input_tiles_avx512(const float* const rows[4], int6
 ADJOINT_AVX512 void winograd_input_adjoint_row_avx512(const float* in, int64_t vs, int64_t TW, float* const rows[4],
                                                       const bool set[4], int64_t W, int64_t pw) {
   // Entry k of a patch row (column 2k − pw even, 2k + 1 − pw odd) gathers tile k's share
-  // and tile k − 1's (times_B_adjoint in ops/conv.cpp): per row of dV, lane t of `even`
+  // and tile k − 1's (times_B_adjoint in ops/conv/winograd.cpp): per row of dV, lane t of `even`
   // (`odd`) is entry s0 + t, its tile k − 1 share shifted in from the previous lanes (and
   // the previous chunk). Chunks run while entries remain: entries 0 .. TW.
   __m512 carry_even[4], carry_odd[4];  // the previous chunk's shares for the entry after each tile
@@ -168,7 +168,7 @@ ADJOINT_AVX512 void winograd_output_adjoint_tiles_avx512(const float* y0, const 
   }
 }
 
-#else  // not x86-64: never called (ops/conv.cpp checks for AVX-512 first)
+#else  // not x86-64: never called (ops/conv/winograd.cpp checks for AVX-512 first)
 
 void winograd_input_tiles_avx512(const float* const*, int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
   throw Error("winograd_input_tiles_avx512: not an x86-64 build");

@@ -1,0 +1,22 @@
+// im2col + GEMM: the convolution as matrix products. A tile's column matrix holds, in
+// row (c, i, j) and column (image, output position), the input value that tap (i, j) of
+// channel c meets there; the output is weight (O × C·kh·kw) times columns, one GEMM per
+// group. Small images are folded into one GEMM (columns = images · output positions),
+// since a deep layer's per-image product is too narrow to run at the GEMM's full rate;
+// large images are cut into bands of output rows so that each GEMM's operand stays in
+// cache. A 1×1 stride-1 convolution reads its input in place, as its own column matrix.
+// The backward pass runs the same tiles: dW = Σ dY·colsᵀ, dx = col2im(Wᵀ·dY).
+#pragma once
+#include "ops/conv/geometry.h"
+
+namespace adjoint::conv {
+
+// y = epilogue(conv(x, w)): image blocks in parallel; per block, per tile, one GEMM per group.
+void conv_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y);
+
+// dx = col2im(Wᵀ·dY), dw = Σ_tiles dY·colsᵀ and db = Σ_tiles Σ_columns dY, each skipped when
+// its pointer is null; dx arrives zeroed (col2im adds).
+void conv_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                   float* db);
+
+}  // namespace adjoint::conv
