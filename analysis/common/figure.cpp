@@ -156,7 +156,7 @@ std::function<void(cairo_t*)> line_chart_drawing(const LineChart& c, int64_t& wi
     x_ticks = nice_ticks(x_lo, x_hi);
     x_step = x_ticks.size() > 1 ? x_ticks[1] - x_ticks[0] : x_hi - x_lo;
   }
-  const auto x_tick_text = [&](double t) {
+  const auto x_tick_text = [=](double t) {
     return c.log_x && x_step == 0 ? tick_label(std::pow(10.0, t), std::pow(10.0, t)) : tick_label(t, x_step);
   };
   std::vector<std::string> y_texts;
@@ -260,7 +260,10 @@ std::function<void(cairo_t*)> heat_map_drawing(const HeatMap& m, int64_t& width,
   const double right_edge = bar_x + bar_w + 8 + widest(bar_texts, kTickSize) + 16;
   width = int64_t(std::ceil(std::max({right_edge, text_extent(m.title, kTitleSize, true) + 24,
                                       text_extent(note, kTickSize) + 24, left + grid_w / 2 + text_extent(m.x_label, kLabelSize) / 2 + 12})));
-  const double below_grid = top + std::max(grid_h, bar_h);
+  // The rotated y label fits beside the grid and the bar, or the figure grows to hold it.
+  const double y_label_h = text_extent(m.y_label, kLabelSize) + 8;
+  const double body_h = std::max({grid_h, bar_h, y_label_h});
+  const double below_grid = top + body_h;
   height = int64_t(std::ceil(std::max(top + grid_h + col_label_h, below_grid) + 26 + (note.empty() ? 0 : 22) + 8));
 
   return [=](cairo_t* cr) {
@@ -304,7 +307,7 @@ std::function<void(cairo_t*)> heat_map_drawing(const HeatMap& m, int64_t& width,
       else
         draw_text(cr, col_labels[size_t(c)], x, top + grid_h + 6, label_size, 1, false, -M_PI / 2);
     }
-    draw_text(cr, m.y_label, 14, top + grid_h / 2, kLabelSize, 0.5, false, -M_PI / 2);
+    draw_text(cr, m.y_label, 14, top + std::max(grid_h, y_label_h) / 2, kLabelSize, 0.5, false, -M_PI / 2);
     const double x_label_y = std::max(top + grid_h + col_label_h, below_grid) + 14;
     draw_text(cr, m.x_label, left + grid_w / 2, x_label_y, kLabelSize, 0.5);
     if (!note.empty()) draw_text(cr, note, 12, x_label_y + 22, kTickSize);
@@ -334,7 +337,7 @@ std::function<void(cairo_t*)> image_grid_drawing(const ImageGrid& g, int64_t& wi
   return [=](cairo_t* cr) {
     white_page(cr);
     draw_text(cr, g.title, double(width) / 2, 20, kTitleSize, 0.5, true);
-    double x = gap;
+    double x = std::round((double(width) - w) / 2) + gap;  // the grid centred under a wider title
     for (size_t c = 0; c < g.columns.size(); ++c) {
       draw_text(cr, g.columns[c].label, x + col_w[c] / 2, top + 6, kTickSize, 0.5, true);
       double y = top + label_h;

@@ -92,8 +92,8 @@ void write_layer_maps(const std::string& dir, const std::string& title, const st
     write_file_atomic(stem + ".csv", csv);
     const auto [lo, hi] = colour_range(m.score);
     Figure(HeatMap{.title = cat(title, ": ", objective, ", ", protocol, " stitch, relative score"),
-                   .x_label = "end model's block (stitched into)",
-                   .y_label = "front model's block (stitched from)",
+                   .x_label = "end model's block (into)",
+                   .y_label = "front model's block (from)",
                    .rows = int64_t(m.rows.size()),
                    .cols = int64_t(m.cols.size()),
                    .values = m.score,
