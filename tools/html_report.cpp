@@ -72,11 +72,20 @@ std::string shell_word(const std::string& word) {
   return quoted + "'";
 }
 
+// Whether the command's option `name` is a flag (it takes no value).
+bool is_flag(const std::string& command, const std::string& name) {
+  for (const Command* c : commands())
+    if (c->name == command)
+      for (const OptionSpec& o : c->options)
+        if (o.name == name) return o.value.empty();
+  return false;
+}
+
 // The command line the options came from, options in name order.
 std::string command_line(const Args& args) {
   std::string line = "adjoint " + args.command();
   for (const auto& [name, value] : args.given())
-    if (name != "help") line += " --" + name + (value.empty() ? "" : " " + shell_word(value));
+    if (name != "help") line += " --" + name + (is_flag(args.command(), name) ? "" : " " + shell_word(value));
   for (const std::string& p : args.positionals()) line += " " + shell_word(p);
   return line;
 }

@@ -316,7 +316,8 @@ std::function<void(cairo_t*)> heat_map_drawing(const HeatMap& m, int64_t& width,
 
 // The drawing of a grid of images; sets its size.
 std::function<void(cairo_t*)> image_grid_drawing(const ImageGrid& g, int64_t& width, int64_t& height) {
-  constexpr double gap = 8, label_h = 20, caption_h = 16, top = 40;
+  constexpr double gap = 8, label_h = 20, caption_h = 16;
+  const double top = g.title.empty() ? 0 : 40;
   size_t rows = 0;
   for (const SheetColumn& c : g.columns) rows = std::max(rows, c.cells.size());
   check(rows > 0, "image grid '", g.title, "': no images");
@@ -336,7 +337,7 @@ std::function<void(cairo_t*)> image_grid_drawing(const ImageGrid& g, int64_t& wi
   height = int64_t(std::ceil(h));
   return [=](cairo_t* cr) {
     white_page(cr);
-    draw_text(cr, g.title, double(width) / 2, 20, kTitleSize, 0.5, true);
+    if (!g.title.empty()) draw_text(cr, g.title, double(width) / 2, 20, kTitleSize, 0.5, true);
     double x = std::round((double(width) - w) / 2) + gap;  // the grid centred under a wider title
     for (size_t c = 0; c < g.columns.size(); ++c) {
       draw_text(cr, g.columns[c].label, x + col_w[c] / 2, top + 6, kTickSize, 0.5, true);

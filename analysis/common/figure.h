@@ -61,7 +61,7 @@ struct HeatMap {
 std::pair<double, double> data_range(const std::vector<double>& values);
 
 struct ImageGrid {
-  std::string title;
+  std::string title;  // empty: none (a contact sheet)
   std::vector<SheetColumn> columns;  // heatmap.h: a label over each column, captioned images
 };
 
