@@ -191,7 +191,7 @@ std::function<void(cairo_t*)> line_chart_drawing(const LineChart& c, int64_t& wi
     draw_text(cr, c.x_label + (c.log_x ? " (log scale)" : ""), left + plot_w / 2, top + plot_h + 38, kLabelSize, 0.5);
     draw_text(cr, c.y_label, 14, top + plot_h / 2, kLabelSize, 0.5, false, -M_PI / 2);
     cairo_save(cr);
-    cairo_rectangle(cr, left, top, plot_w, plot_h);
+    cairo_rectangle(cr, left - 4, top - 4, plot_w + 8, plot_h + 8);  // a dot on the frame shows whole
     cairo_clip(cr);
     cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
     cairo_set_line_cap(cr, CAIRO_LINE_CAP_ROUND);
