@@ -28,6 +28,7 @@
 #include "ops/conv.h"
 #include "ops/matmul.h"
 #include "tools/cli.h"
+#include "tools/html_report.h"
 #include "tools/bench_explain.h"
 #include "tools/bench_models.h"
 #include "tools/bench_stitch.h"
@@ -201,11 +202,22 @@ const NamedBenchmark kBenchmarks[] = {
     {"stitch", run_bench_stitch},
 };
 
+// FILE.html beside the results written with --out FILE (tools/html_report.h).
+void write_bench_report(const cli::Args& args, const std::string& benchmark) {
+  if (args.has("out"))
+    cli::write_html_report_for_file(args.text("out"), args,
+                                    cli::file_report(args.text("out"), "adjoint bench " + benchmark + ": " + blas_kernels()));
+}
+
 int run_bench(const cli::Args& args) {
   if (!args.positionals().empty()) {
     std::string names;
     for (const NamedBenchmark& b : kBenchmarks) {
-      if (args.positionals()[0] == b.name) return b.run(args);
+      if (args.positionals()[0] == b.name) {
+        const int code = b.run(args);
+        if (code == 0) write_bench_report(args, b.name);
+        return code;
+      }
       names += cat(b.name, ", ");
     }
     throw UsageError(cat("bench: unknown benchmark '", args.positionals()[0], "' (", names, "or none for the ops)"));
@@ -245,6 +257,7 @@ int run_bench(const cli::Args& args) {
   }
   print_table(rows);
   if (!out_path.empty()) write_results(out_path, rows, batch, repeats);
+  write_bench_report(args, "ops (matmul, conv2d)");
   return 0;
 }
 

@@ -149,6 +149,13 @@ Args::Args(std::string command, std::map<std::string, std::string> values, std::
       fallbacks_(std::move(fallbacks)),
       positionals_(std::move(positionals)) {}
 
+std::map<std::string, std::string> Args::options() const {
+  std::map<std::string, std::string> all = fallbacks_;
+  for (const auto& [name, value] : values_) all[name] = value;
+  all.erase("help");
+  return all;
+}
+
 bool Args::flag(const std::string& name) const { return values_.count(name) > 0; }
 bool Args::has(const std::string& name) const { return values_.count(name) > 0; }
 

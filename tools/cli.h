@@ -48,6 +48,10 @@ class Args {
   std::vector<std::string> list(const std::string& name) const;
   const std::vector<std::string>& positionals() const { return positionals_; }
   const std::string& command() const { return command_; }
+  // The options given on the command line, and every option of the command with the value
+  // it has (given, else its default; empty for an absent option without one): for reports.
+  const std::map<std::string, std::string>& given() const { return values_; }
+  std::map<std::string, std::string> options() const;
 
  private:
   std::string command_;

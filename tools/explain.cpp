@@ -11,6 +11,7 @@
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "tools/cli.h"
+#include "tools/html_report.h"
 #include "tools/model_source.h"
 #include "tools/progress.h"
 
@@ -275,6 +276,11 @@ int run_explain(const cli::Args& a) {
   print_summary(r.table);
   std::printf("wrote %zu files to %s%s\n", r.files.size(), o.out_dir.c_str(),
               o.metrics.empty() ? "" : " (metrics.md, metrics.csv, metrics.json)");
+  cli::HtmlReport page = cli::folder_report(o.out_dir, cat("adjoint explain: ", join(o.methods, ", "), " on ",
+                                                           model.config().arch, ", ", in.source));
+  for (const std::string& file : r.files)  // the first images' contact sheets
+    if (file.ends_with("/sheet.png") && page.figures.size() < 8) page.figures.push_back(file);
+  cli::write_html_report(o.out_dir, a, page);
   return 0;
 }
 

@@ -9,7 +9,9 @@ mode=${1:-demo}
 build=${BUILD_DIR:-build}
 
 packages=(g++ meson ninja-build pkg-config cmake libopenblas-dev libtbb-dev libstb-dev doctest-dev
-          zlib1g-dev dataset-fashion-mnist)
+          zlib1g-dev libcairo2-dev fonts-dejavu-core dataset-fashion-mnist)
+# The test mode also opens the HTML reports in a headless browser (tools/check_reports.sh).
+[ "$mode" = test ] && packages+=(chromium python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -46,7 +48,20 @@ case "$mode" in
     passed=$(echo "$line" | sed -E 's/.*\| *([0-9]+) passed.*/\1/')
     failed=$(echo "$line" | sed -E 's/.*\| *([0-9]+) failed.*/\1/')
     rm -f "$log"
-    echo "${passed:-0} passed, ${failed:-1} failed"
+    passed=${passed:-0}
+    failed=${failed:-1}
+    # The reports in a real browser: one more test, passed or failed.
+    if command -v chromium >/dev/null 2>&1; then
+      if bash tools/check_reports.sh "$build"; then
+        passed=$((passed + 1))
+      else
+        failed=$((failed + 1))
+        status=1
+      fi
+    else
+      echo "tools/check_reports.sh skipped: chromium is not installed"
+    fi
+    echo "$passed passed, $failed failed"
     exit "$status"
     ;;
   *)

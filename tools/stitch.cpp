@@ -9,6 +9,7 @@
 #include "models/checkpoint.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
+#include "tools/html_report.h"
 #include "tools/model_source.h"
 
 namespace adjoint {
@@ -118,6 +119,9 @@ int run_stitch(const cli::Args& a) {
   });
   std::printf("done: %s/results.md, results.csv, results.json; stitches in %s/stitches\n", o.out_dir.c_str(),
               o.out_dir.c_str());
+  cli::HtmlReport page = cli::folder_report(o.out_dir, cat("adjoint stitch: ", front.name, " -> ", end.name, " on ", spec));
+  cli::add_figures(page, o.out_dir + "/iris");
+  cli::write_html_report(o.out_dir, a, page);
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tools/cli.h"
+#include "tools/html_report.h"
 #include "tools/model_source.h"
 #include "tools/progress.h"
 
@@ -260,6 +261,7 @@ int run_pair(const cli::Args& a) {
     write_file_atomic(out + "/tensorsim.json", to_json(json, 2) + "\n");
     write_file_atomic(out + "/tensorsim.md", md);
     std::printf("wrote %s/tensorsim.{csv,json,md}\n", out.c_str());
+    cli::write_html_report(out, a, cli::folder_report(out, cat("adjoint tensorsim: ", pair, ", ", score.method)));
   }
   return 0;
 }
@@ -391,6 +393,7 @@ int run_run(const cli::Args& a) {
   std::printf("%zu checkpoints; similarity of the first to the last %s; wrote %s/run_similarity.{csv,json,md}, "
               "pairwise_similarity.{csv,png}, similarity_over_steps.png\n",
               K, fixed(to_last.front()).c_str(), out.c_str());
+  cli::write_html_report(out, a, cli::folder_report(out, cat("adjoint tensorsim --run ", dir, ": ", method)));
   return 0;
 }
 

@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "analysis/common/figure.h"
 #include "analysis/stitching/robustness.h"
 #include "analysis/stitching/pair.h"
 #include "engine/autograd.h"
@@ -21,6 +23,7 @@
 #include "ops/layout.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
+#include "tools/html_report.h"
 #include "tools/model_source.h"
 #include "tools/progress.h"
 
@@ -58,6 +61,32 @@ TrainingStep training_step(const cli::Args& a, const TrainOptions& o, const Data
     names += cat(names.empty() ? "" : ", ", k.name);
   }
   throw UsageError(cat("--adversarial: unknown training '", name, "'; choices: ", names));
+}
+
+// The loss and accuracy curves of a run, over steps: the running means over each epoch
+// that the progress reported (this process's steps) and the test set's at each epoch's end;
+// OUT/training_loss and OUT/training_accuracy, .png and .svg.
+void write_training_curves(const std::string& dir, const std::string& title, const std::vector<Progress>& steps,
+                           const std::vector<EpochRecord>& records) {
+  std::map<int64_t, size_t> column;  // step → position on the x axis
+  for (const Progress& p : steps) column[p.step];
+  for (const EpochRecord& r : records) column[r.step];
+  if (column.empty()) return;
+  std::vector<double> x;
+  for (auto& [step, at] : column) at = x.size(), x.push_back(double(step));
+  const auto chart = [&](const char* what, double Progress::*running, double EpochRecord::*train_end,
+                         double EpochRecord::*test_end, double scale) {
+    std::vector<double> run(x.size(), NAN), train_at_end(x.size(), NAN), test(x.size(), NAN);
+    for (const Progress& p : steps) run[column[p.step]] = scale * p.*running;
+    for (const EpochRecord& r : records) train_at_end[column[r.step]] = scale * r.*train_end, test[column[r.step]] = scale * r.*test_end;
+    return LineChart{.title = cat(title, ": ", what), .x_label = "step", .y_label = what, .x = x,
+                     .series = {{"train, running mean over the epoch", run, kSeriesColours[0]},
+                                {"train, epoch mean", train_at_end, kSeriesColours[2]},
+                                {"test, end of epoch", test, kSeriesColours[1]}}};
+  };
+  Figure(chart("loss", &Progress::loss, &EpochRecord::train_loss, &EpochRecord::test_loss, 1)).write(dir + "/training_loss");
+  Figure(chart("accuracy (%)", &Progress::accuracy, &EpochRecord::train_accuracy, &EpochRecord::test_accuracy, 100))
+      .write(dir + "/training_accuracy");
 }
 
 int run_train(const cli::Args& a) {
@@ -113,7 +142,9 @@ int run_train(const cli::Args& a) {
   std::unique_ptr<cli::ProgressBar> bar;
   int64_t bar_epoch = -1;
   bool first_step = true;
+  std::vector<Progress> steps;  // for the training curves
   auto on_progress = [&](const Progress& p) {
+    steps.push_back(p);
     if (first_step && p.resumed_from > 0) {
       std::printf("resumed from step %lld\n", (long long)p.resumed_from);
       std::fflush(stdout);  // before the bar, which goes to stderr
@@ -154,6 +185,9 @@ int run_train(const cli::Args& a) {
   if (!records.empty())
     std::printf("done: test accuracy %.2f%% (%s); checkpoint %s/checkpoint.safetensors, log %s/log.csv\n",
                 100 * records.back().test_accuracy, test_set.c_str(), o.out_dir.c_str(), o.out_dir.c_str());
+  const std::string title = cat(config.arch, " on ", data.spec, ", ", o.optimizer, " lr ", o.lr, ", seed ", o.seed);
+  write_training_curves(o.out_dir, title, steps, records);
+  cli::write_html_report(o.out_dir, a, cli::folder_report(o.out_dir, "adjoint train: " + title));
   return 0;
 }
 

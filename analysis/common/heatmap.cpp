@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "analysis/common/figure.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 
@@ -191,44 +192,7 @@ void draw_text(Image& image, const std::string& text, int64_t x, int64_t y, Rgb 
   }
 }
 
-Image contact_sheet(const std::vector<SheetColumn>& columns) {
-  constexpr int64_t gap = 6;
-  const Rgb ink{0, 0, 0};
-  size_t rows = 0;
-  for (const SheetColumn& c : columns) rows = std::max(rows, c.cells.size());
-  const int64_t label_h = text_height() + 4;
-  bool any_caption = false;
-  std::vector<int64_t> col_w(columns.size(), 0), row_h(rows, 0);
-  for (size_t c = 0; c < columns.size(); ++c) {
-    col_w[c] = text_width(columns[c].label);
-    for (size_t r = 0; r < columns[c].cells.size(); ++r) {
-      const SheetCell& cell = columns[c].cells[r];
-      col_w[c] = std::max({col_w[c], cell.image.width, text_width(cell.caption)});
-      row_h[r] = std::max(row_h[r], cell.image.height);
-      any_caption = any_caption || !cell.caption.empty();
-    }
-  }
-  const int64_t caption_h = any_caption ? text_height() + 2 : 0;
-  int64_t width = gap, height = gap + label_h;
-  for (int64_t w : col_w) width += w + gap;
-  for (int64_t h : row_h) height += h + caption_h + gap;
-  Image sheet(width, height);
-  int64_t x = gap;
-  for (size_t c = 0; c < columns.size(); ++c) {
-    draw_text(sheet, columns[c].label, x, gap, ink);
-    int64_t y = gap + label_h;
-    for (size_t r = 0; r < rows; ++r) {
-      if (r < columns[c].cells.size()) {
-        const SheetCell& cell = columns[c].cells[r];
-        sheet.paste(cell.image, x, y);
-        if (!cell.caption.empty()) draw_text(sheet, cell.caption, x, y + cell.image.height + 1, ink);
-      }
-      y += row_h[r] + caption_h + gap;
-    }
-    x += col_w[c] + gap;
-  }
-  return sheet;
-}
+Image contact_sheet(const std::vector<SheetColumn>& columns) { return Figure(ImageGrid{"", columns}).pixels(); }
 
 std::string encode_png(const Image& image) {
   check(image.width > 0 && image.height > 0, "encode_png: empty image ", image.width, "x", image.height);

@@ -1,6 +1,7 @@
-// Plots for analysis results, as PNG images (analysis/common/heatmap.h's Image): line charts of
-// values over training steps and a matrix as a heat-map. Small and dependency-free: axes,
-// a few tick labels, lines and a legend, drawn pixel by pixel.
+// Plots for analysis results, as pictures (analysis/common/heatmap.h's Image): line charts of
+// values over training steps and a matrix as a heat-map, drawn by analysis/common/figure.h
+// (Cairo: anti-aliased, real text, round ticks, a colour bar on every heat-map). New code
+// can use figure.h directly, which also writes SVG.
 #pragma once
 #include <string>
 #include <vector>
@@ -27,7 +28,8 @@ Image line_chart(const std::string& title, const std::string& x_label, const std
                  double y_max);
 
 // An n×m matrix (row-major) as coloured cells on the diverging scale ±scale (blue < 0 <
-// red), with a title, row/column labels at a few ticks, and `cell` pixels per entry.
+// red), with a title, row/column labels, and a colour bar that says the scale is fixed.
+// `cell` is no longer used: the figure sizes its cells.
 Image matrix_heatmap(const std::string& title, const std::vector<double>& values, int64_t rows, int64_t cols,
                      const std::vector<std::string>& labels, double scale, int64_t cell);
 

@@ -5,8 +5,8 @@
 #include <map>
 #include <set>
 
+#include "analysis/common/figure.h"
 #include "analysis/common/heatmap.h"
-#include "analysis/common/plot.h"
 #include "analysis/stitching/protocol.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
@@ -91,9 +91,21 @@ void write_layer_maps(const std::string& dir, const std::string& title, const st
     }
     write_file_atomic(stem + ".csv", csv);
     const auto [lo, hi] = colour_range(m.score);
-    write_png(stem + ".png", score_matrix(cat(objective, ", ", protocol, ": relative score"), m.score,
-                                          int64_t(m.rows.size()), int64_t(m.cols.size()), m.row_names, m.col_names,
-                                          "front block", "end block", lo, hi));
+    Figure(HeatMap{.title = cat(title, ": ", objective, ", ", protocol, " stitch, relative score"),
+                   .x_label = "end model's block (into)",
+                   .y_label = "front model's block (from)",
+                   .rows = int64_t(m.rows.size()),
+                   .cols = int64_t(m.cols.size()),
+                   .values = m.score,
+                   .row_labels = m.row_names,
+                   .col_labels = m.col_names,
+                   .lo = lo,
+                   .hi = hi,
+                   .scale = ColourScale::Sequential,
+                   .range_note = cat("relative score = stitched accuracy / end model's accuracy; colour scale from the "
+                                     "data: white ", lo, " to red ", hi),
+                   .print_values = true})
+        .write(stem);
   }
   write_file_atomic(dir + "/layer_maps.md", md);
 }
@@ -113,12 +125,11 @@ void write_iri_grid(const std::string& path, const std::string& title, const Ten
                        {{picture(targets, i), "x (target)"},
                         {picture(starts, i), "x0 (start)"},
                         {picture(iris, i), cat("x' dist ", three_decimals(distance[size_t(i)]))}}});
-  const Image sheet = contact_sheet(columns);
-  // The title above the sheet.
-  Image out(std::max(sheet.width, text_width(title) + 12), sheet.height + text_height() + 10);
-  draw_text(out, title, 6, 6, Rgb{0, 0, 0});
-  out.paste(sheet, 0, text_height() + 10);
-  write_png(path, out);
+  // The grid as PNG at `path` and as SVG beside it.
+  const Figure grid(ImageGrid{title, columns});
+  write_file_atomic(path, grid.png());
+  const size_t dot = path.rfind('.');
+  write_file_atomic((dot == std::string::npos ? path : path.substr(0, dot)) + ".svg", grid.svg());
 }
 
 }  // namespace adjoint

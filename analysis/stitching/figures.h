@@ -4,10 +4,11 @@
 //   layer maps   per objective × protocol, the relative score of every (front block i,
 //                end block j) the sweep measured, as a matrix with A's blocks down and B's
 //                across: layer_map_<objective>_<protocol>.csv and .png, and all of them in
-//                layer_maps.md. A pair the sweep did not measure is empty (grey).
+//                layer_maps.md, with a .svg of each picture. A pair the sweep did not measure
+//                is empty (grey). Drawn by analysis/common/figure.h, with a colour bar.
 //   IRI grid     a few IRIs of one front block beside the images they imitate: one column
 //                per image, rows x (the target), x₀ (the start) and x′ (the IRI, captioned
-//                with its relative distance ‖A_i(x′) − A_i(x)‖ / ‖A_i(x)‖).
+//                with its relative distance ‖A_i(x′) − A_i(x)‖ / ‖A_i(x)‖); PNG and SVG.
 // Every file is written atomically.
 #pragma once
 #include <cstdint>
