@@ -34,7 +34,7 @@ struct Checkpoint {
 };
 
 // Where a run stands after `step` optimizer steps, in the words training prints after each
-// epoch: "epoch 3" at the end of the third, "epoch 1 (150 of 469 batches)" within the first
+// epoch: "epoch 3" at the end of the third, "epoch 1 (150 of 468 batches)" within the first
 // (a run cut short by --max-steps or --quick, or a --checkpoint-every save). Without the
 // batches per epoch (0): "N epochs completed".
 std::string training_position(int64_t step, int64_t epochs_completed, int64_t batches_per_epoch);

@@ -138,7 +138,7 @@ int run_train(const cli::Args& a) {
   auto on_epoch = [&](const EpochRecord& r) {
     bar.reset();
     bar_epoch = -1;
-    // "epoch 1 (150 of 469 batches)" for a run cut short, as `info` and `eval` then say.
+    // "epoch 1 (150 of 468 batches)" for a run cut short, as `info` and `eval` then say.
     std::printf("%s: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %s, %.0f samples/s\n",
                 training_position(r.step, r.epoch, r.batches_per_epoch).c_str(), r.train_loss, 100 * r.train_accuracy, r.test_loss, 100 * r.test_accuracy,
                 cli::format_duration(r.seconds).c_str(), r.samples_per_second);
