@@ -7,6 +7,7 @@
 // Usage: explain_image [CHECKPOINT [INDEX [OUT.png]]]
 //   defaults: runs/quickstart/checkpoint.safetensors (made by tools/quickstart.sh demo),
 //   test image 0, explanation.png
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>

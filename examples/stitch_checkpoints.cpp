@@ -7,6 +7,7 @@
 // Usage: stitch_checkpoints [FRONT.ckpt [END.ckpt [BLOCK [OUT.safetensors]]]]
 //   defaults: runs/C1/checkpoint.safetensors, runs/S1/checkpoint.safetensors (the README's
 //   stitch example makes both), block 3, and the stitch is not written.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>

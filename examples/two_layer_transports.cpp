@@ -13,6 +13,7 @@
 //                  computed here by hand from the weights.
 //
 // Usage: two_layer_transports [SEED]   (default 7)
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
