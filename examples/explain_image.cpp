@@ -33,6 +33,7 @@ int main(int argc, char** argv) try {
 
   // One test image of that data set, as raw pixels in [0, 1] (TestOnly: the training
   // files are not read).
+  check(!loaded.data_spec.empty(), "checkpoint ", checkpoint, " names no data set");
   const DataSource data = open_data(loaded.data_spec, DataSplits::TestOnly);
   check(index >= 0 && index < data.test->size(), "test image ", index, " is out of range: ", data.spec, " has ",
         data.test->size());
@@ -40,15 +41,17 @@ int main(int argc, char** argv) try {
   Tensor raw = Tensor::empty({1, image[0], image[1], image[2]});
   const int64_t label = data.test->get(index, raw.data());
 
-  // The model sees (raw − mean) / std per channel; the explanations are of that input.
+  // The model sees (raw − mean) / std per channel (one value may serve every channel);
+  // the explanations are of that input.
   Tensor x = raw.clone();
-  const int64_t plane = image[1] * image[2];
-  for (int64_t ch = 0; ch < image[0]; ++ch)
-    for (int64_t p = 0; p < plane; ++p) {
-      float& v = x.data()[ch * plane + p];
+  if (!loaded.mean.empty()) {
+    const int64_t plane = image[1] * image[2];
+    for (int64_t ch = 0; ch < image[0]; ++ch) {
       const size_t k = loaded.mean.size() == 1 ? 0 : size_t(ch);
-      if (!loaded.mean.empty()) v = (v - loaded.mean[k]) / loaded.std[k];
+      float* pixels = x.data() + ch * plane;
+      for (int64_t i = 0; i < plane; ++i) pixels[i] = (pixels[i] - loaded.mean[k]) / loaded.std[k];
     }
+  }
 
   // Explain the predicted class. Each method is one backward pass from the logits: the
   // cotangent e_c, transported by the soft pullback or the exact gradient.
