@@ -100,6 +100,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   }
   c.epoch = metadata_int(file.metadata, "epoch", path);
   c.step = metadata_int(file.metadata, "step", path);
+  if (file.metadata.count("train.batches_per_epoch"))
+    c.batches_per_epoch = metadata_int(file.metadata, "train.batches_per_epoch", path);
   c.metadata = file.metadata;
   for (auto& [name, t] : file.tensors) {
     require_floating_point(file, name, path);
@@ -120,6 +122,19 @@ std::shared_ptr<Model> model_from_checkpoint(const Checkpoint& checkpoint) {
   }
   load_state_dict(*model, checkpoint.model, cat("checkpoint ", checkpoint.path, " (", checkpoint.config.arch, ")"));
   return model;
+}
+
+std::string training_position(int64_t step, int64_t epochs_completed, int64_t batches_per_epoch) {
+  if (batches_per_epoch <= 0) return cat(epochs_completed, epochs_completed == 1 ? " epoch" : " epochs", " completed");
+  if (step == 0) return "epoch 0 (no step taken)";
+  const int64_t epoch = (step + batches_per_epoch - 1) / batches_per_epoch;  // the epoch the last step belongs to
+  const int64_t done = step - (epoch - 1) * batches_per_epoch;
+  if (done == batches_per_epoch) return cat("epoch ", epoch);
+  return cat("epoch ", epoch, " (", done, " of ", batches_per_epoch, " batches)");
+}
+
+std::string training_position(const Checkpoint& checkpoint) {
+  return training_position(checkpoint.step, checkpoint.epoch, checkpoint.batches_per_epoch);
 }
 
 }  // namespace adjoint

@@ -28,7 +28,17 @@ struct Checkpoint {
   std::map<std::string, std::string> metadata;
   int64_t epoch = 0;  // epochs completed
   int64_t step = 0;   // optimizer steps taken
+  // The run's batches per epoch (metadata "train.batches_per_epoch"); 0 where the file does
+  // not say (checkpoints written before it was stored, or outside a training run).
+  int64_t batches_per_epoch = 0;
 };
+
+// Where a run stands after `step` optimizer steps, in the words training prints after each
+// epoch: "epoch 3" at the end of the third, "epoch 1 (150 of 468 batches)" within the first
+// (a run cut short by --max-steps or --quick, or a --checkpoint-every save). Without the
+// batches per epoch (0): "N epochs completed".
+std::string training_position(int64_t step, int64_t epochs_completed, int64_t batches_per_epoch);
+std::string training_position(const Checkpoint& checkpoint);
 
 // Writes atomically (temporary file, then rename).
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer* optimizer,

@@ -51,11 +51,24 @@ struct Block {
   std::function<Tensor(const Tensor&)> with_next;
 };
 
+// What a model says about itself, so that code outside models/ asks the model instead of
+// testing its architecture's name. Each family sets these in its constructor.
+struct ModelFacts {
+  // The block Grad-CAM reads by default, where the family fixes it (a ViT: the input of its
+  // last transformer block, analysis/pullbacks/explain.h says why). Empty: the last block
+  // before the head whose output map is larger than 1×1, found by running the model.
+  std::string gradcam_block;
+  // Dropout in training mode (VGG's ImageNet classifier): random state that the parts of a
+  // data-parallel batch would all draw from at once.
+  bool has_dropout = false;
+};
+
 class Model : public Module {
 public:
   explicit Model(ModelConfig config) : config_(std::move(config)) {}
   const ModelConfig& config() const { return config_; }
   const std::vector<Block>& blocks() const { return blocks_; }
+  const ModelFacts& facts() const { return facts_; }
   size_t num_blocks() const { return blocks_.size(); }
   // Index of a block by name; throws listing the names when absent.
   size_t block_index(const std::string& name) const;
@@ -79,10 +92,12 @@ protected:
   void add_block(std::string name, std::function<Tensor(const Tensor&)> forward);
   // Sets the last added block's `with_next` (the block to follow must be added next).
   void set_with_next(std::function<Tensor(const Tensor&)> both);
+  void set_facts(ModelFacts facts) { facts_ = std::move(facts); }
 
 private:
   ModelConfig config_;
   std::vector<Block> blocks_;
+  ModelFacts facts_;
 };
 
 // Builds any architecture named in config.arch with freshly initialised weights.

@@ -224,7 +224,7 @@ void for_each_part(const Batch& batch, int64_t parts, const std::function<void(i
 void check_data_parallel(const Model& model, int64_t parts) {
   if (parts <= 1) return;
   const ModelConfig& c = model.config();
-  const bool dropout = c.arch.rfind("vgg", 0) == 0 && !c.small_stem;
+  const bool dropout = model.facts().has_dropout;
   if (!model.named_buffers().empty() || dropout)
     throw UsageError(cat("--data-parallel ", parts, ": ", c.arch,
                          dropout ? " has dropout" : " has BatchNorm",
@@ -452,7 +452,10 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   }
   const int64_t resumed_from = step;
 
-  std::map<std::string, std::string> meta = {{"data.mean", join(data.mean)}, {"data.std", join(data.std)}};
+  // The batches per epoch let `info` and `eval` say where in its epoch a checkpoint stands.
+  std::map<std::string, std::string> meta = {{"data.mean", join(data.mean)},
+                                             {"data.std", join(data.std)},
+                                             {"train.batches_per_epoch", std::to_string(per_epoch)}};
   for (const auto& [key, value] : resume_keys(o, data, training_step)) meta[key] = value;
   // The output folder is made by the first write, so that a run failing at its first
   // step leaves no empty folder behind.
@@ -503,6 +506,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
                   double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,
                   train_seconds, double(samples) / train_seconds, optimizer->lr()};
     r.diverged = !std::isfinite(test.loss);
+    r.batches_per_epoch = per_epoch;
     records.push_back(r);
     // A diverged model's weights would replace the last good checkpoint: keep that one,
     // log the epoch (its loss as null / nan) and stop; more epochs cannot recover.

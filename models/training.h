@@ -63,6 +63,7 @@ struct EpochRecord {
   double seconds = 0, samples_per_second = 0;
   double lr = 0;
   bool diverged = false;  // the test loss is not finite: training stopped after this epoch
+  int64_t batches_per_epoch = 0;  // for training_position (models/checkpoint.h); not logged
 };
 
 struct Evaluation {

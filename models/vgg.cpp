@@ -75,6 +75,7 @@ public:
     auto fc3 = classifier->register_module("3", std::make_shared<Linear>(4096, 4096, true, gen));
     auto fc6 = classifier->register_module("6", std::make_shared<Linear>(4096, config.num_classes, true, gen));
     auto dropout_gen = std::make_shared<Generator>(gen.seed() ^ 0x5eedull);
+    set_facts({.gradcam_block = "", .has_dropout = true});
     const Module* self = this;
     add_block("head", [=](const Tensor& x) {
       const bool train = self->training();

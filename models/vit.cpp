@@ -96,6 +96,9 @@ public:
       if (average) return head->forward(norm->forward(mean(slice(x, 1, 1, x.size(1)), {1})));  // (B, D)
       return class_token_head(slice(x, 1, 0, 1));  // LayerNorm is per token: normalise the class token alone
     });
+    // Grad-CAM reads the input of the last transformer block: the gradient at the patch
+    // tokens of its output is zero (analysis/pullbacks/explain.h).
+    set_facts({.gradcam_block = depth >= 2 ? cat("blocks.", depth - 2) : std::string("patch_embed")});
   }
 };
 

@@ -323,7 +323,10 @@ const cli::Registration explain_command({
         {"smoothgrad-samples", "N", "SmoothGrad samples", "50"},
         {"ig-steps", "N", "integrated-gradients steps", "50"},
         {"ig-rule", "RULE", "trapezoid or gauss-legendre", "trapezoid"},
-        {"gradcam-block", "NAME", "Grad-CAM block (default: the last before the head)", ""},
+        {"gradcam-block", "NAME",
+         "Grad-CAM block (default: the last whose output map is larger than 1×1; a ViT: the input of its last "
+         "transformer block)",
+         ""},
         {"seed", "N", "SmoothGrad noise and the metrics' draws", "0"},
         {"range", "LO,HI", "input range (default: [0, 1] through the normalisation)", ""},
         {"metrics", "LIST", cat("metrics, or none (default: all but ", spoken_list(metric_names_where(not_by_default)), ")"), ""},

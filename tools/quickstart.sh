@@ -32,7 +32,7 @@ threads=()
 
 case "$mode" in
   demo)
-    # The main job: a small ResNet-18 trained on Fashion-MNIST for a few minutes, then
+    # The main job: a small ResNet-18 trained on Fashion-MNIST (--quick: about 35 s on 2 cores), then
     # evaluated on the whole test set.
     "$build"/tools/adjoint "${threads[@]}" train --model resnet18 --data fashion-mnist --quick --overwrite --out runs/quickstart
     "$build"/tools/adjoint "${threads[@]}" eval --checkpoint runs/quickstart/checkpoint.safetensors

@@ -104,12 +104,6 @@ void clamp_into(Tensor& x, const InputRange& range) {
 
 }  // namespace
 
-std::vector<std::string> input_step_rules() {
-  std::vector<std::string> names;
-  for (const RuleEntry& r : kRules) names.push_back(r.name);
-  return names;
-}
-
 InputSearchResult minimise_per_example(const std::function<Tensor(const Tensor&)>& losses, const Tensor& x0,
                                        const InputSearchOptions& o) {
   check(o.steps >= 0, "input search: the number of steps must be non-negative, got ", o.steps);

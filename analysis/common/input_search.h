@@ -42,9 +42,6 @@ struct InputSearchOptions {
   std::function<void(Tensor& x)> project;
 };
 
-// The rules' names, for --help and errors.
-std::vector<std::string> input_step_rules();
-
 struct InputSearchResult {
   Tensor best;                     // per example, the iterate with the lowest loss seen (keep_best), else the last
   std::vector<double> best_loss;   // its loss (keep_best only)

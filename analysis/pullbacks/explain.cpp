@@ -428,10 +428,8 @@ std::string default_gradcam_block(const Model& model, const Shape& input) {
   const auto& blocks = model.blocks();
   check(blocks.size() >= 2, "gradcam: model ", model.config().arch, " has ", blocks.size(),
         " blocks; Grad-CAM needs one before the head");
-  if (model.config().arch.rfind("vit", 0) == 0) {
-    // The input of the last transformer block (see explain.h).
-    return blocks.size() >= 3 ? blocks[blocks.size() - 3].name : blocks.front().name;
-  }
+  // A family that fixes its block says so (a ViT: the input of its last transformer block).
+  if (!model.facts().gradcam_block.empty()) return model.facts().gradcam_block;
   // The blocks' output sizes for one input of this shape, in eval mode (statistics fixed).
   check(input.size() == 4, "gradcam: expects images (N, C, H, W), got ", input);
   Model& m = const_cast<Model&>(model);
