@@ -108,7 +108,7 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   const DataSource data = open_data("fashion-mnist:" + dir.path().string());
   const std::string a = train_tiny(data, dir, "A", 1), b = train_tiny(data, dir, "B", 2);
   const std::string out = dir.file("sweep");
-  const std::string common = "stitch --front " + a + " --end " + b + " --pairs 2:2,4:3 --train-images 100 --epochs 2 --batch 25";
+  const std::string common = "stitch --front " + a + " --end " + b + " --pairs 2:2,4:3 --train-images 100 --steps 8 --batch 25";
   const std::string sweep = common + " --objectives hlm,fula --protocol standard,control,invariance --iri-images 20"
                                      " --iri-steps 40 --out " + out;
   const Run first = adjoint_cli(sweep, dir);
@@ -127,7 +127,13 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     CHECK(stitched >= 0.0);
     CHECK(stitched <= 1.0);
     CHECK(cell.find("relative_score")->as_number() == doctest::Approx(stitched / end));
-    if (cell.find("protocol")->as_string() != "standard") CHECK(cell.find("end_agrees_on_iris")->is_number());
+    // The IRI columns belong to invariance rows alone.
+    const bool invariance = cell.find("protocol")->as_string() == "invariance";
+    for (const char* column : {"end_agrees_on_iris", "end_agrees_with_starts_on_iris", "iri_median_distance",
+                               "iri_p90_distance", "iri_share_below_0.05"})
+      CHECK_MESSAGE(cell.find(column)->is_number() == invariance, column);
+    CHECK(cell.find("iri_poor")->is_bool() == invariance);
+    CHECK(cell.find("steps")->as_int() == 8);  // --steps 8 under every protocol, 100 images or 20
   }
   CHECK(read_text(out + "/results.md").find("| 4 layer2.1 | 3 layer2.0 | fula | invariance |") != std::string::npos);
   const SafetensorsFile stitch = read_safetensors(out + "/stitches/front2_end2_hlm_standard.safetensors");
@@ -154,8 +160,8 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   CHECK(read_text(out + "/layer_maps.md").find("## fula, invariance") != std::string::npos);
 
   // A rerun reads every finished cell back: nothing is retrained, no file changes.
-  const std::string weights_before = read_text(out + "/stitches/front4_end3_fula_control.safetensors");
-  fs::remove(out + "/cells/front4_end3_fula_control.json");  // as if interrupted before this cell finished
+  const std::string weights_before = read_text(out + "/stitches/front4_end3_fula_invariance.safetensors");
+  fs::remove(out + "/cells/front4_end3_fula_invariance.json");  // as if interrupted before this cell finished
   const Run again = adjoint_cli(sweep, dir);
   REQUIRE_MESSAGE(again.exit_code == 0, again.output);
   CHECK(again.output.find("IRIs of " + a + " block 4: read ") != std::string::npos);
@@ -163,8 +169,8 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   for (size_t at = again.output.find("done before"); at != std::string::npos; at = again.output.find("done before", at + 1))
     ++reused;
   CHECK(reused == 11);
-  CHECK(again.output.find("[10/12] front4_end3_fula_control: stitched") != std::string::npos);
-  CHECK(read_text(out + "/stitches/front4_end3_fula_control.safetensors") == weights_before);  // same seed, same stitch
+  CHECK(again.output.find("[12/12] front4_end3_fula_invariance: stitched") != std::string::npos);
+  CHECK(read_text(out + "/stitches/front4_end3_fula_invariance.safetensors") == weights_before);  // same seed, same stitch
   CHECK(count_lines(read_text(out + "/results.csv")) == 13);
 
   // Interrupted (SIGTERM) after its first cell, a sweep leaves whole tables listing the cells
@@ -185,7 +191,7 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     CHECK(rows >= 1);
     CHECK(rows <= 4);
     std::stringstream lines(table);
-    for (std::string line; std::getline(lines, line);) CHECK(std::count(line.begin(), line.end(), ',') == 13);
+    for (std::string line; std::getline(lines, line);) CHECK(std::count(line.begin(), line.end(), ',') == 18);
     const std::string json = read_text(cut + "/results.json");
     CHECK(parse_json(json).find("cells")->size() >= 1);
     CHECK(read_text(cut + "/results.md").find("| front block |") != std::string::npos);
@@ -205,7 +211,7 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     ++read_back;
   CHECK(read_back == 12);  // no cell trained again
   const std::string tested_csv = read_text(out + "/results.csv");
-  CHECK(tested_csv.find("iri_median_distance,raua,stitched_accuracy[" + invert + "],end_accuracy[" + invert +
+  CHECK(tested_csv.find("end_agrees_with_starts_on_iris,raua,stitched_accuracy[" + invert + "],end_accuracy[" + invert +
                         "],stitched_accuracy[" + shortcut + "],end_accuracy[" + shortcut + "]\n") != std::string::npos);
   const Json tested_cells = parse_json(read_text(out + "/results.json"));
   for (const Json& cell : tested_cells.find("cells")->as_array()) {
@@ -333,7 +339,7 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     bad = adjoint_cli(common + " --test-data fashion-mnist:" + small.path().string() + " --out " + dir.file("bad"), dir);
     CHECK(bad.exit_code == 1);
     REQUIRE(error_lines(bad.output).size() == 1);
-    CHECK(error_lines(bad.output)[0].find("the test set of fashion-mnist:" + small.path().string() + " holds examples "
+    CHECK(error_lines(bad.output)[0].find("the test set of fashion-mnist:" + small.path().string() + " (--test-data) holds examples "
                                           "[1, 6, 6], but the models are stitched on " + data.spec + " images [1, 8, 8]") !=
           std::string::npos);
   }
