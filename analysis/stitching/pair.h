@@ -24,7 +24,7 @@ struct Endpoint {
   std::vector<float> mean, std;   // per-channel normalisation of its inputs (empty: none)
   // The content hash of its checkpoint (file_hash, analysis/stitching/records.h), which the
   // sweep's records name it by; empty: the hash of the file `name` names, if any.
-  std::string checksum;
+  std::string checksum = {};
   // (raw − mean) / std per channel, recorded so that gradients reach the raw pixels.
   Tensor input(const Tensor& raw) const;
 };

@@ -18,7 +18,10 @@ std::string exact(double v) {
 
 std::string numbers(const std::vector<double>& values) {
   std::string s;
-  for (double v : values) s += (s.empty() ? "" : ",") + exact(v);
+  for (double v : values) {
+    if (!s.empty()) s += ',';
+    s += exact(v);
+  }
   return s;
 }
 
@@ -134,7 +137,10 @@ std::string provenance_difference(const Provenance& recorded, const Provenance& 
   for (const auto& [key, value] : recorded)
     if (!wanted.count(key)) note(key, value, "not asked for");
   std::string text;
-  for (size_t k = 0; k < differences.size() && k < 3; ++k) text += (k ? "; " : "") + differences[k];
+  for (size_t k = 0; k < differences.size() && k < 3; ++k) {
+    if (k > 0) text += "; ";
+    text += differences[k];
+  }
   if (differences.size() > 3) text += cat("; and ", differences.size() - 3, " more");
   return text;
 }

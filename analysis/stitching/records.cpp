@@ -14,12 +14,18 @@ namespace {
 
 constexpr const char* kRecordPrefix = "made.";
 
+// "an object", "a number", "null": what a JSON value is, for messages.
+std::string described(const Json& v) {
+  const std::string kind = to_string(v.kind());
+  return v.is_null() ? kind : (kind[0] == 'a' || kind[0] == 'o' ? "an " : "a ") + kind;
+}
+
 // The fields of a JSON object read one by one, each error naming the file and the field.
 class Fields {
 public:
   Fields(const Json& json, const std::string& path, std::string where = "")
       : json_(json), path_(path), where_(std::move(where)) {
-    check(json.is_object(), path_, ": ", where_.empty() ? "the file" : where_, " is a JSON ", to_string(json.kind()),
+    check(json.is_object(), path_, ": ", where_.empty() ? "the file" : where_, " is ", described(json),
           ", expected an object");
   }
   const Json* find(const char* key) const { return json_.find(key); }
@@ -30,7 +36,7 @@ public:
   }
   std::string text(const char* key) const {
     const Json& v = get(key);
-    check(v.is_string(), path_, ": '", key, "' is a ", to_string(v.kind()), ", expected a string");
+    check(v.is_string(), path_, ": '", key, "' is ", described(v), ", expected a string");
     return v.as_string();
   }
   int64_t count(const char* key) const {
@@ -181,15 +187,15 @@ StitchCell cell_from_json(const Json& j, const std::string& path) {
   c.end_agrees_with_starts_on_iris = f.optional_number("end_agrees_with_starts_on_iris");
   c.raua = f.optional_number("raua");
   const Json& tests = f.get("test_sets");
-  check(tests.is_array(), path, ": 'test_sets' is a ", to_string(tests.kind()), ", expected an array");
+  check(tests.is_array(), path, ": 'test_sets' is ", described(tests), ", expected an array");
   for (const Json& t : tests.as_array()) {
     const Fields one(t, path, "an entry of 'test_sets'");
     c.test_sets.push_back({one.text("data"), one.share("stitched_accuracy"), one.share("end_accuracy")});
   }
   const Json& made = f.get("made");
-  check(made.is_object(), path, ": 'made' is a ", to_string(made.kind()), ", expected an object");
+  check(made.is_object(), path, ": 'made' is ", described(made), ", expected an object");
   for (const auto& [key, value] : made.as_object()) {
-    check(value.is_string(), path, ": 'made' entry '", key, "' is a ", to_string(value.kind()), ", expected a string");
+    check(value.is_string(), path, ": 'made' entry '", key, "' is ", described(value), ", expected a string");
     c.made[key] = value.as_string();
   }
   return c;
