@@ -223,3 +223,43 @@ TEST_CASE("stitching protocols: with derangement starts B labels every IRI as it
   CHECK(c.end_agrees_with_starts_on_iris == 1.0);
   CHECK(c.end_agrees_on_iris == doctest::Approx(double(same_class) / 12));
 }
+
+TEST_CASE("stitch budgets: --steps is the same under every protocol, --epochs counts passes, 0 leaves the start") {
+  StitchTrainOptions o;
+  o.batch = 4;
+  o.steps = 200;
+  CHECK(stitch_steps(o, 10) == 200);  // whatever the set's size
+  CHECK(stitch_steps(o, 5000) == 200);
+  o.epochs = 3;
+  CHECK(stitch_steps(o, 10) == 9);  // 3 passes of ⌈10/4⌉ batches
+  o.epochs = 0;
+  CHECK(stitch_steps(o, 10) == 0);
+
+  // 0 steps: the initialisation alone, its weights untouched; a diverging rate is refused.
+  const TempDir dir;
+  Watched w;
+  DataSource data;
+  data.spec = "tagged";
+  data.images = true;
+  data.train = tagged_images("tagged train", 12, 0.5f / 12, 1.0f / 12);
+  data.test = tagged_images("tagged test", 6, 0.6f / 12, 2.0f / 12);
+  StitchSweepOptions s;
+  s.points = {{0, 0}};
+  s.protocols = {"standard"}, s.objectives = {"dm"};
+  s.init = "identity";
+  s.train.steps = 0;
+  s.out_dir = dir.file("none");
+  const StitchCell c = run_stitch_sweep(w.front, w.end, data, s).front();
+  CHECK(c.steps == 0);
+  CHECK(std::isnan(c.final_loss));
+  const StitchFile identity = read_stitch_parameters(s.out_dir + "/stitches/front0_end0_dm_standard.safetensors");
+  CHECK(identity.weight.to_vector() == std::vector<float>{1});
+  CHECK(identity.bias.to_vector() == std::vector<float>{0});
+  s.train.steps = 8;
+  s.train.lr = 1e38;
+  s.out_dir = dir.file("diverged");
+  CHECK_THROWS_WITH_AS(run_stitch_sweep(w.front, w.end, data, s),
+                       doctest::Contains("dm standard: training diverged (non-finite weights after 8 steps at lr 1e+38)"),
+                       Error);
+  CHECK(!fs::exists(s.out_dir + "/stitches"));  // no NaN stitch written
+}

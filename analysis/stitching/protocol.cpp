@@ -16,7 +16,6 @@
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
-#include "engine/io/safetensors.h"
 
 namespace adjoint {
 
