@@ -170,12 +170,15 @@ const cli::Registration stitch_command({
         "imitate), invariance (the front model's identically represented inputs). Blocks are indices or names\n"
         "(adjoint info lists them). Between a CNN's maps and a ViT's tokens the map is resized to the patch\n"
         "grid (the class token into the ViT: the mean of the patch tokens; out of it: dropped); between ViTs\n"
-        "of other grids the patch grid is resized and the class token kept. Writes\n"
-        "OUT/results.{csv,json,md}, the layer x layer maps OUT/layer_map_<objective>_<protocol>.{csv,png} and\n"
-        "OUT/layer_maps.md, OUT/stitches/*.safetensors (adjoint predict/explain --stitch run them),\n"
-        "OUT/iris/front_block_<i>.{safetensors,png}. Every cell, IRI set and stitch records what made it (the\n"
-        "checkpoints' content hashes, the data, every option that changes its numbers): a rerun with the same\n"
-        "OUT reuses each whose record matches, and refuses one made otherwise unless --overwrite.",
+        "of other grids the patch grid is resized and the class token kept. Every protocol trains for the\n"
+        "same --steps. Writes OUT/results.{csv,json,md} (invariance rows also: the IRI set's relative\n"
+        "distances, POOR when their median is not below 0.05, and the share of IRIs the end model labels\n"
+        "y(x), the image imitated, and y(x0), the start), the layer x layer maps\n"
+        "OUT/layer_map_<objective>_<protocol>.{csv,png} and OUT/layer_maps.md, OUT/stitches/*.safetensors\n"
+        "(adjoint predict/explain --stitch run them) and OUT/iris/front_block_<i>.{safetensors,png}. Every\n"
+        "cell, IRI set and stitch records what made it (the checkpoints' content hashes, the data, every\n"
+        "option that changes its numbers): a rerun with the same OUT reuses each whose record matches, and\n"
+        "refuses one made otherwise unless --overwrite.",
     .arguments = "",
     .options = with_attack_options({{"front", "FILE", "the front model's checkpoint (A)", ""},
                 {"end", "FILE", "the end model's checkpoint (B)", ""},

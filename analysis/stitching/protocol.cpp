@@ -438,7 +438,7 @@ bool SweepRun::read_back(StitchCell& c, const StitchPair& pair, const std::strin
   if (!scored_on(done, extra_tests_)) {  // asked for other test sets than when it ran
     const StitchFile file = read_stitch_parameters(stitch_path);
     const Provenance wanted = record(subject(RecordSubject::stitch, pair, c.objective, c.protocol));
-    if (!may_reuse(stitch_path, file.made, wanted, /*overwrite=*/false, log_)) return false;
+    if (!may_reuse(stitch_path, file.made, wanted, o_.overwrite, log_)) return false;
     done.test_sets = score_test_sets(pair, *load_stitch(pair, file));
     write_file_atomic(cell_path, to_json(cell_to_json(done), 2) + "\n");
   }
