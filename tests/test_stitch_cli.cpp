@@ -524,6 +524,8 @@ TEST_CASE("adjoint stitch: nonsense options are refused before any work, in one 
            {"--test-data " + data.spec + "+invert," + data.spec + "+invert", "option --test-data: '" + data.spec +
                                                                                 "+invert' is given twice"},
            {"--test-data nosuchdata", "--test-data nosuchdata: "},
+           // Fails at the first cell's IRI search: no empty OUT/cells, OUT/stitches or OUT/iris left behind.
+           {"--protocol invariance --iri-rule sgd --iri-images 4", "unknown input step rule 'sgd'"},
        }) {
     CAPTURE(words);
     const Run r = adjoint_cli(command(words), dir);
