@@ -1,6 +1,7 @@
 #include "models/training.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -158,6 +159,13 @@ std::vector<int64_t> checkpoint_steps(const std::string& spec, int64_t total) {
   if ((kind != "every" && kind != "log") || n < 1 || (kind == "log" && n < 2))
     throw UsageError(cat("--keep-checkpoints ", spec, ": expected every:N (N ≥ 1) or log:K (K ≥ 2)"));
   std::vector<int64_t> steps;
+  // K so large that consecutive log steps lie less than one step apart everywhere
+  // (total·(total^(1/(K−1)) − 1) < 1) keeps every step; said so directly, since looping K
+  // times would not end for K = 10^14.
+  if (kind == "log" && total > 1 && double(n - 1) * std::log1p(1.0 / double(total)) > std::log(double(total))) {
+    for (int64_t s = 1; s <= total; ++s) steps.push_back(s);
+    return steps;
+  }
   if (kind == "every") {
     for (int64_t s = n; s < total; s += n) steps.push_back(s);
   } else {
@@ -263,10 +271,28 @@ void check_options(const TrainOptions& o) {
 // from an uninterrupted run without a word.
 std::vector<std::pair<std::string, std::string>> resume_keys(const TrainOptions& o, const DataSource& data,
                                                              const TrainingStep& step) {
+  // The shortest text that reads back as the same double, so that 0.1 and 0.1000001 differ.
+  auto exact = [](double v) {
+    char text[64];
+    return std::string(text, std::to_chars(text, text + sizeof text, v).ptr);
+  };
   std::vector<std::pair<std::string, std::string>> keys = {{"train.optimizer", o.optimizer},
                                                            {"seed", std::to_string(o.seed)},
                                                            {"train.batch", std::to_string(o.batch_size)},
-                                                           {"data.spec", data.spec}};
+                                                           {"data.spec", data.spec},
+                                                           {"train.lr", exact(o.lr)},
+                                                           {"train.weight-decay", exact(o.weight_decay)},
+                                                           {"train.schedule", o.schedule},
+                                                           {"train.warmup", std::to_string(o.warmup_steps)},
+                                                           {"train.label-smoothing", exact(o.label_smoothing)}};
+  if (o.schedule == "step") {
+    keys.emplace_back("train.step-every", std::to_string(o.step_every));
+    keys.emplace_back("train.gamma", exact(o.gamma));
+  }
+  if (o.optimizer == "sgd") {
+    keys.emplace_back("train.momentum", exact(o.momentum));
+    keys.emplace_back("train.nesterov", o.nesterov ? "yes" : "no");
+  }
   keys.insert(keys.end(), step.metadata.begin(), step.metadata.end());
   return keys;
 }
@@ -293,6 +319,20 @@ void check_resumable(const Checkpoint& ck, const Model& model, const TrainOption
   if (has_state && ck.step > 0 && ck.optimizer.empty())
     throw Error(cat(at, "the checkpoint holds no optimizer state (momentum / moments), so a resumed run would differ "
                     "from an uninterrupted one; use it as --weights of a new run instead"));
+}
+
+// Refuses a checkpoint another optimizer wrote (--continue-from): its state (momentum or
+// Adam's moments) cannot carry over, and dropping it silently would hide that the new run
+// starts cold.
+void check_continuable(const Checkpoint& ck, const Model& model, const TrainOptions& o) {
+  const std::string at = cat("--continue-from ", o.continue_from, ": ");
+  check(ck.config.arch == model.config().arch, at, "checkpoint holds a ", ck.config.arch, ", this run trains a ",
+        model.config().arch);
+  const auto saved = ck.metadata.find("train.optimizer");
+  if (saved != ck.metadata.end() && saved->second != o.optimizer)
+    throw UsageError(cat(at, "the checkpoint was trained with --optimizer ", saved->second, ", this run uses ",
+                         o.optimizer, ", whose state (momentum, moments) cannot carry over and would be dropped; continue with "
+                         "--optimizer ", saved->second));
 }
 
 // Refuses to replace the checkpoint of another run in the output folder (unless this run
@@ -440,8 +480,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     if (!o.resume.empty())
       check_resumable(ck, model, o, data, training_step);
     else
-      check(ck.config.arch == model.config().arch, option, start, ": checkpoint holds a ", ck.config.arch,
-            ", this run trains a ", model.config().arch);
+      check_continuable(ck, model, o);
     load_state_dict(model, ck.model, start);
     optimizer->set_state(ck.optimizer);
     step = ck.step;

@@ -361,7 +361,7 @@ TEST_CASE("stitch sweep: --raua-eps adds rAuA to every cell") {
   CHECK(std::isnan(run_stitch_sweep(b, b, data, o)[0].raua));
 }
 
-TEST_CASE("PGD options: a bad norm, a negative ε or a bad ε grid is a one-line usage error") {
+TEST_CASE("PGD options: a bad norm, a negative ε, no steps or a bad ε grid is a one-line usage error") {
   PgdOptions o;
   o.norm = "l3";
   CHECK_THROWS_WITH_AS(check_pgd_options(o), doctest::Contains("--pgd-norm: unknown norm 'l3'; norms: linf, l2"),
@@ -377,7 +377,9 @@ TEST_CASE("PGD options: a bad norm, a negative ε or a bad ε grid is a one-line
   for (const auto& [words, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--pgd-norm", "l3"}, "--pgd-norm: unknown norm 'l3'; norms: linf, l2"},
            {{"--pgd-eps", "-0.1"}, "option --pgd-eps must be a finite number at least 0, got -0.1"},
-           {{"--pgd-steps", "-1"}, "option --pgd-steps must be at least 0, got -1"}}) {
+           {{"--pgd-steps", "-1"}, "option --pgd-steps must be at least 1"},
+           // 0 steps would leave every image clean: clean accuracy reported as robust.
+           {{"--pgd-steps", "0"}, "option --pgd-steps must be at least 1 (0 steps would report clean accuracy as robust), got 0"}}) {
     std::vector<std::string> command = {"train", "--data", "modadd:7", "--model", "bilinear_mlp", "--adversarial", "pgd",
                                         "--out", dir.file("run")};
     command.insert(command.end(), words.begin(), words.end());

@@ -15,9 +15,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "analysis/stitching/records.h"
 #include "analysis/stitching/stitched_model.h"
 #include "engine/data/idx.h"
 #include "engine/data/open.h"
+#include "engine/io/files.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 #include "models/checkpoint.h"
@@ -108,7 +110,7 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   const DataSource data = open_data("fashion-mnist:" + dir.path().string());
   const std::string a = train_tiny(data, dir, "A", 1), b = train_tiny(data, dir, "B", 2);
   const std::string out = dir.file("sweep");
-  const std::string common = "stitch --front " + a + " --end " + b + " --pairs 2:2,4:3 --train-images 100 --epochs 2 --batch 25";
+  const std::string common = "stitch --front " + a + " --end " + b + " --pairs 2:2,4:3 --train-images 100 --steps 8 --batch 25";
   const std::string sweep = common + " --objectives hlm,fula --protocol standard,control,invariance --iri-images 20"
                                      " --iri-steps 40 --out " + out;
   const Run first = adjoint_cli(sweep, dir);
@@ -127,7 +129,13 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     CHECK(stitched >= 0.0);
     CHECK(stitched <= 1.0);
     CHECK(cell.find("relative_score")->as_number() == doctest::Approx(stitched / end));
-    if (cell.find("protocol")->as_string() != "standard") CHECK(cell.find("end_agrees_on_iris")->is_number());
+    // The IRI columns belong to invariance rows alone.
+    const bool invariance = cell.find("protocol")->as_string() == "invariance";
+    for (const char* column : {"end_agrees_on_iris", "end_agrees_with_starts_on_iris", "iri_median_distance",
+                               "iri_p90_distance", "iri_share_below_0.05"})
+      CHECK_MESSAGE(cell.find(column)->is_number() == invariance, column);
+    CHECK(cell.find("iri_poor")->is_bool() == invariance);
+    CHECK(cell.find("steps")->as_int() == 8);  // --steps 8 under every protocol, 100 images or 20
   }
   CHECK(read_text(out + "/results.md").find("| 4 layer2.1 | 3 layer2.0 | fula | invariance |") != std::string::npos);
   const SafetensorsFile stitch = read_safetensors(out + "/stitches/front2_end2_hlm_standard.safetensors");
@@ -154,8 +162,8 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   CHECK(read_text(out + "/layer_maps.md").find("## fula, invariance") != std::string::npos);
 
   // A rerun reads every finished cell back: nothing is retrained, no file changes.
-  const std::string weights_before = read_text(out + "/stitches/front4_end3_fula_control.safetensors");
-  fs::remove(out + "/cells/front4_end3_fula_control.json");  // as if interrupted before this cell finished
+  const std::string weights_before = read_text(out + "/stitches/front4_end3_fula_invariance.safetensors");
+  fs::remove(out + "/cells/front4_end3_fula_invariance.json");  // as if interrupted before this cell finished
   const Run again = adjoint_cli(sweep, dir);
   REQUIRE_MESSAGE(again.exit_code == 0, again.output);
   CHECK(again.output.find("IRIs of " + a + " block 4: read ") != std::string::npos);
@@ -163,8 +171,8 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
   for (size_t at = again.output.find("done before"); at != std::string::npos; at = again.output.find("done before", at + 1))
     ++reused;
   CHECK(reused == 11);
-  CHECK(again.output.find("[10/12] front4_end3_fula_control: stitched") != std::string::npos);
-  CHECK(read_text(out + "/stitches/front4_end3_fula_control.safetensors") == weights_before);  // same seed, same stitch
+  CHECK(again.output.find("[12/12] front4_end3_fula_invariance: stitched") != std::string::npos);
+  CHECK(read_text(out + "/stitches/front4_end3_fula_invariance.safetensors") == weights_before);  // same seed, same stitch
   CHECK(count_lines(read_text(out + "/results.csv")) == 13);
 
   // Interrupted (SIGTERM) after its first cell, a sweep leaves whole tables listing the cells
@@ -185,7 +193,7 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     CHECK(rows >= 1);
     CHECK(rows <= 4);
     std::stringstream lines(table);
-    for (std::string line; std::getline(lines, line);) CHECK(std::count(line.begin(), line.end(), ',') == 13);
+    for (std::string line; std::getline(lines, line);) CHECK(std::count(line.begin(), line.end(), ',') == 18);
     const std::string json = read_text(cut + "/results.json");
     CHECK(parse_json(json).find("cells")->size() >= 1);
     CHECK(read_text(cut + "/results.md").find("| front block |") != std::string::npos);
@@ -205,7 +213,7 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     ++read_back;
   CHECK(read_back == 12);  // no cell trained again
   const std::string tested_csv = read_text(out + "/results.csv");
-  CHECK(tested_csv.find("iri_median_distance,raua,stitched_accuracy[" + invert + "],end_accuracy[" + invert +
+  CHECK(tested_csv.find("end_agrees_with_starts_on_iris,raua,stitched_accuracy[" + invert + "],end_accuracy[" + invert +
                         "],stitched_accuracy[" + shortcut + "],end_accuracy[" + shortcut + "]\n") != std::string::npos);
   const Json tested_cells = parse_json(read_text(out + "/results.json"));
   for (const Json& cell : tested_cells.find("cells")->as_array()) {
@@ -333,9 +341,203 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     bad = adjoint_cli(common + " --test-data fashion-mnist:" + small.path().string() + " --out " + dir.file("bad"), dir);
     CHECK(bad.exit_code == 1);
     REQUIRE(error_lines(bad.output).size() == 1);
-    CHECK(error_lines(bad.output)[0].find("the test set of fashion-mnist:" + small.path().string() + " holds examples "
+    CHECK(error_lines(bad.output)[0].find("the test set of fashion-mnist:" + small.path().string() + " (--test-data) holds examples "
                                           "[1, 6, 6], but the models are stitched on " + data.spec + " images [1, 8, 8]") !=
           std::string::npos);
   }
   CHECK(!fs::exists(dir.file("bad")));  // refused before anything was written
+}
+
+namespace {
+
+// A run of the executable from the working folder `cwd`, so that relative paths are its.
+Run adjoint_cli_in(const std::string& cwd, const std::string& arguments, const TempDir& dir) {
+  const std::string log = dir.file("cli_in.log");
+  const int status = std::system(("cd " + cwd + " && " + ADJOINT_EXE + " " + arguments + " --threads 2 > " + log +
+                                  " 2>&1").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+}
+
+// The text of one line of `output` holding `part` ("" when none).
+bool has(const Run& r, const std::string& part) { return r.output.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("adjoint stitch: every result records what made it; a rerun made otherwise is refused naming what "
+          "differs, --overwrite remakes it; a stitch file pins its checkpoints") {
+  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  TempDir dir;
+  write_square_positions(dir);
+  const DataSource data = open_data("fashion-mnist:" + dir.path().string());
+  const std::string a = train_tiny(data, dir, "A", 1), b = train_tiny(data, dir, "B", 2);
+  const std::string hash_a = file_hash(a), hash_b = file_hash(b);
+  REQUIRE(hash_a != hash_b);
+  const std::string out = dir.file("pinned");
+  const std::string options = " --pairs 2:2 --train-images 50 --steps 4 --batch 25 --objectives hlm,slm "
+                              "--protocol standard,invariance --iri-images 10 --out " + out;
+  const std::string sweep_without_iri_steps = "stitch --front " + a + " --end " + b + options;
+  const std::string sweep = sweep_without_iri_steps + " --iri-steps 5";
+  const Run first = adjoint_cli(sweep, dir);
+  REQUIRE_MESSAGE(first.exit_code == 0, first.output);
+
+  // Each cell, IRI set and stitch names both checkpoints by content, the data and the options.
+  const StitchCell standard = read_cell_text(read_text(out + "/cells/front2_end2_hlm_standard.json"), "standard cell");
+  CHECK(standard.made.at("front.checkpoint") == hash_a);
+  CHECK(standard.made.at("end.checkpoint") == hash_b);
+  CHECK(standard.made.at("data") == data.spec);
+  CHECK(standard.made.at("steps") == "4");
+  CHECK(!standard.made.count("iri-steps"));
+  const StitchCell invariance = read_cell_text(read_text(out + "/cells/front2_end2_slm_invariance.json"), "cell");
+  CHECK(invariance.made.at("iri-steps") == "5");
+  CHECK(read_iri_file(out + "/iris/front_block_2.safetensors").made.at("front.checkpoint") == hash_a);
+  const StitchFile stitch = read_stitch_file(out + "/stitches/front2_end2_slm_invariance.safetensors");
+  CHECK(stitch.front_hash == hash_a);
+  CHECK(stitch.end_hash == hash_b);
+  CHECK(stitch.made.at("lr") == "0.001");
+
+  // Another front checkpoint of the same architecture into the same OUT: refused at the first
+  // cell, naming it and both hashes, before anything is written over the old numbers.
+  const std::string cells_before = read_text(out + "/results.csv");
+  Run r = adjoint_cli("stitch --front " + b + " --end " + b + options + " --iri-steps 5", dir);
+  CHECK(r.exit_code == 2);
+  REQUIRE(error_lines(r.output).size() == 1);
+  CHECK_MESSAGE(has(r, "stitch: " + out + "/cells/front2_end2_hlm_standard.json was made by another run: "
+                       "front.checkpoint was " + hash_a + ", now " + hash_b), r.output);
+  CHECK(read_text(out + "/results.csv") == cells_before);
+  // Another lr; another IRI search (the standard cells, which do not read IRIs, still stand).
+  r = adjoint_cli(sweep + " --lr 0.01", dir);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(has(r, "front2_end2_hlm_standard.json was made by another run: lr was 0.001, now 0.01"), r.output);
+  r = adjoint_cli(sweep_without_iri_steps + " --iri-steps 6", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(has(r, "[1/4] front2_end2_hlm_standard: done before"));
+  CHECK_MESSAGE(has(r, "front2_end2_hlm_invariance.json was made by another run: iri-steps was 5, now 6"), r.output);
+  // Another data set (a variant of the same images).
+  r = adjoint_cli(sweep + " --data " + data.spec + "+invert", dir);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(has(r, "data was " + data.spec + ", now " + data.spec + "+invert"), r.output);
+  // An IRI set made for another front model, in a folder of its own.
+  const std::string other = dir.file("other");
+  fs::create_directories(other + "/iris");
+  fs::copy_file(out + "/iris/front_block_2.safetensors", other + "/iris/front_block_2.safetensors");
+  r = adjoint_cli("stitch --front " + b + " --end " + b + " --pairs 2:2 --train-images 50 --steps 4 --batch 25 "
+                  "--objectives hlm --protocol invariance --iri-images 10 --iri-steps 5 --out " + other, dir);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(has(r, other + "/iris/front_block_2.safetensors was made by another run: front.checkpoint was " + hash_a +
+                       ", now " + hash_b), r.output);
+  // --overwrite remakes what differs (the cells of another lr) and reuses what matches (the IRIs).
+  r = adjoint_cli(sweep + " --lr 0.002 --overwrite", dir);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  CHECK(has(r, "remaking " + out + "/cells/front2_end2_hlm_standard.json (--overwrite): lr was 0.001, now 0.002"));
+  CHECK(has(r, "IRIs of " + a + " block 2: read "));
+  CHECK(read_cell_text(read_text(out + "/cells/front2_end2_slm_invariance.json"), "cell").made.at("lr") == "0.002");
+  CHECK(read_stitch_file(out + "/stitches/front2_end2_slm_invariance.safetensors").made.at("lr") == "0.002");
+
+  // Files read back are validated: a cell file "{}", an IRI file with another tensor.
+  write_file_atomic(out + "/cells/front2_end2_hlm_standard.json", "{}");
+  r = adjoint_cli(sweep + " --lr 0.002", dir);
+  CHECK(r.exit_code == 1);
+  REQUIRE(error_lines(r.output).size() == 1);
+  CHECK_MESSAGE(has(r, out + "/cells/front2_end2_hlm_standard.json: no 'front_block'"), r.output);
+  fs::remove(out + "/cells/front2_end2_hlm_standard.json");
+  {
+    SafetensorsFile f = read_safetensors(out + "/iris/front_block_2.safetensors");
+    f.tensors["noise"] = Tensor::zeros({10});
+    write_safetensors(out + "/iris/front_block_2.safetensors", f.tensors, f.metadata);
+  }
+  fs::remove(out + "/cells/front2_end2_hlm_invariance.json");
+  r = adjoint_cli(sweep + " --lr 0.002", dir);
+  CHECK(r.exit_code == 1);
+  REQUIRE(error_lines(r.output).size() == 1);
+  CHECK_MESSAGE(has(r, "IRI file " + out + "/iris/front_block_2.safetensors: unexpected tensor 'noise'"), r.output);
+
+  // predict --stitch: a sweep given relative checkpoint paths writes them relative to the
+  // stitch file's folder, so the stitch runs from anywhere and moves with its checkpoints ...
+  const Run relative = adjoint_cli_in(dir.path().string(), "stitch --front A/checkpoint.safetensors --end "
+                                      "B/checkpoint.safetensors --pairs 2:2 --objectives dm --protocol standard "
+                                      "--train-images 50 --steps 2 --out rel", dir);
+  REQUIRE_MESSAGE(relative.exit_code == 0, relative.output);
+  const std::string moved = dir.file("moved");
+  fs::create_directories(moved);
+  for (const char* folder : {"A", "B", "rel"}) fs::copy(dir.file(folder), moved + "/" + folder, fs::copy_options::recursive);
+  const std::string moved_stitch = moved + "/rel/stitches/front2_end2_dm_standard.safetensors";
+  CHECK(read_stitch_file(moved_stitch).front == "../../A/checkpoint.safetensors");
+  write_safetensors(dir.file("x.safetensors"), {{"x", random_tensor({3, 1, 8, 8}, 3)}});
+  r = adjoint_cli("predict --stitch " + moved_stitch + " --input " + dir.file("x.safetensors") + " --out " + dir.file("p"), dir);
+  CHECK_MESSAGE(r.exit_code == 0, r.output);
+  // ... and refuses a front or end replaced by another checkpoint of the same architecture.
+  fs::copy_file(b, moved + "/A/checkpoint.safetensors", fs::copy_options::overwrite_existing);
+  r = adjoint_cli("predict --stitch " + moved_stitch + " --input " + dir.file("x.safetensors") + " --out " + dir.file("p"), dir);
+  CHECK(r.exit_code == 1);
+  REQUIRE(error_lines(r.output).size() == 1);
+  CHECK_MESSAGE(has(r, "stitch file " + moved_stitch + ": its front model " + moved + "/A/checkpoint.safetensors is not "
+                       "the checkpoint it was trained with (content hash " + hash_b + ", the stitch records " + hash_a + ")"),
+                r.output);
+  r = adjoint_cli("explain --stitch " + moved_stitch + " --data " + data.spec + " --count 1 --methods gradient "
+                  "--metrics none --out " + dir.file("explained"), dir);
+  CHECK(r.exit_code == 1);
+  CHECK(has(r, "is not the checkpoint it was trained with"));
+  // A stitch with NaN weights is refused, never run to "class 0 (logit nan)".
+  {
+    SafetensorsFile f = read_safetensors(out + "/stitches/front2_end2_hlm_standard.safetensors");
+    f.tensors.at("bias").data()[0] = NAN;
+    write_safetensors(dir.file("nan_stitch.safetensors"), f.tensors, f.metadata);
+  }
+  r = adjoint_cli("predict --stitch " + dir.file("nan_stitch.safetensors") + " --input " + dir.file("x.safetensors") + " --out " + dir.file("p"), dir);
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(has(r, "stitch file " + dir.file("nan_stitch.safetensors") + ": tensor 'bias' holds nan at element 0"),
+                r.output);
+}
+
+TEST_CASE("adjoint stitch: nonsense options are refused before any work, in one line naming the option") {
+  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  TempDir dir;
+  write_square_positions(dir);
+  const DataSource data = open_data("fashion-mnist:" + dir.path().string());
+  const std::string a = train_tiny(data, dir, "A", 1);
+  // The command with `words`, and the options it leaves out at small values.
+  auto command = [&](const std::string& words) {
+    std::string c = "stitch --front " + a + " --end " + a + " --out " + dir.file("bad") + " " + words;
+    for (const std::string option : {"--pairs 2:2", "--objectives hlm", "--protocol standard", "--steps 2", "--train-images 50"})
+      if (words.find(option.substr(0, option.find(' '))) == std::string::npos) c += " " + option;
+    return c;
+  };
+  for (const auto& [words, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--lr nan", "option --lr must be a finite number above 0, got nan"},
+           {"--lr -1", "option --lr must be a finite number above 0, got -1"},
+           {"--lr 0", "option --lr must be a finite number above 0, got 0"},
+           {"--fula-weights nan,1", "option --fula-weights: every weight must be a finite number at least 0, got nan"},
+           {"--temperature inf", "option --temperature must be a finite number above 0, got inf"},
+           {"--ridge -1", "option --ridge must be a finite number at least 0, got -1"},
+           {"--test-images -1", "option --test-images must be at least 0 (0: the whole test set), got -1"},
+           {"--train-images -5", "option --train-images must be at least 0 (0: the whole training set), got -5"},
+           {"--iri-images -2", "option --iri-images must be at least 0, got -2"},
+           {"--steps -1", "option --steps must be at least 0 (0: the least-squares stitch alone), got -1"},
+           {"--epochs 2 --steps 2", "give --steps (the same for every protocol) or --epochs (passes over each protocol's set), not both"},
+           {"--batch 0", "option --batch must be at least 1, got 0"},
+           {"--iri-steps 0", "option --iri-steps must be at least 1, got 0"},
+           {"--raua-eps 0,0.1 --pgd-steps 0", "option --pgd-steps must be at least 1"},
+           {"--raua-eps 0,0.1 --raua-images 0", "option --raua-images must be at least 1, got 0"},
+           {"--objectives hlm,slm,hlm", "option --objectives: 'hlm' is given twice"},
+           {"--protocol standard,standard", "option --protocol: 'standard' is given twice"},
+           {"--pairs 2:2,layer1.1:2", "option --pairs: the stitch point front block 2 → end block 2 is given twice"},
+           {"--test-data " + data.spec + "+invert," + data.spec + "+invert", "option --test-data: '" + data.spec +
+                                                                                "+invert' is given twice"},
+           {"--test-data nosuchdata", "--test-data nosuchdata: "},
+           // Fails at the first cell's IRI search: no empty OUT/cells, OUT/stitches or OUT/iris left behind.
+           {"--protocol invariance --iri-rule sgd --iri-images 4", "unknown input step rule 'sgd'"},
+       }) {
+    CAPTURE(words);
+    const Run r = adjoint_cli(command(words), dir);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(has(r, message), r.output);
+    CHECK(error_lines(r.output).size() == 1);
+    CHECK(!fs::exists(dir.file("bad")));
+  }
+  // --steps 0: the least-squares stitch alone, trained for no step.
+  const Run r = adjoint_cli(command("--steps 0"), dir);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.output);
+  const StitchCell cell = read_cell_text(read_text(dir.file("bad/cells/front2_end2_hlm_standard.json")), "cell");
+  CHECK(cell.steps == 0);
+  CHECK(std::isnan(cell.final_loss));
 }

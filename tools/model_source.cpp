@@ -42,8 +42,8 @@ std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own
 std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSpec> own) {
   static const std::vector<cli::OptionSpec> source = {
       {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
-      {"stitch", "FILE", "a stitch written by adjoint stitch: its front and end checkpoints (paths as given to "
-                         "adjoint stitch) joined by it", ""},
+      {"stitch", "FILE", "a stitch written by adjoint stitch: its front and end checkpoints (relative paths: to the "
+                         "stitch file's folder; their content must be the checkpoints it was trained with) joined by it", ""},
       {"weights", "FILE", "a state dict for --model", ""},
       {"classes", "N", "classes of --model", "1000"},
       {"in-channels", "N", "input channels of --model", "3"},
@@ -128,17 +128,28 @@ LoadedModel load_checkpoint_model(const std::string& path) {
 
 LoadedModel load_stitched_model(const std::string& path) {
   const StitchFile file = read_stitch_file(path);
-  const auto load = [&](const std::string& checkpoint, const char* role) {
+  // Each model from its path (relative ones: to the stitch file's folder), and only when its
+  // content is the checkpoint's the stitch was trained between.
+  const auto load = [&](const std::string& checkpoint, const std::string& hash, const char* role) {
+    const std::string resolved = stitch_checkpoint_path(file, checkpoint);
+    LoadedModel m;
     try {
-      return load_checkpoint_model(checkpoint);
+      m = load_checkpoint_model(resolved);
     } catch (const Error& e) {
       throw Error(cat("stitch file ", path, ": its ", role, " model: ", e.what()));
     }
+    check(!hash.empty(), "stitch file ", path, " records no content hash of its ", role, " model ", resolved,
+          ", so it cannot tell that model from another; make it again with adjoint stitch --overwrite");
+    const std::string found = file_hash(resolved);
+    check(found == hash, "stitch file ", path, ": its ", role, " model ", resolved, " is not the checkpoint it was trained "
+          "with (content hash ", found, ", the stitch records ", hash, ")");
+    return std::make_pair(resolved, m);
   };
-  const LoadedModel front = load(file.front, "front"), end = load(file.end, "end");
+  const auto [front_path, front] = load(file.front, file.front_hash, "front");
+  const auto [end_path, end] = load(file.end, file.end_hash, "end");
   const ModelConfig& c = front.model->config();
-  const StitchPair pair({file.front, front.model, front.mean, front.std}, file.front_block,
-                        {file.end, end.model, end.mean, end.std}, file.end_block,
+  const StitchPair pair({front_path, front.model, front.mean, front.std}, file.front_block,
+                        {end_path, end.model, end.mean, end.std}, file.end_block,
                         {c.in_channels, c.image_size, c.image_size});
   LoadedModel m;
   m.model = stitched_model(pair, file);

@@ -77,11 +77,13 @@ IriSet find_iris(const Endpoint& front, size_t block, const Tensor& x, const Iri
     const std::vector<int64_t> from = derangement(N, gen);
     set.starts = Tensor::empty(images.shape());
     const int64_t per = images.numel() / N;
+    set.start_index = from;
     for (int64_t n = 0; n < N; ++n)
       std::copy(images.data() + from[size_t(n)] * per, images.data() + (from[size_t(n)] + 1) * per,
                 set.starts.data() + n * per);
   } else if (o.start == "noise") {
     set.starts = uniform(images.shape(), o.search.range.lo, o.search.range.hi, gen);
+    set.start_index.assign(size_t(N), -1);
   } else {
     throw UsageError(cat("IRIs: unknown start '", o.start, "'; starts: derangement, noise"));
   }

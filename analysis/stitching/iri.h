@@ -42,6 +42,7 @@ IriQuality iri_quality(const std::vector<double>& distances, double threshold = 
 struct IriSet {
   Tensor inputs;                  // x′ (N, C, H, W), raw
   Tensor starts;                  // x₀
+  std::vector<int64_t> start_index;  // x₀'s index in the set (−1: a noise start)
   std::vector<double> distance;   // r(x′) per image
   IriQuality quality;
 };

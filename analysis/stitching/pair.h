@@ -22,6 +22,9 @@ struct Endpoint {
   std::string name;               // what messages call it (the checkpoint path)
   std::shared_ptr<Model> model;   // used in eval mode and never changed
   std::vector<float> mean, std;   // per-channel normalisation of its inputs (empty: none)
+  // The content hash of its checkpoint (file_hash, analysis/stitching/records.h), which the
+  // sweep's records name it by; empty: the hash of the file `name` names, if any.
+  std::string checksum = {};
   // (raw − mean) / std per channel, recorded so that gradients reach the raw pixels.
   Tensor input(const Tensor& raw) const;
 };

@@ -10,12 +10,12 @@
 
 #include "analysis/stitching/stitched_model.h"
 #include "analysis/stitching/figures.h"
+#include "analysis/stitching/provenance.h"
 #include "engine/autograd.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
-#include "engine/io/safetensors.h"
 
 namespace adjoint {
 
@@ -84,62 +84,6 @@ const ProtocolRule& protocol(const std::string& name) {
   throw UsageError(cat("unknown stitching protocol '", name, "'; protocols: ", names));
 }
 
-Json cell_to_json(const StitchCell& c) {
-  auto number = [](double v) { return std::isfinite(v) ? Json(v) : Json(); };
-  Json j = Json::object();
-  j["front_block"] = int64_t(c.front_block);
-  j["front_block_name"] = c.front_name;
-  j["end_block"] = int64_t(c.end_block);
-  j["end_block_name"] = c.end_name;
-  j["objective"] = c.objective;
-  j["protocol"] = c.protocol;
-  j["train_images"] = c.train_images;
-  j["final_loss"] = number(c.final_loss);
-  j["stitched_accuracy"] = c.stitched_accuracy;
-  j["end_accuracy"] = c.end_accuracy;
-  j["relative_score"] = number(c.relative_score);
-  j["end_agrees_on_iris"] = number(c.end_agrees_on_iris);
-  j["iri_median_distance"] = number(c.iri_median);
-  j["raua"] = number(c.raua);
-  Json tests = Json::array();
-  for (const TestSetScore& t : c.test_sets) {
-    Json one = Json::object();
-    one["data"] = t.data;
-    one["stitched_accuracy"] = t.stitched_accuracy;
-    one["end_accuracy"] = t.end_accuracy;
-    tests.push_back(one);
-  }
-  j["test_sets"] = tests;
-  return j;
-}
-
-StitchCell cell_from_json(const Json& j) {
-  auto number = [&](const char* key) {
-    const Json* v = j.find(key);
-    return v && v->is_number() ? v->as_number() : NAN;
-  };
-  StitchCell c;
-  c.front_block = size_t(j.find("front_block")->as_int());
-  c.end_block = size_t(j.find("end_block")->as_int());
-  c.front_name = j.find("front_block_name")->as_string();
-  c.end_name = j.find("end_block_name")->as_string();
-  c.objective = j.find("objective")->as_string();
-  c.protocol = j.find("protocol")->as_string();
-  c.train_images = j.find("train_images")->as_int();
-  c.final_loss = number("final_loss");
-  c.stitched_accuracy = number("stitched_accuracy");
-  c.end_accuracy = number("end_accuracy");
-  c.relative_score = number("relative_score");
-  c.end_agrees_on_iris = number("end_agrees_on_iris");
-  c.iri_median = number("iri_median_distance");
-  c.raua = number("raua");
-  if (const Json* tests = j.find("test_sets"))
-    for (const Json& t : tests->as_array())
-      c.test_sets.push_back({t.find("data")->as_string(), t.find("stitched_accuracy")->as_number(),
-                             t.find("end_accuracy")->as_number()});
-  return c;
-}
-
 std::string read_text(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -154,16 +98,60 @@ std::string fixed(double v, int digits) {
   return text;
 }
 
+// One column of the results tables: its CSV header and value, its Markdown header and value.
+struct TableColumn {
+  const char* csv;
+  const char* md;
+  std::string (*csv_value)(const StitchCell&);
+  std::string (*md_value)(const StitchCell&);
+};
+
+std::string percent(double share, int digits) { return std::isfinite(share) ? fixed(100 * share, digits) + "%" : ""; }
+std::string poor_flag(const StitchCell& c) { return c.has_iris() ? (c.iri_poor ? "POOR" : "ok") : ""; }
+
+const TableColumn kColumns[] = {
+    {"front_block", "front block", [](const StitchCell& c) { return cat(c.front_block); },
+     [](const StitchCell& c) { return cat(c.front_block, " ", c.front_name); }},
+    {"front_block_name", nullptr, [](const StitchCell& c) { return c.front_name; }, nullptr},
+    {"end_block", "end block", [](const StitchCell& c) { return cat(c.end_block); },
+     [](const StitchCell& c) { return cat(c.end_block, " ", c.end_name); }},
+    {"end_block_name", nullptr, [](const StitchCell& c) { return c.end_name; }, nullptr},
+    {"objective", "objective", [](const StitchCell& c) { return c.objective; }, [](const StitchCell& c) { return c.objective; }},
+    {"protocol", "protocol", [](const StitchCell& c) { return c.protocol; }, [](const StitchCell& c) { return c.protocol; }},
+    {"train_images", "images", [](const StitchCell& c) { return cat(c.train_images); },
+     [](const StitchCell& c) { return cat(c.train_images); }},
+    {"steps", "steps", [](const StitchCell& c) { return cat(c.steps); }, [](const StitchCell& c) { return cat(c.steps); }},
+    {"final_loss", nullptr, [](const StitchCell& c) { return fixed(c.final_loss, 6); }, nullptr},
+    {"stitched_accuracy", "stitched acc.", [](const StitchCell& c) { return fixed(c.stitched_accuracy, 4); },
+     [](const StitchCell& c) { return percent(c.stitched_accuracy, 2); }},
+    {"end_accuracy", "end acc.", [](const StitchCell& c) { return fixed(c.end_accuracy, 4); },
+     [](const StitchCell& c) { return percent(c.end_accuracy, 2); }},
+    {"relative_score", "relative", [](const StitchCell& c) { return fixed(c.relative_score, 4); },
+     [](const StitchCell& c) { return fixed(c.relative_score, 3); }},
+    {"iri_median_distance", "IRI dist. median", [](const StitchCell& c) { return fixed(c.iri_median, 4); },
+     [](const StitchCell& c) { return fixed(c.iri_median, 4); }},
+    {"iri_p90_distance", "IRI dist. p90", [](const StitchCell& c) { return fixed(c.iri_p90, 4); },
+     [](const StitchCell& c) { return fixed(c.iri_p90, 4); }},
+    {"iri_share_below_0.05", "IRIs < 0.05", [](const StitchCell& c) { return fixed(c.iri_share_below, 4); },
+     [](const StitchCell& c) { return percent(c.iri_share_below, 1); }},
+    {"iri_poor", "IRI set", poor_flag, poor_flag},
+    {"end_agrees_on_iris", "B says y(x) on IRIs", [](const StitchCell& c) { return fixed(c.end_agrees_on_iris, 4); },
+     [](const StitchCell& c) { return percent(c.end_agrees_on_iris, 1); }},
+    {"end_agrees_with_starts_on_iris", "B says y(x₀) on IRIs",
+     [](const StitchCell& c) { return fixed(c.end_agrees_with_starts_on_iris, 4); },
+     [](const StitchCell& c) { return percent(c.end_agrees_with_starts_on_iris, 1); }},
+    {"raua", "rAuA", [](const StitchCell& c) { return fixed(c.raua, 4); }, [](const StitchCell& c) { return fixed(c.raua, 3); }},
+};
+
 // results.csv, results.json and results.md for the finished cells, and their layer maps.
 // `test_specs` are the further test sets every cell was scored on: two columns each.
 void write_tables(const std::string& dir, const Endpoint& front, const Endpoint& end, const std::string& data_spec,
                   const std::vector<std::string>& test_specs, const std::vector<StitchCell>& cells) {
-  std::string csv =
-      "front_block,front_block_name,end_block,end_block_name,objective,protocol,train_images,final_loss,"
-      "stitched_accuracy,end_accuracy,relative_score,end_agrees_on_iris,iri_median_distance,raua";
-  std::string md_head = "| front block | end block | objective | protocol | stitched acc. | end acc. | relative | "
-                        "B on IRIs | IRI median dist. | rAuA |";
-  std::string md_rule = "|---|---|---|---|---|---|---|---|---|---|";
+  std::string csv, md_head = "|", md_rule = "|";
+  for (const TableColumn& column : kColumns) {
+    csv += cat(csv.empty() ? "" : ",", column.csv);
+    if (column.md) md_head += cat(" ", column.md, " |"), md_rule += "---|";
+  }
   for (const std::string& spec : test_specs) {
     csv += cat(",stitched_accuracy[", spec, "],end_accuracy[", spec, "]");
     md_head += cat(" stitched acc. on ", spec, " | end acc. on ", spec, " |");
@@ -172,24 +160,22 @@ void write_tables(const std::string& dir, const Endpoint& front, const Endpoint&
   csv += "\n";
   std::string md = cat("# Stitching ", front.name, " into ", end.name, " on ", data_spec,
                        "\n\nAccuracies on the test set of ", data_spec, "; relative score = stitched / end (higher: more similar). "
-                       "\"B on IRIs\": the end model's agreement with y(x) on the front model's IRIs x′.\n\n",
+                       "Invariance rows: the IRI set's relative distances (POOR: median not below 0.05) and the share of "
+                       "the front model's IRIs x′ the end model labels y(x) (the image imitated) and y(x₀) (the start).\n\n",
                        md_head, "\n", md_rule, "\n");
   Json rows = Json::array();
   for (const StitchCell& c : cells) {
-    csv += cat(c.front_block, ",", c.front_name, ",", c.end_block, ",", c.end_name, ",", c.objective, ",", c.protocol,
-               ",", c.train_images, ",", fixed(c.final_loss, 6), ",", fixed(c.stitched_accuracy, 4), ",",
-               fixed(c.end_accuracy, 4), ",", fixed(c.relative_score, 4), ",", fixed(c.end_agrees_on_iris, 4), ",",
-               fixed(c.iri_median, 4), ",", fixed(c.raua, 4));
-    md += cat("| ", c.front_block, " ", c.front_name, " | ", c.end_block, " ", c.end_name, " | ", c.objective, " | ",
-              c.protocol, " | ", fixed(100 * c.stitched_accuracy, 2), "% | ", fixed(100 * c.end_accuracy, 2), "% | ",
-              fixed(c.relative_score, 3), " | ", fixed(100 * c.end_agrees_on_iris, 1),
-              std::isfinite(c.end_agrees_on_iris) ? "%" : "", " | ", fixed(c.iri_median, 4), " | ", fixed(c.raua, 3), " |");
-    for (const TestSetScore& t : c.test_sets) {
-      csv += cat(",", fixed(t.stitched_accuracy, 4), ",", fixed(t.end_accuracy, 4));
-      md += cat(" ", fixed(100 * t.stitched_accuracy, 2), "% | ", fixed(100 * t.end_accuracy, 2), "% |");
+    std::string line, md_line = "|";
+    for (const TableColumn& column : kColumns) {
+      line += cat(line.empty() ? "" : ",", column.csv_value(c));
+      if (column.md) md_line += cat(" ", column.md_value(c), " |");
     }
-    csv += "\n";
-    md += "\n";
+    for (const TestSetScore& t : c.test_sets) {
+      line += cat(",", fixed(t.stitched_accuracy, 4), ",", fixed(t.end_accuracy, 4));
+      md_line += cat(" ", percent(t.stitched_accuracy, 2), " | ", percent(t.end_accuracy, 2), " |");
+    }
+    csv += line + "\n";
+    md += md_line + "\n";
     rows.push_back(cell_to_json(c));
   }
   Json all = Json::object();
@@ -199,6 +185,7 @@ void write_tables(const std::string& dir, const Endpoint& front, const Endpoint&
   all["cells"] = rows;
   // All three written in full before any is renamed into place, so that an interrupted
   // sweep leaves the three tables of one moment (or the previous three), each whole.
+  fs::create_directories(dir);
   AtomicFile csv_file(dir + "/results.csv", "stitch"), md_file(dir + "/results.md", "stitch"),
       json_file(dir + "/results.json", "stitch");
   csv_file.write(csv);
@@ -210,46 +197,11 @@ void write_tables(const std::string& dir, const Endpoint& front, const Endpoint&
   write_layer_maps(dir, cat(front.name, " -> ", end.name, " on ", data_spec), cells);
 }
 
-// The IRI set of the front model's block, read back from `path` when a run made it before.
-IriSet read_or_find_iris(const Endpoint& front, size_t block, const RawImages& source, const IriOptions& o,
-                         const std::string& path, const std::function<void(const std::string&)>& log) {
-  if (fs::exists(path)) {
-    const SafetensorsFile f = read_safetensors(path);
-    IriSet set{f.tensors.at("inputs"), f.tensors.at("starts"), {}, {}};
-    check(set.inputs.shape() == source.images.shape(), "stitch: ", path, " holds IRIs ", set.inputs.shape(),
-          " but the sweep asks for ", source.images.shape(), "; remove it or use another --out");
-    for (float d : f.tensors.at("distance").to_vector()) set.distance.push_back(d);
-    set.quality = iri_quality(set.distance);
-    if (log) log(cat("IRIs of ", front.name, " block ", block, ": read ", path, "; ", set.quality.summary()));
-    return set;
-  }
-  auto start = std::chrono::steady_clock::now();
-  IriSet set = find_iris(front, block, source.images, o, [&](int64_t done, int64_t total) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (log)
-      log(cat("IRIs of ", front.name, " block ", block, ": ", done, "/", total, " images, ", fixed(seconds, 1),
-              "s, ETA ", fixed(seconds * double(total - done) / double(done), 0), "s"));
-  });
-  std::vector<float> distance(set.distance.begin(), set.distance.end());
-  write_safetensors(path,
-                    {{"inputs", set.inputs},
-                     {"starts", set.starts},
-                     {"distance", Tensor::from_vector({int64_t(distance.size())}, distance)}},
-                    {{"front", front.name}, {"block", std::to_string(block)}, {"quality", set.quality.summary()}});
-  if (log) log(cat("IRIs of ", front.name, " block ", block, ": ", set.quality.summary()));
-  return set;
-}
+using Log = std::function<void(const std::string&)>;
 
-// The IRI set of the front model's block (iris/front_block_<i>.safetensors) and its picture
-// beside the images it imitates and its starts (iris/front_block_<i>.png).
-IriSet iris_for_block(const Endpoint& front, size_t block, const RawImages& source, const IriOptions& o,
-                      const std::string& dir, const std::function<void(const std::string&)>& log) {
-  const std::string stem = cat(dir, "/iris/front_block_", block);
-  IriSet set = read_or_find_iris(front, block, source, o, stem + ".safetensors", log);
-  write_iri_grid(stem + ".png", cat("IRIs of ", front.name, " block ", block, " '", front.model->blocks()[block].name, "': ",
-                                    set.quality.summary()),
-                 source.images, set.starts, set.inputs, set.distance);
-  return set;
+bool all_finite(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  return std::all_of(c.data(), c.data() + c.numel(), [](float v) { return std::isfinite(v); });
 }
 
 // A further test set: its first images and the end model's accuracy on them.
@@ -259,15 +211,18 @@ struct ExtraTestSet {
   double end_accuracy = 0;
 };
 
-std::vector<TestSetScore> score_test_sets(const std::vector<ExtraTestSet>& sets, const StitchPair& pair,
-                                          const Stitch& stitch) {
-  std::vector<TestSetScore> scores;
-  for (const ExtraTestSet& t : sets)
-    scores.push_back({t.spec,
-                      accuracy([&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); }, t.test.images,
-                               t.test.labels),
-                      t.end_accuracy});
-  return scores;
+// A further test set (--test-data): open_data's errors name the option they came from.
+DataSource open_test_data(const std::string& spec) {
+  auto renamed = [&](const std::string& message) {
+    return message.rfind("--data ", 0) == 0 ? "--test-data " + message.substr(7) : cat("--test-data ", spec, ": ", message);
+  };
+  try {
+    return open_data(spec);
+  } catch (const UsageError& e) {
+    throw UsageError(renamed(e.what()));
+  } catch (const Error& e) {
+    throw Error(renamed(e.what()));
+  }
 }
 
 bool scored_on(const StitchCell& c, const std::vector<ExtraTestSet>& sets) {
@@ -303,30 +258,18 @@ void initialise(Stitch& s, const StitchPair& pair, const StitchTrainingSet& data
   s.init_least_squares(front, end, o.ridge);
 }
 
-}  // namespace
-
-std::string StitchCell::key() const { return cat("front", front_block, "_end", end_block, "_", objective, "_", protocol); }
-
-std::vector<std::string> stitch_protocol_names() {
-  std::vector<std::string> names;
-  for (const ProtocolRule& p : kProtocols) names.push_back(p.name);
-  return names;
-}
-
-std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& end, const DataSource& data,
-                                         const StitchSweepOptions& o, const std::function<void(const std::string&)>& log) {
+// Checks everything a sweep needs before any work (nothing is written when it throws) and
+// returns the stitch pairs, each built and so checked.
+std::vector<StitchPair> checked_pairs(const Endpoint& front, const Endpoint& end, const DataSource& data,
+                                      const StitchSweepOptions& o, const Log& log) {
   check(!o.out_dir.empty(), "stitch: no output folder");
   check(!o.points.empty() && !o.objectives.empty() && !o.protocols.empty(),
         "stitch: nothing to do (no stitch points, objectives or protocols)");
   for (const std::string& name : o.objectives) objective(name);  // unknown names fail before any work
-  bool any_source = false, any_iris = false;
-  for (const std::string& name : o.protocols) {
-    any_source |= protocol(name).needs_source;
-    any_iris |= protocol(name).needs_iris;
-  }
+  bool any_source = false;
+  for (const std::string& name : o.protocols) any_source |= protocol(name).needs_source;
   check(data.images && data.train && data.test, "stitch: ", data.spec, " is not an image data set");
   const Shape example = data.train->shape();
-  // Every pair is built (and so checked) before any training starts.
   std::vector<StitchPair> pairs;
   for (auto [i, j] : o.points) pairs.emplace_back(front, i, end, j, example);
   const bool fula = std::find(o.objectives.begin(), o.objectives.end(), "fula") != o.objectives.end();
@@ -344,132 +287,256 @@ std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& 
     check(o.iri_images >= 2, "stitch: the IRI set of ", front.name, " needs at least 2 images of ", data.spec,
           ", got ", o.iri_images, " (--iri-images); it is made for front blocks ", blocks, " on images ", example);
   }
-  std::vector<DataSource> test_sources;
-  for (const std::string& spec : o.test_data) {
-    test_sources.push_back(open_data(spec));
-    const DataSource& source = test_sources.back();
-    check(source.images && source.test && source.test->shape() == example, "stitch: the test set of ", spec,
-          " holds examples ", source.test ? source.test->shape() : Shape{}, ", but the models are stitched on ",
-          data.spec, " images ", example);
+  return pairs;
+}
+
+// One run of the sweep: what it loads once (images, the end model's scores, the further
+// test sets), the IRI sets it makes or reads back, and its cells.
+class SweepRun {
+public:
+  SweepRun(const Endpoint& front, const Endpoint& end, const DataSource& data, const StitchSweepOptions& o,
+           const Log& log);
+  // The cell of `pair` under `protocol_name` and `objective_name`, read back or computed;
+  // `index` of `total` for the progress lines.
+  StitchCell cell(const StitchPair& pair, const std::string& protocol_name, const std::string& objective_name,
+                  int64_t index, int64_t total);
+
+private:
+  RecordSubject subject(RecordSubject::Kind kind, const StitchPair& pair, const std::string& objective_name,
+                        const std::string& protocol_name) const {
+    return {kind, pair.front_block(), pair.end_block(), objective_name, protocol_name};
+  }
+  Provenance record(const RecordSubject& s) const { return make_provenance(front_, end_, data_.spec, o_, s); }
+  bool read_back(StitchCell& c, const StitchPair& pair, const std::string& cell_path, const std::string& stitch_path);
+  void compute(StitchCell& c, const StitchPair& pair, const std::string& stitch_path, int64_t index, int64_t total);
+  const IriSet& iris(size_t block);
+  IriSet read_or_find_iris(size_t block, const std::string& path);
+  std::vector<TestSetScore> score_test_sets(const StitchPair& pair, const Stitch& stitch) const;
+  double area_under_attack(const RawClassifier& logits) const {
+    return area_under_accuracy(o_.raua_eps, robust_accuracy(logits, raua_images_, raua_labels_, o_.raua_eps, o_.raua_attack));
   }
 
-  fs::create_directories(o.out_dir + "/cells");
-  fs::create_directories(o.out_dir + "/stitches");
+  const Endpoint& front_;
+  const Endpoint& end_;
+  const DataSource& data_;
+  const StitchSweepOptions& o_;
+  const Log& log_;
+  RawImages natural_, test_, iri_source_;
+  RawClassifier end_logits_;
+  double end_accuracy_ = 0;
+  // rAuA: the area under a model's accuracy-versus-ε curve under PGD on the first
+  // raua_images test images, the end model's computed once.
+  Tensor raua_images_;
+  std::vector<int64_t> raua_labels_;
+  double end_area_ = NAN;
+  std::vector<ExtraTestSet> extra_tests_;
+  std::map<size_t, IriSet> iris_;  // per front block, made when first needed
+  double compute_seconds_ = 0;
+  int64_t computed_ = 0;
+};
+
+SweepRun::SweepRun(const Endpoint& front, const Endpoint& end, const DataSource& data, const StitchSweepOptions& o,
+                   const Log& log)
+    : front_(front), end_(end), data_(data), o_(o), log_(log) {
+  const Shape example = data.train->shape();
+  std::vector<DataSource> test_sources;
+  for (const std::string& spec : o.test_data) {
+    test_sources.push_back(open_test_data(spec));
+    const DataSource& source = test_sources.back();
+    check(source.images && source.test && source.test->shape() == example, "stitch: the test set of ", spec,
+          " (--test-data) holds examples ", source.test ? source.test->shape() : Shape{}, ", but the models are stitched on ",
+          data.spec, " images ", example);
+  }
   // What a sweep killed mid-write (kill -9) left: temporaries, never tables or cells.
   for (const char* folder : {"", "/cells", "/stitches", "/iris"})
     if (fs::is_directory(o.out_dir + folder)) remove_stale_temporaries(o.out_dir + folder);
-  const RawImages natural = load_raw(data.train, o.train_images, "training");
-  const RawImages test = load_raw(data.test, o.test_images, "test");
-  RawImages iri_source;
-  if (any_source) {
-    iri_source = load_raw(data.train, o.iri_images, "training");
-    fs::create_directories(o.out_dir + "/iris");
+  natural_ = load_raw(data.train, o.train_images, "training");
+  test_ = load_raw(data.test, o.test_images, "test");
+  bool any_source = false;
+  for (const std::string& name : o.protocols) any_source |= protocol(name).needs_source;
+  if (any_source) iri_source_ = load_raw(data.train, o.iri_images, "training");
+  end_logits_ = [&end](const Tensor& raw) { return end.model->forward(end.input(raw)); };
+  end_accuracy_ = accuracy(end_logits_, test_.images, test_.labels);
+  if (log_) log_(cat("end model ", end.name, ": test accuracy ", fixed(100 * end_accuracy_, 2), "% on ", test_.labels.size(), " images"));
+  if (!o.raua_eps.empty()) {
+    const int64_t count = std::min<int64_t>(o.raua_images, int64_t(test_.labels.size()));
+    raua_images_ = select_rows(test_.images, 0, count);
+    raua_labels_.assign(test_.labels.begin(), test_.labels.begin() + count);
+    end_area_ = area_under_attack(end_logits_);
+    if (log_) log_(cat("end model ", end.name, ": AuA ", fixed(end_area_, 5), " under PGD ", o.raua_attack.norm, " on ", count, " images"));
   }
-  const auto end_logits = [&](const Tensor& raw) { return end.model->forward(end.input(raw)); };
-  const double end_accuracy = accuracy(end_logits, test.images, test.labels);
-  if (log) log(cat("end model ", end.name, ": test accuracy ", fixed(100 * end_accuracy, 2), "% on ", test.labels.size(), " images"));
-  // rAuA: the area under a model's accuracy-versus-ε curve under PGD on the first
-  // raua_images test images, the end model's computed once.
-  const bool raua = !o.raua_eps.empty();
-  const int64_t raua_count = raua ? std::min<int64_t>(o.raua_images, int64_t(test.labels.size())) : 0;
-  const Tensor raua_images = raua ? select_rows(test.images, 0, raua_count) : Tensor();
-  const std::vector<int64_t> raua_labels(test.labels.begin(), test.labels.begin() + raua_count);
-  auto area_under_attack = [&](const RawClassifier& logits) {
-    return area_under_accuracy(o.raua_eps, robust_accuracy(logits, raua_images, raua_labels, o.raua_eps, o.raua_attack));
-  };
-  const double end_area = raua ? area_under_attack([&](const Tensor& raw) { return end.model->forward(end.input(raw)); }) : NAN;
-  if (raua && log) log(cat("end model ", end.name, ": AuA ", fixed(end_area, 5), " under PGD ", o.raua_attack.norm, " on ", raua_count, " images"));
-  std::vector<ExtraTestSet> extra_tests;
   for (const DataSource& source : test_sources) {
     ExtraTestSet t{source.spec, load_raw(source.test, o.test_images, "test"), 0};
-    t.end_accuracy = accuracy(end_logits, t.test.images, t.test.labels);
-    if (log) log(cat("end model ", end.name, ": accuracy ", fixed(100 * t.end_accuracy, 2), "% on ", t.test.labels.size(),
-                     " test images of ", t.spec));
-    extra_tests.push_back(std::move(t));
+    t.end_accuracy = accuracy(end_logits_, t.test.images, t.test.labels);
+    if (log_) log_(cat("end model ", end.name, ": accuracy ", fixed(100 * t.end_accuracy, 2), "% on ", t.test.labels.size(),
+                       " test images of ", t.spec));
+    extra_tests_.push_back(std::move(t));
   }
+}
 
+std::vector<TestSetScore> SweepRun::score_test_sets(const StitchPair& pair, const Stitch& stitch) const {
+  std::vector<TestSetScore> scores;
+  for (const ExtraTestSet& t : extra_tests_)
+    scores.push_back({t.spec,
+                      accuracy([&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); }, t.test.images,
+                               t.test.labels),
+                      t.end_accuracy});
+  return scores;
+}
+
+// The IRI set of the front model's block, read back from `path` when this run's settings
+// made it before.
+IriSet SweepRun::read_or_find_iris(size_t block, const std::string& path) {
+  const Provenance wanted = record({RecordSubject::iri_set, block, 0, "", ""});
+  if (fs::exists(path)) {
+    IriFile f = read_iri_file(path);
+    if (may_reuse(path, f.made, wanted, o_.overwrite, log_)) {
+      check(f.inputs.shape() == iri_source_.images.shape(), "stitch: IRI file ", path, " holds IRIs ", f.inputs.shape(),
+            " but the sweep asks for ", iri_source_.images.shape(), "; remove it or use another --out");
+      IriSet set{f.inputs, f.starts, f.start_index, f.distance, iri_quality(f.distance)};
+      if (log_) log_(cat("IRIs of ", front_.name, " block ", block, ": read ", path, "; ", set.quality.summary()));
+      return set;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  IriSet set = find_iris(front_, block, iri_source_.images, o_.iri, [&](int64_t done, int64_t total) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (log_)
+      log_(cat("IRIs of ", front_.name, " block ", block, ": ", done, "/", total, " images, ", fixed(seconds, 1),
+               "s, ETA ", fixed(seconds * double(total - done) / double(done), 0), "s"));
+  });
+  fs::create_directories(fs::path(path).parent_path());
+  write_iri_file(path, {set.inputs, set.starts, set.start_index, set.distance, wanted},
+                 {{"front", front_.name}, {"block", std::to_string(block)}, {"quality", set.quality.summary()}});
+  if (log_) log_(cat("IRIs of ", front_.name, " block ", block, ": ", set.quality.summary()));
+  return set;
+}
+
+// The IRI set of the front model's block (iris/front_block_<i>.safetensors) and its picture
+// beside the images it imitates and its starts (iris/front_block_<i>.png).
+const IriSet& SweepRun::iris(size_t block) {
+  if (iris_.count(block)) return iris_.at(block);
+  const std::string stem = cat(o_.out_dir, "/iris/front_block_", block);
+  const IriSet& set = iris_.emplace(block, read_or_find_iris(block, stem + ".safetensors")).first->second;
+  write_iri_grid(stem + ".png", cat("IRIs of ", front_.name, " block ", block, " '", front_.model->blocks()[block].name, "': ",
+                                    set.quality.summary()),
+                 iri_source_.images, set.starts, set.inputs, set.distance);
+  if (set.quality.poor() && log_)
+    log_(cat("WARNING: the IRI set of ", front_.name, " block ", block, " is POOR (", set.quality.summary(),
+             "): the front model tells x′ from x, so invariance-aware scores for this block are not "
+             "meaningful; use more --iri-steps or --iri-rule adam"));
+  return set;
+}
+
+// A finished cell from its file when this run's settings made it; false when there is
+// none or --overwrite remakes it. Scores it on further test sets it lacks, from its stitch.
+bool SweepRun::read_back(StitchCell& c, const StitchPair& pair, const std::string& cell_path,
+                         const std::string& stitch_path) {
+  if (!fs::exists(cell_path)) return false;
+  StitchCell done = read_cell_text(read_text(cell_path), cell_path);
+  if (!may_reuse(cell_path, done.made, c.made, o_.overwrite, log_)) return false;
+  if (!scored_on(done, extra_tests_)) {  // asked for other test sets than when it ran
+    const StitchFile file = read_stitch_parameters(stitch_path);
+    const Provenance wanted = record(subject(RecordSubject::stitch, pair, c.objective, c.protocol));
+    if (!may_reuse(stitch_path, file.made, wanted, o_.overwrite, log_)) return false;
+    done.test_sets = score_test_sets(pair, *load_stitch(pair, file));
+    write_file_atomic(cell_path, to_json(cell_to_json(done), 2) + "\n");
+  }
+  c = done;
+  return true;
+}
+
+// Trains, scores and writes one cell (its stitch file, its cell file, the tables).
+void SweepRun::compute(StitchCell& c, const StitchPair& pair, const std::string& stitch_path, int64_t index,
+                       int64_t total) {
+  const ProtocolRule& rule = protocol(c.protocol);
+  const IriSet* set = rule.needs_iris ? &iris(pair.front_block()) : nullptr;
+  const Tensor no_iris;
+  const StitchTrainingSet training = rule.training_set({natural_, iri_source_, set ? set->inputs : no_iris});
+  Stitch stitch(pair.shapes());
+  initialise(stitch, pair, training, o_);
+  StitchTrainOptions train = o_.train;
+  train.objective = c.objective;
+  // A progress line at most every 10 seconds of a long cell.
+  auto last_line = std::chrono::steady_clock::now();
+  const StitchTrainResult r = train_stitch(stitch, pair, training, train, [&](int64_t step, int64_t steps, double loss) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!log_ || std::chrono::duration<double>(now - last_line).count() < 10.0) return;
+    last_line = now;
+    log_(cat("[", index, "/", total, "] ", c.key(), ": step ", step, "/", steps, ", loss ", fixed(loss, 4)));
+  });
+  check(all_finite(stitch.weight) && all_finite(stitch.bias), "stitch ", pair.shapes().where, ", ", c.objective, " ",
+        c.protocol, ": training diverged (non-finite weights after ", r.steps, " steps at lr ", o_.train.lr,
+        "); use a smaller --lr");
+  c.train_images = training.front_inputs.size(0);
+  c.steps = r.steps;
+  c.final_loss = r.final_loss;
+  const RawClassifier stitched = [&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); };
+  c.stitched_accuracy = accuracy(stitched, test_.images, test_.labels);
+  c.end_accuracy = end_accuracy_;
+  c.relative_score = end_accuracy_ > 0 ? c.stitched_accuracy / end_accuracy_ : NAN;
+  if (!o_.raua_eps.empty()) c.raua = area_under_attack(stitched) / end_area_;
+  if (set) {
+    c.iri_median = set->quality.median;
+    c.iri_p90 = set->quality.p90;
+    c.iri_share_below = set->quality.share_below;
+    c.iri_poor = set->quality.poor();
+    // How B labels the IRIs: as the image they imitate, and as the image they start from.
+    c.end_agrees_on_iris = accuracy(end_logits_, set->inputs, iri_source_.labels);
+    std::vector<int64_t> start_labels;
+    for (int64_t from : set->start_index)
+      if (from >= 0) start_labels.push_back(iri_source_.labels[size_t(from)]);
+    if (start_labels.size() == iri_source_.labels.size())
+      c.end_agrees_with_starts_on_iris = accuracy(end_logits_, set->inputs, start_labels);
+  }
+  c.test_sets = score_test_sets(pair, stitch);
+  fs::create_directories(fs::path(stitch_path).parent_path());
+  write_stitch_file(stitch_path, pair, stitch, record(subject(RecordSubject::stitch, pair, c.objective, c.protocol)));
+}
+
+StitchCell SweepRun::cell(const StitchPair& pair, const std::string& protocol_name, const std::string& objective_name,
+                          int64_t index, int64_t total) {
+  StitchCell c;
+  c.front_block = pair.front_block();
+  c.end_block = pair.end_block();
+  c.front_name = front_.model->blocks()[c.front_block].name;
+  c.end_name = end_.model->blocks()[c.end_block].name;
+  c.objective = objective_name;
+  c.protocol = protocol_name;
+  c.made = record(subject(RecordSubject::cell, pair, objective_name, protocol_name));
+  const std::string cell_path = o_.out_dir + "/cells/" + c.key() + ".json";
+  const std::string stitch_path = o_.out_dir + "/stitches/" + c.key() + ".safetensors";
+  if (read_back(c, pair, cell_path, stitch_path)) {
+    if (log_) log_(cat("[", index, "/", total, "] ", c.key(), ": done before, read ", cell_path));
+    return c;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  compute(c, pair, stitch_path, index, total);
+  fs::create_directories(fs::path(cell_path).parent_path());
+  write_file_atomic(cell_path, to_json(cell_to_json(c), 2) + "\n");
+  compute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ++computed_;
+  if (log_)
+    log_(cat("[", index, "/", total, "] ", c.key(), ": stitched ", fixed(100 * c.stitched_accuracy, 2), "%, end ",
+             fixed(100 * end_accuracy_, 2), "%, relative ", fixed(c.relative_score, 3), "; ETA ",
+             fixed(compute_seconds_ / double(computed_) * double(total - index), 0), "s"));
+  return c;
+}
+
+}  // namespace
+
+std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& end, const DataSource& data,
+                                         const StitchSweepOptions& o, const Log& log) {
+  const std::vector<StitchPair> pairs = checked_pairs(front, end, data, o, log);
+  SweepRun run(front, end, data, o, log);
   std::vector<StitchCell> cells;
   const int64_t total = int64_t(pairs.size() * o.objectives.size() * o.protocols.size());
-  int64_t computed = 0;
-  double compute_seconds = 0;
-  std::map<size_t, IriSet> iris;  // per front block, made when first needed
-  for (const StitchPair& pair : pairs) {
-    const size_t i = pair.front_block(), j = pair.end_block();
+  for (const StitchPair& pair : pairs)
     for (const std::string& protocol_name : o.protocols)
       for (const std::string& objective_name : o.objectives) {
-        StitchCell c;
-        c.front_block = i;
-        c.end_block = j;
-        c.front_name = front.model->blocks()[i].name;
-        c.end_name = end.model->blocks()[j].name;
-        c.objective = objective_name;
-        c.protocol = protocol_name;
-        const std::string cell_path = o.out_dir + "/cells/" + c.key() + ".json";
-        const int64_t index = int64_t(cells.size()) + 1;
-        const std::string stitch_path = o.out_dir + "/stitches/" + c.key() + ".safetensors";
-        if (fs::exists(cell_path)) {
-          StitchCell done = cell_from_json(parse_json(read_text(cell_path)));
-          if (log) log(cat("[", index, "/", total, "] ", c.key(), ": done before, read ", cell_path));
-          if (!scored_on(done, extra_tests)) {  // asked for other test sets than when it ran
-            done.test_sets = score_test_sets(extra_tests, pair, *load_stitch(pair, read_stitch_parameters(stitch_path)));
-            write_file_atomic(cell_path, to_json(cell_to_json(done), 2) + "\n");
-          }
-          cells.push_back(done);
-          continue;
-        }
-        const auto started = std::chrono::steady_clock::now();
-        const ProtocolRule& rule = protocol(protocol_name);
-        const IriSet* set = nullptr;
-        if (any_iris) {
-          if (!iris.count(i)) {
-            iris.emplace(i, iris_for_block(front, i, iri_source, o.iri, o.out_dir, log));
-            if (iris.at(i).quality.poor() && log)
-              log(cat("WARNING: the IRI set of ", front.name, " block ", i, " is POOR (", iris.at(i).quality.summary(),
-                      "): the front model tells x′ from x, so invariance-aware scores for this block are not "
-                      "meaningful; use more --iri-steps or --iri-rule adam"));
-          }
-          set = &iris.at(i);
-        }
-        const Tensor no_iris;
-        const StitchTrainingSet training = rule.training_set({natural, iri_source, set ? set->inputs : no_iris});
-        Stitch stitch(pair.shapes());
-        initialise(stitch, pair, training, o);
-        StitchTrainOptions train = o.train;
-        train.objective = objective_name;
-        // A progress line at most every 10 seconds of a long cell.
-        auto last_line = std::chrono::steady_clock::now();
-        const StitchTrainResult r = train_stitch(stitch, pair, training, train, [&](int64_t step, int64_t steps, double loss) {
-          const auto now = std::chrono::steady_clock::now();
-          if (!log || std::chrono::duration<double>(now - last_line).count() < 10.0) return;
-          last_line = now;
-          log(cat("[", index, "/", total, "] ", c.key(), ": step ", step, "/", steps, ", loss ", fixed(loss, 4)));
-        });
-        c.train_images = training.front_inputs.size(0);
-        c.final_loss = r.last_epoch_loss;
-        c.stitched_accuracy =
-            accuracy([&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); }, test.images, test.labels);
-        c.end_accuracy = end_accuracy;
-        c.relative_score = end_accuracy > 0 ? c.stitched_accuracy / end_accuracy : NAN;
-        if (raua) c.raua = area_under_attack([&](const Tensor& raw) { return pair.stitched_logits(stitch, raw); }) / end_area;
-        if (set) {
-          c.end_agrees_on_iris = accuracy(end_logits, set->inputs, iri_source.labels);
-          c.iri_median = set->quality.median;
-        }
-        c.test_sets = score_test_sets(extra_tests, pair, stitch);
-        write_stitch_file(stitch_path, pair, stitch, {{"objective", objective_name}, {"protocol", protocol_name}});
-        write_file_atomic(cell_path, to_json(cell_to_json(c), 2) + "\n");
-        cells.push_back(c);
+        cells.push_back(run.cell(pair, protocol_name, objective_name, int64_t(cells.size()) + 1, total));
         write_tables(o.out_dir, front, end, data.spec, o.test_data, cells);
-        compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        ++computed;
-        const int64_t left = total - index;
-        if (log)
-          log(cat("[", index, "/", total, "] ", c.key(), ": stitched ", fixed(100 * c.stitched_accuracy, 2), "%, end ",
-                  fixed(100 * end_accuracy, 2), "%, relative ", fixed(c.relative_score, 3), "; ETA ",
-                  fixed(compute_seconds / double(computed) * double(left), 0), "s"));
       }
-  }
-  write_tables(o.out_dir, front, end, data.spec, o.test_data, cells);
   return cells;
 }
 

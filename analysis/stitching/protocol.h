@@ -8,12 +8,16 @@
 //   invariance  A sees the IRIs x′ of those images, the targets of slm/dm/fula come from B
 //               on x′, hlm keeps the label y(x)
 //
-// Every cell (front block i, end block j, objective, protocol) reports the stitched
-// model's accuracy on the clean test set, the end model's own accuracy, their ratio (the
-// relative score), and "B agrees with y(x) on A's IRIs": the end model's accuracy on the
-// IRIs of A's block i against the labels of the images they imitate. With `test_data`, the
-// stitched and the end model's accuracies on each of those test sets too (data variants
-// such as fashion-mnist+shortcut, of the same image shape).
+// Every protocol trains for the same number of optimizer steps (StitchTrainOptions::steps),
+// so that a smaller set gets more epochs, not fewer updates; 0 steps leaves the least-squares
+// stitch. Every cell (front block i, end block j, objective, protocol) reports the stitched
+// model's accuracy on the clean test set, the end model's own accuracy and their ratio (the
+// relative score). An invariance cell also reports its IRI set's quality (median and 90th
+// percentile relative distance, the share below 0.05, POOR when the median is not below
+// 0.05) and how the end model labels the IRIs of A's block i: the share it labels y(x) (the
+// image they imitate) and y(x₀) (the image they start from). With `test_data`, the stitched
+// and the end model's accuracies on each of those test sets too (data variants such as
+// fashion-mnist+shortcut, of the same image shape).
 //
 // On disk, under out_dir: cells/<cell>.json (one finished cell), stitches/<cell>.safetensors
 // (a stitch file, analysis/stitching/stitched_model.h: `adjoint predict --stitch` runs it),
@@ -21,11 +25,11 @@
 // iris/front_block_<i>.png (a few of them beside x and x₀), results.csv, results.json,
 // results.md and the layer × layer maps (analysis/stitching/figures.h) rewritten after
 // every cell. Every file is written atomically (a temporary renamed into place), so an
-// interrupted sweep leaves every table whole, listing the cells finished so far; and a
-// cell whose file exists is read back, never recomputed, so a rerun continues where it
-// stopped. The key of a cell is its blocks, objective and protocol only: a rerun with other
-// training or IRI options into the same folder reuses what it finds (remove cells/ or
-// iris/ to remake them); a read-back cell missing one of the test sets is scored on it
+// interrupted sweep leaves every table whole, listing the cells finished so far. Every cell,
+// IRI set and stitch file records what made it (analysis/stitching/provenance.h); a rerun
+// reuses one only when its record is the one the run would write, so that it continues
+// where it stopped; a different one is refused in one line naming what differs, or made
+// again with `overwrite`. A read-back cell missing one of the test sets is scored on it
 // from its stitch file. The results tables list the cells of the current invocation.
 #pragma once
 #include <cmath>
@@ -37,6 +41,7 @@
 
 #include "analysis/stitching/robustness.h"
 #include "analysis/stitching/iri.h"
+#include "analysis/stitching/records.h"
 #include "analysis/stitching/train.h"
 #include "engine/data/open.h"
 
@@ -56,6 +61,7 @@ struct StitchSweepOptions {
   IriOptions iri;
   std::vector<std::string> test_data;  // further test sets (data specs) every cell is scored on
   std::string out_dir;
+  bool overwrite = false;  // make again a cell, IRI set or stitch made by another run
   // rAuA (METHODS.md §2.4), when raua_eps is given: every cell also attacks the stitched
   // and the end model with PGD (raua_attack, at each ε of the grid) on the first
   // raua_images test images; raua = AuA(stitched) / AuA(end), AuA by the trapezoid rule.
@@ -63,29 +69,6 @@ struct StitchSweepOptions {
   int64_t raua_images = 200;
   PgdOptions raua_attack;
 };
-
-// A cell's accuracies on one of the further test sets.
-struct TestSetScore {
-  std::string data;
-  double stitched_accuracy = 0, end_accuracy = 0;
-};
-
-struct StitchCell {
-  size_t front_block = 0, end_block = 0;
-  std::string front_name, end_name;  // the blocks' names
-  std::string objective, protocol;
-  int64_t train_images = 0;
-  double final_loss = 0;
-  double stitched_accuracy = 0, end_accuracy = 0, relative_score = 0;
-  double end_agrees_on_iris = NAN;  // NaN when no IRIs were made for this front block
-  double iri_median = NAN;
-  double raua = NAN;  // NaN when the sweep computed no rAuA for the cell
-  std::vector<TestSetScore> test_sets;  // in the order of StitchSweepOptions::test_data
-  std::string key() const;  // "front2_end2_slm_invariance"
-};
-
-// The protocols' names, for --help and errors.
-std::vector<std::string> stitch_protocol_names();
 
 // Runs (or resumes) the sweep. `log` receives one line per event (progress, warnings).
 // Throws Error naming the models, blocks and shapes on a stitch that cannot be built.

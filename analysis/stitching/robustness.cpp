@@ -133,7 +133,7 @@ void check_pgd_options(const PgdOptions& o) {
   norm_rule(o.norm);
   if (!(std::isfinite(o.eps) && o.eps >= 0))
     throw UsageError(cat("option --pgd-eps must be a finite number at least 0, got ", o.eps));
-  if (o.steps < 0) throw UsageError(cat("option --pgd-steps must be at least 0, got ", o.steps));
+  if (o.steps < 1) throw UsageError(cat("option --pgd-steps must be at least 1 (0 steps would report clean accuracy as robust), got ", o.steps));
   if (!std::isfinite(o.step_size) || o.step_size < 0)
     throw UsageError(cat("option --pgd-step-size must be a finite number at least 0 (0: 2.5·ε/steps), got ",
                          o.step_size));

@@ -1,11 +1,15 @@
 #include "analysis/stitching/stitched_model.h"
 
+#include <filesystem>
 #include <string>
 
+#include "analysis/stitching/provenance.h"
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
 
 namespace adjoint {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -14,18 +18,6 @@ ModelConfig stitched_config(const StitchPair& pair) {
   c.num_classes = pair.end().model->config().num_classes;
   c.arch = cat("stitched:", c.arch, "→", pair.end().model->config().arch);
   return c;
-}
-
-size_t block_entry(const SafetensorsFile& f, const std::string& path, const std::string& key) {
-  const auto it = f.metadata.find(key);
-  check(it != f.metadata.end(), "stitch file ", path, ": no '", key, "' in its metadata; it was not written by adjoint stitch");
-  try {
-    size_t used = 0;
-    const unsigned long long block = std::stoull(it->second, &used);
-    if (used == it->second.size()) return size_t(block);
-  } catch (const std::exception&) {
-  }
-  throw Error(cat("stitch file ", path, ": metadata '", key, "' is '", it->second, "', not a block index"));
 }
 
 }  // namespace
@@ -48,44 +40,32 @@ StitchedModel::StitchedModel(const StitchPair& pair, std::shared_ptr<Stitch> sti
   train(false);
 }
 
-void write_stitch_file(const std::string& path, const StitchPair& pair, const Stitch& stitch,
-                       const std::map<std::string, std::string>& extra) {
-  std::map<std::string, std::string> metadata = extra;
-  metadata["front"] = pair.front().name;
-  metadata["end"] = pair.end().name;
+void write_stitch_file(const std::string& path, const StitchPair& pair, const Stitch& stitch, const Provenance& made) {
+  const fs::path folder = fs::absolute(fs::path(path)).parent_path();
+  // A relative checkpoint path as seen from the stitch file's folder.
+  auto reference = [&](const std::string& checkpoint) {
+    std::error_code ec;
+    if (fs::path(checkpoint).is_absolute() || !fs::is_regular_file(checkpoint, ec)) return checkpoint;
+    return fs::absolute(checkpoint).lexically_normal().lexically_relative(folder.lexically_normal()).string();
+  };
+  Provenance record = made;
+  record["front.checkpoint"] = endpoint_hash(pair.front());
+  record["end.checkpoint"] = endpoint_hash(pair.end());
+  record["front.block"] = std::to_string(pair.front_block());
+  record["end.block"] = std::to_string(pair.end_block());
+  std::map<std::string, std::string> metadata;
+  add_provenance(metadata, record);
+  metadata["front"] = reference(pair.front().name);
+  metadata["end"] = reference(pair.end().name);
   metadata["front_block"] = std::to_string(pair.front_block());
   metadata["end_block"] = std::to_string(pair.end_block());
   metadata["where"] = pair.shapes().where;
   write_safetensors(path, {{"weight", stitch.weight}, {"bias", stitch.bias}}, metadata);
 }
 
-namespace {
-// The weight and bias of a stitch file already read.
-StitchFile parameters_of(const SafetensorsFile& f, const std::string& path) {
-  StitchFile s;
-  s.path = path;
-  for (const char* name : {"weight", "bias"}) {
-    check(f.tensors.count(name), "stitch file ", path, ": no tensor '", name, "'");
-    require_floating_point(f, name, path);
-  }
-  s.weight = f.tensors.at("weight");
-  s.bias = f.tensors.at("bias");
-  return s;
-}
-}  // namespace
-
-StitchFile read_stitch_parameters(const std::string& path) { return parameters_of(read_safetensors(path), path); }
-
-StitchFile read_stitch_file(const std::string& path) {
-  const SafetensorsFile f = read_safetensors(path);
-  StitchFile s = parameters_of(f, path);
-  for (const char* key : {"front", "end"})
-    check(f.metadata.count(key), "stitch file ", path, ": no '", key, "' in its metadata; it was not written by adjoint stitch");
-  s.front = f.metadata.at("front");
-  s.end = f.metadata.at("end");
-  s.front_block = block_entry(f, path, "front_block");
-  s.end_block = block_entry(f, path, "end_block");
-  return s;
+std::string stitch_checkpoint_path(const StitchFile& file, const std::string& checkpoint) {
+  if (fs::path(checkpoint).is_absolute()) return checkpoint;
+  return (fs::path(file.path).parent_path() / checkpoint).lexically_normal().string();
 }
 
 std::shared_ptr<Stitch> load_stitch(const StitchPair& pair, const StitchFile& file) {

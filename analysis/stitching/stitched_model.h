@@ -13,9 +13,9 @@
 // (gradient, pullback, soft pullback) carries a cotangent through it by the same linear
 // map; the blocks of A and B keep their own rules.
 //
-// A stitch file (.safetensors) holds "weight" and "bias", and in its metadata the front and
-// end models (their checkpoint paths when the sweep ran from the command line) and blocks,
-// which is all it takes to rebuild the stitched model.
+// A stitch file (.safetensors, analysis/stitching/records.h) holds "weight" and "bias", and
+// in its metadata the front and end models (their checkpoint paths and content hashes) and
+// blocks, which is all it takes to rebuild the stitched model and to know it is the one.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -23,6 +23,7 @@
 #include <string>
 
 #include "analysis/stitching/pair.h"
+#include "analysis/stitching/records.h"
 #include "models/model.h"
 
 namespace adjoint {
@@ -37,22 +38,15 @@ private:
   std::shared_ptr<Stitch> stitch_;
 };
 
-// Writes weight, bias and the pair's names and blocks (plus `extra` metadata) atomically.
-void write_stitch_file(const std::string& path, const StitchPair& pair, const Stitch& stitch,
-                       const std::map<std::string, std::string>& extra = {});
+// Writes weight, bias, the models it joins and their blocks atomically, with the record of
+// what made it (`made`, completed by the endpoints' content hashes and the blocks). A model
+// given by a relative path is written relative to the stitch file's folder, so that the
+// stitch and its checkpoints may move together.
+void write_stitch_file(const std::string& path, const StitchPair& pair, const Stitch& stitch, const Provenance& made = {});
 
-// A stitch file read back: what it joins, and its parameters.
-struct StitchFile {
-  std::string path;
-  std::string front, end;  // the models' names (checkpoint paths)
-  size_t front_block = 0, end_block = 0;
-  Tensor weight, bias;
-};
-// Throws Error naming the file and the missing or malformed entry.
-StitchFile read_stitch_file(const std::string& path);
-// Only the weight and bias (front, end and blocks left empty): what a sweep that knows its
-// pair needs, and all that stitch files written before they named their models hold.
-StitchFile read_stitch_parameters(const std::string& path);
+// A checkpoint path of a stitch file as a path to open: a relative one is relative to the
+// stitch file's folder.
+std::string stitch_checkpoint_path(const StitchFile& file, const std::string& checkpoint);
 
 // The pair's stitch with the parameters of `file`; throws Error naming the file, the blocks
 // and both shapes when they do not fit it.

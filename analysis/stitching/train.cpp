@@ -75,8 +75,9 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
             int64_t(data.labels.size()) == N,
         "stitch training: front inputs ", data.front_inputs.shape(), ", end inputs ",
         data.end_inputs.defined() ? data.end_inputs.shape() : Shape{}, " and ", data.labels.size(), " labels disagree");
-  check(o.epochs >= 1 && o.batch >= 1, "stitch training: epochs and batch must be positive, got ", o.epochs, " and ",
-        o.batch);
+  check(o.batch >= 1 && o.steps >= 0 && o.epochs >= -1 && std::isfinite(o.lr) && o.lr > 0,
+        "stitch training: batch ", o.batch, ", steps ", o.steps, ", epochs ", o.epochs, " and lr ", o.lr,
+        "; expected a batch ≥ 1, steps ≥ 0, epochs ≥ 0 (or −1: by steps) and a finite lr > 0");
   AdamWOptions adam;
   adam.lr = o.lr;
   adam.weight_decay = o.weight_decay;
@@ -96,10 +97,12 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
                     "stitch training set", Shape(front_images.shape().begin() + 1, front_images.shape().end()),
                     front_images.to_vector(), data.labels, classes),
                 batches);
-  const int64_t per_epoch = loader.batches_per_epoch(), total = per_epoch * o.epochs;
+  const int64_t per_epoch = loader.batches_per_epoch(), total = stitch_steps(o, N);
+  StitchTrainResult result;
+  if (total == 0) return result;
 
-  // One epoch uses every example once: a cache would only add its copies.
-  const FrozenPasses frozen(pair, data, objective.reads, o.epochs > 1 ? o.cache_bytes : 0, o.batch);
+  // At most one epoch uses every example once: a cache would only add its copies.
+  const FrozenPasses frozen(pair, data, objective.reads, total > per_epoch ? o.cache_bytes : 0, o.batch);
 
   // The stitch step: A's features without autograd, B's targets on the end images of the
   // same examples, and the gradient asked for the stitch's parameters alone.
@@ -123,16 +126,22 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
     const double value = loss.item();
     return StepOutcome{value * double(batch.size()), 0, batch.size()};
   };
-  StitchTrainResult result;
-  double epoch_loss = 0;  // the sum of the batch losses of the current epoch
+  // The final loss: the mean over the last epoch's worth of steps (all of them when fewer).
+  const int64_t window = std::min(per_epoch, total);
+  double window_loss = 0;
   run_steps(loader, optimizer, constant, 0, total, stitch_step, [&](int64_t done, const Batch& batch, const StepOutcome& r) {
     const double value = r.loss_sum / double(batch.size());
-    epoch_loss += value;
+    if (done > total - window) window_loss += value;
     result.steps = done;
-    if (done % per_epoch == 0) result.last_epoch_loss = epoch_loss / double(per_epoch), epoch_loss = 0;
     if (progress) progress(done, total, value);
   });
+  result.final_loss = window_loss / double(window);
   return result;
+}
+
+int64_t stitch_steps(const StitchTrainOptions& o, int64_t examples) {
+  if (o.epochs < 0) return o.steps;
+  return o.epochs * ((examples + o.batch - 1) / o.batch);
 }
 
 double accuracy(const std::function<Tensor(const Tensor&)>& logits, const Tensor& raw,

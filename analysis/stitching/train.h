@@ -9,6 +9,7 @@
 // images under the standard protocol, the IRIs under the invariance-aware one) and HLM
 // reads `labels`.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -28,12 +29,17 @@ struct StitchTrainingSet {
 struct StitchTrainOptions {
   std::string objective = "slm";
   ObjectiveOptions objective_options;
-  int64_t epochs = 5;
+  // Optimizer steps, the same number under every protocol whatever its set's size, so that
+  // protocols compare at one budget; 0: the initialisation alone (the least-squares stitch).
+  int64_t steps = 200;
+  // At least 0: `epochs` passes over the training set instead (steps = epochs × batches per
+  // epoch, so a smaller set gets fewer steps); −1: `steps` decides.
+  int64_t epochs = -1;
   int64_t batch = 128;
   double lr = 1e-3;
   double weight_decay = 0.0;
   uint64_t seed = 0;  // the order of the examples (the Loader's shuffle)
-  // With more than one epoch, A's features and B's targets of the whole set are kept after
+  // With more steps than one epoch holds, A's features and B's targets of the whole set are kept after
   // one pass when they fit in this many bytes (they are the same in every epoch); else
   // (and always in a single epoch) they are computed per batch.
   int64_t cache_bytes = int64_t(1) << 30;
@@ -41,8 +47,12 @@ struct StitchTrainOptions {
 
 struct StitchTrainResult {
   int64_t steps = 0;
-  double last_epoch_loss = 0;  // mean loss over the last epoch's batches
+  double final_loss = NAN;  // mean loss over the last epoch's worth of steps (NaN: no steps)
 };
+
+// The optimizer steps of a stitch trained on `examples` examples (options.steps, or
+// options.epochs passes when given).
+int64_t stitch_steps(const StitchTrainOptions& options, int64_t examples);
 
 // `progress(step, total_steps, loss)` after every step.
 StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const StitchTrainingSet& data,
