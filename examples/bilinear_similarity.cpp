@@ -55,6 +55,7 @@ BilinearForm perturbed(const BilinearForm& f, double scale, Generator& gen) {
 // One line per metric: the total cosine and the per-output cosines.
 void compare(const std::string& what, const BilinearForm& a, const BilinearForm& b) {
   for (const SimilarityMetric& metric : similarity_metrics()) {
+    if (metric.needs_data) continue;  // the data metric wants the data's mean and covariance
     const Similarity s = tensor_similarity(metric, a, b, /*bias=*/true);
     std::printf("%-34s %-9s %.4f  per output:", what.c_str(), metric.name, s.total);
     for (double v : s.slices) std::printf(" %.3f", v);

@@ -92,7 +92,7 @@ int main(int argc, char** argv) try {
   const double s = accuracy(stitched, test_images, test_labels);
   std::printf("accuracy on %lld test images: A %.2f%%, B %.2f%%\n", (long long)test_labels.size(), 100 * a, 100 * b);
   std::printf("stitched: %.2f%% after least squares, %.2f%% after %lld steps of slm (loss %.4f)\n",
-              100 * least_squares, 100 * s, (long long)trained.steps, trained.last_epoch_loss);
+              100 * least_squares, 100 * s, (long long)trained.steps, trained.final_loss);
   std::printf("relative score (stitched / B): %.3f\n", b > 0 ? s / b : 0.0);
 
   // A stitch file runs like a model: `adjoint predict --stitch OUT` or `adjoint explain --stitch OUT`.
