@@ -1,4 +1,4 @@
-// Transports: the three ways a cotangent can be carried backwards (METHODS.md §1.2).
+// Transports: the three ways a cotangent can be carried backwards (docs/methods.md §1.2).
 //
 //   Gradient      the exact vector-Jacobian product Jᵀu; training always uses it.
 //   Pullback      the adjoint of the input-conditioned linear map W(x)ᵀu: gates, routing,

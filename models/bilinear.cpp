@@ -1,4 +1,4 @@
-// Bilinear models (METHODS.md §3): every nonlinearity is a bilinear form, so the network
+// Bilinear models (docs/methods.md §3): every nonlinearity is a bilinear form, so the network
 // is a polynomial whose weights can be compared as tensors. Each model also describes itself
 // as that polynomial (polynomial_view, models/polynomial.h), from the same layers its
 // forward runs.

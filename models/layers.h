@@ -58,7 +58,7 @@ public:
   Tensor weight;  // (vocab, dim)
 };
 
-// (L x̃) ⊙ (R x̃) with x̃ = (1, x): column 0 of `left`/`right` is the bias (METHODS §3.1).
+// (L x̃) ⊙ (R x̃) with x̃ = (1, x): column 0 of `left`/`right` is the bias (docs/methods.md §3.1).
 class Bilinear : public Module {
 public:
   Bilinear(int64_t in, int64_t hidden, Generator& gen);

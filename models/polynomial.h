@@ -1,4 +1,4 @@
-// A bilinear network read as a polynomial (METHODS.md §3): the typed view that tensor
+// A bilinear network read as a polynomial (docs/methods.md §3): the typed view that tensor
 // similarity works on. Each bilinear model builds it beside its forward (models/bilinear.cpp),
 // from the same weights, so analysis never looks parameters up by state-dict strings.
 //

@@ -1,4 +1,4 @@
-// Pointwise activations and their three transports (METHODS.md §1.2).
+// Pointwise activations and their three transports (docs/methods.md §1.2).
 //
 // Each activation is z ↦ z·g(z) for a gate g (a step for ReLU, Φ for GELU, σ for SiLU),
 // so the three transports differ only in the factor that multiplies the cotangent:

@@ -1,4 +1,4 @@
-// Scaled dot-product attention and its transports (METHODS.md §1.2).
+// Scaled dot-product attention and its transports (docs/methods.md §1.2).
 //
 //   A = softmax(Q Kᵀ·s [+ causal mask]) row-wise,   out = A V.
 //

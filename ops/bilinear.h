@@ -1,4 +1,4 @@
-// Bilinear layer (METHODS.md §3.1): y = (L x̃) ⊙ (R x̃) with x̃ = (1, x), so column 0 of L
+// Bilinear layer (docs/methods.md §3.1): y = (L x̃) ⊙ (R x̃) with x̃ = (1, x), so column 0 of L
 // and of R is the bias.
 //
 // Each output is a quadratic form in x̃, so y = ½·J(x̃)·x̃ with J = diag(Rx̃)L + diag(Lx̃)R

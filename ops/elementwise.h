@@ -5,7 +5,7 @@
 // (ops/layout.h); its adjoint sum_to folds the cotangent back.
 //
 // Every op here is smooth (or piecewise linear with the kink's gate held as is), so
-// Gradient, Pullback and SoftPullback share one rule: u ↦ f'(x)·u (METHODS.md §1.2).
+// Gradient, Pullback and SoftPullback share one rule: u ↦ f'(x)·u (docs/methods.md §1.2).
 // abs and clamp transport through their gates sign(x) and 1{lo < x < hi}; at the kinks
 // themselves they follow PyTorch (abs'(0) = 0, clamp passes u at x == lo or x == hi).
 #pragma once

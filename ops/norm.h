@@ -1,4 +1,4 @@
-// Normalisation layers and their transports (METHODS.md §1.2).
+// Normalisation layers and their transports (docs/methods.md §1.2).
 //
 // Both compute y = γ·(x − μ)/σ + β with σ = sqrt(var + eps). The transports differ in
 // whether the statistics μ, σ are differentiated:

@@ -1,7 +1,7 @@
 // 2-D pooling over (N, C, H, W) inputs, with PyTorch's conventions (floor output size,
 // padding at most half the kernel, average pooling counting the padding).
 //
-// Transports (METHODS.md §1.2): average pooling is linear, one rule for all three. Max
+// Transports (docs/methods.md §1.2): average pooling is linear, one rule for all three. Max
 // pooling routes the cotangent to the arg-max under Gradient and Pullback (ties: the first
 // maximal position in row-major window order; padding counts as −inf), and under
 // SoftPullback spreads it over the window with weights softmax(window/τ), τ =

@@ -243,7 +243,7 @@ public:
     if (!transport.is_soft()) {
       for (int64_t o = 0; o < a.outer; ++o) pg[o * n + argmax_[o]] = pu[o];
     } else {
-      // Fixed weights softmax(x/τ) over each output's elements (METHODS.md §1.2, max-pool).
+      // Fixed weights softmax(x/τ) over each output's elements (docs/methods.md §1.2, max-pool).
       const double tau = transport.tau.max_pool;
       const float* px = a.dense.data();
       parallel_for(a.outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {

@@ -18,7 +18,7 @@ Tensor mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = fals
 // The maximum over `axes`. Gradient and Pullback send u to the first maximal element,
 // "first" in row-major order over the reduced axes (PyTorch's rule for max over a dim;
 // a NaN counts as the maximum). SoftPullback softens that routing as max-pool does
-// (METHODS.md §1.2): u spread over the reduced elements with fixed weights
+// (docs/methods.md §1.2): u spread over the reduced elements with fixed weights
 // softmax(x/τ), τ = transport.tau.max_pool.
 Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 // Variance over `axes`: Σ(x−mean)² / (n − 1) when unbiased, / n otherwise.

@@ -1,5 +1,5 @@
 // conv2d and the pools: gradients, PyTorch goldens (tests/goldens/gen_conv.py), the
-// max-pool transports (METHODS.md §1.2), the backward's skipped work, bad shapes.
+// max-pool transports (docs/methods.md §1.2), the backward's skipped work, bad shapes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -491,7 +491,7 @@ TEST_CASE("pool: soft max-pool pullback matches the PyTorch reference (unfold, d
     const Fn f = [c](const std::vector<Tensor>& in) { return max_pool2d(in[0], c.k, c.s, c.p); };
     check_close(vjp(f, {x}, u, soft(c.tau))[0], golden("conv", name + ".grad0"), 1e-4, 1e-6, name);
   }
-  // The default temperature is METHODS.md's 0.3.
+  // The default temperature is docs/methods.md's 0.3.
   const Tensor x = golden("conv", "softmax_pool.k3s2p1_t03.in0"), u = golden("conv", "softmax_pool.k3s2p1_t03.u");
   const Fn f = [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 2, 1); };
   check_close(vjp(f, {x}, u, Transport::soft_pullback())[0], golden("conv", "softmax_pool.k3s2p1_t03.grad0"), 1e-4,

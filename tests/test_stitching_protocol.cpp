@@ -1,4 +1,4 @@
-// Which data each protocol reads (METHODS.md §2.3), pinned by watching the models.
+// Which data each protocol reads (docs/methods.md §2.3), pinned by watching the models.
 //
 // Every image carries a tag in its first pixel: the natural training images, the test
 // images and the IRIs each have their own tags. The front model A ignores the tag (its

@@ -56,7 +56,7 @@ Matrix64 without_bias(const Matrix64& m) {
 }
 
 // E[x̃ᵀBx̃ · x̃ᵀCx̃] for x̃ = (1, x), x ~ N(0, I), B and C symmetric, written out from the
-// block form of METHODS §3.2: (b00 + Tr B')(c00 + Tr C') + 4 b0·c0 + 2⟨B', C'⟩_F.
+// block form of docs/methods.md §3.2: (b00 + Tr B')(c00 + Tr C') + 4 b0·c0 + 2⟨B', C'⟩_F.
 double isserlis_block_formula(const Matrix64& b, const Matrix64& c) {
   double tb = b(0, 0), tc = c(0, 0), cross = 0, frob = 0;
   for (int64_t i = 1; i < b.rows; ++i) {

@@ -1,5 +1,5 @@
 // `adjoint explain`: explanations of a model's decisions as pictures, raw attributions and
-// a quality table (METHODS.md §1.3–1.4). The work is in analysis/pullbacks/report.cpp; this file
+// a quality table (docs/methods.md §1.3–1.4). The work is in analysis/pullbacks/report.cpp; this file
 // turns options into ReportOptions, finds the model and the images, and prints.
 #include <algorithm>
 #include <chrono>

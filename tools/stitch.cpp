@@ -1,5 +1,5 @@
 // `adjoint stitch`: model stitching between two checkpoints under the standard, control
-// and invariance-aware protocols (METHODS.md §2). The work is in analysis/stitching_*;
+// and invariance-aware protocols (docs/methods.md §2). The work is in analysis/stitching_*;
 // this file turns options into a sweep and its lines into output.
 #include <algorithm>
 #include <cmath>

@@ -18,7 +18,7 @@ using Classifier = std::function<Tensor(const Tensor& x)>;
 using Explainer = std::function<Tensor(const Tensor& x, const std::vector<int64_t>& targets)>;
 
 // The range the inputs live in (after normalisation): perturbations and step sizes are
-// stated relative to it (METHODS.md §1.3–1.4).
+// stated relative to it (docs/methods.md §1.3–1.4).
 struct InputRange {
   float lo = -1.0f, hi = 1.0f;
   float width() const { return hi - lo; }

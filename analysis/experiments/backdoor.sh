@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The backdoor experiment of METHODS.md §3.5, end to end: can tensor similarity, from the
+# The backdoor experiment of docs/methods.md §3.5, end to end: can tensor similarity, from the
 # weights alone, see that a model learnt a backdoor?
 #
 #   analysis/experiments/backdoor.sh OUT [SEEDS] [CLEAN_EPOCHS] [MORE_EPOCHS] [TARGET]

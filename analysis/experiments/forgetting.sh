@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The forgetting experiment of METHODS.md §3.5, end to end: a curriculum that adds classes,
+# The forgetting experiment of docs/methods.md §3.5, end to end: a curriculum that adds classes,
 # removes one and re-adds it, read through per-class slice similarity of the weights.
 #
 #   analysis/experiments/forgetting.sh OUT [SEEDS] [STAGE_STEPS] [REMOVED]

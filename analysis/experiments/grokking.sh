@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The grokking experiment of METHODS.md §3.5, end to end: modular addition P = 113, input two
+# The grokking experiment of docs/methods.md §3.5, end to end: modular addition P = 113, input two
 # concatenated one-hots (226) → Bilinear(→64) → Linear(→113), AdamW lr 1e-3, weight decay 0.3,
 # batch 512, 30% of the pairs for training, a checkpoint kept every 1000 steps; then every
 # checkpoint compared with the last and with each other by tensor similarity

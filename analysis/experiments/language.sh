@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The language experiment of METHODS.md §3.5, end to end: a 2-block bilinear-attention
+# The language experiment of docs/methods.md §3.5, end to end: a 2-block bilinear-attention
 # transformer trained on English text from Debian's `fortunes` package (nothing downloaded),
 # checkpoints kept over training, then every checkpoint compared with the last and with each
 # other by tensor similarity over a context of 4 positions, with the validation loss beside it.

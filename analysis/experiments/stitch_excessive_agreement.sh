@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Excessive agreement (METHODS.md §2.4), end to end, over seeds: when the stitch-training
+# Excessive agreement (docs/methods.md §2.4), end to end, over seeds: when the stitch-training
 # images carry a cue that the models never saw, does stitching read the cue instead of
 # the front model's function, and do IRIs take that away?
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Layer × layer stitching maps (METHODS.md §2.4): A's block i into B's block j, standard
+# Layer × layer stitching maps (docs/methods.md §2.4): A's block i into B's block j, standard
 # protocol, for two seeds of one architecture and across architectures.
 #
 #   analysis/experiments/stitch_layer_maps.sh OUT [PAIRS]

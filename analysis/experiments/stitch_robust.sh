@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The robust-versus-standard experiment of METHODS.md §2.4, end to end, over seeds: do
+# The robust-versus-standard experiment of docs/methods.md §2.4, end to end, over seeds: do
 # robust and standard models look alike to standard stitching, and apart to the
 # invariance-aware protocol?
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shortcut experiment of METHODS.md §2.4, end to end, over seeds: does stitching tell
+# The shortcut experiment of docs/methods.md §2.4, end to end, over seeds: does stitching tell
 # a model that reads a pixel shortcut from one that reads the garment?
 #
 #   analysis/experiments/stitch_shortcut.sh OUT [SEEDS] [EPOCHS]

@@ -1,4 +1,4 @@
-// Explanation methods (METHODS.md §1.3): attributions of a classifier's target logit to
+// Explanation methods (docs/methods.md §1.3): attributions of a classifier's target logit to
 // its input, each one a transport of the engine run backwards from the logits.
 //
 //   soft_pullback          one backward of the target logit (u = e_c on the logits, not

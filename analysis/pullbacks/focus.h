@@ -1,4 +1,4 @@
-// Focus (Arias-Duart et al. 2022), METHODS.md §1.4: a localisation test on 2×2 mosaics of
+// Focus (Arias-Duart et al. 2022), docs/methods.md §1.4: a localisation test on 2×2 mosaics of
 // four images, two of them of the target class. A faithful explanation of the target puts
 // its positive mass on the two target tiles.
 //

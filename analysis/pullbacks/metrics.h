@@ -1,4 +1,4 @@
-// Quality metrics for explanations (METHODS.md §1.4).
+// Quality metrics for explanations (docs/methods.md §1.4).
 //
 // Every metric returns one value per example (MetricResult::values), so a report can give
 // mean ± std and a confidence interval (MetricResult::summary), and every result carries
@@ -43,7 +43,7 @@ struct MetricInfo {
 };
 
 // Every metric of this module (analysis/pullbacks/metrics.h, randomisation.h, focus.h), in the order
-// of METHODS.md §1.4.
+// of docs/methods.md §1.4.
 const std::vector<MetricInfo>& metric_catalogue();
 // The catalogue entry of `name`; throws an Error listing the known names.
 const MetricInfo& metric_info(const std::string& name);
@@ -85,7 +85,7 @@ struct SamplingOptions {
 // taken as 0, so the score is mean_k b_k²: the error of explaining nothing.
 struct InfidelityOptions : SamplingOptions {
   std::vector<int64_t> patch_sizes;  // side lengths; empty: {H/2, H/4} (at least 1)
-  int64_t samples_per_size = 5;      // perturbations per patch size (METHODS default 5)
+  int64_t samples_per_size = 5;      // perturbations per patch size (docs/methods.md default 5)
 };
 
 // The model's response to every perturbation of every example, for scoring any number of

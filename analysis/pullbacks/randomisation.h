@@ -1,4 +1,4 @@
-// Model-parameter randomisation test (Adebayo et al. 2018), METHODS.md §1.4: an
+// Model-parameter randomisation test (Adebayo et al. 2018), docs/methods.md §1.4: an
 // explanation that depends on what the model learned must change when the learned
 // weights are destroyed.
 //

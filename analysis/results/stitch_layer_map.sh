@@ -1,5 +1,5 @@
 #!/bin/sh
-# A layer × layer stitching map for a VGG↔VGG pair (issue #13, METHODS.md §2.4): two
+# A layer × layer stitching map for a VGG↔VGG pair (issue #13, docs/methods.md §2.4): two
 # VGG-11-BN models at width 1/4 trained 800 AdamW steps each on Fashion-MNIST (seeds 1 and
 # 2), then standard-protocol slm stitching from every one of A's blocks 1, 3, 5, 7 into
 # every one of B's blocks 1, 3, 5, 7 (16 stitches). Writes runs/stitch_layer_map/ (not

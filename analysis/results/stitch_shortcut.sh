@@ -1,5 +1,5 @@
 #!/bin/sh
-# The first small shortcut experiment of issue #13 (METHODS.md §2.4): two clean models
+# The first small shortcut experiment of issue #13 (docs/methods.md §2.4): two clean models
 # (C1, C2) on Fashion-MNIST and two shortcut models (S1, S2) on fashion-mnist+shortcut
 # (a bright 2×2 patch whose position codes the class), VGG-11-BN at width 1/4, 800 AdamW
 # steps each; then slm stitching under the standard and invariance-aware protocols for the

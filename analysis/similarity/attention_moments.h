@@ -2,7 +2,7 @@
 // (models/polynomial.h): h_t ← h_t + s·P Σ_{u≤t} (q1_t·k1_u)(q2_t·k2_u)/d_head² · v_u per head.
 //
 // Each output is a product of five legs, linear in the state z. Given the state's mean and
-// covariance (the Gaussian closure of METHODS.md §3.3), E[y_x y_yᵀ] is a ten-leg moment and
+// covariance (the Gaussian closure of docs/methods.md §3.3), E[y_x y_yᵀ] is a ten-leg moment and
 // E[z_x y_yᵀ] a six-leg one. Isserlis' theorem for non-centred Gaussians sums over every
 // partial matching of the legs: matched pairs give a covariance, unmatched legs their mean.
 // That is 9496 matchings for ten legs and 76 for six.

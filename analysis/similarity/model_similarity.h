@@ -1,7 +1,7 @@
 // Two bilinear models compared: tensor similarity from their weights (the closed form for
 // one bilinear layer, the exact Isserlis sum for deeper networks where it is tractable, the
 // second-moment recursion, an approximation, beyond) with the baselines
-// of METHODS.md §3.4 beside it, computed on a batch of inputs. What `adjoint tensorsim`
+// of docs/methods.md §3.4 beside it, computed on a batch of inputs. What `adjoint tensorsim`
 // prints and writes, for one pair of checkpoints or every checkpoint of a run.
 #pragma once
 #include <map>

@@ -1,4 +1,4 @@
-// The data-based and weight-based baselines reported beside tensor similarity (METHODS.md
+// The data-based and weight-based baselines reported beside tensor similarity (docs/methods.md
 // §3.4): linear CKA, biased and debiased, on activations (rows are examples); behavioural
 // agreement and output correlation on logits; the naive cosine of two models' weights.
 #pragma once

@@ -1,4 +1,4 @@
-// Tensor similarity of deep polynomial networks (METHODS.md §3.3): the second-moment
+// Tensor similarity of deep polynomial networks (docs/methods.md §3.3): the second-moment
 // recursion. For two networks a and b on a shared input x ~ N(0, I), it carries the joint
 // second moments of their states z = (1, h_1, ..., h_T) through the layers in lockstep,
 //   Σ_aa = E[z_a z_aᵀ],  Σ_ab = E[z_a z_bᵀ],  Σ_bb = E[z_b z_bᵀ]
@@ -39,7 +39,7 @@ MomentTrace self_moments(const PolynomialView& v, double input_std = 1.0);
 
 // Both views must have the same kinds of layers in the same order and the same input and
 // output sizes (their hidden widths may differ). Throws naming the layer otherwise.
-// The input is x ~ N(0, input_std²·I): METHODS' identity is 1; a token model's one-hot inputs
+// The input is x ~ N(0, input_std²·I): docs/methods.md's identity is 1; a token model's one-hot inputs
 // have the norm of 1/sqrt(vocab).
 DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b, double input_std = 1.0);
 DeepSimilarity deep_similarity(const PolynomialView& a, const PolynomialView& b, const MomentTrace& ta,

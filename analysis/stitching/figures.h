@@ -1,4 +1,4 @@
-// The pictures and matrices of a stitching sweep (METHODS.md §2.4), written beside its
+// The pictures and matrices of a stitching sweep (docs/methods.md §2.4), written beside its
 // tables by analysis/stitching/protocol.cpp.
 //
 //   layer maps   per objective × protocol, the relative score of every (front block i,

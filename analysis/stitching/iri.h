@@ -1,4 +1,4 @@
-// Identically represented inputs (METHODS.md §2.3): for every image x, an input x′ that
+// Identically represented inputs (docs/methods.md §2.3): for every image x, an input x′ that
 // the front model A cannot tell from x at its block i, found by minimising
 //   r(x′) = ‖A_{≤i}(x′) − A_{≤i}(x)‖₂ / ‖A_{≤i}(x)‖₂
 // over raw images x′ ∈ [0, 1] from a start x₀ that is another image of the set (a

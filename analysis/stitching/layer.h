@@ -1,4 +1,4 @@
-// The stitch (METHODS.md §2.1): an affine map S_θ from the front model's features after
+// The stitch (docs/methods.md §2.1): an affine map S_θ from the front model's features after
 // its block i to the end model's features after its block j, the only thing that trains
 // when two frozen models are stitched.
 //

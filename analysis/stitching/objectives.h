@@ -1,4 +1,4 @@
-// The alignment objectives a stitch trains on (METHODS.md §2.2), one table.
+// The alignment objectives a stitch trains on (docs/methods.md §2.2), one table.
 //
 // Every objective reads the stitched model's path through B and, where it needs them, B's
 // own features on the end model's inputs (StitchPair::stitched_path and end_targets: both

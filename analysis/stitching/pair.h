@@ -1,5 +1,5 @@
 // What is stitched to what: a front model A cut after its block i and an end model B
-// entered after its block j (METHODS.md §2.1), each with the normalisation its inputs
+// entered after its block j (docs/methods.md §2.1), each with the normalisation its inputs
 // need. Inputs everywhere in stitching are raw images in [0, 1], so that A and B may be
 // normalised differently and identically represented inputs live in one pixel space.
 //

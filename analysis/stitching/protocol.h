@@ -1,4 +1,4 @@
-// The stitching protocols (METHODS.md §2.3) as a restartable sweep over stitch points,
+// The stitching protocols (docs/methods.md §2.3) as a restartable sweep over stitch points,
 // objectives and protocols, with its table on disk.
 //
 //   standard    the stitch trains on real images (the first `train_images` of the
@@ -62,7 +62,7 @@ struct StitchSweepOptions {
   std::vector<std::string> test_data;  // further test sets (data specs) every cell is scored on
   std::string out_dir;
   bool overwrite = false;  // make again a cell, IRI set or stitch made by another run
-  // rAuA (METHODS.md §2.4), when raua_eps is given: every cell also attacks the stitched
+  // rAuA (docs/methods.md §2.4), when raua_eps is given: every cell also attacks the stitched
   // and the end model with PGD (raua_attack, at each ε of the grid) on the first
   // raua_images test images; raua = AuA(stitched) / AuA(end), AuA by the trapezoid rule.
   std::vector<float> raua_eps;

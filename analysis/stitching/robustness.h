@@ -1,6 +1,6 @@
 // Adversarial robustness: PGD attacks (Madry et al. 2018), PGD adversarial training as a
 // step function of the training loop, and the accuracy-versus-ε curve with its area and
-// rAuA (METHODS.md §2.4).
+// rAuA (docs/methods.md §2.4).
 //
 // Attacks live in raw pixel space, images in [0, 1]: ε is in pixel units whatever the
 // model's input normalisation, which the classifier applies itself (Endpoint::input). PGD

@@ -1,4 +1,4 @@
-// The stitched model F(x) = B_{>j}(S(A_{≤i}(x))) (METHODS.md §2.1) as a Model of its own,
+// The stitched model F(x) = B_{>j}(S(A_{≤i}(x))) (docs/methods.md §2.1) as a Model of its own,
 // so that everything that runs a model (predict, explain, the metrics) runs it too, and
 // the file a trained stitch is kept in.
 //

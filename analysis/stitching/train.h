@@ -1,4 +1,4 @@
-// Training a stitch between two frozen models (METHODS.md §2.1–2.3) and scoring it.
+// Training a stitch between two frozen models (docs/methods.md §2.1–2.3) and scoring it.
 //
 // Only the stitch's weight and bias change: A runs without autograd, B's targets too, and
 // the gradient is asked for the stitch's parameters alone, so neither model's parameters,

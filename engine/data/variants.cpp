@@ -77,14 +77,14 @@ void stamp_square(float* input, const Shape& chw, int64_t row, int64_t col, int6
 }
 
 // The backdoor trigger: a bright square one pixel in from the bottom-right corner, where
-// Fashion-MNIST's images are black (a black trigger there would be invisible: METHODS §3.5).
+// Fashion-MNIST's images are black (a black trigger there would be invisible: docs/methods.md §3.5).
 ModifiedDataset::ChangeInput trigger_stamp(const Shape& chw, int64_t size) {
   return [chw, size](int64_t, int64_t, float* input) {
     stamp_square(input, chw, chw[1] - 1 - size, chw[2] - 1 - size, size, 1.0f);
   };
 }
 
-// The stitching shortcut (METHODS §2.4): a bright size×size patch whose position codes the
+// The stitching shortcut (docs/methods.md §2.4): a bright size×size patch whose position codes the
 // class. Class k takes slot k of a grid that fills rows from the top-left, one pixel in from
 // the top and left borders and one pixel between patches, so every class has its own position.
 ModifiedDataset::ChangeInput class_position_stamp(const Shape& chw, int64_t classes, int64_t size,

@@ -1,7 +1,7 @@
 """Goldens for ops/matmul, ops/conv and ops/pool: forward values and the gradients of
 <u, f(...)> for a fixed random cotangent u, for every operand.
 
-Also the soft max-pool pullback (METHODS.md §1.2): u spread over each window with weights
+Also the soft max-pool pullback (docs/methods.md §1.2): u spread over each window with weights
 softmax(window/tau), held fixed (detached), padding excluded, overlapping windows adding up.
 It is written here independently of the C++ rule: unfold (padding = -inf), softmax, fold.
 

@@ -1,4 +1,4 @@
-"""Goldens for the explanation methods (analysis/pullbacks/explain.h, METHODS.md §1.3).
+"""Goldens for the explanation methods (analysis/pullbacks/explain.h, docs/methods.md §1.3).
 
 Two tiny models with their weights in the fixture:
   cnn  conv-BN(eval)-ReLU-maxpool ×2, conv-BN-ReLU, global average pool, linear
