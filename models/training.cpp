@@ -222,15 +222,19 @@ BatchPart part_of(const Batch& batch, int64_t s, int64_t parts) {
 // Runs task(0) … task(count − 1) on `threads` threads at once, each taking a contiguous
 // block of the tasks in turn; directly on this thread when there is one. Which thread runs
 // a task never changes what it computes, so results do not depend on `threads`.
-void run_in_blocks(int64_t count, int64_t threads, const std::function<void(int64_t)>& task) {
+// task(thread, i): the thread's index, 0 … threads − 1, for state of its own.
+void run_in_blocks(int64_t count, int64_t threads, const std::function<void(int64_t, int64_t)>& task) {
   threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(count, 1));
   if (threads == 1) {
-    for (int64_t i = 0; i < count; ++i) task(i);
+    for (int64_t i = 0; i < count; ++i) task(0, i);
     return;
   }
   run_concurrently(threads, [&](int64_t t) {
-    for (int64_t i = t * count / threads; i < (t + 1) * count / threads; ++i) task(i);
+    for (int64_t i = t * count / threads; i < (t + 1) * count / threads; ++i) task(t, i);
   });
+}
+void run_in_blocks(int64_t count, int64_t threads, const std::function<void(int64_t)>& task) {
+  run_in_blocks(count, threads, [&](int64_t, int64_t i) { task(i); });
 }
 
 template <class T>
@@ -391,10 +395,36 @@ StepOutcome whole_batch_step(Model& model, const Batch& batch, float label_smoot
   return {double(value) * double(rows), count_correct(logits, batch.labels), rows};
 }
 
+std::vector<Tensor> buffers_of(const Model& model) {
+  std::vector<Tensor> out;
+  for (const auto& [name, buffer] : model.named_buffers()) out.push_back(buffer);
+  return out;
+}
+
+// `count` replicas of `model` (made the first time) holding its parameters' values now.
+void refresh_replicas(const Model& model, int64_t count, std::vector<std::shared_ptr<Model>>& replicas) {
+  NoGrad off;
+  while (int64_t(replicas.size()) < count) {
+    Generator unused(0);  // the values are the model's, copied below
+    replicas.push_back(make_model(model.config(), unused));
+    replicas.back()->train(true);
+  }
+  const std::vector<Tensor> params = model.parameters();
+  for (int64_t r = 0; r < count; ++r) {
+    const std::vector<Tensor> copies = replicas[size_t(r)]->parameters();
+    check(copies.size() == params.size(), "train: a replica of ", model.config().arch, " has ", copies.size(),
+          " parameters, the model ", params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      Tensor copy = copies[i];  // a handle on the replica's parameter
+      copy.copy_from(params[i]);
+    }
+  }
+}
+
 }  // namespace
 
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
-                                int64_t step) {
+                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas) {
   const int64_t shards = sharding.shards, ranks = distributed::size(), rank = distributed::rank();
   if (shards == 1 && ranks == 1) return whole_batch_step(model, batch, label_smoothing, step);
   check(shards % ranks == 0, "train: ", shards, " shards over ", ranks, " ranks");
@@ -404,8 +434,7 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
   // Each shard fills one row: its weighted gradient of every parameter, then the running
   // statistics its own forward pass left (BatchNorm; none for most models).
   const std::vector<Tensor> params = model.parameters();
-  std::vector<Tensor> buffers;
-  for (const auto& [name, buffer] : model.named_buffers()) buffers.push_back(buffer);
+  std::vector<Tensor> buffers = buffers_of(model);
   const int64_t gradient_length = total_numel(params), row = gradient_length + total_numel(buffers);
   const int64_t mine = shards / ranks, first = rank * mine;
   const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
@@ -413,24 +442,31 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
   std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
   std::vector<float> start_statistics(size_t(row - gradient_length));
   flatten_into(buffers, start_statistics.data());
-  // Shards of a model with running statistics run one after another, each from the step's
-  // starting statistics; the others at once, `threads` at a time.
-  run_in_blocks(mine, buffers.empty() ? sharding.threads : 1, [&](int64_t j) {
+  // `threads` shards at a time, each shard from the step's starting running statistics. A
+  // model with running statistics (BatchNorm) gives every thread after the first a replica
+  // of its own, holding the model's parameters; without replicas its shards run in turn.
+  const int64_t threads = std::min(sharding.threads, mine);
+  const bool own_statistics = !buffers.empty() && threads > 1 && replicas != nullptr;
+  if (own_statistics) refresh_replicas(model, threads - 1, *replicas);
+  run_in_blocks(mine, buffers.empty() || own_statistics ? threads : 1, [&](int64_t thread, int64_t j) {
+    Model& worker = own_statistics && thread > 0 ? *(*replicas)[size_t(thread - 1)] : model;
+    std::vector<Tensor> worker_buffers = &worker == &model ? buffers : buffers_of(worker);
+    const std::vector<Tensor> worker_params = &worker == &model ? params : worker.parameters();
     const BatchPart part = part_of(batch, first + j, shards);
-    if (!buffers.empty()) unflatten_into(start_statistics.data(), buffers);
+    if (!buffers.empty()) unflatten_into(start_statistics.data(), worker_buffers);
     GradientOnly training_graph;
-    Tensor logits = as_rows(model.forward(part.inputs));
+    Tensor logits = as_rows(worker.forward(part.inputs));
     Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
     const float value = loss.item();
     const int64_t part_rows = logits.size(0);
     if (std::isfinite(value)) {  // else every rank refuses the step below, once it has seen every shard's loss
       const std::vector<Tensor> grads =
-          grad(loss, params, Tensor::full(loss.shape(), float(double(part_rows) / double(total_rows))), {},
+          grad(loss, worker_params, Tensor::full(loss.shape(), float(double(part_rows) / double(total_rows))), {},
                /*keep_graph=*/false);
       flatten_into(grads, rows.data() + j * row);
     }
     NoGrad off;
-    flatten_into(buffers, rows.data() + j * row + gradient_length);
+    flatten_into(worker_buffers, rows.data() + j * row + gradient_length);
     outcomes[size_t(j * 3)] = double(value) * double(part_rows);
     outcomes[size_t(j * 3 + 1)] = double(count_correct(logits, part.labels));
     outcomes[size_t(j * 3 + 2)] = double(part_rows);
@@ -485,8 +521,9 @@ TrainingStep classification_step(const TrainOptions& o) {
   const Sharding sharding = sharding_of(o);
   return {"classification",
           {{"train.adversarial", "none"}, {"train.shards", std::to_string(sharding.shards)}},
-          [=](Model& model, const Batch& batch, int64_t step) {
-            return classification_step(model, batch, label_smoothing, sharding, step);
+          [=, replicas = std::make_shared<std::vector<std::shared_ptr<Model>>>()](Model& model, const Batch& batch,
+                                                                                   int64_t step) {
+            return classification_step(model, batch, label_smoothing, sharding, step, replicas.get());
           }};
 }
 

@@ -119,7 +119,7 @@ struct TrainingStep {
 // dividing S, and in one process with S shards.
 struct Sharding {
   int64_t shards = 1;   // S: parts of every global batch
-  int64_t threads = 1;  // shards computed at once in this process (models without BatchNorm)
+  int64_t threads = 1;  // shards computed at once in this process
 };
 // The sharding a run of `o` uses in this job; UsageError when the ranks do not divide the
 // shards or when, under mpirun, --shards was not given.
@@ -136,8 +136,10 @@ void tree_sum_rows(double* rows, int64_t count, int64_t length);
 // computed in the shards of sharding_of(o).
 TrainingStep classification_step(const TrainOptions& o);
 // One such step on `batch`; throws naming `step` (on every rank) when the loss is not finite.
+// `replicas`: where a model with running statistics (BatchNorm) keeps copies of itself for
+// threads after the first, kept between steps (made when needed); null: its shards run in turn.
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
-                                int64_t step);
+                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas = nullptr);
 // The same with `parts` shards computed at once.
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts, int64_t step);
 

@@ -129,10 +129,19 @@ TEST_CASE("training: shards of a BatchNorm model normalise themselves; their gra
   auto sharded = fresh();
   const StepOutcome outcome = classification_step(*sharded, batch, 0.0f, Sharding{4, 1}, 0);
   CHECK(outcome.rows == 16);
-  auto threaded = fresh();  // threads do not change a BatchNorm model's bits
-  classification_step(*threaded, batch, 0.0f, Sharding{4, 4}, 0);
-  CHECK(gradients(*threaded) == gradients(*sharded));
-  CHECK(statistics(*threaded) == statistics(*sharded));
+  // Threads do not change a BatchNorm model's bits: without replicas its shards run in
+  // turn; with them, 2 or 4 threads each run their shards on a model of their own.
+  for (int64_t threads : {2, 4}) {
+    CAPTURE(threads);
+    auto in_turn = fresh(), threaded = fresh();
+    classification_step(*in_turn, batch, 0.0f, Sharding{4, threads}, 0);
+    std::vector<std::shared_ptr<Model>> replicas;
+    classification_step(*threaded, batch, 0.0f, Sharding{4, threads}, 0, &replicas);
+    CHECK(replicas.size() == size_t(threads - 1));
+    CHECK(gradients(*in_turn) == gradients(*sharded));
+    CHECK(gradients(*threaded) == gradients(*sharded));
+    CHECK(statistics(*threaded) == statistics(*sharded));
+  }
 
   // Each shard on a model of its own: its gradient weighted by its quarter of the rows, its
   // running statistics updated from the step's start by its own batch statistics.

@@ -10,6 +10,7 @@ build=${BUILD_DIR:-build}
 
 packages=(g++ meson ninja-build pkg-config cmake libopenblas-dev libtbb-dev libstb-dev doctest-dev
           zlib1g-dev dataset-fashion-mnist)
+[ "$mode" = test ] && packages+=(libopenmpi-dev openmpi-bin)  # the MPI tests (tests/test_distributed.cpp)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -204,8 +204,7 @@ const cli::Registration train_command({
         {"data", "SPEC", "the data set", "fashion-mnist"},
         {"epochs", "N", "passes over the training set", "10"},
         {"batch", "N", "examples per step", "128"},
-        {"data-parallel", "N", "compute N shards of each batch at once, one thread each (models without BatchNorm)",
-         "1"},
+        {"data-parallel", "N", "compute N shards of each batch at once, one thread each", "1"},
         {"shards", "S",
          "split each batch into S shards (own gradient and BatchNorm statistics, summed in a fixed order): the same "
          "weights in one process and over mpirun -n K for every K dividing S (default: --data-parallel; required "
