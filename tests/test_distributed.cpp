@@ -283,7 +283,7 @@ void check_same_bits_at_any_rank_count(const std::string& name, const std::strin
 TEST_CASE("adjoint train under mpirun: the same weights at 1, 2 and 4 ranks, with threads, and after a resume at "
           "another rank count (ResNet with BatchNorm, ViT)") {
   if (!distributed::built_with_mpi() || !mpirun_available()) {
-    MESSAGE("skipped: ", distributed::built_with_mpi() ? "no mpirun on PATH" : "this build has no MPI",
+    MESSAGE("skipped: ", std::string(distributed::built_with_mpi() ? "no mpirun on PATH" : "this build has no MPI"),
             " (install libopenmpi-dev openmpi-bin and rebuild)");
     return;
   }
