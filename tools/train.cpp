@@ -197,6 +197,8 @@ const cli::Registration train_command({
         "Writes OUT/checkpoint.safetensors after every epoch and\n"
         "OUT/log.csv, OUT/log.json. --resume OUT/checkpoint.safetensors with the same options continues\n"
         "the run; the final weights equal an uninterrupted run's bit for bit (same seed and threads).\n"
+        "Under mpirun -n K every rank trains its shards of each batch (--shards S, a multiple of K) and rank 0\n"
+        "writes; the same S gives the same weights at any K dividing it (docs/cluster.md).\n"
         "--adversarial pgd trains on PGD adversarial examples of every batch (model in eval mode during the\n"
         "attack, as the robustness library does); the attack is recorded in the checkpoint's metadata.",
     .arguments = "",
