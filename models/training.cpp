@@ -561,12 +561,13 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
   // (loss, correct, rows) per part, zero where a smaller batch has fewer parts; gathered,
   // they are added batch by batch, part by part: the single process's order.
   const int64_t batches = loader.batches_per_epoch(), ranks = distributed::size(), rank = distributed::rank();
-  const int64_t slots = sharding.shards * 3, mine = (batches + ranks - 1) / ranks;
+  const int64_t parts_per_batch = std::max<int64_t>(sharding.shards, 1);
+  const int64_t slots = parts_per_batch * 3, mine = (batches + ranks - 1) / ranks;
   std::vector<double> sums(size_t(mine * slots), 0.0);
   const int64_t first = rank * batches / ranks, last = (rank + 1) * batches / ranks;
   for (int64_t b = first; b < last; ++b) {
     const Batch batch = loader.batch(0, b);
-    const int64_t parts = part_count(batch, sharding.shards);
+    const int64_t parts = part_count(batch, parts_per_batch);
     double* slot = sums.data() + (b - first) * slots;
     run_in_blocks(parts, sharding.threads, [&](int64_t s) {
       NoGrad off_here;  // recording is per thread
@@ -584,7 +585,7 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
   for (int64_t r = 0; r < ranks; ++r)
     for (int64_t b = r * batches / ranks; b < (r + 1) * batches / ranks; ++b) {
       const double* slot = all.data() + (r * mine + b - r * batches / ranks) * slots;
-      for (int64_t s = 0; s < sharding.shards; ++s)
+      for (int64_t s = 0; s < parts_per_batch; ++s)
         if (slot[s * 3 + 2] > 0) total += StepOutcome{slot[s * 3], int64_t(slot[s * 3 + 1]), int64_t(slot[s * 3 + 2])};
     }
   const_cast<Model&>(model).train(was_training);
