@@ -87,6 +87,9 @@ TEST_CASE("distributed: a single process is rank 0 of 1; its collectives copy it
   std::vector<float> all(2);
   distributed::allgather(mine.data(), 2, all.data());
   CHECK(all == mine);
+  std::vector<float> values = {3.0f};
+  distributed::broadcast(values.data(), 1);
+  CHECK(values == std::vector<float>{3.0f});
   distributed::barrier();
 }
 
