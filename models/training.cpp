@@ -12,6 +12,7 @@
 #include "engine/autograd.h"
 #include "engine/io/csv.h"
 #include "engine/data/loader.h"
+#include "engine/distributed.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
@@ -94,7 +95,9 @@ Json record_json(const EpochRecord& r) {
                            {"test_accuracy", r.test_accuracy},
                            {"seconds", r.seconds},
                            {"samples_per_second", r.samples_per_second},
-                           {"lr", r.lr}});
+                           {"lr", r.lr},
+                           {"ranks", r.ranks},
+                           {"shards", r.shards}});
 }
 
 // The log files of a run: every record so far, rewritten atomically after each epoch.
@@ -131,6 +134,7 @@ std::vector<EpochRecord> read_log(const std::string& dir) {
     r.seconds = field("seconds");
     r.samples_per_second = field("samples_per_second");
     r.lr = field("lr");
+    if (j.find("ranks") && j.find("shards")) r.ranks = int64_t(field("ranks")), r.shards = int64_t(field("shards"));
     out.push_back(r);
   }
   return out;
@@ -203,9 +207,7 @@ void fit_config_to_data(ModelConfig& config, const DataSource& data) {
 
 namespace {
 
-// Data parallelism inside the process: a batch cut into `parts` contiguous parts that run
-// at the same time, one thread each. Results are combined in part order, so they do not
-// depend on how the parts were scheduled.
+// A part of a batch: a shard of the training step, or a part of an evaluation batch.
 struct BatchPart {
   Tensor inputs;
   std::vector<int64_t> labels;
@@ -215,28 +217,76 @@ int64_t part_count(const Batch& batch, int64_t wanted) {
   return std::clamp<int64_t>(wanted, 1, std::max<int64_t>(batch.size(), 1));
 }
 
-// Runs fn(s, part s) for every part: directly when there is one, else all at once.
-void for_each_part(const Batch& batch, int64_t parts, const std::function<void(int64_t, const BatchPart&)>& fn) {
-  if (parts == 1) return fn(0, BatchPart{batch.inputs, batch.labels});
+// Part `s` of `parts`: the contiguous rows s·n/parts … (s+1)·n/parts − 1.
+BatchPart part_of(const Batch& batch, int64_t s, int64_t parts) {
+  if (parts == 1) return BatchPart{batch.inputs, batch.labels};
   const int64_t n = batch.size(), per_example = static_cast<int64_t>(batch.labels.size()) / n;
-  run_concurrently(parts, [&](int64_t s) {
-    const int64_t begin = s * n / parts, end = (s + 1) * n / parts;
-    fn(s, BatchPart{slice(batch.inputs, 0, begin, end).contiguous(),
-                    std::vector<int64_t>(batch.labels.begin() + begin * per_example,
-                                         batch.labels.begin() + end * per_example)});
-  });
+  const int64_t begin = s * n / parts, end = (s + 1) * n / parts;
+  return BatchPart{slice(batch.inputs, 0, begin, end).contiguous(),
+                   std::vector<int64_t>(batch.labels.begin() + begin * per_example,
+                                        batch.labels.begin() + end * per_example)};
 }
 
-// Data parallelism gives each part its own batch statistics and would update BatchNorm's
-// running averages (and a dropout generator) from several threads at once.
+// Runs task(0) … task(count − 1) on `threads` threads at once, each taking a contiguous
+// block of the tasks in turn; directly on this thread when there is one. Which thread runs
+// a task never changes what it computes, so results do not depend on `threads`.
+// task(thread, i): the thread's index, 0 … threads − 1, for state of its own.
+void run_in_blocks(int64_t count, int64_t threads, const std::function<void(int64_t, int64_t)>& task) {
+  threads = std::clamp<int64_t>(threads, 1, std::max<int64_t>(count, 1));
+  if (threads == 1) {
+    for (int64_t i = 0; i < count; ++i) task(0, i);
+    return;
+  }
+  run_concurrently(threads, [&](int64_t t) {
+    for (int64_t i = t * count / threads; i < (t + 1) * count / threads; ++i) task(t, i);
+  });
+}
+void run_in_blocks(int64_t count, int64_t threads, const std::function<void(int64_t)>& task) {
+  run_in_blocks(count, threads, [&](int64_t, int64_t i) { task(i); });
+}
+
+template <class T>
+void tree_sum(T* rows, int64_t count, int64_t length) {
+  for (int64_t width = 1; width < count; width *= 2)
+    for (int64_t i = 0; i + width < count; i += 2 * width) {
+      T* into = rows + i * length;
+      const T* from = rows + (i + width) * length;
+      for (int64_t k = 0; k < length; ++k) into[k] += from[k];
+    }
+}
+
+bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+int64_t total_numel(const std::vector<Tensor>& tensors) {
+  int64_t n = 0;
+  for (const Tensor& t : tensors) n += t.numel();
+  return n;
+}
+
+// The tensors' values one after another into `out`, and back.
+void flatten_into(const std::vector<Tensor>& tensors, float* out) {
+  for (const Tensor& t : tensors) {
+    copy_to_dense(t, out);
+    out += t.numel();
+  }
+}
+void unflatten_into(const float* values, std::vector<Tensor>& tensors) {
+  for (Tensor& t : tensors) {
+    std::copy(values, values + t.numel(), t.data());
+    values += t.numel();
+  }
+}
+
+// Shards would draw a dropout mask from one generator in turn (from several threads, or on
+// some ranks only), so the masks would depend on the threads and ranks. (BatchNorm is
+// exact: each shard normalises itself and its running statistics are combined in order.)
 void check_data_parallel(const Model& model, int64_t parts) {
   if (parts <= 1) return;
   const ModelConfig& c = model.config();
   const bool dropout = model.facts().has_dropout;
-  if (!model.named_buffers().empty() || dropout)
-    throw UsageError(cat("--data-parallel ", parts, ": ", c.arch,
-                         dropout ? " has dropout" : " has BatchNorm",
-                         ", whose state would be updated by every part of the batch at once; use 1"));
+  if (dropout)
+    throw UsageError(cat("--shards ", parts, ": ", c.arch,
+                         " has dropout, whose generator would be advanced by every shard of the batch; use 1"));
 }
 
 // Options that would fail at the first step or train nonsense, refused before any work:
@@ -347,56 +397,173 @@ void check_out_dir(const TrainOptions& o, const std::string& checkpoint_path) {
       throw UsageError(cat("--out ", o.out_dir, " already holds checkpoint.safetensors; give --resume ",
                            checkpoint_path, " to continue that run, or --overwrite to replace it"));
   }
-  if (fs::is_directory(o.out_dir)) remove_stale_temporaries(o.out_dir);
+  if (fs::is_directory(o.out_dir) && distributed::rank() == 0) remove_stale_temporaries(o.out_dir);
 }
 
 }  // namespace
 
-StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts,
-                                int64_t step) {
-  // The batch runs in `parts` parts (for_each_part). Each part's loss is weighted by its
-  // share of the batch's rows, so the parts' gradients, added in part order, are the
-  // batch gradient.
-  parts = part_count(batch, parts);
-  const std::vector<Tensor> params = parts > 1 ? model.parameters() : std::vector<Tensor>{};
-  const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
-  std::vector<StepOutcome> outcomes(static_cast<size_t>(parts));
-  std::vector<std::vector<Tensor>> grads(static_cast<size_t>(parts));
-  for_each_part(batch, parts, [&](int64_t s, const BatchPart& part) {
-    GradientOnly training_graph;  // this graph only ever takes the exact gradient
-    Tensor logits = as_rows(model.forward(part.inputs));
-    Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
-    const float value = loss.item();
-    check(std::isfinite(value), "train: diverged: the training loss became ", csv_number(value), " at step ", step,
-          "; lower --lr or check the data");
-    const int64_t rows = logits.size(0);
-    if (parts == 1)
-      backward(loss);  // straight into .grad
-    else
-      grads[size_t(s)] = grad(loss, params, Tensor::full(loss.shape(), float(double(rows) / double(total_rows))), {},
-                              /*keep_graph=*/false);
-    NoGrad off;
-    outcomes[size_t(s)] = {double(value) * double(rows), count_correct(logits, part.labels), rows};
-  });
-  StepOutcome total;
-  for (const StepOutcome& o : outcomes) total += o;
-  if (parts > 1) {
-    NoGrad off;
+void tree_sum_rows(float* rows, int64_t count, int64_t length) { tree_sum(rows, count, length); }
+void tree_sum_rows(double* rows, int64_t count, int64_t length) { tree_sum(rows, count, length); }
+
+Sharding sharding_of(const TrainOptions& o) {
+  const int64_t ranks = distributed::size();
+  if (o.shards < 0) throw UsageError(cat("--shards must be at least 1, got ", o.shards));
+  if (o.shards == 0 && ranks > 1)
+    throw UsageError(cat("mpirun -n ", ranks, ": give --shards S, a multiple of ", ranks,
+                         " (the same S gives the same weights at any rank count dividing it)"));
+  Sharding sharding{o.shards > 0 ? o.shards : o.data_parallel, o.data_parallel};
+  if (sharding.shards % ranks != 0)
+    throw UsageError(cat("--shards ", sharding.shards, ": not a multiple of the ", ranks,
+                         " ranks; each rank computes the same number of shards"));
+  return sharding;
+}
+
+namespace {
+
+// The whole batch at once, its gradient straight into .grad and BatchNorm's running
+// statistics updated in place: one shard in one process.
+StepOutcome whole_batch_step(Model& model, const Batch& batch, float label_smoothing, int64_t step) {
+  GradientOnly training_graph;  // this graph only ever takes the exact gradient
+  Tensor logits = as_rows(model.forward(batch.inputs));
+  Tensor loss = cross_entropy(logits, batch.labels, label_smoothing);
+  const float value = loss.item();
+  check(std::isfinite(value), "train: diverged: the training loss became ", csv_number(value), " at step ", step,
+        "; lower --lr or check the data");
+  backward(loss);
+  NoGrad off;
+  const int64_t rows = logits.size(0);
+  return {double(value) * double(rows), count_correct(logits, batch.labels), rows};
+}
+
+std::vector<Tensor> buffers_of(const Model& model) {
+  std::vector<Tensor> out;
+  for (const auto& [name, buffer] : model.named_buffers()) out.push_back(buffer);
+  return out;
+}
+
+// `count` replicas of `model` (made the first time) holding its parameters' values now.
+void refresh_replicas(const Model& model, int64_t count, std::vector<std::shared_ptr<Model>>& replicas) {
+  NoGrad off;
+  while (int64_t(replicas.size()) < count) {
+    Generator unused(0);  // the values are the model's, copied below
+    replicas.push_back(make_model(model.config(), unused));
+    replicas.back()->train(true);
+  }
+  const std::vector<Tensor> params = model.parameters();
+  for (int64_t r = 0; r < count; ++r) {
+    const std::vector<Tensor> copies = replicas[size_t(r)]->parameters();
+    check(copies.size() == params.size(), "train: a replica of ", model.config().arch, " has ", copies.size(),
+          " parameters, the model ", params.size());
     for (size_t i = 0; i < params.size(); ++i) {
-      Tensor sum = grads[0][i];
-      for (size_t s = 1; s < grads.size(); ++s) sum = sum + grads[s][i];
-      Tensor param = params[i];  // a handle on the parameter
-      param.set_grad(sum);
+      Tensor copy = copies[i];  // a handle on the replica's parameter
+      copy.copy_from(params[i]);
     }
   }
+}
+
+}  // namespace
+
+StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
+                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas) {
+  const int64_t shards = sharding.shards, ranks = distributed::size(), rank = distributed::rank();
+  if (shards == 1 && ranks == 1) return whole_batch_step(model, batch, label_smoothing, step);
+  check(shards % ranks == 0, "train: ", shards, " shards over ", ranks, " ranks");
+  check(batch.size() >= shards, "train: a batch of ", batch.size(), " examples cannot make ", shards,
+        " shards; give --batch at least --shards");
+
+  // Each shard fills one row: its weighted gradient of every parameter, then the running
+  // statistics its own forward pass left (BatchNorm; none for most models).
+  const std::vector<Tensor> params = model.parameters();
+  std::vector<Tensor> buffers = buffers_of(model);
+  const int64_t gradient_length = total_numel(params), row = gradient_length + total_numel(buffers);
+  const int64_t mine = shards / ranks, first = rank * mine;
+  const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
+  std::vector<float> rows(size_t(mine * row));
+  std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
+  std::vector<float> start_statistics(size_t(row - gradient_length));
+  flatten_into(buffers, start_statistics.data());
+  // `threads` shards at a time, each shard from the step's starting running statistics. A
+  // model with running statistics (BatchNorm) gives every thread after the first a replica
+  // of its own, holding the model's parameters; without replicas its shards run in turn.
+  const int64_t threads = std::min(sharding.threads, mine);
+  const bool own_statistics = !buffers.empty() && threads > 1 && replicas != nullptr;
+  if (own_statistics) refresh_replicas(model, threads - 1, *replicas);
+  run_in_blocks(mine, buffers.empty() || own_statistics ? threads : 1, [&](int64_t thread, int64_t j) {
+    Model& worker = own_statistics && thread > 0 ? *(*replicas)[size_t(thread - 1)] : model;
+    std::vector<Tensor> worker_buffers = &worker == &model ? buffers : buffers_of(worker);
+    const std::vector<Tensor> worker_params = &worker == &model ? params : worker.parameters();
+    const BatchPart part = part_of(batch, first + j, shards);
+    if (!buffers.empty()) unflatten_into(start_statistics.data(), worker_buffers);
+    GradientOnly training_graph;
+    Tensor logits = as_rows(worker.forward(part.inputs));
+    Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
+    const float value = loss.item();
+    const int64_t part_rows = logits.size(0);
+    if (std::isfinite(value)) {  // else every rank refuses the step below, once it has seen every shard's loss
+      const std::vector<Tensor> grads =
+          grad(loss, worker_params, Tensor::full(loss.shape(), float(double(part_rows) / double(total_rows))), {},
+               /*keep_graph=*/false);
+      flatten_into(grads, rows.data() + j * row);
+    }
+    NoGrad off;
+    flatten_into(worker_buffers, rows.data() + j * row + gradient_length);
+    outcomes[size_t(j * 3)] = double(value) * double(part_rows);
+    outcomes[size_t(j * 3 + 1)] = double(count_correct(logits, part.labels));
+    outcomes[size_t(j * 3 + 2)] = double(part_rows);
+  });
+
+  std::vector<double> all_outcomes(size_t(shards * 3));
+  distributed::allgather(outcomes.data(), mine * 3, all_outcomes.data());
+  StepOutcome total;
+  for (int64_t s = 0; s < shards; ++s) {
+    const double loss_sum = all_outcomes[size_t(s * 3)];
+    check(std::isfinite(loss_sum), "train: diverged: the training loss became ", csv_number(loss_sum),
+          " in shard ", s, " at step ", step, "; lower --lr or check the data");
+    total += StepOutcome{loss_sum, int64_t(all_outcomes[size_t(s * 3 + 1)]), int64_t(all_outcomes[size_t(s * 3 + 2)])};
+  }
+
+  // The tree over shard indices. A rank whose block of shards is a subtree of it (a power
+  // of two of them) sums that subtree first and sends one row instead of `mine`: the same
+  // additions in the same order, less to send.
+  std::vector<float> gathered;
+  if (is_power_of_two(mine)) {
+    tree_sum_rows(rows.data(), mine, row);
+    gathered.resize(size_t(ranks * row));
+    distributed::allgather(rows.data(), row, gathered.data());
+    tree_sum_rows(gathered.data(), ranks, row);
+  } else {
+    gathered.resize(size_t(shards * row));
+    distributed::allgather(rows.data(), mine * row, gathered.data());
+    tree_sum_rows(gathered.data(), shards, row);
+  }
+  NoGrad off;
+  const float* sum = gathered.data();
+  for (Tensor param : params) {  // handles on the parameters
+    param.set_grad(Tensor::from_vector(param.shape(), std::vector<float>(sum, sum + param.numel())));
+    sum += param.numel();
+  }
+  // Running statistics: the mean of the shards' updated values (each shard's update of the
+  // step's starting statistics with its own batch statistics).
+  std::vector<float> statistics(sum, sum + (row - gradient_length));
+  for (float& v : statistics) v /= float(shards);
+  unflatten_into(statistics.data(), buffers);
   return total;
+}
+
+StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts,
+                                int64_t step) {
+  parts = part_count(batch, parts);
+  return classification_step(model, batch, label_smoothing, Sharding{parts, parts}, step);
 }
 
 TrainingStep classification_step(const TrainOptions& o) {
   const float label_smoothing = float(o.label_smoothing);
-  const int64_t parts = o.data_parallel;
-  return {"classification", {{"train.adversarial", "none"}}, [=](Model& model, const Batch& batch, int64_t step) {
-            return classification_step(model, batch, label_smoothing, parts, step);
+  const Sharding sharding = sharding_of(o);
+  return {"classification",
+          {{"train.adversarial", "none"}, {"train.shards", std::to_string(sharding.shards)}},
+          [=, replicas = std::make_shared<std::vector<std::shared_ptr<Model>>>()](Model& model, const Batch& batch,
+                                                                                   int64_t step) {
+            return classification_step(model, batch, label_smoothing, sharding, step, replicas.get());
           }};
 }
 
@@ -415,6 +582,11 @@ void run_steps(Loader& loader, Optimizer& optimizer, const Schedule& schedule, i
 
 Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
                     int64_t batch_size, int64_t limit, int64_t parts) {
+  return evaluate(model, data, transforms, batch_size, limit, Sharding{parts, parts});
+}
+
+Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
+                    int64_t batch_size, int64_t limit, const Sharding& sharding) {
   NoGrad off;
   const bool was_training = model.training();
   const_cast<Model&>(model).train(false);
@@ -424,20 +596,38 @@ Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, con
     for (int64_t i = 0; i < limit; ++i) first[size_t(i)] = i;
     subset = std::make_shared<Subset>(data, first);
   }
-  Loader loader(subset, LoaderOptions{batch_size, false, false, true, 0, transforms});
-  StepOutcome total;
-  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
-    Batch batch = loader.next();
-    std::vector<StepOutcome> outcomes(static_cast<size_t>(part_count(batch, parts)));
-    for_each_part(batch, static_cast<int64_t>(outcomes.size()), [&](int64_t s, const BatchPart& part) {
+  const Loader loader(subset, LoaderOptions{batch_size, false, false, false, 0, transforms});
+  // Rank r evaluates batches r·B/K … (r+1)·B/K − 1. Every batch has a slot of three sums
+  // (loss, correct, rows) per part, zero where a smaller batch has fewer parts; gathered,
+  // they are added batch by batch, part by part: the single process's order.
+  const int64_t batches = loader.batches_per_epoch(), ranks = distributed::size(), rank = distributed::rank();
+  const int64_t parts_per_batch = std::max<int64_t>(sharding.shards, 1);
+  const int64_t slots = parts_per_batch * 3, mine = (batches + ranks - 1) / ranks;
+  std::vector<double> sums(size_t(mine * slots), 0.0);
+  const int64_t first = rank * batches / ranks, last = (rank + 1) * batches / ranks;
+  for (int64_t b = first; b < last; ++b) {
+    const Batch batch = loader.batch(0, b);
+    const int64_t parts = part_count(batch, parts_per_batch);
+    double* slot = sums.data() + (b - first) * slots;
+    run_in_blocks(parts, sharding.threads, [&](int64_t s) {
       NoGrad off_here;  // recording is per thread
+      const BatchPart part = part_of(batch, s, parts);
       Tensor logits = as_rows(model.forward(part.inputs));
       const int64_t rows = logits.size(0);
-      outcomes[size_t(s)] = {double(cross_entropy(logits, part.labels).item()) * double(rows),
-                             count_correct(logits, part.labels), rows};
+      slot[s * 3] = double(cross_entropy(logits, part.labels).item()) * double(rows);
+      slot[s * 3 + 1] = double(count_correct(logits, part.labels));
+      slot[s * 3 + 2] = double(rows);
     });
-    for (const StepOutcome& o : outcomes) total += o;
   }
+  std::vector<double> all(size_t(ranks * mine * slots));
+  distributed::allgather(sums.data(), mine * slots, all.data());
+  StepOutcome total;
+  for (int64_t r = 0; r < ranks; ++r)
+    for (int64_t b = r * batches / ranks; b < (r + 1) * batches / ranks; ++b) {
+      const double* slot = all.data() + (r * mine + b - r * batches / ranks) * slots;
+      for (int64_t s = 0; s < parts_per_batch; ++s)
+        if (slot[s * 3 + 2] > 0) total += StepOutcome{slot[s * 3], int64_t(slot[s * 3 + 1]), int64_t(slot[s * 3 + 2])};
+    }
   const_cast<Model&>(model).train(was_training);
   Evaluation e;
   e.count = total.rows;
@@ -465,7 +655,11 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   const int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
   if (o.max_steps > 0) total = std::min(total, o.max_steps);
-  check_data_parallel(model, o.data_parallel);
+  const Sharding sharding = sharding_of(o);
+  check_data_parallel(model, sharding.shards);
+  check(o.batch_size >= sharding.shards, "train: --batch ", o.batch_size, " cannot make ", sharding.shards,
+        " shards; give --batch at least --shards");
+  const bool writer = distributed::rank() == 0;  // rank 0 alone writes checkpoints and logs
   std::unique_ptr<Optimizer> optimizer = make_optimizer(model, o);
   const Schedule schedule = make_schedule(o, total);
 
@@ -496,10 +690,11 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
                                              {"data.std", join(data.std)},
                                              {"train.batches_per_epoch", std::to_string(per_epoch)}};
   for (const auto& [key, value] : resume_keys(o, data, training_step)) meta[key] = value;
+  meta["train.ranks"] = std::to_string(distributed::size());  // for the record: a resume may use others
   // The output folder is made by the first write, so that a run failing at its first
   // step leaves no empty folder behind.
   auto save = [&](int64_t epochs_done) {
-    if (o.out_dir.empty()) return;
+    if (o.out_dir.empty() || !writer) return;
     std::filesystem::create_directories(o.out_dir);
     meta["train.optimizer_tensors"] = std::to_string(optimizer->state().size());
     save_checkpoint(checkpoint_path, model, optimizer.get(), epochs_done, step, meta);
@@ -507,9 +702,9 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
 
   const std::vector<int64_t> keep =
       o.keep_checkpoints.empty() ? std::vector<int64_t>{} : checkpoint_steps(o.keep_checkpoints, total);
-  if (!keep.empty() && !o.out_dir.empty()) std::filesystem::create_directories(o.out_dir + "/checkpoints");
+  if (!keep.empty() && !o.out_dir.empty() && writer) std::filesystem::create_directories(o.out_dir + "/checkpoints");
   auto keep_if_due = [&](int64_t epoch) {
-    if (o.out_dir.empty() || !std::binary_search(keep.begin(), keep.end(), step)) return;
+    if (o.out_dir.empty() || !writer || !std::binary_search(keep.begin(), keep.end(), step)) return;
     save_checkpoint(kept_checkpoint_path(o.out_dir, step), model, nullptr, epoch, step, meta);
   };
 
@@ -539,18 +734,20 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
                                  double(samples) / seconds_since(start), optimizer->lr(), resumed_from});
         });
     const double train_seconds = seconds_since(start);
-    Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit, o.data_parallel);
+    Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit, sharding);
     model.train(true);
     EpochRecord r{epoch + 1, step, loss_sum / double(std::max<int64_t>(rows_seen, 1)),
                   double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,
                   train_seconds, double(samples) / train_seconds, optimizer->lr()};
     r.diverged = !std::isfinite(test.loss);
     r.batches_per_epoch = per_epoch;
+    r.ranks = distributed::size();
+    r.shards = sharding.shards;
     records.push_back(r);
     // A diverged model's weights would replace the last good checkpoint: keep that one,
     // log the epoch (its loss as null / nan) and stop; more epochs cannot recover.
     if (!r.diverged) save(step % per_epoch == 0 ? epoch + 1 : epoch);
-    if (!o.out_dir.empty()) {
+    if (!o.out_dir.empty() && writer) {
       std::filesystem::create_directories(o.out_dir);
       write_logs(o.out_dir, records);
     }

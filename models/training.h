@@ -32,7 +32,12 @@ struct TrainOptions {
   int64_t epochs = 10;
   int64_t max_steps = 0;  // stop after this many steps in all (0: no limit); counted in checkpoints
   int64_t batch_size = 128;
-  int64_t data_parallel = 1;  // parts of each batch run at once, one thread each (no BatchNorm)
+  int64_t data_parallel = 1;  // shards of each batch computed at once in this process, one thread each
+  // Fixed parts ("shards") of every global batch, each with its own gradient and BatchNorm
+  // statistics, summed in shard order (Sharding). The same shards give the same bits in one
+  // process and over any number of ranks dividing them. 0: one shard per --data-parallel
+  // thread (refused under mpirun, where the count must be chosen).
+  int64_t shards = 0;
   bool augment = true;
   uint64_t seed = 0;
   int64_t eval_limit = 0;  // evaluate on at most this many test examples (0: all)
@@ -64,6 +69,7 @@ struct EpochRecord {
   double lr = 0;
   bool diverged = false;  // the test loss is not finite: training stopped after this epoch
   int64_t batches_per_epoch = 0;  // for training_position (models/checkpoint.h); not logged
+  int64_t ranks = 1, shards = 1;  // the processes of the job and the shards of each batch
 };
 
 struct Evaluation {
@@ -103,16 +109,50 @@ struct TrainingStep {
   std::function<StepOutcome(Model& model, const Batch& batch, int64_t step)> run;
 };
 
+// Sharded data parallelism (docs/cluster.md). Every global batch is cut into `shards`
+// contiguous parts by index (shard s holds rows s·n/S … (s+1)·n/S − 1). Each shard's
+// gradient (its loss weighted by its share of the rows) and its BatchNorm statistics (a
+// fixed "ghost batch": each shard normalises itself) are computed on their own; the shards'
+// gradients and updated running statistics are then summed by one fixed pairwise tree over
+// the shard indices (tree_sum_rows). With K processes (distributed.h) rank r computes shards
+// r·S/K … (r+1)·S/K − 1 with `threads` threads, the ranks gather what they computed in shard
+// order, and every rank sums the same tree: the same bits on every rank, at every K
+// dividing S, and in one process with S shards.
+struct Sharding {
+  int64_t shards = 1;   // S: parts of every global batch
+  int64_t threads = 1;  // shards computed at once in this process
+};
+// The sharding a run of `o` uses in this job; UsageError when the ranks do not divide the
+// shards or when, under mpirun, --shards was not given.
+Sharding sharding_of(const TrainOptions& o);
+
+// Sums `count` rows of `length` values into row 0, in place, by the fixed pairwise tree over
+// row indices: for width 1, 2, 4, …: row i += row i + width for every i that is a multiple of
+// 2·width. A block of rows whose size is a power of two and whose first index is a multiple
+// of it is a subtree: summed first, it leaves the tree's result unchanged.
+void tree_sum_rows(float* rows, int64_t count, int64_t length);
+void tree_sum_rows(double* rows, int64_t count, int64_t length);
+
 // The classification step: cross-entropy with o.label_smoothing on the batch as it comes,
-// run as o.data_parallel parts at once (one thread each), their gradients added in order.
+// computed in the shards of sharding_of(o).
 TrainingStep classification_step(const TrainOptions& o);
-// One such step on `batch`; throws naming `step` when the loss is not finite.
+// One such step on `batch`; throws naming `step` (on every rank) when the loss is not finite.
+// `replicas`: where a model with running statistics (BatchNorm) keeps copies of itself for
+// threads after the first, kept between steps (made when needed); null: its shards run in turn.
+StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
+                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas = nullptr);
+// The same with `parts` shards computed at once.
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts, int64_t step);
 
 // Accuracy and mean cross-entropy of `model` (eval mode, no autograd) on `data`, each
 // batch run as `parts` parts at once, one thread each.
 Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
                     int64_t batch_size, int64_t limit = 0, int64_t parts = 1);
+// The same with each batch in `sharding.shards` parts, `sharding.threads` at once, and the
+// batches spread over the ranks of the job; the per-part sums are gathered and added in
+// batch order, so the figures are the single process's exactly.
+Evaluation evaluate(const Model& model, std::shared_ptr<const Dataset> data, const Transforms& transforms,
+                    int64_t batch_size, int64_t limit, const Sharding& sharding);
 
 // Trains `model` (freshly built; options.resume restores it) with `step` and returns one
 // record per finished epoch. `on_progress` is called after every step; `on_epoch` after

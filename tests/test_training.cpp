@@ -161,7 +161,7 @@ TEST_CASE("training: a learning run improves test accuracy; bad options are refu
   CHECK_THROWS_WITH_AS(train(*model, data, o), doctest::Contains("no full batch of 1000"), Error);
 }
 
-TEST_CASE("training: data-parallel parts give the batch gradient, reproducibly; BatchNorm models are refused") {
+TEST_CASE("training: data-parallel parts give the batch gradient, reproducibly") {
   set_num_threads(2);
   std::vector<int> inside(3, 0);
   run_concurrently(3, [&](int64_t i) { inside[size_t(i)] = num_threads(); });
@@ -208,15 +208,7 @@ TEST_CASE("training: data-parallel parts give the batch gradient, reproducibly; 
   CHECK(eight.count == 64);
   CHECK(eight.accuracy == one.accuracy);
   CHECK(eight.loss == doctest::Approx(one.loss).epsilon(1e-6));
-
-  ModelConfig bn;
-  bn.arch = "resnet18";
-  bn.width = 0.0625;
-  fit_config_to_data(bn, data);
-  Generator g2(0);
-  auto resnet = make_model(bn, g2);
-  o.data_parallel = 2;
-  CHECK_THROWS_WITH_AS(train(*resnet, data, o), doctest::Contains("has BatchNorm"), UsageError);
+  // (BatchNorm models in shards: tests/test_distributed.cpp.)
   set_num_threads(0);
 }
 

@@ -10,8 +10,9 @@ build=${BUILD_DIR:-build}
 
 packages=(g++ meson ninja-build pkg-config cmake libopenblas-dev libtbb-dev libstb-dev doctest-dev
           zlib1g-dev libcairo2-dev fonts-dejavu-core dataset-fashion-mnist)
-# The test mode also opens the HTML reports in a headless browser (tools/check_reports.sh).
-[ "$mode" = test ] && packages+=(chromium python3)
+# The test mode also opens the HTML reports in a headless browser (tools/check_reports.sh)
+# and runs the MPI tests (tests/test_distributed.cpp).
+[ "$mode" = test ] && packages+=(chromium python3 libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -14,6 +14,7 @@
 #include "engine/io/csv.h"
 #include "engine/data/loader.h"
 #include "engine/data/open.h"
+#include "engine/distributed.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/safetensors.h"
@@ -110,6 +111,8 @@ int run_train(const cli::Args& a) {
   o.batch_size = a.integer("batch");
   o.data_parallel = a.integer("data-parallel");
   if (o.data_parallel < 1) throw UsageError(cat("--data-parallel must be at least 1, got ", o.data_parallel));
+  o.shards = a.has("shards") ? a.integer("shards") : 0;
+  if (a.has("shards") && o.shards < 1) throw UsageError(cat("--shards must be at least 1, got ", o.shards));
   o.augment = !a.flag("no-augment");
   o.seed = uint64_t(a.integer("seed"));
   o.eval_limit = quick && !a.has("eval-limit") ? 2000 : a.integer("eval-limit");
@@ -124,14 +127,26 @@ int run_train(const cli::Args& a) {
 
   Generator init(o.seed);
   auto model = make_model(config, init);
+  // Every rank trains; rank 0 alone speaks (and writes: models/training.cpp).
+  const bool speaks = distributed::rank() == 0;
+  const Sharding sharding = sharding_of(o);
+  if (!speaks) {
+    train(*model, data, o, step);
+    return 0;
+  }
   std::printf("adjoint train: %s (%lld parameters) on %s, %lld train / %lld test examples, %d threads\n",
               config.arch.c_str(), (long long)count_parameters(*model), data.spec.c_str(), (long long)data.train->size(),
               (long long)data.test->size(), num_threads());
   std::printf("  %s lr %g, weight decay %g, %s schedule, batch %lld%s, %lld epochs%s; writing %s\n",
               o.optimizer.c_str(), o.lr, o.weight_decay, o.schedule.c_str(), (long long)o.batch_size,
-              o.data_parallel > 1 ? cat(" in ", o.data_parallel, " data-parallel parts").c_str() : "",
+              sharding.shards > 1 ? cat(" in ", sharding.shards, " shards").c_str() : "",
               (long long)o.epochs, o.max_steps ? cat(" (at most ", o.max_steps, " steps)").c_str() : "",
               o.out_dir.c_str());
+  if (distributed::size() > 1 || sharding.threads > 1)
+    std::printf("  data parallel: %d ranks × %lld threads, %lld shards of %lld examples per step (the same bits at any "
+                "rank count dividing %lld)\n",
+                distributed::size(), (long long)sharding.threads, (long long)sharding.shards,
+                (long long)(o.batch_size / sharding.shards), (long long)sharding.shards);
   if (a.text("adversarial") != "none") {
     std::printf("  %s:", step.name.c_str());
     for (const auto& [key, value] : step.metadata) std::printf(" %s=%s", key.c_str(), value.c_str());
@@ -192,6 +207,20 @@ int run_train(const cli::Args& a) {
   return 0;
 }
 
+// Under mpirun a rank that fails alone would leave the others waiting for it in the next
+// collective: it ends the whole job instead, naming itself (exit 2 for bad usage, else 1).
+int run_train_on_every_rank(const cli::Args& a) {
+  try {
+    return run_train(a);
+  } catch (const UsageError& e) {
+    if (distributed::size() > 1) distributed::abort(2, cat("adjoint train: ", e.what()).c_str());
+    throw;
+  } catch (const std::exception& e) {
+    if (distributed::size() > 1) distributed::abort(1, cat("adjoint train: ", e.what()).c_str());
+    throw;
+  }
+}
+
 const cli::Registration train_command({
     .name = "train",
     .summary = "train a model on a data set, with checkpoints and a per-epoch log",
@@ -203,6 +232,8 @@ const cli::Registration train_command({
         "Writes OUT/checkpoint.safetensors after every epoch and\n"
         "OUT/log.csv, OUT/log.json. --resume OUT/checkpoint.safetensors with the same options continues\n"
         "the run; the final weights equal an uninterrupted run's bit for bit (same seed and threads).\n"
+        "Under mpirun -n K every rank trains its shards of each batch (--shards S, a multiple of K) and rank 0\n"
+        "writes; the same S gives the same weights at any K dividing it (docs/cluster.md).\n"
         "--adversarial pgd trains on PGD adversarial examples of every batch (model in eval mode during the\n"
         "attack, as the robustness library does); the attack is recorded in the checkpoint's metadata.",
     .arguments = "",
@@ -210,9 +241,12 @@ const cli::Registration train_command({
         {"data", "SPEC", "the data set", "fashion-mnist"},
         {"epochs", "N", "passes over the training set", "10"},
         {"batch", "N", "examples per step", "128"},
-        {"data-parallel", "N",
-         "run each batch as N parts at once, one thread each, gradients added in order (models without BatchNorm)",
-         "1"},
+        {"data-parallel", "N", "compute N shards of each batch at once, one thread each", "1"},
+        {"shards", "S",
+         "split each batch into S shards (own gradient and BatchNorm statistics, summed in a fixed order): the same "
+         "weights in one process and over mpirun -n K for every K dividing S (default: --data-parallel; required "
+         "under mpirun)",
+         ""},
         {"optimizer", "NAME", "sgd (momentum, Nesterov) or adamw", "sgd"},
         {"lr", "X", "peak learning rate (default 0.1 for sgd, 1e-3 for adamw)", ""},
         {"momentum", "X", "SGD momentum", "0.9"},
@@ -239,7 +273,7 @@ const cli::Registration train_command({
         {"adversarial", "NAME", "none, or pgd: PGD adversarial training (Madry et al.) with the --pgd-* attack", "none"},
         {"pgd-eps", "X", "PGD radius in [0,1] pixel units (--adversarial pgd)", "0.1"},
     })),
-    .run = run_train,
+    .run = run_train_on_every_rank,
 });
 
 // The first `count` test images as raw pixels in [0, 1] (the pipeline's normalisation

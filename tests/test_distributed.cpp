@@ -1,0 +1,311 @@
+// Sharded data-parallel training (models/training.h, Sharding; engine/distributed.h):
+// the fixed-order tree sum, shards' gradients and BatchNorm statistics against each shard
+// computed on its own, and `adjoint train` under `mpirun -n K` ending with the same bits at
+// every K, with threads, and after a resume at another K.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "engine/autograd.h"
+#include "engine/data/idx.h"
+#include "engine/data/open.h"
+#include "engine/distributed.h"
+#include "engine/error.h"
+#include "engine/io/json.h"
+#include "engine/random.h"
+#include "models/checkpoint.h"
+#include "models/training.h"
+#include "ops/layout.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using adjoint::testing::TempDir;
+using adjoint::testing::read_text;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Values whose float sum depends on the order of the additions.
+std::vector<float> order_sensitive_rows(int64_t count, int64_t length, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<float> rows = normal({count, length}, 0.0f, 1.0f, gen).to_vector();
+  for (int64_t i = 0; i < count; ++i) rows[size_t(i * length)] = (i % 2 ? -1.0f : 1.0f) * 1e8f + float(i);
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("distributed: the tree sum adds rows in one fixed pairwise order, and pre-summed aligned blocks keep it") {
+  // Row by row: a = 1e8, b = 1, c = −1e8, d = 1 sum to ((a+b)+(c+d)) = 0 by the tree, but to
+  // 1 left to right: the test below would notice a sum in arrival order.
+  std::vector<float> four = {1e8f, 1.0f, -1e8f, 1.0f};
+  tree_sum_rows(four.data(), 4, 1);
+  CHECK(four[0] == (1e8f + 1.0f) + (-1e8f + 1.0f));
+  CHECK(four[0] == 0.0f);
+  CHECK(((1e8f + 1.0f) + -1e8f) + 1.0f == 1.0f);
+
+  // 8 shards on K = 1, 2, 4, 8 ranks: each rank sums its block (a subtree), the blocks' sums
+  // are summed by the same tree: every K gives the bits of the whole tree.
+  const int64_t shards = 8, length = 33;
+  const std::vector<float> rows = order_sensitive_rows(shards, length, 3);
+  std::vector<float> whole = rows;
+  tree_sum_rows(whole.data(), shards, length);
+  whole.resize(size_t(length));
+  for (int64_t ranks : {2, 4, 8}) {
+    CAPTURE(ranks);
+    const int64_t block = shards / ranks;
+    std::vector<float> partial(size_t(ranks * length));
+    for (int64_t r = 0; r < ranks; ++r) {
+      std::vector<float> mine(rows.begin() + r * block * length, rows.begin() + (r + 1) * block * length);
+      tree_sum_rows(mine.data(), block, length);
+      std::copy(mine.begin(), mine.begin() + length, partial.begin() + r * length);
+    }
+    tree_sum_rows(partial.data(), ranks, length);
+    partial.resize(size_t(length));
+    CHECK(partial == whole);
+  }
+  // Left to right gives other bits on these rows (what a sum by arrival would do).
+  std::vector<float> sequential(rows.begin(), rows.begin() + length);
+  for (int64_t s = 1; s < shards; ++s)
+    for (int64_t k = 0; k < length; ++k) sequential[size_t(k)] += rows[size_t(s * length + k)];
+  CHECK(sequential != whole);
+  // Six rows: the tree is (((0+1)+(2+3))+(4+5)); blocks of two are subtrees of it too.
+  std::vector<double> six = {1, 2, 4, 8, 16, 32};
+  tree_sum_rows(six.data(), 6, 1);
+  CHECK(six[0] == 63);
+}
+
+TEST_CASE("distributed: a single process is rank 0 of 1; its collectives copy its own values") {
+  CHECK(distributed::rank() == 0);
+  CHECK(distributed::size() == 1);
+  const std::vector<float> mine = {1.5f, -2.0f};
+  std::vector<float> all(2);
+  distributed::allgather(mine.data(), 2, all.data());
+  CHECK(all == mine);
+  std::vector<float> values = {3.0f};
+  distributed::broadcast(values.data(), 1);
+  CHECK(values == std::vector<float>{3.0f});
+  distributed::barrier();
+}
+
+TEST_CASE("training: shards of a BatchNorm model normalise themselves; their gradients and running statistics are "
+          "each shard's own, combined in order") {
+  // A tiny ResNet on 16 random 1×8×8 images in 4 shards of 4.
+  ModelConfig c;
+  c.arch = "resnet18";
+  c.width = 0.0625;
+  c.in_channels = 1;
+  c.image_size = 8;
+  c.num_classes = 3;
+  Generator data_gen(7);
+  Batch batch;
+  batch.inputs = normal({16, 1, 8, 8}, 0.0f, 1.0f, data_gen);
+  for (int64_t i = 0; i < 16; ++i) batch.labels.push_back(i % 3), batch.indices.push_back(i);
+  auto fresh = [&] {
+    Generator gen(11);
+    auto model = make_model(c, gen);
+    model->train(true);
+    return model;
+  };
+  auto gradients = [](const Model& m) {
+    std::vector<float> out;
+    for (const Tensor& p : m.parameters()) {
+      const std::vector<float> g = p.grad().to_vector();
+      out.insert(out.end(), g.begin(), g.end());
+    }
+    return out;
+  };
+  auto statistics = [](const Model& m) {
+    std::vector<float> out;
+    for (const auto& [name, b] : m.named_buffers()) {
+      const std::vector<float> v = b.to_vector();
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  };
+
+  auto sharded = fresh();
+  const StepOutcome outcome = classification_step(*sharded, batch, 0.0f, Sharding{4, 1}, 0);
+  CHECK(outcome.rows == 16);
+  // Threads do not change a BatchNorm model's bits: without replicas its shards run in
+  // turn; with them, 2 or 4 threads each run their shards on a model of their own.
+  for (int64_t threads : {2, 4}) {
+    CAPTURE(threads);
+    auto in_turn = fresh(), threaded = fresh();
+    classification_step(*in_turn, batch, 0.0f, Sharding{4, threads}, 0);
+    std::vector<std::shared_ptr<Model>> replicas;
+    classification_step(*threaded, batch, 0.0f, Sharding{4, threads}, 0, &replicas);
+    CHECK(replicas.size() == size_t(threads - 1));
+    CHECK(gradients(*in_turn) == gradients(*sharded));
+    CHECK(gradients(*threaded) == gradients(*sharded));
+    CHECK(statistics(*threaded) == statistics(*sharded));
+  }
+
+  // Each shard on a model of its own: its gradient weighted by its quarter of the rows, its
+  // running statistics updated from the step's start by its own batch statistics.
+  std::vector<double> gradient_sum, statistics_sum;
+  for (int64_t s = 0; s < 4; ++s) {
+    auto alone = fresh();
+    Batch part;
+    part.inputs = slice(batch.inputs, 0, 4 * s, 4 * s + 4).contiguous();
+    part.labels.assign(batch.labels.begin() + 4 * s, batch.labels.begin() + 4 * s + 4);
+    classification_step(*alone, part, 0.0f, 1, 0);
+    const std::vector<float> g = gradients(*alone), r = statistics(*alone);
+    gradient_sum.resize(g.size()), statistics_sum.resize(r.size());
+    for (size_t i = 0; i < g.size(); ++i) gradient_sum[i] += 0.25 * g[i];
+    for (size_t i = 0; i < r.size(); ++i) statistics_sum[i] += 0.25 * r[i];
+  }
+  const std::vector<float> g = gradients(*sharded), r = statistics(*sharded);
+  REQUIRE(g.size() == gradient_sum.size());
+  REQUIRE(r.size() == statistics_sum.size());
+  double worst_gradient = 0, worst_statistic = 0, largest = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    worst_gradient = std::max(worst_gradient, std::abs(g[i] - gradient_sum[i]));
+    largest = std::max(largest, std::abs(gradient_sum[i]));
+  }
+  for (size_t i = 0; i < r.size(); ++i) worst_statistic = std::max(worst_statistic, std::abs(r[i] - statistics_sum[i]));
+  CHECK(largest > 1e-2);  // the gradient is not zero
+  CHECK(worst_gradient < 1e-6 * std::max(1.0, largest) * 10);
+  CHECK(worst_statistic < 1e-6);
+
+  // Ghost batches: the whole batch normalised at once gives another gradient.
+  auto whole = fresh();
+  classification_step(*whole, batch, 0.0f, 1, 0);
+  double difference = 0;
+  const std::vector<float> gw = gradients(*whole);
+  for (size_t i = 0; i < g.size(); ++i) difference = std::max(difference, double(std::abs(gw[i] - g[i])));
+  CHECK(difference > 1e-4);
+}
+
+namespace {
+
+// 320 train and 60 test images of 1×8×8 in Fashion-MNIST's files: noise, and a bright 2×2
+// square whose position is the label (0…9).
+std::string write_square_images(const TempDir& dir) {
+  auto write_split = [&](const std::string& prefix, uint32_t n, uint32_t salt) {
+    std::vector<uint8_t> pixels(size_t(n) * 64), labels(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      labels[i] = uint8_t(i % 10);
+      for (uint32_t p = 0; p < 64; ++p) {
+        const bool square = p / 16 == labels[i] / 4 && (p % 8) / 2 == labels[i] % 4;
+        pixels[size_t(i) * 64 + p] = square ? 230 : uint8_t(((i + salt) * 2654435761u + p * 40503u) >> 26);
+      }
+    }
+    write_idx(dir.file(prefix + "-images-idx3-ubyte"), IdxArray{{n, 8, 8}, pixels});
+    write_idx(dir.file(prefix + "-labels-idx1-ubyte"), IdxArray{{n}, labels});
+  };
+  write_split("train", 320, 0);
+  write_split("t10k", 60, 7);
+  return "fashion-mnist:" + dir.path().string();
+}
+
+bool mpirun_available() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+// `adjoint train ARGS` in one process, or under mpirun with `ranks` ranks (on loopback,
+// oversubscribing the cores, as root where the tests run as root).
+testing::ProgramRun train_run(const std::string& args, int ranks, const TempDir& dir) {
+  if (ranks == 0) return testing::run_adjoint_program("train " + args, dir);
+  const std::string log = dir.file("mpirun.log");
+  const std::string command = "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -n " +
+                              std::to_string(ranks) + " " + ADJOINT_EXE + " train " + args + " > " + log + " 2>&1";
+  const int status = std::system(command.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+}
+
+std::map<std::string, std::vector<float>> final_weights(const std::string& run) {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, t] : load_checkpoint(run + "/checkpoint.safetensors").model) out[name] = t.to_vector();
+  return out;
+}
+
+// The figures of a run's log that must not depend on K: losses and accuracies.
+std::vector<double> logged_figures(const std::string& run) {
+  std::vector<double> out;
+  const Json log = parse_json(read_text(run + "/log.json"));
+  for (const Json& r : log.as_array())
+    for (const char* key : {"train_loss", "train_accuracy", "test_loss", "test_accuracy"})
+      out.push_back(r.find(key)->as_number());
+  return out;
+}
+
+// Trains `model` on the squares for 4 steps of 32 in 4 shards: in one process (1 and 4
+// threads) and over 2 and 4 ranks; all end with the same weights and logged figures. Then a
+// run stopped after 2 steps on 4 ranks, resumed on 2, ends where the others did.
+void check_same_bits_at_any_rank_count(const std::string& name, const std::string& model, const std::string& data,
+                                       const TempDir& dir) {
+  const std::string common = "--model " + model + " --data " + data +
+                             " --batch 32 --shards 4 --epochs 1 --schedule constant --lr 0.05 --seed 3 --overwrite";
+  struct Way {
+    const char* name;
+    int ranks;  // 0: one process, without mpirun
+    const char* extra;
+  };
+  const Way ways[] = {{"one", 0, "--data-parallel 1 --threads 2"},
+                      {"threads", 0, "--data-parallel 4 --threads 2"},
+                      {"two", 2, "--threads 1"},
+                      {"four", 4, "--threads 1"}};
+  const std::string reference = dir.file(name + "-one");
+  for (const Way& way : ways) {
+    const std::string way_name = way.name;
+    CAPTURE(way_name);
+    const std::string out = dir.file(name + "-" + way.name);
+    const testing::ProgramRun run = train_run(common + " --max-steps 4 --out " + out + " " + way.extra, way.ranks, dir);
+    CAPTURE(run.output);
+    REQUIRE(run.exit_code == 0);
+    if (way.ranks > 1) {
+      CHECK(testing::contains(run.output, cat("data parallel: ", way.ranks, " ranks")));
+      CHECK(testing::contains(read_text(out + "/log.json"), cat("\"ranks\": ", way.ranks)));
+    }
+    if (out == reference) continue;
+    CHECK(final_weights(out) == final_weights(reference));
+    CHECK(logged_figures(out) == logged_figures(reference));
+  }
+  // The weights move from step to step: the runs above are not comparing untouched models.
+  const std::string one_step = dir.file(name + "-one-step");
+  REQUIRE(train_run(common + " --max-steps 1 --out " + one_step, 0, dir).exit_code == 0);
+  CHECK(final_weights(one_step) != final_weights(reference));
+
+  const std::string resumed = dir.file(name + "-resumed");
+  REQUIRE(train_run(common + " --max-steps 2 --checkpoint-every 1 --out " + resumed + " --threads 1", 4, dir).exit_code ==
+          0);
+  const testing::ProgramRun rest = train_run(
+      common + " --max-steps 4 --out " + resumed + " --resume " + resumed + "/checkpoint.safetensors --threads 1", 2, dir);
+  CAPTURE(rest.output);
+  REQUIRE(rest.exit_code == 0);
+  CHECK(testing::contains(rest.output, "resumed from step 2"));
+  CHECK(final_weights(resumed) == final_weights(reference));
+}
+
+}  // namespace
+
+TEST_CASE("adjoint train under mpirun: the same weights at 1, 2 and 4 ranks, with threads, and after a resume at "
+          "another rank count (ResNet with BatchNorm, ViT)") {
+  if (!distributed::built_with_mpi() || !mpirun_available()) {
+    MESSAGE("skipped: ", std::string(distributed::built_with_mpi() ? "no mpirun on PATH" : "this build has no MPI"),
+            " (install libopenmpi-dev openmpi-bin and rebuild)");
+    return;
+  }
+  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  check_same_bits_at_any_rank_count("resnet", "resnet18 --width 0.0625", data, dir);
+  check_same_bits_at_any_rank_count("vit", "vit_custom --dim 16 --depth 1 --heads 2 --patch 4", data, dir);
+
+  // The shard count must be chosen under mpirun, and divide among the ranks.
+  const testing::ProgramRun unchosen = train_run("--model resnet18 --width 0.0625 --data " + data +
+                                                     " --batch 32 --max-steps 1 --out " + dir.file("x"),
+                                                 2, dir);
+  CHECK(unchosen.exit_code == 2);
+  CHECK(testing::contains(unchosen.output, "give --shards S, a multiple of 2"));
+  const testing::ProgramRun uneven = train_run("--model resnet18 --width 0.0625 --data " + data +
+                                                   " --batch 32 --shards 3 --max-steps 1 --out " + dir.file("y"),
+                                               2, dir);
+  CHECK(uneven.exit_code == 2);
+  CHECK(testing::contains(uneven.output, "--shards 3: not a multiple of the 2 ranks"));
+  CHECK(!fs::exists(dir.file("x")));
+}
