@@ -9,6 +9,7 @@
 #include "analysis/similarity/exact_moments.h"
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/monte_carlo.h"
+#include "analysis/similarity/polynomial_moments.h"
 #include "analysis/similarity/second_moment.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
@@ -146,20 +147,29 @@ TEST_CASE("tensor similarity of deep models: exact where tractable, the recursio
   const TensorSimScore recursion = tensor_similarity(*a, *b, asked);
   CHECK(recursion.kind == "recursion-approx");
   CHECK(recursion.total == doctest::Approx(deep_similarity(a->polynomial_view(), b->polynomial_view()).similarity).epsilon(1e-12));
-  // Depth 3: pieces of 8 legs, far over the budget.
+  // Depth 3: pieces of 8 legs, far over the Isserlis budget; five inputs written out as
+  // polynomials of degree 8 instead.
   c.depth = 3;
   const std::shared_ptr<Model> deep_a = make_model(c, g1), deep_b = make_model(c, g2);
   const TensorSimScore deep = tensor_similarity(*deep_a, *deep_b, TensorSimOptions{});
-  CHECK(deep.kind == "recursion-approx");
-  CHECK(deep.method.find("contractions (budget") != std::string::npos);
-  // The bilinear LM's attention: the recursion, saying why.
+  CHECK(deep.kind == "exact");
+  CHECK(deep.method.find("written out as polynomials (5 input variables") != std::string::npos);
+  // The bilinear LM's attention: written out as polynomials of its 2 × 5 one-hot inputs.
   ModelConfig lm;
   lm.arch = "bilinear_lm", lm.attention = "bilinear", lm.vocab = 5, lm.seq_len = 2, lm.dim = 4, lm.depth = 1, lm.heads = 2;
   lm.mlp_ratio = 1, lm.residual_scale = 0.5;
   const std::shared_ptr<Model> la = make_model(lm, g1), lb = make_model(lm, g2);
   const TensorSimScore lms = tensor_similarity(*la, *lb, TensorSimOptions{});
-  CHECK(lms.kind == "recursion-approx");
-  CHECK(lms.method.find("'blocks.0.attn' is a bilinear attention") != std::string::npos);
+  CHECK(lms.kind == "exact");
+  CHECK(lms.method.find("written out as polynomials (10 input variables") != std::string::npos);
+  // A wider input (4 × 40 variables, degree 10) is over both budgets: the recursion, saying why.
+  ModelConfig wide = lm;
+  wide.vocab = 40, wide.seq_len = 4;
+  const std::shared_ptr<Model> wa = make_model(wide, g1), wb = make_model(wide, g2);
+  const TensorSimScore far = tensor_similarity(*wa, *wb, TensorSimOptions{});
+  CHECK(far.kind == "recursion-approx");
+  CHECK(far.method.find("'blocks.0.attn' is a bilinear attention") != std::string::npos);
+  CHECK(far.method.find("160 input variables, degree 10") != std::string::npos);
   // --check-mc on the LM: an estimate with a standard error, one per token slice.
   const MonteCarloSimilarity mc = monte_carlo_check(*la, *lb, TensorSimOptions{}, 20000, nullptr, 3);
   CHECK(mc.similarity_se > 0);
@@ -194,4 +204,81 @@ TEST_CASE("tensorsim --check-mc: the Monte Carlo estimate beside the exact score
       {"tensorsim", dir.file("a.safetensors"), dir.file("b.safetensors"), "--no-baselines", "--check-mc", "100000",
        "--metric", "identity"});
   CHECK(bad.code == 2);
+}
+
+// ---- The explicit-polynomial route (analysis/similarity/polynomial_moments.h) ----------
+
+namespace {
+
+ModelConfig lm_config(int64_t vocab, int64_t positions, int64_t dim, int64_t heads) {
+  ModelConfig c;
+  c.arch = "bilinear_lm", c.attention = "bilinear", c.vocab = vocab, c.seq_len = positions, c.dim = dim, c.depth = 1;
+  c.heads = heads;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("polynomial moments: small polynomials by hand") {
+  // In two standard normal variables: p = y0² + 2·y0·y1, q = y0².
+  const DensePolynomial p = sum(monomial(2, {2, 0}, 1.0), monomial(2, {1, 1}, 2.0)), q = monomial(2, {2, 0}, 1.0);
+  CHECK(evaluate(p, {0.5, -2.0}) == doctest::Approx(0.25 - 2.0).epsilon(1e-15));
+  CHECK(evaluate(product(p, q), {0.5, -2.0}) == doctest::Approx((0.25 - 2.0) * 0.25).epsilon(1e-15));
+  const DensePolynomial hp = to_hermite(p), hq = to_hermite(q);
+  // E[p·q] = E[y0⁴] + 2·E[y0³]·E[y1] = 3; E[p²] = E[y0⁴] + 4·E[y0³y1] + 4·E[y0²]E[y1²] = 7.
+  CHECK(hermite_inner(hp, hq) == doctest::Approx(3).epsilon(1e-14));
+  CHECK(hermite_inner(hp, hp) == doctest::Approx(7).epsilon(1e-14));
+  // y0² = He_2 + 1: the Hermite polynomial keeps its value.
+  CHECK(hq.coefficients != q.coefficients);
+  // E[(y1³·y2)²] = E[y1⁶]·E[y2²] = 15; E[y1³·y2 · y1·y2] = E[y1⁴]·E[y2²] = 3; a constant: 2·E[y1³y2] = 0.
+  const DensePolynomial r = to_hermite(monomial(3, {0, 3, 1}, 1.0)), s = to_hermite(monomial(3, {0, 1, 1}, 1.0));
+  CHECK(hermite_inner(r, r) == doctest::Approx(15).epsilon(1e-14));
+  CHECK(hermite_inner(r, s) == doctest::Approx(3).epsilon(1e-14));
+  CHECK(hermite_inner(r, to_hermite(monomial(3, {0, 0, 0}, 2.0))) == doctest::Approx(0).epsilon(1e-14));
+  // The scalar network of the first test: h2 = x + 2x² + 2x³ + x⁴, E[h2²] = 250 at σ = 1.
+  PolynomialView deep{"scalar", 1, 1, {scalar_block(0, 1, 0, 1), scalar_block(0, 1, 0, 1)}};
+  const HermiteExpansion e = hermite_expansion(deep, 1.0), half = hermite_expansion(deep, 0.5);
+  CHECK(hermite_output_inner(e, e)[0] == doctest::Approx(250).epsilon(1e-13));
+  const double s2 = 0.25;
+  CHECK(hermite_output_inner(half, half)[0] ==
+        doctest::Approx(s2 + 24 * s2 * s2 + 120 * s2 * s2 * s2 + 105 * s2 * s2 * s2 * s2).epsilon(1e-13));
+}
+
+TEST_CASE("polynomial moments: the same numbers as the Isserlis sum on depth-1 and depth-2 MLPs") {
+  for (int64_t depth : {1, 2}) {
+    CAPTURE(depth);
+    ModelConfig c = mlp_config(depth, 5, 4, 3);
+    if (depth == 2) c.dim = 4;
+    const PolynomialView a = random_view(c, 41 + uint64_t(depth)), b = random_view(c, 51 + uint64_t(depth));
+    for (double s : {1.0, 0.7}) {
+      const std::vector<double> isserlis = exact_output_inner(expand_output(a), expand_output(b), s);
+      const std::vector<double> hermite = hermite_output_inner(hermite_expansion(a, s), hermite_expansion(b, s));
+      REQUIRE(hermite.size() == isserlis.size());
+      for (size_t k = 0; k < isserlis.size(); ++k) CHECK(hermite[k] == doctest::Approx(isserlis[k]).epsilon(1e-10));
+    }
+  }
+}
+
+TEST_CASE("polynomial moments: independent one-block attention LMs against Monte Carlo") {
+  ModelConfig c = lm_config(3, 3, 4, 2);
+  const PolynomialView a = random_view(c, 61), b = random_view(c, 62);
+  const PolynomialCost cost = polynomial_cost(a);
+  CHECK(cost.variables == 9);
+  CHECK(cost.degree == 10);
+  const double input_std = 1.0;
+  const HermiteExpansion ea = hermite_expansion(a, input_std), eb = hermite_expansion(b, input_std);
+  const std::vector<double> ab = hermite_output_inner(ea, eb), aa = hermite_output_inner(ea, ea),
+                            bb = hermite_output_inner(eb, eb);
+  const DeepSimilarity exact = similarity_from_inner(ab, aa, bb, ea.classes);
+  const MonteCarloSimilarity mc = monte_carlo_estimate(a, b, 200000, 71, input_std);
+  const DeepSimilarity recursion = deep_similarity(a, b, input_std);
+  MESSAGE("one-block LM, independent: exact ", exact.similarity, ", Monte Carlo ", mc.similarity, " ± ", mc.similarity_se,
+          ", recursion ", recursion.similarity);
+  CHECK(std::abs(exact.similarity - mc.similarity) < 4 * mc.similarity_se);
+  CHECK(std::abs(exact.inner_ab - mc.inner_ab) < 4 * mc.inner_ab_se);
+  REQUIRE(exact.slices.size() == mc.slices.size());
+  for (size_t o = 0; o < mc.slices.size(); ++o) {
+    CAPTURE(o);
+    CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
+  }
 }

@@ -1,0 +1,413 @@
+#include "analysis/similarity/polynomial_moments.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "engine/error.h"
+
+namespace adjoint {
+
+namespace {
+
+// ---- Dense polynomials, recursively laid out -------------------------------------------
+//
+// A polynomial in m variables of degree ≤ d is the blocks k = 0..d of the powers y_0^k, each
+// block a polynomial in the m − 1 later variables of degree ≤ d − k. It holds
+// S(m, d) = C(m + d, d) coefficients, and block k starts at S(m, d) − S(m, d − k) (the
+// blocks before it hold Σ_{j > d−k} S(m−1, j) of them).
+
+double terms(int64_t m, int64_t d) {  // C(m + d, d), in double: the cost model reads huge ones
+  if (d < 0) return 0;
+  double s = 1;
+  for (int64_t i = 1; i <= d; ++i) s = s * double(m + i) / double(i);
+  return std::round(s);
+}
+
+// The same, exact and tabled, for the layouts actually built.
+class Sizes {
+public:
+  Sizes(int64_t variables, int degree) : degree_(degree), table_(size_t((variables + 1) * (degree + 1))) {
+    for (int64_t m = 0; m <= variables; ++m)
+      for (int d = 0; d <= degree; ++d)
+        table_[index(m, d)] = (m == 0 || d == 0) ? 1 : at(m - 1, d) + at(m, d - 1);
+    check(at(variables, degree) < (int64_t(1) << 40), "polynomial moments: ", variables, " variables of degree ",
+          degree, " overflow the layout");
+  }
+  int64_t at(int64_t m, int d) const { return d < 0 ? 0 : table_[index(m, d)]; }
+  int64_t block(int64_t m, int d, int k) const { return at(m, d) - at(m, d - k); }
+
+private:
+  size_t index(int64_t m, int d) const { return size_t(m * (degree_ + 1) + d); }
+  int degree_;
+  std::vector<int64_t> table_;
+};
+
+const Sizes& sizes_for(int64_t variables, int degree) {
+  // One table per thread, grown on demand: every polynomial of one computation shares it.
+  thread_local std::deque<std::pair<std::pair<int64_t, int>, Sizes>> cache;  // a deque: references stay valid
+  for (auto& [key, s] : cache)
+    if (key.first == variables && key.second >= degree) return s;
+  cache.emplace_back(std::make_pair(variables, std::max(degree, 24)), Sizes(variables, std::max(degree, 24)));
+  return cache.back().second;
+}
+
+bool all_zero(const double* p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (p[i] != 0.0) return false;
+  return true;
+}
+
+// dst (degree ≤ cd) += alpha · src (degree ≤ cs ≤ cd).
+void add_into(const Sizes& S, double* dst, int cd, const double* src, int cs, int64_t m, double alpha) {
+  if (m == 0) {
+    dst[0] += alpha * src[0];
+    return;
+  }
+  if (m == 1) {
+    for (int k = 0; k <= cs; ++k) dst[k] += alpha * src[k];
+    return;
+  }
+  for (int k = 0; k <= cs; ++k)
+    add_into(S, dst + S.block(m, cd, k), cd - k, src + S.block(m, cs, k), cs - k, m - 1, alpha);
+}
+
+// out (degree ≤ co, co ≥ cp + cq) += alpha · p · q. Zero blocks of p and q are skipped: a
+// network's early states touch few variables.
+void multiply_into(const Sizes& S, double* out, int co, const double* p, int cp, const double* q, int cq, int64_t m,
+                   double alpha) {
+  if (m == 0) {
+    out[0] += alpha * p[0] * q[0];
+    return;
+  }
+  if (m == 1) {
+    for (int i = 0; i <= cp; ++i) {
+      const double a = alpha * p[i];
+      if (a != 0.0)
+        for (int j = 0; j <= cq; ++j) out[i + j] += a * q[j];
+    }
+    return;
+  }
+  std::vector<char> q_live(size_t(cq + 1));
+  for (int j = 0; j <= cq; ++j) q_live[size_t(j)] = !all_zero(q + S.block(m, cq, j), S.at(m - 1, cq - j));
+  for (int i = 0; i <= cp; ++i) {
+    const double* pi = p + S.block(m, cp, i);
+    if (all_zero(pi, S.at(m - 1, cp - i))) continue;
+    for (int j = 0; j <= cq; ++j)
+      if (q_live[size_t(j)])
+        multiply_into(S, out + S.block(m, co, i + j), co - i - j, pi, cp - i, q + S.block(m, cq, j), cq - j, m - 1,
+                      alpha);
+  }
+}
+
+// y^k = Σ_i k!/(2^i i! (k−2i)!) He_{k−2i}(y), applied along every variable: the inner ones
+// block by block, then the outer one by mixing blocks (block k feeds the lower blocks k−2i,
+// which are wider, so ascending k reads every block before it is written).
+void hermite_in_place(const Sizes& S, double* p, int c, int64_t m) {
+  if (m == 0) return;
+  for (int k = 0; k <= c; ++k) hermite_in_place(S, p + S.block(m, c, k), c - k, m - 1);
+  for (int k = 2; k <= c; ++k) {
+    double coefficient = 1;  // k! / (2^i i! (k−2i)!), updated as i grows
+    for (int i = 1; 2 * i <= k; ++i) {
+      coefficient *= double((k - 2 * i + 2) * (k - 2 * i + 1)) / double(2 * i);
+      const int j = k - 2 * i;
+      add_into(S, p + S.block(m, c, j), c - j, p + S.block(m, c, k), c - k, m - 1, coefficient);
+    }
+  }
+}
+
+// E[p·q] = Σ_α α! p̂_α q̂_α for p, q in the Hermite basis.
+double inner_hermite(const Sizes& S, const double* p, int cp, const double* q, int cq, int64_t m) {
+  if (m == 0) return p[0] * q[0];
+  double total = 0, factorial = 1;
+  for (int k = 0; k <= std::min(cp, cq); ++k) {
+    if (k > 0) factorial *= k;
+    total += factorial * inner_hermite(S, p + S.block(m, cp, k), cp - k, q + S.block(m, cq, k), cq - k, m - 1);
+  }
+  return total;
+}
+
+double evaluate_at(const Sizes& S, const double* p, int c, int64_t m, const double* y) {
+  if (m == 0) return p[0];
+  double total = 0, power = 1;
+  for (int k = 0; k <= c; ++k, power *= y[0]) total += power * evaluate_at(S, p + S.block(m, c, k), c - k, m - 1, y + 1);
+  return total;
+}
+
+DensePolynomial zero_polynomial(int64_t variables, int degree) {
+  const Sizes& S = sizes_for(variables, degree);
+  return {variables, degree, std::vector<double>(size_t(S.at(variables, degree)), 0.0)};
+}
+
+// p re-laid out at a higher degree bound.
+void widen(DensePolynomial& p, int degree) {
+  if (degree <= p.degree) return;
+  DensePolynomial wide = zero_polynomial(p.variables, degree);
+  add_into(sizes_for(p.variables, degree), wide.coefficients.data(), degree, p.coefficients.data(), p.degree,
+           p.variables, 1.0);
+  p = std::move(wide);
+}
+
+// ---- The network's steps on polynomial states ------------------------------------------
+//
+// One forward serves two masters: PolynomialOps builds the polynomials, CostOps only tracks
+// each coordinate's degree and counts what the products would cost.
+
+struct PolynomialOps {
+  using P = DensePolynomial;
+  int64_t variables;
+  P constant(double c) const { return {variables, 0, {c}}; }
+  P variable(int64_t v, double scale) const {
+    std::vector<int> powers(size_t(variables), 0);
+    powers[size_t(v)] = 1;
+    return monomial(variables, powers, scale);
+  }
+  void add_scaled(P& dst, const P& src, double alpha) const {
+    if (alpha == 0.0) return;
+    widen(dst, src.degree);
+    add_into(sizes_for(variables, dst.degree), dst.coefficients.data(), dst.degree, src.coefficients.data(),
+             src.degree, variables, alpha);
+  }
+  void add_product(P& dst, const P& p, const P& q, double alpha) const {
+    if (alpha == 0.0) return;
+    widen(dst, p.degree + q.degree);
+    multiply_into(sizes_for(variables, dst.degree), dst.coefficients.data(), dst.degree, p.coefficients.data(),
+                  p.degree, q.coefficients.data(), q.degree, variables, alpha);
+  }
+};
+
+struct CostOps {
+  using P = int;  // the degree bound
+  int64_t variables;
+  double multiply_adds = 0;
+  P constant(double) const { return 0; }
+  P variable(int64_t, double) const { return 1; }
+  void add_scaled(P& dst, const P& src, double) const { dst = std::max(dst, src); }
+  void add_product(P& dst, const P& p, const P& q, double) {
+    multiply_adds += terms(variables, p) * terms(variables, q);
+    dst = std::max(dst, p + q);
+  }
+};
+
+template <class Ops>
+using State = std::vector<std::vector<typename Ops::P>>;  // [position][feature]
+
+// bias + Σ_i w[i]·h[i]
+template <class Ops>
+typename Ops::P affine(Ops& ops, const double* w, const std::vector<typename Ops::P>& h, double bias) {
+  typename Ops::P out = ops.constant(bias);
+  for (size_t i = 0; i < h.size(); ++i) ops.add_scaled(out, h[i], w[i]);
+  return out;
+}
+
+template <class Ops>
+void linear_step(Ops& ops, const PolynomialStep& s, State<Ops>& h) {
+  const Matrix64 W = to_matrix64(s.weight);
+  const Matrix64 b = s.bias.defined() ? to_matrix64(s.bias) : Matrix64();  // (1, out) or (T, out)
+  for (size_t t = 0; t < h.size(); ++t) {
+    std::vector<typename Ops::P> out;
+    for (int64_t o = 0; o < W.rows; ++o)
+      out.push_back(affine(ops, &W.data[size_t(o * W.cols)], h[t], b.rows == 0 ? 0.0 : b(b.rows == 1 ? 0 : int64_t(t), o)));
+    h[t] = std::move(out);
+  }
+}
+
+template <class Ops>
+void bilinear_step(Ops& ops, const PolynomialStep& s, State<Ops>& h) {
+  const Matrix64 L = to_matrix64(s.left), R = to_matrix64(s.right);
+  const Matrix64 D = s.down.defined() ? to_matrix64(s.down) : Matrix64::identity(L.rows);
+  for (auto& ht : h) {
+    check(L.cols == int64_t(ht.size()) + 1, "polynomial moments: ", s.name, " reads ", L.cols - 1, " features, the state has ",
+          ht.size());
+    std::vector<typename Ops::P> out(size_t(D.rows), ops.constant(0.0));
+    for (int64_t k = 0; k < L.rows; ++k) {
+      const auto l = affine(ops, &L.data[size_t(k * L.cols + 1)], ht, L(k, 0));
+      const auto r = affine(ops, &R.data[size_t(k * R.cols + 1)], ht, R(k, 0));
+      typename Ops::P y = ops.constant(0.0);
+      ops.add_product(y, l, r, 1.0);
+      for (int64_t o = 0; o < D.rows; ++o) ops.add_scaled(out[size_t(o)], y, D(o, k));
+    }
+    if (s.residual) {
+      check(out.size() == ht.size(), "polynomial moments: the residual step ", s.name, " changes the width");
+      for (size_t o = 0; o < out.size(); ++o) ops.add_scaled(ht[o], out[o], s.scale);
+    } else {
+      ht = std::move(out);
+    }
+  }
+}
+
+// h_t ← h_t + s·P Σ_{u≤t} (q1_t·k1_u)(q2_t·k2_u)/d_head² · v_u, per head (models/polynomial.h).
+template <class Ops>
+void attention_step(Ops& ops, const PolynomialStep& s, State<Ops>& h) {
+  const Matrix64 qkv = to_matrix64(s.qkv), proj = to_matrix64(s.proj);
+  const int64_t T = int64_t(h.size()), dim = proj.rows, dh = dim / s.heads;
+  std::vector<std::vector<typename Ops::P>> parts(static_cast<size_t>(T));  // q1 k1 q2 k2 v, 5·dim per position
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < qkv.rows; ++r) parts[size_t(t)].push_back(affine(ops, &qkv.data[size_t(r * qkv.cols)], h[size_t(t)], 0.0));
+  auto at = [&](int64_t t, int64_t part, int64_t head, int64_t j) -> const typename Ops::P& {
+    return parts[size_t(t)][size_t(part * dim + head * dh + j)];
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<typename Ops::P> o(size_t(dim), ops.constant(0.0));
+    for (int64_t head = 0; head < s.heads; ++head)
+      for (int64_t u = 0; u <= t; ++u) {
+        typename Ops::P s1 = ops.constant(0.0), s2 = ops.constant(0.0), score = ops.constant(0.0);
+        for (int64_t j = 0; j < dh; ++j) ops.add_product(s1, at(t, 0, head, j), at(u, 1, head, j), 1.0);
+        for (int64_t j = 0; j < dh; ++j) ops.add_product(s2, at(t, 2, head, j), at(u, 3, head, j), 1.0);
+        ops.add_product(score, s1, s2, 1.0 / double(dh * dh));
+        for (int64_t j = 0; j < dh; ++j) ops.add_product(o[size_t(head * dh + j)], score, at(u, 4, head, j), 1.0);
+      }
+    for (int64_t r = 0; r < dim; ++r) ops.add_scaled(h[size_t(t)][size_t(r)], affine(ops, &proj.data[size_t(r * dim)], o, 0.0), s.scale);
+  }
+}
+
+// The view's steps before its head (a last linear step), run on the input y·σ.
+template <class Ops>
+State<Ops> state_before_head(Ops& ops, const PolynomialView& v, double input_std) {
+  State<Ops> h(size_t(v.positions));
+  for (int64_t t = 0; t < v.positions; ++t)
+    for (int64_t i = 0; i < v.input_dim; ++i) h[size_t(t)].push_back(ops.variable(t * v.input_dim + i, input_std));
+  const bool has_head = !v.steps.empty() && v.steps.back().kind == PolynomialStep::Kind::Linear;
+  for (size_t i = 0; i + (has_head ? 1 : 0) < v.steps.size(); ++i) {
+    const PolynomialStep& s = v.steps[i];
+    switch (s.kind) {
+      case PolynomialStep::Kind::Linear: linear_step(ops, s, h); break;
+      case PolynomialStep::Kind::Bilinear: bilinear_step(ops, s, h); break;
+      case PolynomialStep::Kind::Attention: attention_step(ops, s, h); break;
+    }
+  }
+  return h;
+}
+
+}  // namespace
+
+DensePolynomial monomial(int64_t variables, const std::vector<int>& powers, double coefficient) {
+  check(int64_t(powers.size()) == variables, "polynomial moments: a monomial of ", powers.size(), " powers in ", variables,
+        " variables");
+  int degree = 0;
+  for (int k : powers) degree += k;
+  DensePolynomial p = zero_polynomial(variables, degree);
+  const Sizes& S = sizes_for(variables, degree);
+  int64_t at = 0;
+  int left = degree;
+  for (int64_t v = 0; v < variables; ++v) {  // descend: block powers[v] of the remaining polynomial
+    at += S.block(variables - v, left, powers[size_t(v)]);
+    left -= powers[size_t(v)];
+  }
+  p.coefficients[size_t(at)] = coefficient;
+  return p;
+}
+
+DensePolynomial product(const DensePolynomial& p, const DensePolynomial& q) {
+  check(p.variables == q.variables, "polynomial moments: a product of polynomials in ", p.variables, " and ", q.variables,
+        " variables");
+  PolynomialOps ops{p.variables};
+  DensePolynomial out = ops.constant(0.0);
+  ops.add_product(out, p, q, 1.0);
+  return out;
+}
+
+DensePolynomial sum(const DensePolynomial& p, const DensePolynomial& q) {
+  check(p.variables == q.variables, "polynomial moments: a sum of polynomials in ", p.variables, " and ", q.variables,
+        " variables");
+  PolynomialOps ops{p.variables};
+  DensePolynomial out = p;
+  ops.add_scaled(out, q, 1.0);
+  return out;
+}
+
+double evaluate(const DensePolynomial& p, const std::vector<double>& y) {
+  check(int64_t(y.size()) == p.variables, "polynomial moments: evaluating ", p.variables, " variables at ", y.size(),
+        " values");
+  return evaluate_at(sizes_for(p.variables, p.degree), p.coefficients.data(), p.degree, p.variables, y.data());
+}
+
+DensePolynomial to_hermite(DensePolynomial p) {
+  hermite_in_place(sizes_for(p.variables, p.degree), p.coefficients.data(), p.degree, p.variables);
+  return p;
+}
+
+double hermite_inner(const DensePolynomial& p, const DensePolynomial& q) {
+  check(p.variables == q.variables, "polynomial moments: an inner product of polynomials in ", p.variables, " and ",
+        q.variables, " variables");
+  return inner_hermite(sizes_for(p.variables, std::max(p.degree, q.degree)), p.coefficients.data(), p.degree,
+                       q.coefficients.data(), q.degree, p.variables);
+}
+
+PolynomialCost polynomial_cost(const PolynomialView& view) {
+  CostOps ops{view.positions * view.input_dim};
+  const State<CostOps> h = state_before_head(ops, view, 1.0);
+  PolynomialCost c;
+  c.variables = ops.variables;
+  for (const auto& ht : h)
+    for (int d : ht) {
+      c.degree = std::max<int64_t>(c.degree, d);
+      c.held += terms(c.variables, d);
+    }
+  c.multiply_adds = ops.multiply_adds;
+  c.largest_terms = terms(c.variables, c.degree);
+  return c;
+}
+
+HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std) {
+  check(input_std > 0 && std::isfinite(input_std), "polynomial moments: the input's standard deviation must be positive, got ",
+        input_std);
+  PolynomialOps ops{view.positions * view.input_dim};
+  State<PolynomialOps> h = state_before_head(ops, view, input_std);
+  HermiteExpansion e;
+  e.arch = view.arch;
+  e.variables = ops.variables, e.positions = view.positions, e.input_std = input_std;
+  const int64_t width = int64_t(h[0].size());
+  const bool has_head = !view.steps.empty() && view.steps.back().kind == PolynomialStep::Kind::Linear;
+  const Matrix64 W = has_head ? to_matrix64(view.steps.back().weight) : Matrix64::identity(width);
+  const Matrix64 b = has_head && view.steps.back().bias.defined() ? to_matrix64(view.steps.back().bias) : Matrix64();
+  check(W.cols == width, "polynomial moments: the head of ", view.arch, " reads ", W.cols, " features, the state has ", width);
+  e.classes = W.rows;
+  for (int64_t t = 0; t < view.positions; ++t) {
+    std::vector<std::vector<double>> coords = {{1.0}};  // the constant coordinate of h̃
+    std::vector<int> degrees = {0};
+    for (DensePolynomial& p : h[size_t(t)]) {
+      degrees.push_back(p.degree);
+      coords.push_back(to_hermite(std::move(p)).coefficients);
+    }
+    e.state.push_back(std::move(coords));
+    e.state_degree.push_back(std::move(degrees));
+    Matrix64 head(W.rows, width + 1);
+    for (int64_t o = 0; o < W.rows; ++o) {
+      head(o, 0) = b.rows == 0 ? 0.0 : b(b.rows == 1 ? 0 : t, o);
+      for (int64_t i = 0; i < width; ++i) head(o, i + 1) = W(o, i);
+    }
+    e.head.push_back(std::move(head));
+  }
+  return e;
+}
+
+std::vector<double> hermite_output_inner(const HermiteExpansion& a, const HermiteExpansion& b) {
+  check(a.variables == b.variables && a.positions == b.positions && a.classes == b.classes,
+        "polynomial moments: ", a.arch, " and ", b.arch, " differ in their input or output sizes");
+  check(a.input_std == b.input_std, "polynomial moments: the two expansions were made for different input scales");
+  const int64_t n = a.variables;
+  int top = 0;
+  for (const HermiteExpansion* e : {&a, &b})
+    for (const auto& degrees : e->state_degree) top = std::max(top, *std::max_element(degrees.begin(), degrees.end()));
+  const Sizes& S = sizes_for(n, top);
+  std::vector<double> out(size_t(a.positions * a.classes));
+  for (int64_t t = 0; t < a.positions; ++t) {
+    const auto &sa = a.state[size_t(t)], &sb = b.state[size_t(t)];
+    Matrix64 gram(int64_t(sa.size()), int64_t(sb.size()));  // E[h̃_a,i h̃_b,j]
+    for (size_t i = 0; i < sa.size(); ++i)
+      for (size_t j = 0; j < sb.size(); ++j)
+        gram(int64_t(i), int64_t(j)) =
+            inner_hermite(S, sa[i].data(), a.state_degree[size_t(t)][i], sb[j].data(), b.state_degree[size_t(t)][j], n);
+    const Matrix64 left = matmul(a.head[size_t(t)], gram);  // (classes, 1 + width_b)
+    const Matrix64& right = b.head[size_t(t)];
+    for (int64_t o = 0; o < a.classes; ++o) {
+      double v = 0;
+      for (int64_t j = 0; j < right.cols; ++j) v += left(o, j) * right(o, j);
+      out[size_t(t * a.classes + o)] = v;
+    }
+  }
+  return out;
+}
+
+}  // namespace adjoint
