@@ -60,6 +60,11 @@ bool all_zero(const double* p, int64_t n) {
 
 // dst (degree ≤ cd) += alpha · src (degree ≤ cs ≤ cd).
 void add_into(const Sizes& S, double* dst, int cd, const double* src, int cs, int64_t m, double alpha) {
+  if (cd == cs) {  // the same layout: one pass
+    const int64_t n = S.at(m, cd);
+    for (int64_t i = 0; i < n; ++i) dst[i] += alpha * src[i];
+    return;
+  }
   if (m == 0) {
     dst[0] += alpha * src[0];
     return;
@@ -73,7 +78,8 @@ void add_into(const Sizes& S, double* dst, int cd, const double* src, int cs, in
 }
 
 // out (degree ≤ co, co ≥ cp + cq) += alpha · p · q. Zero blocks of p and q are skipped: a
-// network's early states touch few variables.
+// network's early states touch few variables. Two variables are the base case: the
+// recursion's calls would cost more than their work below it.
 void multiply_into(const Sizes& S, double* out, int co, const double* p, int cp, const double* q, int cq, int64_t m,
                    double alpha) {
   if (m == 0) {
@@ -88,13 +94,29 @@ void multiply_into(const Sizes& S, double* out, int co, const double* p, int cp,
     }
     return;
   }
-  std::vector<char> q_live(size_t(cq + 1));
-  for (int j = 0; j <= cq; ++j) q_live[size_t(j)] = !all_zero(q + S.block(m, cq, j), S.at(m - 1, cq - j));
+  if (m == 2) {  // blocks i of p hold the powers 0..cp−i of the last variable
+    for (int i = 0; i <= cp; ++i) {
+      const double* pi = p + S.block(2, cp, i);
+      for (int a = 0; a <= cp - i; ++a) {
+        const double pa = alpha * pi[a];
+        if (pa == 0.0) continue;
+        for (int j = 0; j <= cq; ++j) {
+          const double* qj = q + S.block(2, cq, j);
+          double* o = out + S.block(2, co, i + j) + a;
+          for (int b = 0; b <= cq - j; ++b) o[b] += pa * qj[b];
+        }
+      }
+    }
+    return;
+  }
+  check(cq < 64, "polynomial moments: degree ", cq, " is over 63");
+  bool q_live[64];
+  for (int j = 0; j <= cq; ++j) q_live[j] = !all_zero(q + S.block(m, cq, j), S.at(m - 1, cq - j));
   for (int i = 0; i <= cp; ++i) {
     const double* pi = p + S.block(m, cp, i);
     if (all_zero(pi, S.at(m - 1, cp - i))) continue;
     for (int j = 0; j <= cq; ++j)
-      if (q_live[size_t(j)])
+      if (q_live[j])
         multiply_into(S, out + S.block(m, co, i + j), co - i - j, pi, cp - i, q + S.block(m, cq, j), cq - j, m - 1,
                       alpha);
   }
@@ -116,15 +138,27 @@ void hermite_in_place(const Sizes& S, double* p, int c, int64_t m) {
   }
 }
 
-// E[p·q] = Σ_α α! p̂_α q̂_α for p, q in the Hermite basis.
-double inner_hermite(const Sizes& S, const double* p, int cp, const double* q, int cq, int64_t m) {
-  if (m == 0) return p[0] * q[0];
-  double total = 0, factorial = 1;
-  for (int k = 0; k <= std::min(cp, cq); ++k) {
-    if (k > 0) factorial *= k;
-    total += factorial * inner_hermite(S, p + S.block(m, cp, k), cp - k, q + S.block(m, cq, k), cq - k, m - 1);
+// α! for every monomial of the layout, times `factor`: the Hermite basis's squared norms.
+void hermite_norms(const Sizes& S, double* w, int c, int64_t m, double factor) {
+  if (m == 0) {
+    w[0] = factor;
+    return;
   }
-  return total;
+  double factorial = 1;
+  for (int k = 0; k <= c; ++k) {
+    if (k > 0) factorial *= k;
+    hermite_norms(S, w + S.block(m, c, k), c - k, m - 1, factor * factorial);
+  }
+}
+
+// Rows of coefficients laid out at degree `from`, re-laid out at degree `to` ≥ from.
+Matrix64 relayout(const Matrix64& rows, int64_t variables, int from, int to) {
+  if (from == to) return rows;
+  const Sizes& S = sizes_for(variables, to);
+  Matrix64 out(rows.rows, S.at(variables, to));
+  for (int64_t r = 0; r < rows.rows; ++r)
+    add_into(S, &out.data[size_t(r * out.cols)], to, &rows.data[size_t(r * rows.cols)], from, variables, 1.0);
+  return out;
 }
 
 double evaluate_at(const Sizes& S, const double* p, int c, int64_t m, const double* y) {
@@ -330,8 +364,15 @@ DensePolynomial to_hermite(DensePolynomial p) {
 double hermite_inner(const DensePolynomial& p, const DensePolynomial& q) {
   check(p.variables == q.variables, "polynomial moments: an inner product of polynomials in ", p.variables, " and ",
         q.variables, " variables");
-  return inner_hermite(sizes_for(p.variables, std::max(p.degree, q.degree)), p.coefficients.data(), p.degree,
-                       q.coefficients.data(), q.degree, p.variables);
+  // The rows of one position's Gram matrix: the same code as the networks' outputs.
+  HermiteExpansion a, b;
+  for (auto [e, poly] : {std::make_pair(&a, &p), std::make_pair(&b, &q)}) {
+    e->variables = p.variables, e->degree = poly->degree, e->classes = 1;
+    e->state.push_back(Matrix64(1, int64_t(poly->coefficients.size())));
+    e->state[0].data = poly->coefficients;
+    e->head.push_back(Matrix64(1, 1, 1.0));
+  }
+  return hermite_output_inner(a, b)[0];
 }
 
 PolynomialCost polynomial_cost(const PolynomialView& view) {
@@ -363,15 +404,19 @@ HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std)
   const Matrix64 b = has_head && view.steps.back().bias.defined() ? to_matrix64(view.steps.back().bias) : Matrix64();
   check(W.cols == width, "polynomial moments: the head of ", view.arch, " reads ", W.cols, " features, the state has ", width);
   e.classes = W.rows;
+  for (const auto& ht : h)
+    for (const DensePolynomial& p : ht) e.degree = std::max(e.degree, p.degree);
+  const Sizes& S = sizes_for(e.variables, e.degree);
   for (int64_t t = 0; t < view.positions; ++t) {
-    std::vector<std::vector<double>> coords = {{1.0}};  // the constant coordinate of h̃
-    std::vector<int> degrees = {0};
-    for (DensePolynomial& p : h[size_t(t)]) {
-      degrees.push_back(p.degree);
-      coords.push_back(to_hermite(std::move(p)).coefficients);
+    Matrix64 coords(width + 1, S.at(e.variables, e.degree));  // row 0: the constant coordinate of h̃
+    coords(0, 0) = 1.0;
+    for (int64_t i = 0; i < width; ++i) {
+      DensePolynomial& p = h[size_t(t)][size_t(i)];
+      widen(p, e.degree);
+      const std::vector<double> c = to_hermite(std::move(p)).coefficients;
+      std::copy(c.begin(), c.end(), &coords.data[size_t((i + 1) * coords.cols)]);
     }
     e.state.push_back(std::move(coords));
-    e.state_degree.push_back(std::move(degrees));
     Matrix64 head(W.rows, width + 1);
     for (int64_t o = 0; o < W.rows; ++o) {
       head(o, 0) = b.rows == 0 ? 0.0 : b(b.rows == 1 ? 0 : t, o);
@@ -387,18 +432,17 @@ std::vector<double> hermite_output_inner(const HermiteExpansion& a, const Hermit
         "polynomial moments: ", a.arch, " and ", b.arch, " differ in their input or output sizes");
   check(a.input_std == b.input_std, "polynomial moments: the two expansions were made for different input scales");
   const int64_t n = a.variables;
-  int top = 0;
-  for (const HermiteExpansion* e : {&a, &b})
-    for (const auto& degrees : e->state_degree) top = std::max(top, *std::max_element(degrees.begin(), degrees.end()));
+  const int top = std::max(a.degree, b.degree);
   const Sizes& S = sizes_for(n, top);
+  std::vector<double> norms(size_t(S.at(n, top)));
+  hermite_norms(S, norms.data(), top, n, 1.0);
   std::vector<double> out(size_t(a.positions * a.classes));
   for (int64_t t = 0; t < a.positions; ++t) {
-    const auto &sa = a.state[size_t(t)], &sb = b.state[size_t(t)];
-    Matrix64 gram(int64_t(sa.size()), int64_t(sb.size()));  // E[h̃_a,i h̃_b,j]
-    for (size_t i = 0; i < sa.size(); ++i)
-      for (size_t j = 0; j < sb.size(); ++j)
-        gram(int64_t(i), int64_t(j)) =
-            inner_hermite(S, sa[i].data(), a.state_degree[size_t(t)][i], sb[j].data(), b.state_degree[size_t(t)][j], n);
+    Matrix64 sa = relayout(a.state[size_t(t)], n, a.degree, top);
+    const Matrix64 sb = relayout(b.state[size_t(t)], n, b.degree, top);
+    for (int64_t i = 0; i < sa.rows; ++i)
+      for (int64_t k = 0; k < sa.cols; ++k) sa(i, k) *= norms[size_t(k)];
+    const Matrix64 gram = matmul(sa, sb, false, true);  // E[h̃_a,i h̃_b,j] = Σ_α α! â_iα b̂_jα
     const Matrix64 left = matmul(a.head[size_t(t)], gram);  // (classes, 1 + width_b)
     const Matrix64& right = b.head[size_t(t)];
     for (int64_t o = 0; o < a.classes; ++o) {

@@ -46,9 +46,9 @@ struct HermiteExpansion {
   std::string arch;
   int64_t variables = 0, positions = 1, classes = 0;
   double input_std = 1.0;
-  std::vector<std::vector<std::vector<double>>> state;  // [position][coordinate]: coefficients
-  std::vector<std::vector<int>> state_degree;           // [position][coordinate]: its degree
-  std::vector<Matrix64> head;                           // per position: (classes, 1 + width)
+  int degree = 0;               // every coordinate laid out at this degree
+  std::vector<Matrix64> state;  // per position: (1 + width, C(n + degree, degree)) coefficients
+  std::vector<Matrix64> head;   // per position: (classes, 1 + width)
 };
 HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std = 1.0);
 
