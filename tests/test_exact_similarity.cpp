@@ -284,6 +284,93 @@ double check_against_monte_carlo(const PolynomialView& a, const PolynomialView& 
 
 }  // namespace
 
+namespace {
+
+// The nodes and weights of Gauss–Hermite quadrature for the standard normal: the roots of
+// He_n (by bisection between sign changes on a fine grid) and n!/(n·He_{n−1}(root))². Exact
+// for polynomials of degree ≤ 2n − 1.
+std::pair<std::vector<double>, std::vector<double>> gauss_hermite(int n) {
+  auto he = [](int k, double x) {  // He_k(x) by He_{j+1} = x·He_j − j·He_{j−1}
+    double previous = 1, current = x;
+    if (k == 0) return previous;
+    for (int j = 1; j < k; ++j) {
+      const double next = x * current - j * previous;
+      previous = current, current = next;
+    }
+    return current;
+  };
+  std::vector<double> nodes, weights;
+  const double step = 1e-3;
+  for (double x = -12; x < 12; x += step) {
+    if (he(n, x) * he(n, x + step) > 0) continue;
+    double lo = x, hi = x + step;
+    for (int it = 0; it < 100; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (he(n, lo) * he(n, mid) <= 0 ? hi : lo) = mid;
+    }
+    nodes.push_back(0.5 * (lo + hi));
+  }
+  double factorial = 1;
+  for (int k = 2; k <= n; ++k) factorial *= k;
+  for (double x : nodes) weights.push_back(factorial / std::pow(n * he(n - 1, x), 2));
+  return {nodes, weights};
+}
+
+// E[f_a,k · f_b,k] per output by quadrature over every input coordinate: each network
+// evaluated by its own forward arithmetic (evaluate_polynomial) on the grid of nodes.
+std::vector<double> quadrature_inner(const PolynomialView& a, const PolynomialView& b, double input_std, int nodes) {
+  const auto [x, w] = gauss_hermite(nodes);
+  REQUIRE(int(x.size()) == nodes);
+  const int64_t n = a.positions * a.input_dim;
+  int64_t points = 1;
+  for (int64_t v = 0; v < n; ++v) points *= nodes;
+  std::vector<double> inputs, weight;
+  for (int64_t p = 0; p < points; ++p) {
+    double wp = 1;
+    for (int64_t v = 0, rest = p; v < n; ++v, rest /= nodes) {
+      inputs.push_back(input_std * x[size_t(rest % nodes)]);
+      wp *= w[size_t(rest % nodes)];
+    }
+    weight.push_back(wp);
+  }
+  const std::vector<double> fa = evaluate_polynomial(a, inputs, points), fb = evaluate_polynomial(b, inputs, points);
+  const size_t outputs = fa.size() / size_t(points);
+  std::vector<double> inner(outputs, 0.0);
+  for (int64_t p = 0; p < points; ++p)
+    for (size_t k = 0; k < outputs; ++k) inner[k] += weight[size_t(p)] * fa[size_t(p) * outputs + k] * fb[size_t(p) * outputs + k];
+  return inner;
+}
+
+void check_against_quadrature(const PolynomialView& a, const PolynomialView& b, double input_std, int nodes) {
+  const std::vector<double> want = quadrature_inner(a, b, input_std, nodes);
+  const std::vector<double> got = hermite_output_inner(hermite_expansion(a, input_std), hermite_expansion(b, input_std));
+  REQUIRE(got.size() == want.size());
+  for (size_t k = 0; k < want.size(); ++k) CHECK(got[k] == doctest::Approx(want[k]).epsilon(1e-10));
+}
+
+}  // namespace
+
+TEST_CASE("polynomial moments: one-block LMs and a depth-3 MLP against Gauss-Hermite quadrature") {
+  // Four input variables, outputs of degree ≤ 10 in each: 11 nodes a variable integrate the
+  // products (degree ≤ 20) exactly, whatever the tails, where sampling cannot.
+  for (double input_std : {1.0, 0.6}) {
+    CAPTURE(input_std);
+    SUBCASE("bilinear LM, 2 positions × 2 tokens") {
+      const ModelConfig c = lm_config(2, 2, 4, 2);
+      check_against_quadrature(random_view(c, 101), random_view(c, 102), input_std, 11);
+    }
+    SUBCASE("bilinear LM, 4 positions × 1 token") {
+      const ModelConfig c = lm_config(1, 4, 4, 2);
+      check_against_quadrature(random_view(c, 105), random_view(c, 106), input_std, 11);
+    }
+    SUBCASE("depth-3 MLP, 3 inputs") {
+      ModelConfig c = mlp_config(3, 3, 4, 2);
+      c.residual_scale = 2.0;
+      check_against_quadrature(random_view(c, 103), random_view(c, 104), input_std, 9);
+    }
+  }
+}
+
 TEST_CASE("polynomial moments: independent one-block attention LMs against Monte Carlo") {
   // Sampling a degree-20 product has heavy tails; these pairs keep its standard error honest.
   ModelConfig c = lm_config(3, 3, 4, 2);
