@@ -18,7 +18,10 @@
 // Cost: the products dominate. A product of polynomials of degrees d and e costs about
 // C(n+d, d)·C(n+e, e) multiply-adds; the one-block LM (degree 10 = attention's 5, squared by
 // its MLP) takes (hidden units · positions) products of two degree-5 polynomials per network.
-// polynomial_cost() counts them from the view's shapes before anything is built.
+// polynomial_cost() counts them from the view's shapes before anything is built. With dim 8
+// and 32 hidden units: n = 12 (3 positions × 4 tokens, or 4 × 3) takes 4–5·10⁹ multiply-adds
+// and 2·10⁷ coefficients a network; n = 15 takes 2·10¹⁰; n = 28 (4 × 7) takes 7·10¹² and
+// 1.5·10¹⁰ coefficients, out of reach: the cost is set by the input's size, n, not the width.
 #pragma once
 #include <cstdint>
 #include <string>
