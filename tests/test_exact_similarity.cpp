@@ -417,3 +417,23 @@ TEST_CASE("tensor similarity of one-block LMs: exact, --diff included, against M
     for (size_t o = 0; o < mc.slices.size(); ++o) CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
   }
 }
+
+TEST_CASE("tensorsim: one-block LM checkpoints compared exactly, the Monte Carlo check beside") {
+  adjoint::testing::TempDir dir;
+  const ModelConfig c = lm_config(3, 2, 4, 2);
+  Generator g1(1), g2(2);
+  save_checkpoint(dir.file("a.safetensors"), *make_model(c, g1), nullptr, 0, 0, {});
+  save_checkpoint(dir.file("b.safetensors"), *make_model(c, g2), nullptr, 0, 0, {});
+  const adjoint::testing::CommandOutcome o =
+      adjoint::testing::run_adjoint({"tensorsim", dir.file("a.safetensors"), dir.file("b.safetensors"), "--slices",
+                                     "--no-baselines", "--input-std", "0.5", "--check-mc", "100000", "--out", dir.file("out")});
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  CHECK(o.out.find("[exact: exact sum over the networks written out as polynomials (6 input variables") != std::string::npos);
+  const Json j = parse_json(adjoint::testing::read_text(dir.file("out/tensorsim.json")));
+  CHECK(j.find("method")->as_string() == "exact");
+  const Json& mc = *j.find("monte_carlo");
+  const double exact = j.find("tensor_similarity")->as_number(), estimate = mc.find("tensor_similarity")->as_number(),
+               se = mc.find("standard_error")->as_number();
+  CHECK(std::abs(exact - estimate) < 4 * se);
+  CHECK(mc.find("slices")->size() == 3);
+}
