@@ -58,7 +58,7 @@ constexpr double kPolynomialMultiplyAddBudget = 6e9;
 constexpr double kPolynomialCoefficientBudget = 2.5e7;
 
 struct TensorSimScore {
-  std::string kind;            // "exact" (closed form or Isserlis sum) or "recursion-approx"
+  std::string kind;            // "exact" (closed form, Isserlis sum or explicit polynomials) or "recursion-approx"
   std::string method;          // what computed it, in words
   double total = 0;
   std::vector<double> slices;  // per output (class, token), summed over positions
