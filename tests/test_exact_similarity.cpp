@@ -437,3 +437,14 @@ TEST_CASE("tensorsim: one-block LM checkpoints compared exactly, the Monte Carlo
   CHECK(std::abs(exact - estimate) < 4 * se);
   CHECK(mc.find("slices")->size() == 3);
 }
+
+TEST_CASE("polynomial moments: a wide input of low degree, and one too large to hold") {
+  // 120 inputs, degree 2 (C(122, 2) = 7 381 coefficients): built; a degree-24 layout of them is not.
+  const PolynomialView wide = random_view(mlp_config(0, 120, 2, 2), 111);
+  const HermiteExpansion e = hermite_expansion(wide, 1.0);
+  CHECK(e.degree == 2);
+  CHECK(e.state[0].cols == 7381);
+  std::vector<int> powers(120, 0);
+  powers[0] = 24;
+  CHECK_THROWS_WITH_AS(monomial(120, powers, 1.0), doctest::Contains("are too many to hold"), Error);
+}

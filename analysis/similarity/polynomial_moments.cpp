@@ -28,11 +28,11 @@ double terms(int64_t m, int64_t d) {  // C(m + d, d), in double: the cost model 
 class Sizes {
 public:
   Sizes(int64_t variables, int degree) : degree_(degree), table_(size_t((variables + 1) * (degree + 1))) {
+    check(terms(variables, degree) < double(int64_t(1) << 40), "polynomial moments: ", terms(variables, degree),
+          " coefficients (", variables, " variables, degree ", degree, ") are too many to hold");
     for (int64_t m = 0; m <= variables; ++m)
       for (int d = 0; d <= degree; ++d)
         table_[index(m, d)] = (m == 0 || d == 0) ? 1 : at(m - 1, d) + at(m, d - 1);
-    check(at(variables, degree) < (int64_t(1) << 40), "polynomial moments: ", variables, " variables of degree ",
-          degree, " overflow the layout");
   }
   int64_t at(int64_t m, int d) const { return d < 0 ? 0 : table_[index(m, d)]; }
   int64_t block(int64_t m, int d, int k) const { return at(m, d) - at(m, d - k); }
@@ -48,7 +48,7 @@ const Sizes& sizes_for(int64_t variables, int degree) {
   thread_local std::deque<std::pair<std::pair<int64_t, int>, Sizes>> cache;  // a deque: references stay valid
   for (auto& [key, s] : cache)
     if (key.first == variables && key.second >= degree) return s;
-  cache.emplace_back(std::make_pair(variables, std::max(degree, 24)), Sizes(variables, std::max(degree, 24)));
+  cache.emplace_back(std::make_pair(variables, degree), Sizes(variables, degree));
   return cache.back().second;
 }
 
