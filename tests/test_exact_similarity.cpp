@@ -13,6 +13,7 @@
 #include "analysis/similarity/second_moment.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
+#include "engine/matrix64.h"
 #include "engine/io/json.h"
 #include "engine/random.h"
 #include "models/checkpoint.h"
@@ -447,4 +448,54 @@ TEST_CASE("polynomial moments: a wide input of low degree, and one too large to 
   std::vector<int> powers(120, 0);
   powers[0] = 24;
   CHECK_THROWS_WITH_AS(monomial(120, powers, 1.0), doctest::Contains("are too many to hold"), Error);
+}
+
+TEST_CASE("polynomial moments: read through the span of the embeddings, the same numbers") {
+  auto check_same = [](const PolynomialView& a, const PolynomialView& b, int64_t rank) {
+    const Matrix64 basis = shared_input_basis({&a, &b});
+    REQUIRE(basis.cols == rank);
+    const Matrix64 gram = matmul(basis, basis, true, false);  // QᵀQ = I
+    for (int64_t i = 0; i < rank; ++i)
+      for (int64_t j = 0; j < rank; ++j) CHECK(gram(i, j) == doctest::Approx(i == j ? 1.0 : 0.0).epsilon(1e-12));
+    for (double s : {1.0, 0.8}) {
+      const std::vector<double> plain = hermite_output_inner(hermite_expansion(a, s), hermite_expansion(b, s));
+      const HermiteExpansion ra = hermite_expansion(a, s, &basis), rb = hermite_expansion(b, s, &basis);
+      CHECK(ra.variables == rank * a.positions);
+      const std::vector<double> reduced = hermite_output_inner(ra, rb);
+      REQUIRE(reduced.size() == plain.size());
+      for (size_t k = 0; k < plain.size(); ++k) CHECK(reduced[k] == doctest::Approx(plain[k]).epsilon(1e-10));
+      Matrix64 flipped = basis;  // another basis of the same span: the same variables' count, not the same variables
+      for (double& v : flipped.data) v = -v;
+      CHECK_THROWS_WITH(hermite_output_inner(ra, hermite_expansion(b, s, &flipped)), doctest::Contains("different bases"));
+    }
+  };
+  SUBCASE("depth-3 MLPs with embeddings of 2 on 12 inputs: 4 variables") {
+    ModelConfig c = mlp_config(3, 12, 3, 2);
+    c.dim = 2;
+    check_same(random_view(c, 121), random_view(c, 122), 4);
+  }
+  SUBCASE("one-block LMs of dim 2 on 5 tokens: 4 variables a position") {
+    ModelConfig c = lm_config(5, 2, 2, 2);
+    c.mlp_ratio = 1;
+    check_same(random_view(c, 123), random_view(c, 124), 4);
+  }
+  SUBCASE("a network without an embedding: no basis") {
+    const PolynomialView a = random_view(mlp_config(2, 5, 3, 2), 125);
+    CHECK(shared_input_basis({&a, &a}).cols == 0);
+  }
+}
+
+TEST_CASE("tensor similarity of embedded depth-3 MLPs on a wide input: exact over the embeddings' span") {
+  // 60 inputs at degree 8 are far over the budget; the two embeddings of 3 span 6 directions.
+  ModelConfig c = mlp_config(3, 60, 4, 3);
+  c.dim = 3, c.residual_scale = 2.0;
+  Generator ga(131), gb(132);
+  const std::shared_ptr<Model> a = make_model(c, ga), b = make_model(c, gb);
+  const TensorSimScore exact = tensor_similarity(*a, *b, TensorSimOptions{});
+  CHECK(exact.kind == "exact");
+  CHECK(exact.method.find("6 input variables, the span of their embeddings") != std::string::npos);
+  const MonteCarloSimilarity mc = monte_carlo_check(*a, *b, TensorSimOptions{}, 100000, nullptr, 11);
+  MESSAGE("embedded depth 3: exact ", exact.total, ", Monte Carlo ", mc.similarity, " ± ", mc.similarity_se);
+  CHECK(std::abs(exact.total - mc.similarity) < 4 * mc.similarity_se);
+  for (size_t o = 0; o < mc.slices.size(); ++o) CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
 }

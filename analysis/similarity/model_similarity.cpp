@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "analysis/similarity/representation_similarity.h"
 #include "analysis/similarity/second_moment.h"
@@ -91,10 +92,11 @@ const std::vector<double>& MomentCache::hermite_self(const Model& model, const P
 namespace {
 
 // Whether writing the view out as polynomials fits the budget, and why not.
-bool polynomial_tractable(const PolynomialView& v, std::string* why) {
-  const PolynomialCost c = polynomial_cost(v);
+bool polynomial_tractable(const PolynomialView& v, int64_t features, std::string* why) {
+  const PolynomialCost c = polynomial_cost(v, features);
   if (c.multiply_adds <= kPolynomialMultiplyAddBudget && c.held <= kPolynomialCoefficientBudget) return true;
-  *why = cat(*why, "; written out as polynomials (", c.variables, " input variables, degree ", c.degree, "), it would take ",
+  *why = cat(*why, "; written out as polynomials (", c.variables, " input variables", features ? " in the embeddings' span" : "",
+             ", degree ", c.degree, "), ", v.arch, " would take ",
              c.multiply_adds, " multiply-adds and hold ", c.held, " coefficients (budget ", kPolynomialMultiplyAddBudget, ", ",
              kPolynomialCoefficientBudget, ")");
   return false;
@@ -167,23 +169,44 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
     }
     why = cat("the Isserlis sum would take ", cost, " contractions (budget ", kExactContractionBudget, ")");
   }
-  if (!o.recursion && polynomial_tractable(va, &why) && polynomial_tractable(vb, &why) &&
-      (!reference || polynomial_tractable(reference->polynomial_view(o.positions), &why))) {
-    const HermiteExpansion &ha = cache_.hermite(a, va, o.input_std), &hb = cache_.hermite(b, vb, o.input_std);
-    std::vector<double> ab = hermite_output_inner(ha, hb), aa = cache_.hermite_self(a, va, o.input_std);
-    if (reference) {  // (a − r)·b = a·b − r·b and (a − r)² = a² − 2·a·r + r²
-      const HermiteExpansion hr = hermite_expansion(reference->polynomial_view(o.positions), o.input_std);
-      const std::vector<double> ar = hermite_output_inner(ha, hr), rr = hermite_output_inner(hr, hr);
-      ab = minus(ab, hermite_output_inner(hr, hb));
-      for (size_t k = 0; k < aa.size(); ++k) aa[k] += rr[k] - 2 * ar[k];
+  if (!o.recursion) {
+    const PolynomialView vr = reference ? reference->polynomial_view(o.positions) : PolynomialView{};
+    std::vector<const PolynomialView*> views = {&va, &vb};
+    if (reference) views.push_back(&vr);
+    // Each network over its own input (its expansion cached across pairs), else the pair over
+    // the span of their embeddings (shared_input_basis), where that is smaller.
+    std::string plain_why, reduced_why;
+    bool plain = true, reduced = false;
+    for (const PolynomialView* v : views) plain = polynomial_tractable(*v, 0, &plain_why) && plain;
+    const Matrix64 basis = plain ? Matrix64() : shared_input_basis(views);
+    if (basis.cols > 0) {
+      reduced = true;
+      for (const PolynomialView* v : views) reduced = polynomial_tractable(*v, basis.cols, &reduced_why) && reduced;
     }
-    const DeepSimilarity exact = similarity_from_inner(ab, aa, cache_.hermite_self(b, vb, o.input_std), hb.classes);
-    score.kind = "exact";
-    score.method = cat("exact sum over the networks written out as polynomials (", ha.variables,
-                       " input variables, Hermite basis, gaussian)");
-    score.total = exact.similarity;
-    score.slices = exact.slices;
-    return score;
+    if (plain || reduced) {
+      std::deque<HermiteExpansion> own;  // the pair's, when read through its basis
+      auto expansion = [&](const Model& m, const PolynomialView& v) -> const HermiteExpansion& {
+        return plain ? cache_.hermite(m, v, o.input_std) : own.emplace_back(hermite_expansion(v, o.input_std, &basis));
+      };
+      const HermiteExpansion &ha = expansion(a, va), &hb = expansion(b, vb);
+      std::vector<double> ab = hermite_output_inner(ha, hb);
+      std::vector<double> aa = plain ? cache_.hermite_self(a, va, o.input_std) : hermite_output_inner(ha, ha);
+      const std::vector<double> bb = plain ? cache_.hermite_self(b, vb, o.input_std) : hermite_output_inner(hb, hb);
+      if (reference) {  // (a − r)·b = a·b − r·b and (a − r)² = a² − 2·a·r + r²
+        const HermiteExpansion hr = hermite_expansion(vr, o.input_std, plain ? nullptr : &basis);
+        const std::vector<double> ar = hermite_output_inner(ha, hr), rr = hermite_output_inner(hr, hr);
+        ab = minus(ab, hermite_output_inner(hr, hb));
+        for (size_t k = 0; k < aa.size(); ++k) aa[k] += rr[k] - 2 * ar[k];
+      }
+      const DeepSimilarity exact = similarity_from_inner(ab, aa, bb, hb.classes);
+      score.kind = "exact";
+      score.method = cat("exact sum over the networks written out as polynomials (", ha.variables, " input variables",
+                         plain ? "" : ", the span of their embeddings", "; Hermite basis, gaussian)");
+      score.total = exact.similarity;
+      score.slices = exact.slices;
+      return score;
+    }
+    why += plain_why + reduced_why;
   }
   if (reference) throw UsageError(cat("tensor similarity: --diff of deep networks needs the exact sum; ", why));
   const DeepSimilarity deep =

@@ -295,12 +295,22 @@ void attention_step(Ops& ops, const PolynomialStep& s, State<Ops>& h) {
   }
 }
 
-// The view's steps before its head (a last linear step), run on the input y·σ.
+// The view's steps before its head (a last linear step), run on the input x = σ·y, or
+// x = σ·Q·y when read through a basis Q (its columns: the variables of a position).
 template <class Ops>
-State<Ops> state_before_head(Ops& ops, const PolynomialView& v, double input_std) {
+State<Ops> state_before_head(Ops& ops, const PolynomialView& v, double input_std, const Matrix64& basis) {
   State<Ops> h(size_t(v.positions));
+  const int64_t r = basis.cols;
   for (int64_t t = 0; t < v.positions; ++t)
-    for (int64_t i = 0; i < v.input_dim; ++i) h[size_t(t)].push_back(ops.variable(t * v.input_dim + i, input_std));
+    for (int64_t i = 0; i < v.input_dim; ++i) {
+      if (r == 0) {
+        h[size_t(t)].push_back(ops.variable(t * v.input_dim + i, input_std));
+        continue;
+      }
+      typename Ops::P x = ops.constant(0.0);
+      for (int64_t j = 0; j < r; ++j) ops.add_scaled(x, ops.variable(t * r + j, input_std), basis(i, j));
+      h[size_t(t)].push_back(std::move(x));
+    }
   const bool has_head = !v.steps.empty() && v.steps.back().kind == PolynomialStep::Kind::Linear;
   for (size_t i = 0; i + (has_head ? 1 : 0) < v.steps.size(); ++i) {
     const PolynomialStep& s = v.steps[i];
@@ -375,9 +385,9 @@ double hermite_inner(const DensePolynomial& p, const DensePolynomial& q) {
   return hermite_output_inner(a, b)[0];
 }
 
-PolynomialCost polynomial_cost(const PolynomialView& view) {
-  CostOps ops{view.positions * view.input_dim};
-  const State<CostOps> h = state_before_head(ops, view, 1.0);
+PolynomialCost polynomial_cost(const PolynomialView& view, int64_t features) {
+  CostOps ops{view.positions * (features > 0 ? features : view.input_dim)};
+  const State<CostOps> h = state_before_head(ops, view, 1.0, Matrix64(view.input_dim, features));
   PolynomialCost c;
   c.variables = ops.variables;
   for (const auto& ht : h)
@@ -390,13 +400,48 @@ PolynomialCost polynomial_cost(const PolynomialView& view) {
   return c;
 }
 
-HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std) {
+Matrix64 shared_input_basis(const std::vector<const PolynomialView*>& views) {
+  // Gram–Schmidt (twice, for orthogonality to rounding) over every first step's rows.
+  std::vector<std::vector<double>> q;
+  const int64_t n = views.empty() ? 0 : views.front()->input_dim;
+  for (const PolynomialView* v : views) {
+    if (v->steps.empty() || v->steps.front().kind != PolynomialStep::Kind::Linear || v->input_dim != n) return {};
+    const Matrix64 W = to_matrix64(v->steps.front().weight);
+    for (int64_t r = 0; r < W.rows; ++r) {
+      std::vector<double> row(W.data.begin() + r * n, W.data.begin() + (r + 1) * n);
+      double norm0 = 0;
+      for (double x : row) norm0 += x * x;
+      for (int pass = 0; pass < 2; ++pass)
+        for (const auto& u : q) {
+          double dot = 0;
+          for (int64_t i = 0; i < n; ++i) dot += u[size_t(i)] * row[size_t(i)];
+          for (int64_t i = 0; i < n; ++i) row[size_t(i)] -= dot * u[size_t(i)];
+        }
+      double norm = 0;
+      for (double x : row) norm += x * x;
+      if (norm <= 1e-20 * norm0 || norm == 0.0) continue;  // in the span already
+      for (double& x : row) x /= std::sqrt(norm);
+      q.push_back(std::move(row));
+    }
+  }
+  if (int64_t(q.size()) >= n) return {};
+  Matrix64 basis(n, int64_t(q.size()));
+  for (size_t j = 0; j < q.size(); ++j)
+    for (int64_t i = 0; i < n; ++i) basis(i, int64_t(j)) = q[j][size_t(i)];
+  return basis;
+}
+
+HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std, const Matrix64* basis) {
   check(input_std > 0 && std::isfinite(input_std), "polynomial moments: the input's standard deviation must be positive, got ",
         input_std);
-  PolynomialOps ops{view.positions * view.input_dim};
-  State<PolynomialOps> h = state_before_head(ops, view, input_std);
+  const Matrix64 Q = basis ? *basis : Matrix64();
+  check(Q.cols == 0 || Q.rows == view.input_dim, "polynomial moments: an input basis of ", Q.rows, " rows for ", view.arch,
+        "'s ", view.input_dim, " input features");
+  PolynomialOps ops{view.positions * (Q.cols > 0 ? Q.cols : view.input_dim)};
+  State<PolynomialOps> h = state_before_head(ops, view, input_std, Q);
   HermiteExpansion e;
   e.arch = view.arch;
+  e.basis = Q;
   e.variables = ops.variables, e.positions = view.positions, e.input_std = input_std;
   const int64_t width = int64_t(h[0].size());
   const bool has_head = !view.steps.empty() && view.steps.back().kind == PolynomialStep::Kind::Linear;
@@ -431,6 +476,8 @@ std::vector<double> hermite_output_inner(const HermiteExpansion& a, const Hermit
   check(a.variables == b.variables && a.positions == b.positions && a.classes == b.classes,
         "polynomial moments: ", a.arch, " and ", b.arch, " differ in their input or output sizes");
   check(a.input_std == b.input_std, "polynomial moments: the two expansions were made for different input scales");
+  check(a.basis.rows == b.basis.rows && a.basis.data == b.basis.data,
+        "polynomial moments: the two expansions read the input through different bases");
   const int64_t n = a.variables;
   const int top = std::max(a.degree, b.degree);
   const Sizes& S = sizes_for(n, top);

@@ -40,7 +40,16 @@ struct PolynomialCost {
   double largest_terms = 0;  // coefficients of the largest polynomial, C(n + degree, degree)
   double held = 0;           // coefficients of the whole state before the head
 };
-PolynomialCost polynomial_cost(const PolynomialView& view);
+// `features`: the input read through a basis of that many columns (shared_input_basis), or 0.
+PolynomialCost polynomial_cost(const PolynomialView& view, int64_t features = 0);
+
+// Networks that each begin with a linear step (an embedding) read x only through those steps'
+// rows: with Q an orthonormal basis of the rows' span (input features × r), Wx = WQ·(Qᵀx) and
+// the coordinates of Qᵀx are again independent N(0, σ²). A pair can then be written out in r
+// variables a position instead of the input's features: two embeddings of width e need at
+// most 2e. Returns Q, or an empty matrix when some view does not begin with a linear step or
+// the rows span the whole input.
+Matrix64 shared_input_basis(const std::vector<const PolynomialView*>& views);
 
 // One network written out: per position, the state before the head (with a constant first
 // coordinate, h̃ = (1, h)) as polynomials in the Hermite basis of y = x/σ, and the head that
@@ -49,13 +58,16 @@ struct HermiteExpansion {
   std::string arch;
   int64_t variables = 0, positions = 1, classes = 0;
   double input_std = 1.0;
+  Matrix64 basis;               // the input basis the variables are coordinates in (empty: x itself)
   int degree = 0;               // every coordinate laid out at this degree
   std::vector<Matrix64> state;  // per position: (1 + width, C(n + degree, degree)) coefficients
   std::vector<Matrix64> head;   // per position: (classes, 1 + width)
 };
-HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std = 1.0);
+// `basis`, when given and not empty: the variables are y = Qᵀx/σ (shared_input_basis).
+HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std = 1.0, const Matrix64* basis = nullptr);
 
-// E[f_a,k · f_b,k] for every output coordinate k = t·classes + o, exactly.
+// E[f_a,k · f_b,k] for every output coordinate k = t·classes + o, exactly. Both expansions must
+// be in the same variables (the same input basis).
 std::vector<double> hermite_output_inner(const HermiteExpansion& a, const HermiteExpansion& b);
 
 // The building blocks, for tests: a dense polynomial in n variables of degree ≤ `degree`,
