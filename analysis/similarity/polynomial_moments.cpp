@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
+#include <memory>
+#include <tuple>
 
 #include "engine/error.h"
 
@@ -109,18 +112,77 @@ void multiply_into(const Sizes& S, double* out, int co, const double* p, int cp,
     }
     return;
   }
+  // Only blocks worth a scan are tested for zeros: below that, the scans cost more than they save.
+  auto worth_skipping = [&](const double* block, int64_t size) { return size >= 64 && all_zero(block, size); };
   check(cq < 64, "polynomial moments: degree ", cq, " is over 63");
   bool q_live[64];
-  for (int j = 0; j <= cq; ++j) q_live[j] = !all_zero(q + S.block(m, cq, j), S.at(m - 1, cq - j));
+  for (int j = 0; j <= cq; ++j) q_live[j] = !worth_skipping(q + S.block(m, cq, j), S.at(m - 1, cq - j));
   for (int i = 0; i <= cp; ++i) {
     const double* pi = p + S.block(m, cp, i);
-    if (all_zero(pi, S.at(m - 1, cp - i))) continue;
+    if (worth_skipping(pi, S.at(m - 1, cp - i))) continue;
     for (int j = 0; j <= cq; ++j)
       if (q_live[j])
         multiply_into(S, out + S.block(m, co, i + j), co - i - j, pi, cp - i, q + S.block(m, cq, j), cq - j, m - 1,
                       alpha);
   }
 }
+
+// The exponent vectors of every monomial of a layout, in its order (`variables` values each).
+void exponents(const Sizes& S, int64_t m, int c, std::vector<uint8_t>& prefix, std::vector<uint8_t>& out) {
+  if (m == 0) {
+    out.insert(out.end(), prefix.begin(), prefix.end());
+    return;
+  }
+  for (int k = 0; k <= c; ++k) {
+    prefix.push_back(uint8_t(k));
+    exponents(S, m - 1, c - k, prefix, out);
+    prefix.pop_back();
+  }
+}
+
+// Where the monomial y^α sits in the layout of degree ≤ c.
+int64_t position_of(const Sizes& S, const uint8_t* alpha, int64_t variables, int c) {
+  int64_t at = 0;
+  for (int64_t v = 0; v < variables; ++v) {
+    at += S.block(variables - v, c, alpha[v]);
+    c -= alpha[v];
+  }
+  return at;
+}
+
+// For products of many pairs of polynomials of the same degrees: where the product of the
+// i-th monomial of p and the j-th of q lands, index[i·|q| + j]. Built once (n times the work
+// of one product), it turns each product into one pass over the pairs of coefficients,
+// where the recursive kernel spends its time on calls over tiny blocks.
+class ProductTable {
+public:
+  ProductTable(const Sizes& S, int64_t variables, int cp, int cq, int co) : q_terms_(S.at(variables, cq)) {
+    std::vector<uint8_t> prefix, ep, eq;
+    exponents(S, variables, cp, prefix, ep);
+    exponents(S, variables, cq, prefix, eq);
+    const int64_t p_terms = S.at(variables, cp);
+    index_.resize(size_t(p_terms * q_terms_));
+    std::vector<uint8_t> sum(static_cast<size_t>(variables));
+    for (int64_t i = 0; i < p_terms; ++i)
+      for (int64_t j = 0; j < q_terms_; ++j) {
+        for (int64_t v = 0; v < variables; ++v) sum[size_t(v)] = uint8_t(ep[size_t(i * variables + v)] + eq[size_t(j * variables + v)]);
+        index_[size_t(i * q_terms_ + j)] = uint32_t(position_of(S, sum.data(), variables, co));
+      }
+  }
+  void multiply_into(double* out, const double* p, const double* q, double alpha) const {
+    const int64_t p_terms = int64_t(index_.size()) / q_terms_;
+    for (int64_t i = 0; i < p_terms; ++i) {
+      const double a = alpha * p[i];
+      if (a == 0.0) continue;
+      const uint32_t* row = &index_[size_t(i * q_terms_)];
+      for (int64_t j = 0; j < q_terms_; ++j) out[row[j]] += a * q[j];
+    }
+  }
+
+private:
+  int64_t q_terms_;
+  std::vector<uint32_t> index_;
+};
 
 // y^k = Σ_i k!/(2^i i! (k−2i)!) He_{k−2i}(y), applied along every variable: the inner ones
 // block by block, then the outer one by mixing blocks (block k feeds the lower blocks k−2i,
@@ -190,6 +252,9 @@ void widen(DensePolynomial& p, int degree) {
 struct PolynomialOps {
   using P = DensePolynomial;
   int64_t variables;
+  // Product tables by (degree of p, of q, of the result), for the products of this computation.
+  std::shared_ptr<std::map<std::tuple<int, int, int>, ProductTable>> tables =
+      std::make_shared<std::map<std::tuple<int, int, int>, ProductTable>>();
   P constant(double c) const { return {variables, 0, {c}}; }
   P variable(int64_t v, double scale) const {
     std::vector<int> powers(size_t(variables), 0);
@@ -205,8 +270,19 @@ struct PolynomialOps {
   void add_product(P& dst, const P& p, const P& q, double alpha) const {
     if (alpha == 0.0) return;
     widen(dst, p.degree + q.degree);
-    multiply_into(sizes_for(variables, dst.degree), dst.coefficients.data(), dst.degree, p.coefficients.data(),
-                  p.degree, q.coefficients.data(), q.degree, variables, alpha);
+    const Sizes& S = sizes_for(variables, dst.degree);
+    // A table pays for pairs of large polynomials (a network multiplies many of one shape);
+    // it is kept under 5·10⁷ entries (200 MB).
+    const double pairs = double(p.coefficients.size()) * double(q.coefficients.size());
+    if (pairs >= 1e5 && pairs <= 5e7) {
+      const auto key = std::make_tuple(p.degree, q.degree, dst.degree);
+      auto it = tables->find(key);
+      if (it == tables->end()) it = tables->emplace(key, ProductTable(S, variables, p.degree, q.degree, dst.degree)).first;
+      it->second.multiply_into(dst.coefficients.data(), p.coefficients.data(), q.coefficients.data(), alpha);
+      return;
+    }
+    multiply_into(S, dst.coefficients.data(), dst.degree, p.coefficients.data(), p.degree, q.coefficients.data(), q.degree,
+                  variables, alpha);
   }
 };
 
