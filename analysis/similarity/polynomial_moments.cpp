@@ -184,6 +184,21 @@ private:
   std::vector<uint32_t> index_;
 };
 
+// The table for one shape of product, kept across computations (a network's expansion, the
+// next network's, the next pair's) while the tables held stay under 10⁸ entries (400 MB).
+const ProductTable& product_table(const Sizes& S, int64_t variables, int cp, int cq, int co) {
+  using Key = std::tuple<int64_t, int, int, int>;
+  thread_local std::map<Key, ProductTable> tables;
+  thread_local double held = 0;
+  const Key key{variables, cp, cq, co};
+  auto it = tables.find(key);
+  if (it != tables.end()) return it->second;
+  const double entries = double(S.at(variables, cp)) * double(S.at(variables, cq));
+  if (held + entries > 1e8) tables.clear(), held = 0;
+  held += entries;
+  return tables.emplace(key, ProductTable(S, variables, cp, cq, co)).first->second;
+}
+
 // y^k = Σ_i k!/(2^i i! (k−2i)!) He_{k−2i}(y), applied along every variable: the inner ones
 // block by block, then the outer one by mixing blocks (block k feeds the lower blocks k−2i,
 // which are wider, so ascending k reads every block before it is written).
@@ -252,9 +267,7 @@ void widen(DensePolynomial& p, int degree) {
 struct PolynomialOps {
   using P = DensePolynomial;
   int64_t variables;
-  // Product tables by (degree of p, of q, of the result), for the products of this computation.
-  std::shared_ptr<std::map<std::tuple<int, int, int>, ProductTable>> tables =
-      std::make_shared<std::map<std::tuple<int, int, int>, ProductTable>>();
+
   P constant(double c) const { return {variables, 0, {c}}; }
   P variable(int64_t v, double scale) const {
     std::vector<int> powers(size_t(variables), 0);
@@ -271,14 +284,11 @@ struct PolynomialOps {
     if (alpha == 0.0) return;
     widen(dst, p.degree + q.degree);
     const Sizes& S = sizes_for(variables, dst.degree);
-    // A table pays for pairs of large polynomials (a network multiplies many of one shape);
-    // it is kept under 5·10⁷ entries (200 MB).
+    // A table pays for a shape multiplied again and again; one is kept under 5·10⁷ entries.
     const double pairs = double(p.coefficients.size()) * double(q.coefficients.size());
     if (pairs >= 1e5 && pairs <= 5e7) {
-      const auto key = std::make_tuple(p.degree, q.degree, dst.degree);
-      auto it = tables->find(key);
-      if (it == tables->end()) it = tables->emplace(key, ProductTable(S, variables, p.degree, q.degree, dst.degree)).first;
-      it->second.multiply_into(dst.coefficients.data(), p.coefficients.data(), q.coefficients.data(), alpha);
+      product_table(S, variables, p.degree, q.degree, dst.degree)
+          .multiply_into(dst.coefficients.data(), p.coefficients.data(), q.coefficients.data(), alpha);
       return;
     }
     multiply_into(S, dst.coefficients.data(), dst.degree, p.coefficients.data(), p.degree, q.coefficients.data(), q.degree,
