@@ -22,6 +22,11 @@
 // and 32 hidden units: n = 12 (3 positions × 4 tokens, or 4 × 3) takes 4–5·10⁹ multiply-adds
 // and 2·10⁷ coefficients a network; n = 15 takes 2·10¹⁰; n = 28 (4 × 7) takes 7·10¹² and
 // 1.5·10¹⁰ coefficients, out of reach: the cost is set by the input's size, n, not the width.
+// Networks that begin with an embedding are written out over the span of the pair's
+// embeddings instead (shared_input_basis): n = positions · (at most the two widths), so a
+// depth-3 MLP embedding 46 inputs in 8 dimensions is a pair over 16 variables, degree 8.
+// Products of one shape, many in a network, go through a table of where each pair of
+// monomials lands (ProductTable in the .cpp).
 #pragma once
 #include <cstdint>
 #include <string>
