@@ -9,9 +9,11 @@
 #include "analysis/similarity/exact_moments.h"
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/monte_carlo.h"
+#include "analysis/similarity/polynomial_moments.h"
 #include "analysis/similarity/second_moment.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
+#include "engine/matrix64.h"
 #include "engine/io/json.h"
 #include "engine/random.h"
 #include "models/checkpoint.h"
@@ -146,20 +148,29 @@ TEST_CASE("tensor similarity of deep models: exact where tractable, the recursio
   const TensorSimScore recursion = tensor_similarity(*a, *b, asked);
   CHECK(recursion.kind == "recursion-approx");
   CHECK(recursion.total == doctest::Approx(deep_similarity(a->polynomial_view(), b->polynomial_view()).similarity).epsilon(1e-12));
-  // Depth 3: pieces of 8 legs, far over the budget.
+  // Depth 3: pieces of 8 legs, far over the Isserlis budget; five inputs written out as
+  // polynomials of degree 8 instead.
   c.depth = 3;
   const std::shared_ptr<Model> deep_a = make_model(c, g1), deep_b = make_model(c, g2);
   const TensorSimScore deep = tensor_similarity(*deep_a, *deep_b, TensorSimOptions{});
-  CHECK(deep.kind == "recursion-approx");
-  CHECK(deep.method.find("contractions (budget") != std::string::npos);
-  // The bilinear LM's attention: the recursion, saying why.
+  CHECK(deep.kind == "exact");
+  CHECK(deep.method.find("written out as polynomials (5 input variables") != std::string::npos);
+  // The bilinear LM's attention: written out as polynomials of its 2 × 5 one-hot inputs.
   ModelConfig lm;
   lm.arch = "bilinear_lm", lm.attention = "bilinear", lm.vocab = 5, lm.seq_len = 2, lm.dim = 4, lm.depth = 1, lm.heads = 2;
   lm.mlp_ratio = 1, lm.residual_scale = 0.5;
   const std::shared_ptr<Model> la = make_model(lm, g1), lb = make_model(lm, g2);
   const TensorSimScore lms = tensor_similarity(*la, *lb, TensorSimOptions{});
-  CHECK(lms.kind == "recursion-approx");
-  CHECK(lms.method.find("'blocks.0.attn' is a bilinear attention") != std::string::npos);
+  CHECK(lms.kind == "exact");
+  CHECK(lms.method.find("written out as polynomials (10 input variables") != std::string::npos);
+  // A wider input (2 × 40 variables, degree 10) is over both budgets: the recursion, saying why.
+  ModelConfig wide = lm;
+  wide.vocab = 40;
+  const std::shared_ptr<Model> wa = make_model(wide, g1), wb = make_model(wide, g2);
+  const TensorSimScore far = tensor_similarity(*wa, *wb, TensorSimOptions{});
+  CHECK(far.kind == "recursion-approx");
+  CHECK(far.method.find("'blocks.0.attn' is a bilinear attention") != std::string::npos);
+  CHECK(far.method.find("80 input variables, degree 10") != std::string::npos);
   // --check-mc on the LM: an estimate with a standard error, one per token slice.
   const MonteCarloSimilarity mc = monte_carlo_check(*la, *lb, TensorSimOptions{}, 20000, nullptr, 3);
   CHECK(mc.similarity_se > 0);
@@ -194,4 +205,303 @@ TEST_CASE("tensorsim --check-mc: the Monte Carlo estimate beside the exact score
       {"tensorsim", dir.file("a.safetensors"), dir.file("b.safetensors"), "--no-baselines", "--check-mc", "100000",
        "--metric", "identity"});
   CHECK(bad.code == 2);
+}
+
+// ---- The explicit-polynomial route (analysis/similarity/polynomial_moments.h) ----------
+
+namespace {
+
+ModelConfig lm_config(int64_t vocab, int64_t positions, int64_t dim, int64_t heads) {
+  ModelConfig c;
+  c.arch = "bilinear_lm", c.attention = "bilinear", c.vocab = vocab, c.seq_len = positions, c.dim = dim, c.depth = 1;
+  c.heads = heads;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("polynomial moments: small polynomials by hand") {
+  // In two standard normal variables: p = y0² + 2·y0·y1, q = y0².
+  const DensePolynomial p = sum(monomial(2, {2, 0}, 1.0), monomial(2, {1, 1}, 2.0)), q = monomial(2, {2, 0}, 1.0);
+  CHECK(evaluate(p, {0.5, -2.0}) == doctest::Approx(0.25 - 2.0).epsilon(1e-15));
+  CHECK(evaluate(product(p, q), {0.5, -2.0}) == doctest::Approx((0.25 - 2.0) * 0.25).epsilon(1e-15));
+  const DensePolynomial hp = to_hermite(p), hq = to_hermite(q);
+  // E[p·q] = E[y0⁴] + 2·E[y0³]·E[y1] = 3; E[p²] = E[y0⁴] + 4·E[y0³y1] + 4·E[y0²]E[y1²] = 7.
+  CHECK(hermite_inner(hp, hq) == doctest::Approx(3).epsilon(1e-14));
+  CHECK(hermite_inner(hp, hp) == doctest::Approx(7).epsilon(1e-14));
+  // y0² = He_2 + 1: the Hermite polynomial keeps its value.
+  CHECK(hq.coefficients != q.coefficients);
+  // E[(y1³·y2)²] = E[y1⁶]·E[y2²] = 15; E[y1³·y2 · y1·y2] = E[y1⁴]·E[y2²] = 3; a constant: 2·E[y1³y2] = 0.
+  const DensePolynomial r = to_hermite(monomial(3, {0, 3, 1}, 1.0)), s = to_hermite(monomial(3, {0, 1, 1}, 1.0));
+  CHECK(hermite_inner(r, r) == doctest::Approx(15).epsilon(1e-14));
+  CHECK(hermite_inner(r, s) == doctest::Approx(3).epsilon(1e-14));
+  CHECK(hermite_inner(r, to_hermite(monomial(3, {0, 0, 0}, 2.0))) == doctest::Approx(0).epsilon(1e-14));
+  // The scalar network of the first test: h2 = x + 2x² + 2x³ + x⁴, E[h2²] = 250 at σ = 1.
+  PolynomialView deep{"scalar", 1, 1, {scalar_block(0, 1, 0, 1), scalar_block(0, 1, 0, 1)}};
+  const HermiteExpansion e = hermite_expansion(deep, 1.0), half = hermite_expansion(deep, 0.5);
+  CHECK(hermite_output_inner(e, e)[0] == doctest::Approx(250).epsilon(1e-13));
+  const double s2 = 0.25;
+  CHECK(hermite_output_inner(half, half)[0] ==
+        doctest::Approx(s2 + 24 * s2 * s2 + 120 * s2 * s2 * s2 + 105 * s2 * s2 * s2 * s2).epsilon(1e-13));
+}
+
+TEST_CASE("polynomial moments: the same numbers as the Isserlis sum on depth-1 and depth-2 MLPs") {
+  for (int64_t depth : {1, 2}) {
+    CAPTURE(depth);
+    ModelConfig c = mlp_config(depth, 5, 4, 3);
+    if (depth == 2) c.dim = 4;
+    const PolynomialView a = random_view(c, 41 + uint64_t(depth)), b = random_view(c, 51 + uint64_t(depth));
+    for (double s : {1.0, 0.7}) {
+      const std::vector<double> isserlis = exact_output_inner(expand_output(a), expand_output(b), s);
+      const std::vector<double> hermite = hermite_output_inner(hermite_expansion(a, s), hermite_expansion(b, s));
+      REQUIRE(hermite.size() == isserlis.size());
+      for (size_t k = 0; k < isserlis.size(); ++k) CHECK(hermite[k] == doctest::Approx(isserlis[k]).epsilon(1e-10));
+    }
+  }
+}
+
+namespace {
+
+// The exact similarity of two views by the explicit-polynomial route against Monte Carlo's,
+// and, when asked, how far the recursion is from Monte Carlo (in standard errors).
+double check_against_monte_carlo(const PolynomialView& a, const PolynomialView& b, double input_std, int64_t samples,
+                                 uint64_t seed, bool recursion = false) {
+  const HermiteExpansion ea = hermite_expansion(a, input_std), eb = hermite_expansion(b, input_std);
+  const DeepSimilarity exact = similarity_from_inner(hermite_output_inner(ea, eb), hermite_output_inner(ea, ea),
+                                                     hermite_output_inner(eb, eb), ea.classes);
+  const MonteCarloSimilarity mc = monte_carlo_estimate(a, b, samples, seed, input_std);
+  const double recursion_off = recursion ? std::abs(deep_similarity(a, b, input_std).similarity - mc.similarity) / mc.similarity_se : 0;
+  MESSAGE(a.arch, ", input std ", input_std, ": exact ", exact.similarity, ", Monte Carlo ", mc.similarity, " ± ",
+          mc.similarity_se, "; the recursion is ", recursion_off, " standard errors off");
+  CHECK(std::abs(exact.similarity - mc.similarity) < 4 * mc.similarity_se);
+  CHECK(std::abs(exact.inner_ab - mc.inner_ab) < 4 * mc.inner_ab_se);
+  REQUIRE(exact.slices.size() == mc.slices.size());
+  for (size_t o = 0; o < mc.slices.size(); ++o) {
+    CAPTURE(o);
+    CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
+  }
+  return recursion_off;
+}
+
+}  // namespace
+
+namespace {
+
+// The nodes and weights of Gauss–Hermite quadrature for the standard normal: the roots of
+// He_n (by bisection between sign changes on a fine grid) and n!/(n·He_{n−1}(root))². Exact
+// for polynomials of degree ≤ 2n − 1.
+std::pair<std::vector<double>, std::vector<double>> gauss_hermite(int n) {
+  auto he = [](int k, double x) {  // He_k(x) by He_{j+1} = x·He_j − j·He_{j−1}
+    double previous = 1, current = x;
+    if (k == 0) return previous;
+    for (int j = 1; j < k; ++j) {
+      const double next = x * current - j * previous;
+      previous = current, current = next;
+    }
+    return current;
+  };
+  std::vector<double> nodes, weights;
+  const double step = 1e-3;
+  for (double x = -12; x < 12; x += step) {
+    if (he(n, x) * he(n, x + step) > 0) continue;
+    double lo = x, hi = x + step;
+    for (int it = 0; it < 100; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (he(n, lo) * he(n, mid) <= 0 ? hi : lo) = mid;
+    }
+    nodes.push_back(0.5 * (lo + hi));
+  }
+  double factorial = 1;
+  for (int k = 2; k <= n; ++k) factorial *= k;
+  for (double x : nodes) weights.push_back(factorial / std::pow(n * he(n - 1, x), 2));
+  return {nodes, weights};
+}
+
+// E[f_a,k · f_b,k] per output by quadrature over every input coordinate: each network
+// evaluated by its own forward arithmetic (evaluate_polynomial) on the grid of nodes.
+std::vector<double> quadrature_inner(const PolynomialView& a, const PolynomialView& b, double input_std, int nodes) {
+  const auto [x, w] = gauss_hermite(nodes);
+  REQUIRE(int(x.size()) == nodes);
+  const int64_t n = a.positions * a.input_dim;
+  int64_t points = 1;
+  for (int64_t v = 0; v < n; ++v) points *= nodes;
+  std::vector<double> inputs, weight;
+  for (int64_t p = 0; p < points; ++p) {
+    double wp = 1;
+    for (int64_t v = 0, rest = p; v < n; ++v, rest /= nodes) {
+      inputs.push_back(input_std * x[size_t(rest % nodes)]);
+      wp *= w[size_t(rest % nodes)];
+    }
+    weight.push_back(wp);
+  }
+  const std::vector<double> fa = evaluate_polynomial(a, inputs, points), fb = evaluate_polynomial(b, inputs, points);
+  const size_t outputs = fa.size() / size_t(points);
+  std::vector<double> inner(outputs, 0.0);
+  for (int64_t p = 0; p < points; ++p)
+    for (size_t k = 0; k < outputs; ++k) inner[k] += weight[size_t(p)] * fa[size_t(p) * outputs + k] * fb[size_t(p) * outputs + k];
+  return inner;
+}
+
+void check_against_quadrature(const PolynomialView& a, const PolynomialView& b, double input_std, int nodes) {
+  const std::vector<double> want = quadrature_inner(a, b, input_std, nodes);
+  const std::vector<double> got = hermite_output_inner(hermite_expansion(a, input_std), hermite_expansion(b, input_std));
+  REQUIRE(got.size() == want.size());
+  for (size_t k = 0; k < want.size(); ++k) CHECK(got[k] == doctest::Approx(want[k]).epsilon(1e-10));
+}
+
+}  // namespace
+
+TEST_CASE("polynomial moments: one-block LMs and a depth-3 MLP against Gauss-Hermite quadrature") {
+  // Four input variables, outputs of degree ≤ 10 in each: 11 nodes a variable integrate the
+  // products (degree ≤ 20) exactly, whatever the tails, where sampling cannot.
+  for (double input_std : {1.0, 0.6}) {
+    CAPTURE(input_std);
+    SUBCASE("bilinear LM, 2 positions × 2 tokens") {
+      const ModelConfig c = lm_config(2, 2, 4, 2);
+      check_against_quadrature(random_view(c, 101), random_view(c, 102), input_std, 11);
+    }
+    SUBCASE("bilinear LM, 4 positions × 1 token") {
+      const ModelConfig c = lm_config(1, 4, 4, 2);
+      check_against_quadrature(random_view(c, 105), random_view(c, 106), input_std, 11);
+    }
+    SUBCASE("depth-3 MLP, 3 inputs") {
+      ModelConfig c = mlp_config(3, 3, 4, 2);
+      c.residual_scale = 2.0;
+      check_against_quadrature(random_view(c, 103), random_view(c, 104), input_std, 9);
+    }
+  }
+}
+
+TEST_CASE("polynomial moments: independent one-block attention LMs against Monte Carlo") {
+  // Sampling a degree-20 product has heavy tails; these pairs keep its standard error honest.
+  ModelConfig c = lm_config(3, 3, 4, 2);
+  SUBCASE("independent") {
+    const PolynomialView a = random_view(c, 61), b = random_view(c, 62);
+    const PolynomialCost cost = polynomial_cost(a);
+    CHECK(cost.variables == 9);
+    CHECK(cost.degree == 10);
+    CHECK(check_against_monte_carlo(a, b, 1.0, 200000, 71, true) > 8);  // a pair the recursion gets wrong
+  }
+  SUBCASE("independent blocks between a shared embedding and unembedding, residual scale 0.5") {
+    c.residual_scale = 0.5;
+    const PolynomialView a = random_view(c, 61);
+    PolynomialView b = random_view(c, 62);
+    b.steps.front() = a.steps.front(), b.steps.back() = a.steps.back();
+    check_against_monte_carlo(a, b, 0.7, 200000, 72);
+  }
+}
+
+TEST_CASE("polynomial moments: independent depth-3 MLPs against Monte Carlo") {
+  ModelConfig c = mlp_config(3, 4, 3, 3);
+  c.residual_scale = 2.0;
+  const PolynomialView a = random_view(c, 81), b = random_view(c, 82);
+  CHECK(polynomial_cost(a).degree == 8);
+  CHECK(check_against_monte_carlo(a, b, 1.0, 200000, 83, true) > 8);
+}
+
+TEST_CASE("tensor similarity of one-block LMs: exact, --diff included, against Monte Carlo") {
+  ModelConfig c = lm_config(3, 2, 4, 2);
+  TensorSimOptions options;
+  options.input_std = 0.5;
+  Generator ga(91), gb(92), gr(93);
+  const std::shared_ptr<Model> a = make_model(c, ga), b = make_model(c, gb), reference = make_model(c, gr);
+  for (const Model* r : {static_cast<const Model*>(nullptr), static_cast<const Model*>(reference.get())}) {
+    CAPTURE(r != nullptr);
+    const TensorSimScore exact = tensor_similarity(*a, *b, options, r);
+    CHECK(exact.kind == "exact");
+    CHECK(exact.method.find("written out as polynomials") != std::string::npos);
+    const MonteCarloSimilarity mc = monte_carlo_check(*a, *b, options, 200000, r, 9);
+    MESSAGE(std::string(r ? "(a − reference) against b" : "a against b"), ": exact ", exact.total, ", Monte Carlo ", mc.similarity,
+            " ± ", mc.similarity_se);
+    CHECK(std::abs(exact.total - mc.similarity) < 4 * mc.similarity_se);
+    REQUIRE(exact.slices.size() == mc.slices.size());
+    for (size_t o = 0; o < mc.slices.size(); ++o) CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
+  }
+}
+
+TEST_CASE("tensorsim: one-block LM checkpoints compared exactly, the Monte Carlo check beside") {
+  adjoint::testing::TempDir dir;
+  const ModelConfig c = lm_config(3, 2, 4, 2);
+  Generator g1(1), g2(2);
+  save_checkpoint(dir.file("a.safetensors"), *make_model(c, g1), nullptr, 0, 0, {});
+  save_checkpoint(dir.file("b.safetensors"), *make_model(c, g2), nullptr, 0, 0, {});
+  const adjoint::testing::CommandOutcome o =
+      adjoint::testing::run_adjoint({"tensorsim", dir.file("a.safetensors"), dir.file("b.safetensors"), "--slices",
+                                     "--no-baselines", "--input-std", "0.5", "--check-mc", "100000", "--out", dir.file("out")});
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  CHECK(o.out.find("[exact: exact sum over the networks written out as polynomials (6 input variables") != std::string::npos);
+  const Json j = parse_json(adjoint::testing::read_text(dir.file("out/tensorsim.json")));
+  CHECK(j.find("method")->as_string() == "exact");
+  const Json& mc = *j.find("monte_carlo");
+  const double exact = j.find("tensor_similarity")->as_number(), estimate = mc.find("tensor_similarity")->as_number(),
+               se = mc.find("standard_error")->as_number();
+  CHECK(std::abs(exact - estimate) < 4 * se);
+  CHECK(mc.find("slices")->size() == 3);
+}
+
+TEST_CASE("polynomial moments: a wide input of low degree, and one too large to hold") {
+  // 120 inputs, degree 2 (C(122, 2) = 7 381 coefficients): built; a degree-24 layout of them is not.
+  const PolynomialView wide = random_view(mlp_config(0, 120, 2, 2), 111);
+  const HermiteExpansion e = hermite_expansion(wide, 1.0);
+  CHECK(e.degree == 2);
+  CHECK(e.state[0].cols == 7381);
+  std::vector<int> powers(120, 0);
+  powers[0] = 24;
+  CHECK_THROWS_WITH_AS(monomial(120, powers, 1.0), doctest::Contains("are too many to hold"), Error);
+}
+
+TEST_CASE("polynomial moments: read through the span of the embeddings, the same numbers") {
+  auto check_same = [](const PolynomialView& a, const PolynomialView& b, int64_t rank) {
+    const Matrix64 basis = shared_input_basis({&a, &b});
+    REQUIRE(basis.cols == rank);
+    const Matrix64 gram = matmul(basis, basis, true, false);  // QᵀQ = I
+    for (int64_t i = 0; i < rank; ++i)
+      for (int64_t j = 0; j < rank; ++j) CHECK(gram(i, j) == doctest::Approx(i == j ? 1.0 : 0.0).epsilon(1e-12));
+    for (double s : {1.0, 0.8}) {
+      const std::vector<double> plain = hermite_output_inner(hermite_expansion(a, s), hermite_expansion(b, s));
+      const HermiteExpansion ra = hermite_expansion(a, s, &basis), rb = hermite_expansion(b, s, &basis);
+      CHECK(ra.variables == rank * a.positions);
+      const std::vector<double> reduced = hermite_output_inner(ra, rb);
+      REQUIRE(reduced.size() == plain.size());
+      for (size_t k = 0; k < plain.size(); ++k) CHECK(reduced[k] == doctest::Approx(plain[k]).epsilon(1e-10));
+      Matrix64 flipped = basis;  // another basis of the same span: the same variables' count, not the same variables
+      for (double& v : flipped.data) v = -v;
+      CHECK_THROWS_WITH(hermite_output_inner(ra, hermite_expansion(b, s, &flipped)), doctest::Contains("different bases"));
+    }
+  };
+  SUBCASE("depth-3 MLPs with embeddings of 2 on 12 inputs: 4 variables") {
+    ModelConfig c = mlp_config(3, 12, 3, 2);
+    c.dim = 2;
+    check_same(random_view(c, 121), random_view(c, 122), 4);
+  }
+  SUBCASE("one-block LMs of dim 2 on 5 tokens: 4 variables a position") {
+    ModelConfig c = lm_config(5, 2, 2, 2);
+    c.mlp_ratio = 1;
+    check_same(random_view(c, 123), random_view(c, 124), 4);
+  }
+  SUBCASE("a network without an embedding: no basis") {
+    const PolynomialView a = random_view(mlp_config(2, 5, 3, 2), 125);
+    CHECK(shared_input_basis({&a, &a}).cols == 0);
+  }
+}
+
+TEST_CASE("tensor similarity of embedded depth-3 MLPs on a wide input: exact over the embeddings' span") {
+  // 60 inputs at degree 8 are far over the budget; the two embeddings of 3 span 6 directions.
+  ModelConfig c = mlp_config(3, 60, 4, 3);
+  c.dim = 3, c.residual_scale = 2.0;
+  Generator ga(131), gb(132), gr(133);
+  const std::shared_ptr<Model> a = make_model(c, ga), b = make_model(c, gb), reference = make_model(c, gr);
+  for (const Model* r : {static_cast<const Model*>(nullptr), static_cast<const Model*>(reference.get())}) {
+    CAPTURE(r != nullptr);
+    const TensorSimScore exact = tensor_similarity(*a, *b, TensorSimOptions{}, r);
+    CHECK(exact.kind == "exact");
+    // Two embeddings of 3 span 6 directions, three span 9.
+    CHECK(exact.method.find(r ? "9 input variables, the span of their embeddings" : "6 input variables, the span of their embeddings") !=
+          std::string::npos);
+    const MonteCarloSimilarity mc = monte_carlo_check(*a, *b, TensorSimOptions{}, 100000, r, 11);
+    MESSAGE("embedded depth 3", std::string(r ? ", (a − reference) against b" : ""), ": exact ", exact.total,
+            ", Monte Carlo ", mc.similarity, " ± ", mc.similarity_se);
+    CHECK(std::abs(exact.total - mc.similarity) < 4 * mc.similarity_se);
+    for (size_t o = 0; o < mc.slices.size(); ++o) CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
+  }
 }

@@ -324,7 +324,7 @@ void contract_chains(PolynomialPiece& p) {
 bool expandable(const PolynomialView& view, std::string* why) {
   for (const PolynomialStep& s : view.steps)
     if (s.kind == PolynomialStep::Kind::Attention) {
-      if (why) *why = cat("layer '", s.name, "' is a bilinear attention (five legs; after it the exact sum is out of reach)");
+      if (why) *why = cat("layer '", s.name, "' is a bilinear attention (five legs; after it the Isserlis sum has too many matchings)");
       return false;
     }
   return true;

@@ -20,7 +20,8 @@
 // legs: 2 658 contractions a pair of networks, of matrices over the hidden widths and the
 // outputs (kept open for the slices): about 0.4 s of CPU for hidden 32 on 46 inputs and 23
 // classes, about 7 s for hidden 64 on 226 inputs and 113 classes (modadd:113). Depth 3 reaches 8 legs a piece, ~10⁸ matchings:
-// out of reach, as is the bilinear LM (its attention has five legs, ten after the MLP).
+// out of reach, as is the bilinear LM (its attention has five legs, ten after the MLP): for
+// those, polynomial_moments.h writes the network out over a small input instead.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "analysis/similarity/representation_similarity.h"
 #include "analysis/similarity/second_moment.h"
@@ -68,7 +69,41 @@ const std::vector<double>& MomentCache::exact_self(const Model& model, const Pol
   return it->second;
 }
 
+const HermiteExpansion& MomentCache::hermite(const Model& model, const PolynomialView& view, double input_std) {
+  const Key key{&model, view.positions, input_std};
+  auto it = hermite_.find(key);
+  if (it == hermite_.end()) it = hermite_.emplace(key, hermite_expansion(view, input_std)).first;
+  return it->second;
+}
+
+const std::vector<double>& MomentCache::hermite_self(const Model& model, const PolynomialView& view, double input_std) {
+  const Key key{&model, view.positions, input_std};
+  auto it = hermite_self_.find(key);
+  if (it == hermite_self_.end()) {
+    const HermiteExpansion& e = hermite(model, view, input_std);
+    it = hermite_self_.emplace(key, hermite_output_inner(e, e)).first;
+  }
+  return it->second;
+}
+
 namespace {
+
+// Whether writing the view out as polynomials fits the budget, and why not.
+bool polynomial_tractable(const PolynomialView& v, int64_t features, std::string* why) {
+  const PolynomialCost c = polynomial_cost(v, features);
+  if (c.multiply_adds <= kPolynomialMultiplyAddBudget && c.held <= kPolynomialCoefficientBudget) return true;
+  *why = cat(*why, "; written out as polynomials (", c.variables, " input variables", features ? " in the embeddings' span" : "",
+             ", degree ", c.degree, "), ", v.arch, " would take ",
+             c.multiply_adds, " multiply-adds and hold ", c.held, " coefficients (budget ", kPolynomialMultiplyAddBudget, ", ",
+             kPolynomialCoefficientBudget, ")");
+  return false;
+}
+
+// u − v, elementwise.
+std::vector<double> minus(std::vector<double> u, const std::vector<double>& v) {
+  for (size_t i = 0; i < u.size(); ++i) u[i] -= v[i];
+  return u;
+}
 
 // A form's x columns scaled by s: the layer read on inputs x = s·x₀.
 BilinearForm on_scaled_inputs(BilinearForm f, double s) {
@@ -122,7 +157,7 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
     why = "asked for (--recursion)";
   else if (!expandable(va, &why) || !expandable(vb, &why) ||
            (reference && !expandable(reference->polynomial_view(o.positions), &why)))
-    why = cat("the exact sum does not apply: ", why);
+    why = cat("the Isserlis sum does not apply: ", why);
   else {
     const OutputExpansion &ea = cache_.expansion(a, va), &eb = cache_.expansion(b, vb);
     const OutputExpansion diff = reference ? expansion_difference(ea, expand_output(reference->polynomial_view(o.positions)))
@@ -141,7 +176,46 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
       score.slices = exact.slices;
       return score;
     }
-    why = cat("the exact sum would take ", cost, " contractions (budget ", kExactContractionBudget, ")");
+    why = cat("the Isserlis sum would take ", cost, " contractions (budget ", kExactContractionBudget, ")");
+  }
+  if (!o.recursion) {
+    const PolynomialView vr = reference ? reference->polynomial_view(o.positions) : PolynomialView{};
+    std::vector<const PolynomialView*> views = {&va, &vb};
+    if (reference) views.push_back(&vr);
+    // Each network over its own input (its expansion cached across pairs), else the pair over
+    // the span of their embeddings (shared_input_basis), where that is smaller.
+    std::string plain_why, reduced_why;
+    bool plain = true, reduced = false;
+    for (const PolynomialView* v : views) plain = polynomial_tractable(*v, 0, &plain_why) && plain;
+    const Matrix64 basis = plain ? Matrix64() : shared_input_basis(views);
+    if (basis.cols > 0) {
+      reduced = true;
+      for (const PolynomialView* v : views) reduced = polynomial_tractable(*v, basis.cols, &reduced_why) && reduced;
+    }
+    if (plain || reduced) {
+      std::deque<HermiteExpansion> own;  // the pair's, when read through its basis
+      auto expansion = [&](const Model& m, const PolynomialView& v) -> const HermiteExpansion& {
+        return plain ? cache_.hermite(m, v, o.input_std) : own.emplace_back(hermite_expansion(v, o.input_std, &basis));
+      };
+      const HermiteExpansion &ha = expansion(a, va), &hb = expansion(b, vb);
+      std::vector<double> ab = hermite_output_inner(ha, hb);
+      std::vector<double> aa = plain ? cache_.hermite_self(a, va, o.input_std) : hermite_output_inner(ha, ha);
+      const std::vector<double> bb = plain ? cache_.hermite_self(b, vb, o.input_std) : hermite_output_inner(hb, hb);
+      if (reference) {  // (a − r)·b = a·b − r·b and (a − r)² = a² − 2·a·r + r²
+        const HermiteExpansion hr = hermite_expansion(vr, o.input_std, plain ? nullptr : &basis);
+        const std::vector<double> ar = hermite_output_inner(ha, hr), rr = hermite_output_inner(hr, hr);
+        ab = minus(ab, hermite_output_inner(hr, hb));
+        for (size_t k = 0; k < aa.size(); ++k) aa[k] += rr[k] - 2 * ar[k];
+      }
+      const DeepSimilarity exact = similarity_from_inner(ab, aa, bb, hb.classes);
+      score.kind = "exact";
+      score.method = cat("exact sum over the networks written out as polynomials (", ha.variables, " input variables",
+                         plain ? "" : ", the span of their embeddings", "; Hermite basis, gaussian)");
+      score.total = exact.similarity;
+      score.slices = exact.slices;
+      return score;
+    }
+    why += plain_why + reduced_why;
   }
   if (reference) throw UsageError(cat("tensor similarity: --diff of deep networks needs the exact sum; ", why));
   const DeepSimilarity deep =

@@ -1,6 +1,7 @@
 // Two bilinear models compared: tensor similarity from their weights (the closed form for
-// one bilinear layer, the exact Isserlis sum for deeper networks where it is tractable, the
-// second-moment recursion, an approximation, beyond) with the baselines
+// one bilinear layer, the exact Isserlis sum for deeper networks where it is tractable, else
+// the exact sum over each network written out as a polynomial of a small input (the bilinear
+// LM, depth-3 MLPs), the second-moment recursion, an approximation, beyond) with the baselines
 // of docs/methods.md §3.4 beside it, computed on a batch of inputs. What `adjoint tensorsim`
 // prints and writes, for one pair of checkpoints or every checkpoint of a run.
 #pragma once
@@ -13,6 +14,7 @@
 
 #include "analysis/similarity/exact_moments.h"
 #include "analysis/similarity/monte_carlo.h"
+#include "analysis/similarity/polynomial_moments.h"
 #include "analysis/similarity/second_moment.h"
 #include "analysis/similarity/tensor_similarity.h"
 #include "engine/tensor.h"
@@ -30,25 +32,35 @@ struct TensorSimOptions {
 };
 
 // Each model's own terms, kept across the comparisons of many pairs (a run's checkpoints):
-// its second moments for the recursion, its expansion and E[f·f] for the exact sum.
+// its second moments for the recursion, its expansion and E[f·f] for the exact sum, its
+// Hermite polynomials and E[f·f] for the explicit-polynomial sum.
 class MomentCache {
 public:
   const MomentTrace& of(const Model& model, const PolynomialView& view, double input_std);
   const OutputExpansion& expansion(const Model& model, const PolynomialView& view);
   const std::vector<double>& exact_self(const Model& model, const PolynomialView& view, double input_std);
+  const HermiteExpansion& hermite(const Model& model, const PolynomialView& view, double input_std);
+  const std::vector<double>& hermite_self(const Model& model, const PolynomialView& view, double input_std);
 
 private:
+  using Key = std::tuple<const Model*, int64_t, double>;  // model, positions, input scale
   std::map<std::pair<const Model*, double>, MomentTrace> traces_;
   std::map<std::pair<const Model*, int64_t>, OutputExpansion> expansions_;  // by model and positions
-  std::map<std::tuple<const Model*, int64_t, double>, std::vector<double>> self_;
+  std::map<Key, std::vector<double>> self_, hermite_self_;
+  std::map<Key, HermiteExpansion> hermite_;
 };
 
 // The most contractions the exact sum may take for one pair (a depth-2 MLP takes 3 304);
 // beyond it, the recursion answers, labelled an approximation.
 constexpr int64_t kExactContractionBudget = 20000;
+// The most the explicit-polynomial sum may take for one network: multiply-adds in its
+// products (a one-block LM of dim 8 on 3 positions × 4 tokens takes 3.7·10⁹), and
+// coefficients held by the state before the head (8 bytes each; a cache keeps every model's).
+constexpr double kPolynomialMultiplyAddBudget = 6e9;
+constexpr double kPolynomialCoefficientBudget = 2.5e7;
 
 struct TensorSimScore {
-  std::string kind;            // "exact" (closed form or Isserlis sum) or "recursion-approx"
+  std::string kind;            // "exact" (closed form, Isserlis sum or explicit polynomials) or "recursion-approx"
   std::string method;          // what computed it, in words
   double total = 0;
   std::vector<double> slices;  // per output (class, token), summed over positions
