@@ -61,6 +61,10 @@ struct ModelFacts {
   // Dropout in training mode (VGG's ImageNet classifier): random state that the parts of a
   // data-parallel batch would all draw from at once.
   bool has_dropout = false;
+  // The optimizer `adjoint train` uses when none is given: the one the family is known to
+  // train with from scratch at the default learning rates (a ViT diverges under SGD at 0.1
+  // within its first hundred steps, as transformers without warm-up do; AdamW at 1e-3 trains it).
+  std::string default_optimizer = "sgd";
 };
 
 class Model : public Module {

@@ -98,7 +98,9 @@ public:
     });
     // Grad-CAM reads the input of the last transformer block: the gradient at the patch
     // tokens of its output is zero (analysis/pullbacks/explain.h).
-    set_facts({.gradcam_block = depth >= 2 ? cat("blocks.", depth - 2) : std::string("patch_embed")});
+    set_facts({.gradcam_block = depth >= 2 ? cat("blocks.", depth - 2) : std::string("patch_embed"),
+               .has_dropout = false,
+               .default_optimizer = "adamw"});
   }
 };
 

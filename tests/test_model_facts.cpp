@@ -4,6 +4,8 @@
 // the same way.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+
 #include "analysis/pullbacks/explain.h"
 #include "engine/data/dataset.h"
 #include "engine/error.h"
@@ -139,4 +141,24 @@ TEST_CASE("training position: train, info and eval name a run cut short by --max
   REQUIRE(whole.code == 0);
   CHECK(contains(whole.out, "epoch 1: train loss"));
   CHECK(contains(run_adjoint({"info", checkpoint}).out, "  epoch 1, step 3"));
+}
+
+TEST_CASE("model facts: train's default optimizer is the model's own (AdamW for a ViT, SGD for a CNN)" *
+          doctest::skip(!std::filesystem::is_directory("/usr/share/datasets/fashion-mnist"))) {
+  TempDir dir;
+  const auto optimizer_of = [&](const std::vector<std::string>& model, const std::string& name) {
+    std::vector<std::string> words = {"train", "--data", "fashion-mnist", "--batch", "8", "--max-steps", "1",
+                                      "--eval-limit", "16", "--out", dir.file(name), "--model"};
+    words.insert(words.end(), model.begin(), model.end());
+    const CommandOutcome run = run_adjoint(words);
+    REQUIRE_MESSAGE(run.code == 0, run.err);
+    return load_checkpoint(dir.file(name + "/checkpoint.safetensors")).metadata.at("train.optimizer");
+  };
+  CHECK(build(small_vit(1))->facts().default_optimizer == "adamw");
+  CHECK(build(small_vgg(true))->facts().default_optimizer == "sgd");
+  CHECK(optimizer_of({"vit_custom", "--dim", "16", "--depth", "1", "--heads", "2", "--patch", "4"}, "vit") == "adamw");
+  CHECK(optimizer_of({"resnet18", "--width", "0.0625"}, "resnet") == "sgd");
+  // A given --optimizer still wins.
+  CHECK(optimizer_of({"vit_custom", "--dim", "16", "--depth", "1", "--heads", "2", "--patch", "4", "--optimizer", "sgd"},
+                     "vit_sgd") == "sgd");
 }

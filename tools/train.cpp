@@ -98,7 +98,10 @@ int run_train(const cli::Args& a) {
   fit_config_to_data(config, data);
 
   TrainOptions o;
-  o.optimizer = a.text("optimizer");
+  Generator init(uint64_t(a.integer("seed")));
+  auto model = make_model(config, init);
+  // The optimizer, when none is given, is the one the model's family trains with.
+  o.optimizer = a.has("optimizer") ? a.text("optimizer") : model->facts().default_optimizer;
   o.lr = a.has("lr") ? a.number("lr") : (o.optimizer == "adamw" ? 1e-3 : 0.1);
   o.momentum = a.number("momentum");
   o.weight_decay = a.has("weight-decay") ? a.number("weight-decay") : (o.optimizer == "adamw" ? 0.05 : 5e-4);
@@ -125,8 +128,6 @@ int run_train(const cli::Args& a) {
   o.overwrite = a.flag("overwrite");
   const TrainingStep step = training_step(a, o, data);
 
-  Generator init(o.seed);
-  auto model = make_model(config, init);
   // Every rank trains; rank 0 alone speaks (and writes: models/training.cpp).
   const bool speaks = distributed::rank() == 0;
   const Sharding sharding = sharding_of(o);
@@ -247,7 +248,7 @@ const cli::Registration train_command({
          "weights in one process and over mpirun -n K for every K dividing S (default: --data-parallel; required "
          "under mpirun)",
          ""},
-        {"optimizer", "NAME", "sgd (momentum, Nesterov) or adamw", "sgd"},
+        {"optimizer", "NAME", "sgd (momentum, Nesterov) or adamw (default: the model's own; adamw for a ViT, else sgd)", ""},
         {"lr", "X", "peak learning rate (default 0.1 for sgd, 1e-3 for adamw)", ""},
         {"momentum", "X", "SGD momentum", "0.9"},
         {"no-nesterov", "", "plain momentum instead of Nesterov", ""},
