@@ -111,18 +111,23 @@ struct Watched {
   void forget() { front_seen->clear(), end_seen->clear(); }
 };
 
+// 12 training images (tags 0.04 .. 0.96, four of each class) and 6 test images between them.
+DataSource tagged_data() {
+  DataSource data;
+  data.spec = "tagged";
+  data.images = true;
+  data.train = tagged_images("tagged train", 12, 0.5f / 12, 1.0f / 12);
+  data.test = tagged_images("tagged test", 6, 0.6f / 12, 2.0f / 12);
+  return data;
+}
+
 }  // namespace
 
 TEST_CASE("stitching protocols: which images the stitch trains on, B's targets come from, and every column is "
           "scored on, for every protocol and objective") {
   const TempDir dir;
   Watched w;
-  DataSource data;
-  data.spec = "tagged";
-  data.images = true;
-  // 12 training images (tags 0.04 .. 0.96, four of each class) and 6 test images between them.
-  data.train = tagged_images("tagged train", 12, 0.5f / 12, 1.0f / 12);
-  data.test = tagged_images("tagged test", 6, 0.6f / 12, 2.0f / 12);
+  const DataSource data = tagged_data();
   StitchSweepOptions o;
   o.points = {{0, 0}};
   o.train_images = 12;  // standard: all 12
@@ -199,11 +204,7 @@ TEST_CASE("stitching protocols: which images the stitch trains on, B's targets c
 TEST_CASE("stitching protocols: with derangement starts B labels every IRI as its start image, y(x₀)") {
   const TempDir dir;
   Watched w;
-  DataSource data;
-  data.spec = "tagged";
-  data.images = true;
-  data.train = tagged_images("tagged train", 12, 0.5f / 12, 1.0f / 12);
-  data.test = tagged_images("tagged test", 6, 0.6f / 12, 2.0f / 12);
+  const DataSource data = tagged_data();
   StitchSweepOptions o;
   o.points = {{0, 0}};
   o.protocols = {"invariance"}, o.objectives = {"hlm"};
@@ -238,11 +239,7 @@ TEST_CASE("stitch budgets: --steps is the same under every protocol, --epochs co
   // 0 steps: the initialisation alone, its weights untouched; a diverging rate is refused.
   const TempDir dir;
   Watched w;
-  DataSource data;
-  data.spec = "tagged";
-  data.images = true;
-  data.train = tagged_images("tagged train", 12, 0.5f / 12, 1.0f / 12);
-  data.test = tagged_images("tagged test", 6, 0.6f / 12, 2.0f / 12);
+  const DataSource data = tagged_data();
   StitchSweepOptions s;
   s.points = {{0, 0}};
   s.protocols = {"standard"}, s.objectives = {"dm"};
