@@ -438,3 +438,13 @@ TEST_CASE("adjoint tensorsim --run under mpirun: checkpoint pairs over 2 ranks g
   const Json pairwise = *parse_json(json).find("pairwise");
   CHECK(pairwise.as_array()[0].as_array()[1].as_number() != pairwise.as_array()[0].as_array()[2].as_number());
 }
+
+TEST_CASE("adjoint bench scaling: times other processes, so only by the wall clock") {
+  TempDir dir;
+  const testing::ProgramRun cpu = adjoint_run("bench scaling --clock cpu", 0, dir);
+  CHECK(cpu.exit_code == 2);
+  CHECK(testing::contains(cpu.output, "bench scaling: --clock cpu: the ranks are other processes"));
+  const testing::ProgramRun steps = adjoint_run("bench scaling --steps 0", 0, dir);
+  CHECK(steps.exit_code == 2);
+  CHECK(testing::contains(steps.output, "--steps expects a count >= 1, got 0"));
+}
