@@ -1,10 +1,14 @@
 #include "engine/distributed.h"
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 
 #include "engine/error.h"
 
@@ -27,6 +31,7 @@ int launched_ranks() {
 #ifdef ADJOINT_HAVE_MPI
 struct Job {
   bool mpi = false;  // MPI started: a process launched by mpirun
+  bool serialized = false;  // MPI may be called from a second thread (one at a time)
   int rank = 0, size = 1;
 };
 
@@ -51,7 +56,10 @@ const Job& job() {
     Job j;
     if (launched_ranks() == 0) return j;
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    // Serialized: rank 0's dispatcher thread (for_each_item) calls MPI while the main thread
+    // works; never two threads at once.
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    j.serialized = provided >= MPI_THREAD_SERIALIZED;
     std::atexit(finish_mpi);
     // Errors come back as codes (then exceptions naming the call), not as MPI's own abort.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -77,6 +85,17 @@ void allgather_values(const T* mine, int64_t count, T* all, MPI_Datatype type) {
   }
   check_mpi(MPI_Allgather(mine, checked_count(count), type, all, checked_count(count), type, MPI_COMM_WORLD),
             "MPI_Allgather");
+}
+
+// Waits for a request to complete, sleeping between looks: Open MPI's blocking calls spin,
+// which on an oversubscribed machine takes the core from a rank that is still working.
+void wait_quietly(MPI_Request& request, MPI_Status* status, const char* what) {
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Test(&request, &done, status ? status : MPI_STATUS_IGNORE), what);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 #else
 // Without MPI a process started by mpirun would think it is alone, and K copies of the same
@@ -123,9 +142,40 @@ void broadcast(float* values, int64_t count, int root) {
   check_mpi(MPI_Bcast(values, checked_count(count), MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
 }
 
+void broadcast(std::string& text, int root) {
+  if (!job().mpi) return;
+  int64_t length = int64_t(text.size());
+  check_mpi(MPI_Bcast(&length, 1, MPI_INT64_T, root, MPI_COMM_WORLD), "MPI_Bcast");
+  text.resize(size_t(length));
+  check_mpi(MPI_Bcast(text.data(), checked_count(length), MPI_CHAR, root, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
 void barrier() {
   if (job().mpi) check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
+
+void send(const int64_t* values, int count, int to, int tag) {
+  check(job().mpi, "distributed: send to rank ", to, " in a job of one process");
+  check_mpi(MPI_Send(values, count, MPI_INT64_T, to, tag, MPI_COMM_WORLD), "MPI_Send");
+}
+
+int receive(int64_t* values, int count, int from, int tag) {
+  check(job().mpi, "distributed: receive from rank ", from, " in a job of one process");
+  MPI_Request request;
+  MPI_Status status;
+  check_mpi(MPI_Irecv(values, count, MPI_INT64_T, from == any_rank ? MPI_ANY_SOURCE : from, tag, MPI_COMM_WORLD, &request),
+            "MPI_Irecv");
+  wait_quietly(request, &status, "MPI_Irecv");
+  return status.MPI_SOURCE;
+}
+
+namespace {
+void barrier_quietly() {
+  MPI_Request request;
+  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &request), "MPI_Ibarrier");
+  wait_quietly(request, nullptr, "MPI_Ibarrier");
+}
+}  // namespace
 
 void abort(int code, const char* message) {
   std::fprintf(stderr, "rank %d of %d: %s\n", job().rank, job().size, message);
@@ -135,13 +185,95 @@ void abort(int code, const char* message) {
 }
 #else
 void allgather(const float* mine, int64_t count, float* all) { allgather_values(mine, count, all); }
+void send(const int64_t*, int, int to, int) { throw Error(cat("distributed: send to rank ", to, " in a build without MPI")); }
+int receive(int64_t*, int, int from, int) {
+  throw Error(cat("distributed: receive from rank ", from, " in a build without MPI"));
+}
 void allgather(const double* mine, int64_t count, double* all) { allgather_values(mine, count, all); }
 void broadcast(float*, int64_t, int) { job(); }
+void broadcast(std::string&, int) { job(); }
 void barrier() { job(); }
 void abort(int code, const char* message) {
   std::fprintf(stderr, "%s\n", message);
   std::exit(code);
 }
 #endif
+
+namespace {
+
+// The tags of the work queue's two messages.
+constexpr int kAskForItem = 101, kGiveItem = 102;
+constexpr int64_t kNoMoreItems = -1;
+
+// ADJOINT_TEST_RANK_DIES_AFTER="r:n": the rank that dies, and after how many finished items
+// (for the tests of a sweep that loses a rank); {-1, 0} when unset.
+std::pair<int, int64_t> rank_that_dies() {
+  const char* hook = std::getenv("ADJOINT_TEST_RANK_DIES_AFTER");
+  int dying = -1;
+  long long after = 0;
+  if (!hook || std::sscanf(hook, "%d:%lld", &dying, &after) != 2) return {-1, 0};
+  return {dying, int64_t(after)};
+}
+
+// Rank 0's side: answers every other rank's requests with the next item of `next` (shared
+// with rank 0's own work loop) until each has been told there are no more.
+void hand_out_items(std::atomic<int64_t>& next, int64_t count) {
+  for (int waiting = size() - 1; waiting > 0;) {
+    int64_t request = 0;
+    const int from = receive(&request, 1, any_rank, kAskForItem);
+    int64_t item = next.fetch_add(1);
+    if (item >= count) item = kNoMoreItems, --waiting;
+    send(&item, 1, from, kGiveItem);
+  }
+}
+
+}  // namespace
+
+void for_each_item(int64_t count, const std::function<void(int64_t item)>& work) {
+  if (size() == 1) {
+    for (int64_t item = 0; item < count; ++item) work(item);
+    return;
+  }
+#ifdef ADJOINT_HAVE_MPI
+  const auto [dying, after] = rank_that_dies();
+  int64_t done_here = 0;
+  auto do_item = [&](int64_t item) {
+    if (rank() == dying && done_here == after) std::raise(SIGKILL);  // dies holding an item, as a lost node
+    try {
+      work(item);
+    } catch (const UsageError& e) {
+      abort(2, e.what());
+    } catch (const std::exception& e) {
+      abort(1, e.what());
+    }
+    ++done_here;
+  };
+  if (rank() == 0) {
+    std::atomic<int64_t> next{0};
+    if (job().serialized) {
+      std::thread dispatcher([&] {
+        try {
+          hand_out_items(next, count);
+        } catch (const std::exception& e) {
+          abort(1, e.what());
+        }
+      });
+      for (int64_t item; (item = next.fetch_add(1)) < count;) do_item(item);
+      dispatcher.join();
+    } else {
+      hand_out_items(next, count);  // MPI for the main thread only: rank 0 just hands out
+    }
+  } else {
+    for (;;) {
+      int64_t request = 0, item = 0;
+      send(&request, 1, 0, kAskForItem);
+      receive(&item, 1, 0, kGiveItem);
+      if (item == kNoMoreItems) break;
+      do_item(item);
+    }
+  }
+  barrier_quietly();  // every rank's last item is finished
+#endif
+}
 
 }  // namespace adjoint::distributed

@@ -5,9 +5,13 @@
 // `mpi`), is a job of one: rank 0 of size 1, and every collective copies its own buffer.
 // MPI is started on first use and finished when the process exits normally.
 //
-// Collectives are called from the main thread only, by every rank in the same order.
+// Collectives are called from the main thread only, by every rank in the same order. The one
+// exception is rank 0's dispatcher thread in for_each_item, which talks to the other ranks
+// while the main thread works on items and makes no MPI call.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace adjoint::distributed {
 
@@ -26,8 +30,29 @@ void allgather(const double* mine, int64_t count, double* all);
 // Rank `root`'s `count` values copied into `values` on every rank.
 void broadcast(float* values, int64_t count, int root = 0);
 
+// Rank `root`'s text copied into `text` on every rank.
+void broadcast(std::string& text, int root = 0);
+
 // Returns when every rank has called it.
 void barrier();
+
+// Point to point: `count` 64-bit integers sent to rank `to` under `tag` (a few values: work
+// requests and answers, not bulk data). receive waits (sleeping, not spinning) for a message
+// under `tag` from rank `from`, or from any rank with any_rank, and returns its sender. In a
+// job of one there is no one to talk to: both throw.
+constexpr int any_rank = -1;
+void send(const int64_t* values, int count, int to, int tag);
+int receive(int64_t* values, int count, int from, int tag);
+
+// Calls work(item) for every item 0 … count − 1, each on exactly one rank: rank 0 hands the
+// items out in order, one at a time, to whichever rank asks next (rank 0 itself works too,
+// its main thread taking items while a second thread answers the others), so a slow item
+// holds no other back. Returns on every rank once every item is done. In a job of one, the
+// items in order. An exception from work on one rank ends the whole job (abort) with its
+// message, exit code 2 for a UsageError, so that no rank waits forever.
+// Test hook: ADJOINT_TEST_RANK_DIES_AFTER="r:n" kills rank r (SIGKILL) when it is handed an
+// item after finishing n: it dies holding an item it never finishes, as a node that fails.
+void for_each_item(int64_t count, const std::function<void(int64_t item)>& work);
 
 // Ends the whole job with `code` (every rank), after one line on stderr naming this rank.
 [[noreturn]] void abort(int code, const char* message);

@@ -6,10 +6,12 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "engine/autograd.h"
 #include "engine/data/idx.h"
@@ -206,15 +208,22 @@ std::string write_square_images(const TempDir& dir) {
 
 bool mpirun_available() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
 
-// `adjoint train ARGS` in one process, or under mpirun with `ranks` ranks (on loopback,
-// oversubscribing the cores, as root where the tests run as root).
-testing::ProgramRun train_run(const std::string& args, int ranks, const TempDir& dir) {
-  if (ranks == 0) return testing::run_adjoint_program("train " + args, dir);
+// `adjoint ARGS` in one process, or under mpirun with `ranks` ranks (on loopback,
+// oversubscribing the cores, as root where the tests run as root); `environment` is passed
+// to every rank (`-x NAME=VALUE`).
+testing::ProgramRun adjoint_run(const std::string& args, int ranks, const TempDir& dir,
+                                const std::string& environment = "") {
+  if (ranks == 0) return testing::run_adjoint_program(args, dir);
   const std::string log = dir.file("mpirun.log");
   const std::string command = "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -n " +
-                              std::to_string(ranks) + " " + ADJOINT_EXE + " train " + args + " > " + log + " 2>&1";
+                              std::to_string(ranks) + (environment.empty() ? "" : " -x " + environment) + " " +
+                              ADJOINT_EXE + " " + args + " > " + log + " 2>&1";
   const int status = std::system(command.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+}
+
+testing::ProgramRun train_run(const std::string& args, int ranks, const TempDir& dir) {
+  return adjoint_run("train " + args, ranks, dir);
 }
 
 std::map<std::string, std::vector<float>> final_weights(const std::string& run) {
@@ -308,4 +317,134 @@ TEST_CASE("adjoint train under mpirun: the same weights at 1, 2 and 4 ranks, wit
   CHECK(uneven.exit_code == 2);
   CHECK(testing::contains(uneven.output, "--shards 3: not a multiple of the 2 ranks"));
   CHECK(!fs::exists(dir.file("x")));
+}
+
+namespace {
+
+int64_t count_lines_of(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
+
+bool mpi_tests_skipped() {
+  if (distributed::built_with_mpi() && mpirun_available()) return false;
+  MESSAGE("skipped: ", std::string(distributed::built_with_mpi() ? "no mpirun on PATH" : "this build has no MPI"),
+          " (install libopenmpi-dev openmpi-bin and rebuild)");
+  return true;
+}
+
+// The files of a sweep's folder that hold its results.
+std::map<std::string, std::string> sweep_tables(const std::string& out) {
+  std::map<std::string, std::string> files;
+  for (const char* name : {"results.csv", "results.json", "results.md", "layer_map_hlm_standard.csv",
+                           "layer_map_dm_invariance.csv", "layer_maps.md"})
+    files[name] = read_text(out + "/" + name);
+  return files;
+}
+
+// How many lines of `text` contain `what`.
+int64_t lines_with(const std::string& text, const std::string& what) {
+  int64_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("adjoint stitch under mpirun: cells handed out over 3 ranks give the single process's tables byte for byte, "
+          "and a sweep that loses a rank finishes on a rerun with the same bytes") {
+  if (mpi_tests_skipped()) return;
+  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  // Two tiny ResNets, 6 steps each.
+  for (const char* name : {"A", "B"}) {
+    const testing::ProgramRun made = train_run("--model resnet18 --width 0.0625 --data " + data +
+                                                   " --batch 32 --max-steps 6 --lr 0.05 --threads 1 --seed " +
+                                                   (name[0] == 'A' ? "1" : "2") + " --out " + dir.file(name),
+                                               0, dir);
+    REQUIRE_MESSAGE(made.exit_code == 0, made.output);
+  }
+  // 2 stitch points × 2 objectives × 2 protocols = 8 cells; invariance needs the IRI sets of
+  // front blocks 2 and 4, each made once.
+  const std::string sweep = "stitch --front " + dir.file("A/checkpoint.safetensors") + " --end " +
+                            dir.file("B/checkpoint.safetensors") +
+                            " --pairs 2:2,4:3 --train-images 60 --steps 60 --batch 20 --objectives hlm,dm"
+                            " --protocol standard,invariance --iri-images 10 --iri-steps 10 --threads 1 --out ";
+  const testing::ProgramRun one = adjoint_run(sweep + dir.file("one"), 0, dir);
+  REQUIRE_MESSAGE(one.exit_code == 0, one.output);
+  const std::map<std::string, std::string> reference = sweep_tables(dir.file("one"));
+  REQUIRE(count_lines_of(reference.at("results.csv")) == 9);
+
+  const testing::ProgramRun three = adjoint_run(sweep + dir.file("three"), 3, dir);
+  CAPTURE(three.output);
+  REQUIRE(three.exit_code == 0);
+  CHECK(sweep_tables(dir.file("three")) == reference);
+  // Every cell made once, and by more than one rank; each IRI set made (drawn) once.
+  CHECK(lines_with(three.output, ": stitched ") == 8);
+  int ranks_that_worked = 0;
+  for (int r = 0; r < 3; ++r) {
+    std::stringstream lines(three.output);
+    bool worked = false;
+    for (std::string line; std::getline(lines, line);)
+      worked |= testing::contains(line, ": stitched ") && testing::contains(line, cat("(rank ", r, ")"));
+    ranks_that_worked += worked;
+  }
+  CHECK(ranks_that_worked >= 2);
+  CHECK(lines_with(three.output, "block 2: relative distance median") == 1);
+  CHECK(lines_with(three.output, "block 4: relative distance median") == 1);
+  CHECK(fs::exists(dir.file("three/iris/front_block_4.png")));
+  // The IRI sets are judged (and drawn) once, as in one process: here both are POOR.
+  CHECK(lines_with(one.output, "is POOR") == 2);
+  CHECK(lines_with(three.output, "is POOR") == 2);
+
+  // Rank 2 dies (SIGKILL) when handed a cell after its first: mpirun ends the job; the
+  // cells finished so far stay, the one it held is never finished, no tables are written;
+  // the rerun makes the rest and writes the same bytes.
+  const std::string cut = dir.file("cut");
+  const testing::ProgramRun killed = adjoint_run(sweep + cut, 3, dir, "ADJOINT_TEST_RANK_DIES_AFTER=2:1");
+  CAPTURE(killed.output);
+  CHECK(killed.exit_code != 0);
+  CHECK(!fs::exists(cut + "/results.csv"));
+  int64_t finished = 0;
+  for (const auto& entry : fs::directory_iterator(cut + "/cells")) finished += entry.path().extension() == ".json";
+  CHECK(finished >= 1);
+  CHECK(finished < 8);
+  const testing::ProgramRun rerun = adjoint_run(sweep + cut, 3, dir);
+  CAPTURE(rerun.output);
+  REQUIRE(rerun.exit_code == 0);
+  CHECK(lines_with(rerun.output, "done before") == finished);
+  CHECK(sweep_tables(cut) == reference);
+}
+
+TEST_CASE("adjoint tensorsim --run under mpirun: checkpoint pairs over 2 ranks give the single process's tables") {
+  if (mpi_tests_skipped()) return;
+  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  TempDir dir;
+  // A depth-2 bilinear MLP: compared pair by pair (no closed form), 5 kept checkpoints, 10 pairs.
+  const std::string run = dir.file("run");
+  const testing::ProgramRun trained =
+      adjoint_run("train --data modadd:11 --model bilinear_mlp --hidden 8 --depth 2 --epochs 1 --batch 8 "
+                  "--keep-checkpoints every:1 --threads 1 --out " + run, 0, dir);
+  REQUIRE_MESSAGE(trained.exit_code == 0, trained.output);
+  const std::string common = "tensorsim --run " + run + " --no-baselines --threads 1 --out ";
+  const testing::ProgramRun one = adjoint_run(common + dir.file("one"), 0, dir);
+  REQUIRE_MESSAGE(one.exit_code == 0, one.output);
+  const testing::ProgramRun two = adjoint_run(common + dir.file("two"), 2, dir);
+  CAPTURE(two.output);
+  REQUIRE(two.exit_code == 0);
+  const std::string json = read_text(dir.file("one/run_similarity.json"));
+  CHECK(!testing::contains(json, "closed form"));  // the pair loop, not the all-at-once closed form
+  for (const char* name : {"run_similarity.csv", "run_similarity.json", "run_similarity.md", "pairwise_similarity.csv"})
+    CHECK_MESSAGE(read_text(dir.file(std::string("two/") + name)) == read_text(dir.file(std::string("one/") + name)), name);
+  // The pairs differ from one another: a matrix of copies would not test the gathering.
+  const Json pairwise = *parse_json(json).find("pairwise");
+  CHECK(pairwise.as_array()[0].as_array()[1].as_number() != pairwise.as_array()[0].as_array()[2].as_number());
+}
+
+TEST_CASE("adjoint bench scaling: times other processes, so only by the wall clock") {
+  TempDir dir;
+  const testing::ProgramRun cpu = adjoint_run("bench scaling --clock cpu", 0, dir);
+  CHECK(cpu.exit_code == 2);
+  CHECK(testing::contains(cpu.output, "bench scaling: --clock cpu: the ranks are other processes"));
+  const testing::ProgramRun steps = adjoint_run("bench scaling --steps 0", 0, dir);
+  CHECK(steps.exit_code == 2);
+  CHECK(testing::contains(steps.output, "--steps expects a count >= 1, got 0"));
 }

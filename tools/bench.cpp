@@ -31,6 +31,7 @@
 #include "tools/html_report.h"
 #include "tools/bench_explain.h"
 #include "tools/bench_models.h"
+#include "tools/bench_scaling.h"
 #include "tools/bench_stitch.h"
 #include "tools/bench_tensorsim.h"
 #include "tools/timing.h"
@@ -200,6 +201,7 @@ const NamedBenchmark kBenchmarks[] = {
     {"explain", run_bench_explain},
     {"tensorsim", run_bench_tensorsim},
     {"stitch", run_bench_stitch},
+    {"scaling", run_bench_scaling},
 };
 
 // FILE.html beside the results written with --out FILE (tools/html_report.h).
@@ -283,8 +285,11 @@ const cli::Registration bench_command({
         "adjoint bench stitch: ms per IRI step and per stitch-training step (slm) on two VGG-11-BN and two\n"
         "ResNet-18 at width 1/4 on 1x28x28, batch 128, median of 5 runs of 10 steps (--only, --block,\n"
         "--steps, --clock). Compare with PyTorch:\n"
-        "  adjoint --threads N bench stitch --out ours.json && /usr/bin/python3 tools/bench_stitch_torch.py --threads N --ours ours.json",
-    .arguments = "[models|explain|tensorsim|stitch]",
+        "  adjoint --threads N bench stitch --out ours.json && /usr/bin/python3 tools/bench_stitch_torch.py --threads N --ours ours.json\n"
+        "adjoint bench scaling: training samples/s and a stitch sweep's wall time over mpirun -n 1, 2, 4 (ranks x\n"
+        "threads = cores, oversubscribed beyond the cores) against one process on every core; efficiency and the\n"
+        "bytes each rank sends per training step (--steps, --quick; needs mpirun).",
+    .arguments = "[models|explain|tensorsim|stitch|scaling]",
     .options = {{"quick", "", "a few seconds: batch 8, 3 runs, fewer matmul shapes", ""},
                 {"only", "KIND", "conv or matmul (default: both); tensorsim: closed (the closed forms alone)", ""},
                 {"batch", "N", "images per conv batch (8 with --quick)", "64"},
@@ -298,7 +303,7 @@ const cli::Registration bench_command({
                 {"max-samples", "N", "tensorsim: the most Monte-Carlo samples tried", "10000000"},
                 {"lm-dim", "N", "tensorsim: the width of the bilinear-attention LM", "16"},
                 {"block", "I", "stitch: the block after which both models are cut (default 3)", ""},
-                {"steps", "N", "stitch: steps per timed run of each loop (default 10, 2 with --quick)", ""}},
+                {"steps", "N", "stitch: steps per timed run of each loop (default 10, 2 with --quick); scaling: training and stitch steps (default 16, 6 with --quick)", ""}},
     .run = run_bench,
 });
 

@@ -7,6 +7,7 @@
 
 #include "analysis/stitching/protocol.h"
 #include "analysis/stitching/records.h"
+#include "engine/distributed.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "models/checkpoint.h"
@@ -156,6 +157,7 @@ int run_stitch(const cli::Args& a) {
     std::fprintf(stream, "%s\n", line.c_str());
     std::fflush(stream);
   });
+  if (distributed::rank() != 0) return 0;  // rank 0 wrote the tables and writes the report
   std::printf("done: %s/results.md, results.csv, results.json; stitches in %s/stitches\n", o.out_dir.c_str(),
               o.out_dir.c_str());
   cli::HtmlReport page = cli::folder_report(o.out_dir, cat("adjoint stitch: ", front.name, " -> ", end.name, " on ", spec));

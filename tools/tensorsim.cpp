@@ -10,6 +10,7 @@
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/tensor_similarity.h"
 #include "analysis/common/plot.h"
+#include "engine/distributed.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
@@ -300,15 +301,35 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
     method = form.kind + ": " + form.method;
     return pairwise;
   }
-  MomentCache traces;
+  // The pairs (i < j), each computed on one rank (under mpirun, handed out by rank 0 to
+  // whichever rank is free), then gathered: a pair's score does not depend on who computed
+  // it, so every rank ends with the single process's matrix. The method named is the last
+  // pair's, sent by the rank that computed it.
+  std::vector<std::pair<size_t, size_t>> pairs;
   for (size_t i = 0; i < K; ++i)
-    for (size_t j = i + 1; j < K; ++j) {
-      const TensorSimScore s = naming(cat(cks[i].path, " vs ", cks[j].path), [&] {
-        return tensor_similarity(*cks[i].model, *cks[j].model, o, nullptr, &traces);
-      });
-      pairwise[i * K + j] = pairwise[j * K + i] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
-      method = s.kind + ": " + s.method;
-    }
+    for (size_t j = i + 1; j < K; ++j) pairs.push_back({i, j});
+  std::vector<double> mine(pairs.size(), NAN);  // NaN: computed on another rank
+  MomentCache traces;
+  distributed::for_each_item(int64_t(pairs.size()), [&](int64_t p) {
+    const auto [i, j] = pairs[size_t(p)];
+    const TensorSimScore s = naming(cat(cks[i].path, " vs ", cks[j].path), [&] {
+      return tensor_similarity(*cks[i].model, *cks[j].model, o, nullptr, &traces);
+    });
+    mine[size_t(p)] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
+    if (size_t(p) + 1 == pairs.size()) method = s.kind + ": " + s.method;
+  });
+  const size_t ranks = size_t(distributed::size());
+  std::vector<double> all(ranks * pairs.size());
+  distributed::allgather(mine.data(), int64_t(pairs.size()), all.data());
+  int last_pair_rank = 0;
+  for (size_t p = 0; p < pairs.size(); ++p)
+    for (size_t r = 0; r < ranks; ++r)
+      if (!std::isnan(all[r * pairs.size() + p])) {
+        const auto [i, j] = pairs[p];
+        pairwise[i * K + j] = pairwise[j * K + i] = all[r * pairs.size() + p];
+        if (p + 1 == pairs.size()) last_pair_rank = int(r);
+      }
+  distributed::broadcast(method, last_pair_rank);
   return pairwise;
 }
 
@@ -343,6 +364,7 @@ int run_run(const cli::Args& a) {
     bar.update(int64_t(i + 1));
   }
   bar.finish();
+  if (distributed::rank() != 0) return 0;  // every rank took part in the evaluations; rank 0 writes
 
   fs::create_directories(out);
   std::string csv = "step,test_loss,test_accuracy,tensor_similarity_to_last,cka_logits_to_last\n";

@@ -12,6 +12,7 @@
 #include "analysis/stitching/figures.h"
 #include "analysis/stitching/provenance.h"
 #include "engine/autograd.h"
+#include "engine/distributed.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
@@ -300,6 +301,12 @@ public:
   // `index` of `total` for the progress lines.
   StitchCell cell(const StitchPair& pair, const std::string& protocol_name, const std::string& objective_name,
                   int64_t index, int64_t total);
+  // The cell's file, which another rank of the job wrote (when every cell is done).
+  StitchCell finished_cell(const StitchPair& pair, const std::string& protocol_name, const std::string& objective_name);
+  // The IRI set of a front block: made (or read back) and drawn, once per job.
+  void make_iris(size_t block) { iris(block); }
+  // From now on a rank reads the IRI sets back, and draws none of them again.
+  void iri_sets_made_first() { iri_sets_made_first_ = true; }
 
 private:
   RecordSubject subject(RecordSubject::Kind kind, const StitchPair& pair, const std::string& objective_name,
@@ -310,6 +317,9 @@ private:
   bool read_back(StitchCell& c, const StitchPair& pair, const std::string& cell_path, const std::string& stitch_path);
   void compute(StitchCell& c, const StitchPair& pair, const std::string& stitch_path, int64_t index, int64_t total);
   const IriSet& iris(size_t block);
+  StitchCell blank_cell(const StitchPair& pair, const std::string& protocol_name, const std::string& objective_name) const;
+  std::string cell_path(const StitchCell& c) const { return o_.out_dir + "/cells/" + c.key() + ".json"; }
+  std::string stitch_path(const StitchCell& c) const { return o_.out_dir + "/stitches/" + c.key() + ".safetensors"; }
   IriSet read_or_find_iris(size_t block, const std::string& path);
   std::vector<TestSetScore> score_test_sets(const StitchPair& pair, const Stitch& stitch) const;
   double area_under_attack(const RawClassifier& logits) const {
@@ -331,6 +341,7 @@ private:
   double end_area_ = NAN;
   std::vector<ExtraTestSet> extra_tests_;
   std::map<size_t, IriSet> iris_;  // per front block, made when first needed
+  bool iri_sets_made_first_ = false;
   double compute_seconds_ = 0;
   int64_t computed_ = 0;
 };
@@ -347,9 +358,11 @@ SweepRun::SweepRun(const Endpoint& front, const Endpoint& end, const DataSource&
           " (--test-data) holds examples ", source.test ? source.test->shape() : Shape{}, ", but the models are stitched on ",
           data.spec, " images ", example);
   }
-  // What a sweep killed mid-write (kill -9) left: temporaries, never tables or cells.
-  for (const char* folder : {"", "/cells", "/stitches", "/iris"})
-    if (fs::is_directory(o.out_dir + folder)) remove_stale_temporaries(o.out_dir + folder);
+  // What a sweep killed mid-write (kill -9) left: temporaries, never tables or cells. Rank 0
+  // alone removes them, before any rank starts writing (the barrier at the end).
+  if (distributed::rank() == 0)
+    for (const char* folder : {"", "/cells", "/stitches", "/iris"})
+      if (fs::is_directory(o.out_dir + folder)) remove_stale_temporaries(o.out_dir + folder);
   natural_ = load_raw(data.train, o.train_images, "training");
   test_ = load_raw(data.test, o.test_images, "test");
   bool any_source = false;
@@ -372,6 +385,7 @@ SweepRun::SweepRun(const Endpoint& front, const Endpoint& end, const DataSource&
                        " test images of ", t.spec));
     extra_tests_.push_back(std::move(t));
   }
+  distributed::barrier();
 }
 
 std::vector<TestSetScore> SweepRun::score_test_sets(const StitchPair& pair, const Stitch& stitch) const {
@@ -418,6 +432,7 @@ const IriSet& SweepRun::iris(size_t block) {
   if (iris_.count(block)) return iris_.at(block);
   const std::string stem = cat(o_.out_dir, "/iris/front_block_", block);
   const IriSet& set = iris_.emplace(block, read_or_find_iris(block, stem + ".safetensors")).first->second;
+  if (iri_sets_made_first_) return set;  // drawn (and judged) by the rank that made it
   write_iri_grid(stem + ".png", cat("IRIs of ", front_.name, " block ", block, " '", front_.model->blocks()[block].name, "': ",
                                     set.quality.summary()),
                  iri_source_.images, set.starts, set.inputs, set.distance);
@@ -494,8 +509,8 @@ void SweepRun::compute(StitchCell& c, const StitchPair& pair, const std::string&
   write_stitch_file(stitch_path, pair, stitch, record(subject(RecordSubject::stitch, pair, c.objective, c.protocol)));
 }
 
-StitchCell SweepRun::cell(const StitchPair& pair, const std::string& protocol_name, const std::string& objective_name,
-                          int64_t index, int64_t total) {
+StitchCell SweepRun::blank_cell(const StitchPair& pair, const std::string& protocol_name,
+                                const std::string& objective_name) const {
   StitchCell c;
   c.front_block = pair.front_block();
   c.end_block = pair.end_block();
@@ -504,8 +519,21 @@ StitchCell SweepRun::cell(const StitchPair& pair, const std::string& protocol_na
   c.objective = objective_name;
   c.protocol = protocol_name;
   c.made = record(subject(RecordSubject::cell, pair, objective_name, protocol_name));
-  const std::string cell_path = o_.out_dir + "/cells/" + c.key() + ".json";
-  const std::string stitch_path = o_.out_dir + "/stitches/" + c.key() + ".safetensors";
+  return c;
+}
+
+StitchCell SweepRun::finished_cell(const StitchPair& pair, const std::string& protocol_name,
+                                   const std::string& objective_name) {
+  StitchCell c = blank_cell(pair, protocol_name, objective_name);
+  check(read_back(c, pair, cell_path(c), stitch_path(c)), "stitch: ", cell_path(c),
+        " is missing after every rank finished its cells");
+  return c;
+}
+
+StitchCell SweepRun::cell(const StitchPair& pair, const std::string& protocol_name, const std::string& objective_name,
+                          int64_t index, int64_t total) {
+  StitchCell c = blank_cell(pair, protocol_name, objective_name);
+  const std::string cell_path = this->cell_path(c), stitch_path = this->stitch_path(c);
   if (read_back(c, pair, cell_path, stitch_path)) {
     if (log_) log_(cat("[", index, "/", total, "] ", c.key(), ": done before, read ", cell_path));
     return c;
@@ -528,15 +556,48 @@ StitchCell SweepRun::cell(const StitchPair& pair, const std::string& protocol_na
 std::vector<StitchCell> run_stitch_sweep(const Endpoint& front, const Endpoint& end, const DataSource& data,
                                          const StitchSweepOptions& o, const Log& log) {
   const std::vector<StitchPair> pairs = checked_pairs(front, end, data, o, log);
-  SweepRun run(front, end, data, o, log);
-  std::vector<StitchCell> cells;
-  const int64_t total = int64_t(pairs.size() * o.objectives.size() * o.protocols.size());
+  // Under mpirun every line names its rank.
+  const int ranks = distributed::size(), rank = distributed::rank();
+  const Log ranked_log = ranks == 1 || !log ? log : Log([&](const std::string& line) { log(cat(line, " (rank ", rank, ")")); });
+  SweepRun run(front, end, data, o, ranked_log);
+  // The cells in table order: (stitch point, protocol, objective).
+  struct CellKey {
+    const StitchPair& pair;
+    const std::string& protocol;
+    const std::string& objective;
+  };
+  std::vector<CellKey> keys;
   for (const StitchPair& pair : pairs)
     for (const std::string& protocol_name : o.protocols)
-      for (const std::string& objective_name : o.objectives) {
-        cells.push_back(run.cell(pair, protocol_name, objective_name, int64_t(cells.size()) + 1, total));
-        write_tables(o.out_dir, front, end, data.spec, o.test_data, cells);
-      }
+      for (const std::string& objective_name : o.objectives) keys.push_back({pair, protocol_name, objective_name});
+  const int64_t total = int64_t(keys.size());
+  std::vector<StitchCell> cells;
+  if (ranks == 1) {  // the tables rewritten after every cell
+    for (const CellKey& k : keys) {
+      cells.push_back(run.cell(k.pair, k.protocol, k.objective, int64_t(cells.size()) + 1, total));
+      write_tables(o.out_dir, front, end, data.spec, o.test_data, cells);
+    }
+    return cells;
+  }
+  // Over ranks: first the IRI sets, one rank each (several cells read each one), then the
+  // cells, handed out by rank 0 as ranks become free; each rank writes the cells it makes.
+  // When all are done, rank 0 reads them back and writes the tables once: a cell's numbers
+  // do not depend on the rank that made it, so they are the single process's tables.
+  std::vector<size_t> iri_blocks;
+  for (const std::string& name : o.protocols)
+    if (protocol(name).needs_iris)
+      for (const StitchPair& pair : pairs)
+        if (std::find(iri_blocks.begin(), iri_blocks.end(), pair.front_block()) == iri_blocks.end())
+          iri_blocks.push_back(pair.front_block());
+  distributed::for_each_item(int64_t(iri_blocks.size()), [&](int64_t k) { run.make_iris(iri_blocks[size_t(k)]); });
+  run.iri_sets_made_first();
+  distributed::for_each_item(total, [&](int64_t i) {
+    const CellKey& k = keys[size_t(i)];
+    run.cell(k.pair, k.protocol, k.objective, i + 1, total);
+  });
+  if (rank != 0) return cells;  // rank 0 alone returns the cells, and writes the tables
+  for (const CellKey& k : keys) cells.push_back(run.finished_cell(k.pair, k.protocol, k.objective));
+  write_tables(o.out_dir, front, end, data.spec, o.test_data, cells);
   return cells;
 }
 

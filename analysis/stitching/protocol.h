@@ -31,6 +31,11 @@
 // where it stopped; a different one is refused in one line naming what differs, or made
 // again with `overwrite`. A read-back cell missing one of the test sets is scored on it
 // from its stitch file. The results tables list the cells of the current invocation.
+//
+// Under `mpirun -n K` (engine/distributed.h) the IRI sets, then the cells, are handed out by
+// rank 0 to whichever rank is free; each rank writes the cells, stitches and IRI sets it
+// makes, and rank 0 writes the tables (once, when every cell is done: the single process's
+// bytes) and alone returns the cells; the other ranks return none.
 #pragma once
 #include <cmath>
 #include <cstdint>

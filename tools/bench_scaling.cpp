@@ -1,0 +1,218 @@
+// `adjoint bench scaling`: how the work of one machine divides over mpirun's ranks.
+//
+// The cores are shared out: K ranks (K = 1, 2, 4) of `--threads` C/K each (at least 1),
+// against one process of `--threads` C, C the machine's cores. Where K exceeds C the ranks
+// are oversubscribed (more processes than cores), and the table says so. Two workloads:
+//
+//   train  `adjoint train` of a ResNet-18 of width 1/4 on Fashion-MNIST-shaped images
+//          (written to a temporary folder: noise with the label as a bright square), batch
+//          64 in 4 shards; samples per second over the training steps (log.json), so
+//          mpirun's start-up is left out. The weights are the same bits in every layout.
+//   stitch `adjoint stitch` of that trained model into itself at 2 stitch points × 4
+//          objectives (8 cells, standard protocol); the wall time of the whole command,
+//          start-up and loading included, as a user waits for it.
+//
+// Efficiency is the one process's time over the layout's (1: the ranks lose nothing to
+// communication or to each other). Per training step each rank sends one row of P
+// gradients and B BatchNorm statistics (float32) to every other (MPI_Allgather, the
+// deterministic sum of docs/cluster.md) and receives K rows.
+#include "tools/bench_scaling.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "engine/data/idx.h"
+#include "engine/error.h"
+#include "engine/io/files.h"
+#include "engine/io/json.h"
+#include "models/checkpoint.h"
+#include "models/model.h"
+
+namespace adjoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kBatch = 64, kShards = 4;
+
+// One way to spend the machine's cores: `ranks` processes under mpirun (0: one process
+// without mpirun) of `threads` threads each.
+struct Layout {
+  int ranks;
+  int threads;
+  std::string name() const { return ranks == 0 ? "1 process" : cat("mpirun -n ", ranks); }
+};
+
+struct Measured {
+  Layout layout;
+  bool oversubscribed;
+  double train_samples_per_second, stitch_seconds;
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The command line that starts `adjoint ARGS` in `layout`.
+std::string command_line(const Layout& layout, const std::string& args) {
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::string launch;
+  if (layout.ranks > 0)
+    launch = cat("mpirun ", geteuid() == 0 ? "--allow-run-as-root " : "", "--oversubscribe --mca btl self,vader -n ",
+                 layout.ranks, " ");
+  return cat(launch, self, " --threads ", layout.threads, " ", args);
+}
+
+// Runs `adjoint ARGS` in `layout` (its output to `log`); its wall time in seconds.
+double run_timed(const Layout& layout, const std::string& args, const std::string& log) {
+  const std::string command = command_line(layout, args) + " > " + log + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(command.c_str());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  check(status == 0, "bench scaling: `", command, "` failed; its output is in ", log);
+  return seconds;
+}
+
+// 1024 training and 64 test images of 1×28×28 in Fashion-MNIST's files: noise, and a
+// bright 4×4 square whose position is the label.
+std::string write_images(const std::string& dir) {
+  fs::create_directories(dir);
+  auto write_split = [&](const std::string& prefix, uint32_t n) {
+    std::vector<uint8_t> pixels(size_t(n) * 784), labels(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      labels[i] = uint8_t(i % 10);
+      for (uint32_t p = 0; p < 784; ++p) {
+        const uint32_t row = p / 28, col = p % 28;
+        const bool square = row / 7 == labels[i] / 4 && col / 7 == labels[i] % 4 && row % 7 < 4 && col % 7 < 4;
+        pixels[size_t(i) * 784 + p] = square ? 230 : uint8_t((i * 2654435761u + p * 40503u) >> 26);
+      }
+    }
+    write_idx(dir + "/" + prefix + "-images-idx3-ubyte", IdxArray{{n, 28, 28}, pixels});
+    write_idx(dir + "/" + prefix + "-labels-idx1-ubyte", IdxArray{{n}, labels});
+  };
+  write_split("train", 1024);
+  write_split("t10k", 64);
+  return "fashion-mnist:" + dir;
+}
+
+// Samples per second over the training steps of a run (the last epoch record of log.json).
+double samples_per_second(const std::string& run) {
+  const Json log = parse_json(read_all(run + "/log.json"));
+  check(log.size() > 0, "bench scaling: ", run, "/log.json has no epoch record");
+  return log.as_array().back().find("samples_per_second")->as_number();
+}
+
+std::string fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+}  // namespace
+
+int run_bench_scaling(const cli::Args& args) {
+  if (args.positionals().size() > 1) throw UsageError("bench scaling takes no further arguments");
+  if (args.text("clock") != "wall")
+    throw UsageError(cat("bench scaling: --clock ", args.text("clock"),
+                         ": the ranks are other processes, timed by the wall clock alone; use --clock wall"));
+  const bool quick = args.flag("quick");
+  const int64_t steps = args.has("steps") ? args.integer("steps") : quick ? 6 : 16;
+  if (steps < 1) throw UsageError(cat("bench scaling: --steps expects a count >= 1, got ", steps));
+  check(std::system("command -v mpirun > /dev/null 2>&1") == 0,
+        "bench scaling: no mpirun on PATH (install openmpi-bin, and libopenmpi-dev to build with MPI)");
+  const int cores = std::max(1, int(std::thread::hardware_concurrency()));
+
+  const std::string work = (fs::temp_directory_path() / cat("adjoint-bench-scaling-", getpid())).string();
+  fs::create_directories(work);
+  const std::string data = write_images(work + "/data");
+  const std::string train_args = cat("train --model resnet18 --width 0.25 --data ", data, " --batch ", kBatch, " --shards ",
+                                     kShards, " --epochs 1 --max-steps ", steps,
+                                     " --schedule constant --lr 0.05 --seed 1 --no-augment --overwrite --out ");
+  // The model the sweep stitches into itself: the one process's run, made first.
+  const Layout one_process{0, cores};
+  std::vector<Layout> layouts = {one_process};
+  for (int ranks : {1, 2, 4}) layouts.push_back({ranks, std::max(1, cores / ranks)});
+
+  std::printf("adjoint bench scaling: %d cores; ResNet-18 width 1/4 on 1x28x28, batch %lld in %lld shards, %lld steps; "
+              "stitch sweep of 8 cells (2 points x 4 objectives); ranks x threads = cores, oversubscribed where ranks > "
+              "cores\n",
+              cores, (long long)kBatch, (long long)kShards, (long long)steps);
+  std::printf("%-12s %7s %14s %14s %11s %12s %10s\n", "layout", "threads", "oversubscribed", "train samples/s",
+              "efficiency", "stitch wall s", "efficiency");
+  std::vector<Measured> rows;
+  std::string model;
+  for (const Layout& layout : layouts) {
+    const std::string run = cat(work, "/train-", layout.ranks);
+    run_timed(layout, train_args + run, work + "/train.log");
+    if (model.empty()) model = run + "/checkpoint.safetensors";
+    const std::string sweep = cat("stitch --front ", model, " --end ", model,
+                                  " --pairs 3:3,5:5 --objectives hlm,slm,dm,fula --protocol standard --train-images 256 "
+                                  "--test-images 64 --steps ", steps, " --batch 64 --out ", work, "/stitch-", layout.ranks);
+    const double stitch_seconds = run_timed(layout, sweep, work + "/stitch.log");
+    rows.push_back({layout, layout.ranks > cores, samples_per_second(run), stitch_seconds});
+    const Measured& m = rows.back();
+    const Measured& base = rows.front();
+    std::printf("%-12s %7d %14s %15.1f %11.2f %12.2f %10.2f\n", layout.name().c_str(), layout.threads,
+                m.oversubscribed ? "yes" : "no", m.train_samples_per_second,
+                m.train_samples_per_second / base.train_samples_per_second, m.stitch_seconds,
+                base.stitch_seconds / m.stitch_seconds);
+    std::fflush(stdout);
+  }
+
+  // What one step sends: the model's parameters P and BatchNorm statistics B, float32.
+  const Checkpoint checkpoint = load_checkpoint(model);
+  int64_t parameters = 0, everything = 0;
+  for (const Tensor& p : model_from_checkpoint(checkpoint)->parameters()) parameters += p.numel();
+  for (const auto& [name, t] : checkpoint.model) everything += t.numel();
+  const int64_t row_bytes = 4 * everything;  // one rank's row: gradients and statistics
+  std::printf("per training step (MPI_Allgather of one row per rank): %lld parameters + %lld statistics = %.2f MB sent "
+              "by each rank; each receives K rows (K x %.2f MB)\n",
+              (long long)parameters, (long long)(everything - parameters), double(row_bytes) / 1e6,
+              double(row_bytes) / 1e6);
+
+  if (args.has("out")) {
+    const std::string out = args.text("out");
+    if (out.size() >= 5 && out.compare(out.size() - 5, 5, ".json") == 0) {
+      Json results = Json::array();
+      for (const Measured& m : rows)
+        results.push_back(Json(Json::Object{{"layout", m.layout.name()},
+                                            {"ranks", m.layout.ranks},
+                                            {"threads", m.layout.threads},
+                                            {"oversubscribed", m.oversubscribed},
+                                            {"train_samples_per_second", m.train_samples_per_second},
+                                            {"stitch_seconds", m.stitch_seconds}}));
+      write_file_atomic(out, to_json(Json(Json::Object{{"cores", cores},
+                                                        {"batch", kBatch},
+                                                        {"shards", kShards},
+                                                        {"steps", steps},
+                                                        {"parameters", parameters},
+                                                        {"statistics", everything - parameters},
+                                                        {"bytes_per_rank_per_step", row_bytes},
+                                                        {"results", results}}),
+                                     2) + "\n");
+    } else {
+      std::string csv = "layout,ranks,threads,oversubscribed,train_samples_per_second,stitch_seconds,bytes_per_rank_per_step\n";
+      for (const Measured& m : rows)
+        csv += cat(m.layout.name(), ",", m.layout.ranks, ",", m.layout.threads, ",", m.oversubscribed ? 1 : 0, ",",
+                   fixed(m.train_samples_per_second, 2), ",", fixed(m.stitch_seconds, 3), ",", row_bytes, "\n");
+      write_file_atomic(out, csv);
+    }
+    std::printf("wrote %s\n", out.c_str());
+  }
+  fs::remove_all(work);
+  return 0;
+}
+
+}  // namespace adjoint
