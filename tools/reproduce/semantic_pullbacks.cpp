@@ -42,14 +42,14 @@ std::vector<Part> parts(Scale scale, int seeds) {
       for (const char* w : quick ? std::vector<const char*>{"--quick", "--max-steps", "100", "--eval-limit", "500"}
                                  : std::vector<const char*>{"--width", "0.25", "--epochs", "2", "--eval-limit", "2000"})
         train.push_back(w);
-      out.push_back({cat(m.name, "_s", s), train, quick ? 25.0 : 600.0});
+      out.push_back({cat(m.name, "_s", s), train, quick ? 30.0 : 300.0});
       std::vector<std::string> explain = {"explain", "--checkpoint", cat("{parts}/", m.name, "_s", s, "/checkpoint.safetensors"),
                                           "--methods", method_list(), "--metrics", "infidelity,max_sensitivity,focus",
                                           "--seed", cat(s), "--examples", "2", "--out", "{out}"};
-      for (const char* w : quick ? std::vector<const char*>{"--count", "12", "--perturbations", "10", "--expensive-count", "6"}
+      for (const char* w : quick ? std::vector<const char*>{"--count", "32", "--perturbations", "20", "--expensive-count", "16"}
                                  : std::vector<const char*>{"--count", "200", "--perturbations", "50", "--expensive-count", "100"})
         explain.push_back(w);
-      out.push_back({cat("explain_", m.name, "_s", s), explain, quick ? 30.0 : 500.0});
+      out.push_back({cat("explain_", m.name, "_s", s), explain, quick ? 8.0 : 200.0});
     }
   return out;
 }

@@ -29,7 +29,7 @@ struct Sizes {
 Sizes sizes(Scale scale) {
   // Quick: a tenth of the steps with a stronger push (lr 3e-3, weight decay 1) in place of
   // the published 1e-3 and 0.3; smaller moduli leave too few training pairs for a batch of 512.
-  if (scale == Scale::Quick) return {113, 2500, 2500, "3e-3", "1.0", 1500, 2500, 1000, 1000};
+  if (scale == Scale::Quick) return {113, 3000, 1500, "3e-3", "1.0", 1500, 2500, 1000, 1000};
   return {113, 8000, 1000, "1e-3", "0.3", 4690, 7035, 2000, 2000};
 }
 
@@ -46,7 +46,10 @@ std::vector<std::string> plus(std::vector<std::string> words, const std::vector<
 
 std::vector<Part> parts(Scale scale, int seeds) {
   const Sizes z = sizes(scale);
-  const double k = scale == Scale::Quick ? 1.0 : 10.0;  // cost relative to quick
+  // Expected seconds per kind of part (ETA weights): quick as measured here, full estimated.
+  const bool quick = scale == Scale::Quick;
+  const double grok_seconds = quick ? 215 : 600, run_similarity_seconds = quick ? 2 : 60, train_seconds = quick ? 4 : 12,
+               pair_similarity_seconds = quick ? 1 : 2;
   std::vector<Part> out;
   for (int s = 0; s < seeds; ++s) {
     const std::string S = cat("_s", s);
@@ -57,24 +60,24 @@ std::vector<Part> parts(Scale scale, int seeds) {
                     "--optimizer", "adamw", "--lr", z.grok_lr, "--weight-decay", z.grok_weight_decay, "--batch", "512", "--epochs",
                     cat(z.grok_epochs), "--schedule", "constant", "--keep-checkpoints", cat("every:", z.grok_every),
                     "--seed", cat(s), "--out", "{out}"},
-                   10 * k});
+                   grok_seconds});
     out.push_back({"grok_similarity" + S, {"tensorsim", "--run", cat("{parts}/grok", S), "--count", "0", "--out", "{out}"},
-                   5 * k});
+                   run_similarity_seconds});
     // Backdoor: a clean stage, then poisoned and control branches on the same batches.
     out.push_back({"backdoor_clean" + S,
                    plus(bilinear_fmnist(s), {"--data", "fashion-mnist", "--max-steps", cat(z.clean_steps), "--out", "{out}"}),
-                   5 * k});
+                   train_seconds});
     for (const char* branch : {"poison", "control"}) {
       const std::string data = std::string(branch) == "poison" ? cat("fashion-mnist+backdoor:0.1:", kBackdoorTarget)
                                                                : "fashion-mnist";
       out.push_back({cat("backdoor_", branch, S),
                      plus(bilinear_fmnist(s), {"--data", data, "--max-steps", cat(z.branch_steps), "--continue-from",
                                                at("backdoor_clean"), "--out", "{out}"}),
-                     4 * k});
+                     train_seconds});
       out.push_back({cat("backdoor_", branch, "_similarity", S),
                      {"tensorsim", at("backdoor_clean"), cat("{parts}/backdoor_", branch, S, "/checkpoint.safetensors"),
                       "--slices", "--data", "fashion-mnist", "--count", cat(z.count), "--out", "{out}"},
-                     2 * k});
+                     pair_similarity_seconds});
     }
     // Forgetting: classes 0–4, all, all but one (or all: control), all again.
     std::string without;
@@ -95,13 +98,13 @@ std::vector<Part> parts(Scale scale, int seeds) {
       std::vector<std::string> words =
           plus(bilinear_fmnist(s), {"--data", st.data, "--max-steps", cat(st.stages * z.stage_steps), "--out", "{out}"});
       if (st.from) words = plus(words, {"--continue-from", at(st.from)});
-      out.push_back({st.name + S, words, 3 * k});
+      out.push_back({st.name + S, words, train_seconds});
     }
     for (const char* later : {"forget_removed", "forget_control", "forget_readded"})
       out.push_back({cat(later, "_similarity", S),
                      {"tensorsim", at("forget_stage2"), at(later), "--slices", "--data", "fashion-mnist", "--count",
                       cat(z.count), "--out", "{out}"},
-                     2 * k});
+                     pair_similarity_seconds});
   }
   return out;
 }
