@@ -277,8 +277,12 @@ Paper tensor_similarity_paper() {
   p.draw = draw;
   p.default_seeds[0] = 1;
   p.default_seeds[1] = 3;
-  p.quick_time = "not yet measured";
-  p.full_time = "not yet estimated";
+  p.quick_time = "4m01s measured here at commit ec3ca23 (1 seed, 2 shared cores: the grokking run 3m42s, 10 "
+                 "Fashion-MNIST runs of ~2 s, 6 comparisons of ~1 s); it reached 98.7% validation accuracy, just short of 99%";
+  p.full_time =
+      "about 35 min, estimated, not run here: per seed grokking at the published lr 1e-3 and weight decay 0.3 for 56k "
+      "steps (~10 min from quick's 21k steps in 3m42s), its 57 checkpoints compared pairwise (~1 min) and the "
+      "Fashion-MNIST runs of up to 8k steps (~1 min)";
   return p;
 }
 
