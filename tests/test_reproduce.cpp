@@ -1,0 +1,237 @@
+// `adjoint reproduce` (tools/reproduce/): the table of papers is well formed, parts restart
+// (a finished part is skipped, one made by another command line or commit refused), claims
+// are judged from the parts' result files both ways, and the page holds the claims table.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "engine/error.h"
+#include "engine/io/files.h"
+#include "tests/support.h"
+#include "tools/reproduce/paper.h"
+#include "tools/reproduce/runner.h"
+
+using namespace adjoint;
+using namespace adjoint::reproduce;
+using namespace adjoint::testing;
+namespace fs = std::filesystem;
+
+TEST_CASE("reproduce: every paper's parts are unique, read only earlier parts, and back every claim") {
+  for (const Paper& paper : papers()) {
+    INFO("paper ", paper.name);
+    CHECK(find_paper(paper.name).name == paper.name);
+    CHECK_FALSE(paper.claims.empty());
+    for (Scale scale : {Scale::Quick, Scale::Full})
+      for (int seeds : {1, 2}) {
+        const std::vector<Part> parts = paper.parts(scale, seeds);
+        std::set<std::string> earlier;
+        for (const Part& p : parts) {
+          INFO("part ", p.name);
+          CHECK(p.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_-ABCDEFGHIJKLMNOPQRSTUVWXYZ") ==
+                std::string::npos);
+          CHECK(earlier.count(p.name) == 0);
+          CHECK(p.expected_seconds > 0);
+          for (const std::string& w : p.words) {
+            const size_t at = w.find("{parts}/");
+            if (at == std::string::npos) continue;
+            const std::string rest = w.substr(at + 8);
+            CHECK_MESSAGE(earlier.count(rest.substr(0, rest.find('/'))) == 1, "reads a later or unknown part: ", w);
+          }
+          earlier.insert(p.name);
+        }
+        for (const Claim& c : paper.claims) {
+          INFO("claim ", c.text);
+          CHECK(bool(c.value));
+          CHECK_FALSE(c.sources.empty());
+          for (int s = 0; s < seeds; ++s)
+            for (const std::string& source : c.sources) CHECK_MESSAGE(earlier.count(with_seed(source, s)) == 1, source);
+        }
+      }
+  }
+  CHECK_THROWS_AS(find_paper("no-such-paper"), UsageError);
+  CHECK_THROWS_AS(parse_scale("huge"), UsageError);
+}
+
+namespace {
+
+// A paper of two parts whose commands are counted, not run: the runner's restart logic alone.
+Paper counting_paper(std::string* second_part_option) {
+  Paper p;
+  p.name = "counting";
+  p.title = "a test paper";
+  p.parts = [second_part_option](Scale, int) {
+    return std::vector<Part>{{"first", {"train", "--out", "{out}"}, 1}, {"second", {"eval", *second_part_option}, 1}};
+  };
+  p.draw = [](const std::string&, int, const std::string&) { return std::vector<std::string>{}; };
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("reproduce: a rerun skips finished parts and refuses parts made by another command line or commit") {
+  TempDir dir;
+  std::string option = "--limit=1";
+  const Paper paper = counting_paper(&option);
+  std::vector<std::string> ran;
+  RunOptions o;
+  o.out_dir = dir.path().string();
+  o.commit = "abc123";
+  o.show_progress = false;
+  o.run_command = [&](const std::vector<std::string>& words, const std::string&) {
+    ran.push_back(words[0]);
+    if (words[0] == "train") {  // "{out}" was replaced by the part's folder
+      CHECK(words[2] == o.out_dir + "/parts/first");
+      fs::create_directories(words[2]);
+    }
+    return 0;
+  };
+
+  std::vector<PartOutcome> outcomes = run_parts(paper, o);
+  CHECK(ran == std::vector<std::string>{"train", "eval"});
+  CHECK_FALSE(outcomes[0].skipped);
+  CHECK(fs::exists(o.out_dir + "/parts/first/reproduce_part.json"));
+  CHECK(contains(read_text(o.out_dir + "/parts/first/reproduce_part.json"), "adjoint train --out {out}"));
+
+  ran.clear();
+  outcomes = run_parts(paper, o);
+  CHECK(ran.empty());
+  CHECK(outcomes[0].skipped);
+  CHECK(outcomes[1].skipped);
+
+  // An interrupted part (a folder without its record) runs again; the finished one does not.
+  fs::remove(o.out_dir + "/parts/second/reproduce_part.json");
+  outcomes = run_parts(paper, o);
+  CHECK(ran == std::vector<std::string>{"eval"});
+
+  // Another command line: refused in one line naming the part, nothing run; --overwrite reruns it.
+  ran.clear();
+  option = "--limit=2";
+  try {
+    run_parts(paper, o);
+    FAIL("a part made by another command line was not refused");
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    CHECK(contains(message, "part second"));
+    CHECK(contains(message, "adjoint eval --limit=1"));
+    CHECK(contains(message, "--overwrite"));
+    CHECK(message.find('\n') == std::string::npos);
+  }
+  CHECK(ran.empty());
+  o.overwrite = true;
+  run_parts(paper, o);
+  CHECK(ran == std::vector<std::string>{"eval"});
+
+  // Another commit: every part refused.
+  o.overwrite = false;
+  o.commit = "def456";
+  ran.clear();
+  CHECK_THROWS_WITH_AS(run_parts(paper, o), doctest::Contains("at commit abc123"), Error);
+  CHECK(ran.empty());
+
+  // A failing command names its part and its log.
+  o.overwrite = true;
+  o.run_command = [](const std::vector<std::string>&, const std::string&) { return 3; };
+  CHECK_THROWS_WITH_AS(run_parts(paper, o), doctest::Contains("part first failed (exit 3)"), Error);
+}
+
+TEST_CASE("reproduce: a part runs in process through the command dispatcher, its output in its log") {
+  TempDir dir;
+  Paper paper;
+  paper.name = "tiny";
+  paper.parts = [](Scale, int) {
+    return std::vector<Part>{{"model",
+                              {"train", "--model", "bilinear_mlp", "--hidden", "4", "--data", "modadd:5", "--epochs", "1",
+                               "--batch", "8", "--out", "{out}"},
+                              1}};
+  };
+  RunOptions o;
+  o.out_dir = dir.path().string();
+  o.show_progress = false;
+  run_parts(paper, o);
+  CHECK(fs::exists(o.out_dir + "/parts/model/checkpoint.safetensors"));
+  CHECK(fs::exists(o.out_dir + "/parts/model/index.html"));
+  CHECK_FALSE(read_text(o.out_dir + "/parts/model.log").empty());
+}
+
+namespace {
+
+// Fabricated stitching results: one results.csv per pair and seed, with the relative score
+// given per protocol at block 7.
+void write_stitch_results(const std::string& parts, int seed, const std::string& pair, double standard, double control,
+                          double invariance) {
+  const std::string folder = cat(parts, "/stitch_", pair, "_s", seed);
+  fs::create_directories(folder);
+  write_file_atomic(folder + "/results.csv",
+                    cat("front_block,objective,protocol,relative_score\n", "3,slm,standard,0.5\n",  // another block: not read
+                        "7,slm,standard,", standard, "\n7,slm,control,", control, "\n7,slm,invariance,", invariance, "\n"));
+}
+
+const Claim& claim_named(const Paper& paper, const std::string& start) {
+  for (const Claim& c : paper.claims)
+    if (c.text.rfind(start, 0) == 0) return c;
+  FAIL("no claim starting with ", start);
+  throw Error("unreachable");
+}
+
+}  // namespace
+
+TEST_CASE("reproduce: claims are judged from the parts' result files, holding and not holding") {
+  TempDir dir;
+  const std::string parts = dir.path().string() + "/parts";
+  const Paper& stitching = find_paper("stitching");
+  const Claim& invariance = claim_named(stitching, "The invariance-aware protocol tells the clean front");
+
+  // Seed 0: invariance / standard = 0.2 / 0.9; seed 1: 0.3 / 0.9. Both under the bound 0.5.
+  write_stitch_results(parts, 0, "C1_S1", 0.9, 0.85, 0.2);
+  write_stitch_results(parts, 1, "C1_S1", 0.9, 0.85, 0.3);
+  ClaimOutcome o = judge(invariance, parts, 2);
+  CHECK(o.holds);
+  CHECK(o.mean == doctest::Approx((0.2 / 0.9 + 0.3 / 0.9) / 2));
+  CHECK(o.lo == doctest::Approx(0.2 / 0.9));
+  CHECK(o.hi == doctest::Approx(0.3 / 0.9));
+  CHECK(contains(o.ours, "over 2 seeds"));
+
+  // Seed 1 now keeps most of its score: the claim does not hold, and says which seeds fail.
+  write_stitch_results(parts, 1, "C1_S1", 0.9, 0.85, 0.8);
+  o = judge(invariance, parts, 2);
+  CHECK_FALSE(o.holds);
+  CHECK(contains(o.why, "1 of 2 seeds"));
+  CHECK(o.hi == doctest::Approx(0.8 / 0.9));
+
+  // A missing result is "not measured", naming the file, never a number.
+  o = judge(invariance, parts, 3);
+  CHECK_FALSE(o.holds);
+  CHECK(o.ours == "not measured");
+  CHECK(contains(o.why, "stitch_C1_S1_s2/results.csv"));
+
+  // A bound of the other side (at least): the control claim.
+  const Claim& control = claim_named(stitching, "The fall comes from the IRIs");
+  CHECK(judge(control, parts, 2).holds);  // 0.85 / 0.9 ≥ 0.8
+  write_stitch_results(parts, 0, "C1_S1", 0.9, 0.5, 0.2);
+  CHECK_FALSE(judge(control, parts, 2).holds);
+}
+
+TEST_CASE("reproduce: the page holds the claims table computed from the results, and the summary figure") {
+  TempDir dir;
+  const std::string out = dir.path().string();
+  const Paper& stitching = find_paper("stitching");
+  write_stitch_results(out + "/parts", 0, "C1_S1", 0.9, 0.85, 0.2);
+  write_stitch_results(out + "/parts", 0, "S1_C1", 1.0, 0.95, 0.9);
+  write_stitch_results(out + "/parts", 0, "S1_S2", 1.0, 1.0, 0.9);
+  write_stitch_results(out + "/parts", 0, "C1_C2", 1.0, 1.0, 0.3);
+  RunOptions o;
+  o.out_dir = out;
+  const cli::Args args("reproduce", {{"out", out}}, {}, {"stitching"});
+  write_page(stitching, o, {}, args);
+  const std::string html = read_text(out + "/index.html");
+  CHECK(contains(html, "<th>claim</th>"));
+  CHECK(contains(html, "<th>holds here</th>"));
+  CHECK(contains(html, "The invariance-aware protocol tells the clean front"));
+  CHECK(contains(html, "0.222 (1 seed)"));  // 0.2 / 0.9, from the file above
+  CHECK(contains(html, "<td>holds</td>"));
+  CHECK(contains(html, "<td>does not hold</td>"));  // S1→C1 keeps 0.9 of its score
+  CHECK(contains(html, "data:image/svg+xml;base64,"));
+  CHECK(fs::exists(out + "/figures/relative_score.png"));
+}

@@ -1,0 +1,227 @@
+#include "tools/reproduce/runner.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/error.h"
+#include "engine/io/files.h"
+#include "engine/io/json.h"
+#include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
+#include "tools/progress.h"
+
+namespace fs = std::filesystem;
+
+namespace adjoint::reproduce {
+namespace {
+
+constexpr const char* kRecordName = "reproduce_part.json";
+
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+  return text;
+}
+
+std::string read_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs `words` through the command dispatcher in this process, stdout and stderr into `log`.
+int run_in_process(const std::vector<std::string>& words, const std::string& log) {
+  std::vector<std::string> argv_words = {"adjoint"};
+  argv_words.insert(argv_words.end(), words.begin(), words.end());
+  std::vector<char*> argv;
+  for (std::string& w : argv_words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (log_fd < 0) throw Error(cat("reproduce: cannot write the log ", log));
+  const int saved_out = ::dup(1), saved_err = ::dup(2);
+  ::dup2(log_fd, 1);
+  ::dup2(log_fd, 2);
+  ::close(log_fd);
+  const int code = cli::run(int(argv.size()) - 1, argv.data());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::dup2(saved_out, 1);
+  ::dup2(saved_err, 2);
+  ::close(saved_out);
+  ::close(saved_err);
+  return code;
+}
+
+std::string fixed3(double v) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.3f", v);
+  return buffer;
+}
+
+}  // namespace
+
+std::string command_line(const Part& part) {
+  std::string line = "adjoint";
+  for (const std::string& w : part.words) line += " " + w;
+  return line;
+}
+
+std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
+  const std::string parts_dir = o.out_dir + "/parts";
+  fs::create_directories(parts_dir);
+  const std::string commit = o.commit.empty() ? std::string(ADJOINT_COMMIT) : o.commit;
+  const std::vector<Part> parts = paper.parts(o.scale, o.seeds);
+  double total_cost = 0;
+  for (const Part& p : parts) total_cost += p.expected_seconds;
+
+  // First pass: which parts are finished, and refuse any made otherwise before running anything.
+  std::vector<PartOutcome> outcomes;
+  int64_t already = 0;
+  for (const Part& p : parts) {
+    PartOutcome outcome{p.name};
+    const std::string record_path = parts_dir + "/" + p.name + "/" + kRecordName;
+    const std::string text = read_whole(record_path);
+    if (!text.empty()) {
+      const Json record = parse_json(text);
+      const std::string made_by = record.find("command") ? record.find("command")->as_string() : "";
+      const std::string made_at = record.find("commit") ? record.find("commit")->as_string() : "";
+      if (made_by == command_line(p) && made_at == commit) {
+        outcome.skipped = true;
+        outcome.seconds = record.find("seconds") ? record.find("seconds")->as_number() : 0;
+        ++already;
+      } else if (!o.overwrite) {
+        throw Error(cat("reproduce: part ", p.name, " in ", parts_dir, "/", p.name, " was made by `", made_by,
+                        "` at commit ", made_at, ", not `", command_line(p), "` at ", commit,
+                        ": rerun with --overwrite or another --out"));
+      }
+    }
+    outcomes.push_back(outcome);
+  }
+
+  std::unique_ptr<cli::ProgressBar> bar;
+  if (o.show_progress)
+    bar = std::make_unique<cli::ProgressBar>(cat("reproduce ", paper.name), int64_t(parts.size()), "part", already);
+  double cost_done = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Part& p = parts[i];
+    const std::string folder = parts_dir + "/" + p.name;
+    if (!outcomes[i].skipped) {
+      if (bar) bar->update(int64_t(i), total_cost > 0 ? cost_done / total_cost : 0, cat("running ", p.name));
+      fs::remove_all(folder);  // an interrupted or overwritten part starts afresh
+      std::vector<std::string> words;
+      for (const std::string& w : p.words)
+        words.push_back(replace_all(replace_all(w, "{out}", folder), "{parts}", parts_dir));
+      const std::string log = parts_dir + "/" + p.name + ".log";
+      const auto start = std::chrono::steady_clock::now();
+      const int code = o.run_command ? o.run_command(words, log) : run_in_process(words, log);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (code != 0)
+        throw Error(cat("reproduce: part ", p.name, " failed (exit ", code, "); its output is in ", log));
+      fs::create_directories(folder);
+      Json record = Json::object();
+      record["command"] = command_line(p);
+      record["commit"] = commit;
+      record["scale"] = scale_name(o.scale);
+      record["seconds"] = seconds;
+      write_file_atomic(folder + "/" + kRecordName, to_json(record, 2) + "\n");
+      outcomes[i].seconds = seconds;
+    }
+    cost_done += p.expected_seconds;
+  }
+  if (bar) bar->finish(cat(parts.size(), " parts, ", already, " finished before"));
+  return outcomes;
+}
+
+ClaimOutcome judge(const Claim& claim, const std::string& parts_dir, int seeds) {
+  ClaimOutcome out;
+  try {
+    for (int s = 0; s < seeds; ++s) out.values.push_back(claim.value(parts_dir, s));
+  } catch (const Error& e) {
+    out.ours = "not measured";
+    out.why = e.what();
+    out.values.clear();
+    return out;
+  }
+  for (double v : out.values)
+    if (!std::isfinite(v)) {
+      out.ours = "not measured";
+      out.why = "a seed's value is not a finite number";
+      return out;
+    }
+  out.lo = *std::min_element(out.values.begin(), out.values.end());
+  out.hi = *std::max_element(out.values.begin(), out.values.end());
+  double sum = 0;
+  for (double v : out.values) sum += v;
+  out.mean = sum / double(out.values.size());
+  out.ours = seeds > 1 ? cat(fixed3(out.mean), " [", fixed3(out.lo), ", ", fixed3(out.hi), "] over ", seeds, " seeds")
+                       : cat(fixed3(out.mean), " (1 seed)");
+  const bool at_least = claim.bound.side == Bound::AtLeast;
+  int failing = 0;
+  for (double v : out.values) failing += at_least ? v < claim.bound.value : v > claim.bound.value;
+  out.holds = failing == 0;
+  if (!out.holds)
+    out.why = cat(failing, " of ", seeds, " seed", seeds > 1 ? "s give" : " gives", " ", at_least ? "below " : "above ",
+                  fixed3(claim.bound.value), ", the bound at which the claim holds (",
+                  at_least ? "worst " : "worst ", fixed3(at_least ? out.lo : out.hi), ")");
+  return out;
+}
+
+cli::ReportTable claims_table(const Paper& paper, const std::string& parts_dir, int seeds) {
+  cli::ReportTable table;
+  table.caption = cat("Claims of ", paper.title, ": ours computed from the parts' result files");
+  table.header = {"claim", "paper", "ours (what)", "ours", "holds here", "why not"};
+  for (const Claim& c : paper.claims) {
+    const ClaimOutcome o = judge(c, parts_dir, seeds);
+    const std::string bound = cat(c.bound.side == Bound::AtLeast ? "≥ " : "≤ ", fixed3(c.bound.value));
+    table.rows.push_back({c.text, c.paper_figure, cat(c.ours, " (holds at ", bound, ")"), o.ours,
+                          o.ours == "not measured" ? "not measured" : o.holds ? "holds" : "does not hold", o.why});
+  }
+  return table;
+}
+
+void write_page(const Paper& paper, const RunOptions& o, const std::vector<PartOutcome>& parts,
+                const cli::Args& args) {
+  const std::string parts_dir = o.out_dir + "/parts";
+  cli::HtmlReport report;
+  report.title = cat("adjoint reproduce ", paper.name, ": ", paper.title, " (", scale_name(o.scale), " scale, ",
+                     o.seeds, " seed", o.seeds > 1 ? "s" : "", ")");
+  report.notes.push_back(cat("Every number below is read from the result files of the parts listed at the end; a part is "
+                             "one `adjoint` command line, its own page linked. Quick scale: small models and short runs, "
+                             "the same protocol; a claim that does not hold at quick scale may at full scale."));
+  report.tables.push_back(claims_table(paper, parts_dir, o.seeds));
+  fs::create_directories(o.out_dir + "/figures");
+  const std::vector<std::string> figures = paper.draw(parts_dir, o.seeds, o.out_dir + "/figures");
+  for (const std::string& stem : figures) {
+    const std::string svg = stem + ".svg";
+    report.figures.push_back(fs::exists(svg) ? svg : stem + ".png");
+  }
+  cli::ReportTable part_table;
+  part_table.caption = "Parts (each in parts/<name>/ with its record reproduce_part.json and its own index.html)";
+  part_table.header = {"part", "command line", "seconds", "this run"};
+  double total = 0;
+  const std::vector<Part> defined = paper.parts(o.scale, o.seeds);
+  for (size_t i = 0; i < parts.size() && i < defined.size(); ++i) {
+    part_table.rows.push_back({parts[i].name, command_line(defined[i]), fixed3(parts[i].seconds),
+                               parts[i].skipped ? "finished before" : "ran"});
+    total += parts[i].seconds;
+    const std::string page = parts_dir + "/" + parts[i].name + "/index.html";
+    if (fs::exists(page)) report.files.push_back(page);
+  }
+  part_table.rows.push_back({"all parts", "", fixed3(total), ""});
+  report.tables.push_back(part_table);
+  cli::write_html_report(o.out_dir, args, report);
+}
+
+}  // namespace adjoint::reproduce

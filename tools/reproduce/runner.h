@@ -1,0 +1,62 @@
+// Running a paper (tools/reproduce/paper.h): its parts, restartably, then its claims and its page.
+//
+// Each part writes into DIR/parts/<name>/ and, when its command succeeded, a record
+// DIR/parts/<name>/reproduce_part.json: the command line (with its "{out}" and "{parts}"
+// placeholders, so a moved folder still matches), the commit the executable was built from
+// and the scale. A rerun skips a part whose record names the same command line and commit,
+// and refuses, in one line, one made by another command line or commit unless told to
+// overwrite it. A part folder without a record (an interrupted run) is cleared and run again.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tools/cli.h"
+#include "tools/html_report.h"
+#include "tools/reproduce/paper.h"
+
+namespace adjoint::reproduce {
+
+struct RunOptions {
+  std::string out_dir;
+  Scale scale = Scale::Quick;
+  int seeds = 1;
+  bool overwrite = false;
+  std::string commit;  // the commit recorded and compared; empty: the executable's own
+  // Runs one part's words (without "adjoint"), returns the exit code; default: in process
+  // through the command dispatcher (tools/cli.h), its output into DIR/parts/<name>.log.
+  std::function<int(const std::vector<std::string>& words, const std::string& log)> run_command;
+  bool show_progress = true;
+};
+
+struct PartOutcome {
+  std::string name;
+  bool skipped = false;  // finished by an earlier run
+  double seconds = 0;    // as recorded when it ran
+};
+
+// The part's command line with "{out}" and "{parts}" in place, as recorded.
+std::string command_line(const Part& part);
+
+// Runs the parts of `paper` in order, skipping finished ones; throws Error on a refused
+// or failed part (naming it and its log).
+std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& options);
+
+// A claim judged over seeds 0 .. seeds-1.
+struct ClaimOutcome {
+  std::vector<double> values;  // one per seed
+  double mean = 0, lo = 0, hi = 0;
+  bool holds = false;
+  std::string why;             // one sentence where it does not hold (or could not be read)
+  std::string ours;            // "mean [lo, hi]" over the seeds, or "not measured"
+};
+ClaimOutcome judge(const Claim& claim, const std::string& parts_dir, int seeds);
+
+// The claims table of the page: claim, paper's figure, ours, holds here, why not.
+cli::ReportTable claims_table(const Paper& paper, const std::string& parts_dir, int seeds);
+
+// DIR/index.html: the claims table, the summary figures, the parts with links to their pages.
+void write_page(const Paper& paper, const RunOptions& options, const std::vector<PartOutcome>& parts,
+                const cli::Args& args);
+
+}  // namespace adjoint::reproduce

@@ -1,0 +1,289 @@
+// The tensor-similarity paper (docs/methods.md §3.5): bilinear networks compared through their
+// weights alone. Grokking (similarity to the final model against validation accuracy over
+// steps), a backdoor (the target class's slice against a control branch) and forgetting (the
+// removed class's slice against a control, and after re-adding it). The parts are those of
+// analysis/experiments/{grokking,backdoor,forgetting}.sh.
+#include <algorithm>
+#include <cmath>
+
+#include "analysis/common/figure.h"
+#include "engine/error.h"
+#include "tools/reproduce/paper.h"
+
+namespace adjoint::reproduce {
+namespace {
+
+constexpr int kBackdoorTarget = 0;
+constexpr int kRemovedClass = 3;
+constexpr int kClasses = 10;
+
+// The sizes that differ between the scales.
+struct Sizes {
+  int modulus, grok_epochs, grok_every;  // grokking: modadd:P, epochs (7 steps each at P = 113), a checkpoint every N steps
+  const char* grok_lr;
+  const char* grok_weight_decay;
+  int clean_steps, branch_steps;         // backdoor: clean stage, then the branches up to this step
+  int stage_steps;                       // forgetting: steps per stage
+  int count;                             // test examples for the baselines
+};
+Sizes sizes(Scale scale) {
+  // Quick: a tenth of the steps with a stronger push (lr 3e-3, weight decay 1) in place of
+  // the published 1e-3 and 0.3; smaller moduli leave too few training pairs for a batch of 512.
+  if (scale == Scale::Quick) return {113, 3000, 1500, "3e-3", "1.0", 1500, 2500, 1000, 1000};
+  return {113, 8000, 1000, "1e-3", "0.3", 4690, 7035, 2000, 2000};
+}
+
+std::vector<std::string> bilinear_fmnist(int seed) {
+  return {"train", "--model", "bilinear_mlp", "--hidden", "64", "--optimizer", "adamw", "--lr", "1e-3",
+          "--weight-decay", "0.05", "--schedule", "constant", "--batch", "128", "--no-augment", "--epochs", "1000",
+          "--seed", cat(seed)};
+}
+
+std::vector<std::string> plus(std::vector<std::string> words, const std::vector<std::string>& more) {
+  words.insert(words.end(), more.begin(), more.end());
+  return words;
+}
+
+std::vector<Part> parts(Scale scale, int seeds) {
+  const Sizes z = sizes(scale);
+  // Expected seconds per kind of part (ETA weights): quick as measured here, full estimated.
+  const bool quick = scale == Scale::Quick;
+  const double grok_seconds = quick ? 215 : 600, run_similarity_seconds = quick ? 2 : 60, train_seconds = quick ? 4 : 12,
+               pair_similarity_seconds = quick ? 1 : 2;
+  std::vector<Part> out;
+  for (int s = 0; s < seeds; ++s) {
+    const std::string S = cat("_s", s);
+    auto at = [&](const std::string& name) { return cat("{parts}/", name, S, "/checkpoint.safetensors"); };
+    // Grokking.
+    out.push_back({"grok" + S,
+                   {"train", "--model", "bilinear_mlp", "--hidden", "64", "--data", cat("modadd:", z.modulus),
+                    "--optimizer", "adamw", "--lr", z.grok_lr, "--weight-decay", z.grok_weight_decay, "--batch", "512", "--epochs",
+                    cat(z.grok_epochs), "--schedule", "constant", "--keep-checkpoints", cat("every:", z.grok_every),
+                    "--seed", cat(s), "--out", "{out}"},
+                   grok_seconds});
+    out.push_back({"grok_similarity" + S, {"tensorsim", "--run", cat("{parts}/grok", S), "--count", "0", "--out", "{out}"},
+                   run_similarity_seconds});
+    // Backdoor: a clean stage, then poisoned and control branches on the same batches.
+    out.push_back({"backdoor_clean" + S,
+                   plus(bilinear_fmnist(s), {"--data", "fashion-mnist", "--max-steps", cat(z.clean_steps), "--out", "{out}"}),
+                   train_seconds});
+    for (const char* branch : {"poison", "control"}) {
+      const std::string data = std::string(branch) == "poison" ? cat("fashion-mnist+backdoor:0.1:", kBackdoorTarget)
+                                                               : "fashion-mnist";
+      out.push_back({cat("backdoor_", branch, S),
+                     plus(bilinear_fmnist(s), {"--data", data, "--max-steps", cat(z.branch_steps), "--continue-from",
+                                               at("backdoor_clean"), "--out", "{out}"}),
+                     train_seconds});
+      out.push_back({cat("backdoor_", branch, "_similarity", S),
+                     {"tensorsim", at("backdoor_clean"), cat("{parts}/backdoor_", branch, S, "/checkpoint.safetensors"),
+                      "--slices", "--data", "fashion-mnist", "--count", cat(z.count), "--out", "{out}"},
+                     pair_similarity_seconds});
+    }
+    // Forgetting: classes 0–4, all, all but one (or all: control), all again.
+    std::string without;
+    for (int c = 0; c < kClasses; ++c)
+      if (c != kRemovedClass) without += cat(without.empty() ? "" : ",", c);
+    struct Stage {
+      const char* name;
+      std::string data;
+      int stages;        // cumulative steps, in stages
+      const char* from;  // the stage it continues, or none
+    };
+    const Stage stages[] = {{"forget_stage1", "fashion-mnist+classes:0-4", 1, nullptr},
+                            {"forget_stage2", "fashion-mnist", 2, "forget_stage1"},
+                            {"forget_removed", cat("fashion-mnist+classes:", without), 3, "forget_stage2"},
+                            {"forget_control", "fashion-mnist", 3, "forget_stage2"},
+                            {"forget_readded", "fashion-mnist", 4, "forget_removed"}};
+    for (const Stage& st : stages) {
+      std::vector<std::string> words =
+          plus(bilinear_fmnist(s), {"--data", st.data, "--max-steps", cat(st.stages * z.stage_steps), "--out", "{out}"});
+      if (st.from) words = plus(words, {"--continue-from", at(st.from)});
+      out.push_back({st.name + S, words, train_seconds});
+    }
+    for (const char* later : {"forget_removed", "forget_control", "forget_readded"})
+      out.push_back({cat(later, "_similarity", S),
+                     {"tensorsim", at("forget_stage2"), at(later), "--slices", "--data", "fashion-mnist", "--count",
+                      cat(z.count), "--out", "{out}"},
+                     pair_similarity_seconds});
+  }
+  return out;
+}
+
+// One measure ("slice_3", "tensor_similarity") of a tensorsim part's tensorsim.csv.
+double measure(const std::string& parts_dir, const std::string& part, int seed, const std::string& name) {
+  return read_csv(cat(parts_dir, "/", part, "_s", seed, "/tensorsim.csv")).number("value", {{"measure", name}});
+}
+
+// The grokking run's columns over steps: step, validation accuracy, similarity to the last checkpoint.
+struct GrokCurve {
+  std::vector<double> step, accuracy, similarity;
+};
+GrokCurve grok_curve(const std::string& parts_dir, int seed) {
+  const CsvRows t = read_csv(cat(parts_dir, "/grok_similarity_s", seed, "/run_similarity.csv"));
+  const size_t step = t.column("step"), acc = t.column("test_accuracy"), sim = t.column("tensor_similarity_to_last");
+  GrokCurve c;
+  for (const auto& row : t.rows) {
+    c.step.push_back(std::atof(row[step].c_str()));
+    c.accuracy.push_back(std::atof(row[acc].c_str()));
+    c.similarity.push_back(std::atof(row[sim].c_str()));
+  }
+  return c;
+}
+
+// The index of the first checkpoint whose validation accuracy reaches `level`; an Error when none does.
+size_t first_reaching(const GrokCurve& c, double level, const std::string& parts_dir, int seed) {
+  for (size_t i = 0; i < c.accuracy.size(); ++i)
+    if (c.accuracy[i] >= level) return i;
+  throw Error(cat(parts_dir, "/grok_similarity_s", seed, ": validation accuracy never reaches ", level));
+}
+
+// Per class: the slice drop the poison (or the removal) adds to the control's drift.
+double slice_drop(const std::string& parts_dir, int seed, const std::string& treated, const std::string& control,
+                  int cls) {
+  const std::string slice = cat("slice_", cls);
+  return measure(parts_dir, control, seed, slice) - measure(parts_dir, treated, seed, slice);
+}
+
+std::vector<Claim> claims() {
+  Claim grokked;
+  grokked.text = "A bilinear MLP groks modular addition (validation accuracy reaches 99%)";
+  grokked.paper_figure = "grokking: validation accuracy rises to ~100% long after training accuracy";
+  grokked.ours = "highest validation accuracy over the kept checkpoints";
+  grokked.sources = {"grok_similarity_s{seed}"};
+  grokked.value = [](const std::string& dir, int seed) {
+    const GrokCurve c = grok_curve(dir, seed);
+    return *std::max_element(c.accuracy.begin(), c.accuracy.end());
+  };
+  grokked.bound = {Bound::AtLeast, 0.99};
+
+  Claim keeps_changing;
+  keeps_changing.text = "The weights keep moving after validation accuracy saturates";
+  keeps_changing.paper_figure = "similarity to the final model still rising when validation accuracy is ~100%";
+  keeps_changing.ours = "similarity to the last checkpoint at the first one with validation accuracy ≥ 99%";
+  keeps_changing.sources = {"grok_similarity_s{seed}"};
+  keeps_changing.value = [](const std::string& dir, int seed) {
+    const GrokCurve c = grok_curve(dir, seed);
+    return c.similarity[first_reaching(c, 0.99, dir, seed)];
+  };
+  keeps_changing.bound = {Bound::AtMost, 0.99};
+
+  Claim backdoor;
+  backdoor.text = "From the weights alone, the backdoor's target class stands out";
+  backdoor.paper_figure = "the target class's slice drops most against the clean model";
+  backdoor.ours = cat("drop (control − poison) of class ", kBackdoorTarget, "'s slice minus the largest other class's drop");
+  backdoor.sources = {"backdoor_poison_similarity_s{seed}", "backdoor_control_similarity_s{seed}"};
+  backdoor.value = [](const std::string& dir, int seed) {
+    double largest_other = -INFINITY;
+    for (int c = 0; c < kClasses; ++c)
+      if (c != kBackdoorTarget)
+        largest_other = std::max(largest_other, slice_drop(dir, seed, "backdoor_poison_similarity",
+                                                           "backdoor_control_similarity", c));
+    return slice_drop(dir, seed, "backdoor_poison_similarity", "backdoor_control_similarity", kBackdoorTarget) -
+           largest_other;
+  };
+  backdoor.bound = {Bound::AtLeast, 0.0};
+
+  Claim forgotten;
+  forgotten.text = "A removed class's slice falls against a control that keeps it";
+  forgotten.paper_figure = "forgetting: the removed class's slice similarity drops, the others stay";
+  forgotten.ours = cat("class ", kRemovedClass, "'s slice: control − removed, both against the weights before removal");
+  forgotten.sources = {"forget_removed_similarity_s{seed}", "forget_control_similarity_s{seed}"};
+  forgotten.value = [](const std::string& dir, int seed) {
+    return slice_drop(dir, seed, "forget_removed_similarity", "forget_control_similarity", kRemovedClass);
+  };
+  forgotten.bound = {Bound::AtLeast, 0.1};
+
+  Claim readded;
+  readded.text = "Re-adding the class brings its slice back towards the weights before removal";
+  readded.paper_figure = "after re-adding, the removed class's slice similarity rises again";
+  readded.ours = cat("class ", kRemovedClass, "'s slice: re-added − removed, both against the weights before removal");
+  readded.sources = {"forget_readded_similarity_s{seed}", "forget_removed_similarity_s{seed}"};
+  readded.value = [](const std::string& dir, int seed) {
+    const std::string slice = cat("slice_", kRemovedClass);
+    return measure(dir, "forget_readded_similarity", seed, slice) - measure(dir, "forget_removed_similarity", seed, slice);
+  };
+  readded.bound = {Bound::AtLeast, 0.0};
+  return {grokked, keeps_changing, backdoor, forgotten, readded};
+}
+
+std::vector<std::string> draw(const std::string& parts_dir, int seeds, const std::string& figures_dir) {
+  std::vector<std::string> stems;
+  // Grokking: similarity to the final model and validation accuracy over steps, per seed.
+  LineChart chart;
+  chart.title = "Grokking, bilinear MLP on modular addition: tensor similarity to the final model and validation accuracy";
+  chart.x_label = "training step";
+  chart.y_label = "similarity to the last checkpoint / validation accuracy";
+  chart.y_min = 0;
+  chart.y_max = 1;
+  int colour = 0;
+  for (int s = 0; s < seeds; ++s) {
+    try {
+      const GrokCurve c = grok_curve(parts_dir, s);
+      if (chart.x.empty()) chart.x = c.step;
+      if (c.step != chart.x) continue;  // another run length: not on the same axis
+      chart.series.push_back({cat("similarity, seed ", s), c.similarity, kSeriesColours[colour++ % 8]});
+      chart.series.push_back({cat("validation accuracy, seed ", s), c.accuracy, kSeriesColours[colour++ % 8]});
+    } catch (const Error&) {
+    }
+  }
+  if (!chart.series.empty()) {
+    stems.push_back(figures_dir + "/grokking");
+    Figure(chart).write(stems.back());
+  }
+  // Slices per class for each comparison (seed 0): where the backdoor and the removal show.
+  struct Row {
+    const char* part;
+    const char* label;
+  };
+  const Row rows[] = {{"backdoor_poison_similarity", "poisoned vs clean stage"},
+                      {"backdoor_control_similarity", "control vs clean stage"},
+                      {"forget_removed_similarity", "class removed vs before"},
+                      {"forget_control_similarity", "control vs before"},
+                      {"forget_readded_similarity", "re-added vs before"}};
+  HeatMap map;
+  map.title = "Per-class slice similarity of bilinear MLPs on Fashion-MNIST (seed 0): backdoor and forgetting";
+  map.x_label = "class";
+  map.y_label = "comparison";
+  map.rows = int64_t(std::size(rows));
+  map.cols = kClasses;
+  for (const Row& r : rows) {
+    map.row_labels.push_back(r.label);
+    for (int c = 0; c < kClasses; ++c) {
+      double v = NAN;
+      try {
+        v = measure(parts_dir, r.part, 0, cat("slice_", c));
+      } catch (const Error&) {
+      }
+      map.values.push_back(v);
+    }
+  }
+  map.col_labels = {"T-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "ankle boot"};
+  std::tie(map.lo, map.hi) = data_range(map.values);
+  map.range_note = "scale from the data";
+  map.print_values = true;
+  stems.push_back(figures_dir + "/slices");
+  Figure(map).write(stems.back());
+  return stems;
+}
+
+}  // namespace
+
+Paper tensor_similarity_paper() {
+  Paper p;
+  p.name = "tensor-similarity";
+  p.title = "Tensor similarity of bilinear networks: grokking, a backdoor and forgetting, from the weights";
+  p.claims = claims();
+  p.parts = parts;
+  p.draw = draw;
+  p.default_seeds[0] = 1;
+  p.default_seeds[1] = 3;
+  p.quick_time = "4m01s measured here at commit ec3ca23 (1 seed, 2 shared cores: the grokking run 3m42s, 10 "
+                 "Fashion-MNIST runs of ~2 s, 6 comparisons of ~1 s); it reached 98.7% validation accuracy, just short of 99%";
+  p.full_time =
+      "about 35 min, estimated, not run here: per seed grokking at the published lr 1e-3 and weight decay 0.3 for 56k "
+      "steps (~10 min from quick's 21k steps in 3m42s), its 57 checkpoints compared pairwise (~1 min) and the "
+      "Fashion-MNIST runs of up to 8k steps (~1 min)";
+  return p;
+}
+
+}  // namespace adjoint::reproduce
