@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -137,6 +138,12 @@ TEST_CASE("readme commands: the lines are found, scaled and cover every command"
     ++listed;
   }
   CHECK(listed >= 8);
+}
+
+TEST_CASE("readme: a user's guide of at most 300 lines") {
+  const std::string text = read_text(fs::path(ADJOINT_SOURCE_DIR) / "README.md");
+  const long lines = std::count(text.begin(), text.end(), '\n');
+  CHECK_MESSAGE(lines <= 300, "README.md has ", lines, " lines; its limit is 300 (move detail into docs/)");
 }
 
 TEST_CASE("readme commands: every adjoint line of README.md runs, scaled as it says" *
