@@ -19,6 +19,7 @@
 #include "engine/data/idx.h"
 #include "engine/data/image_folder.h"
 #include "engine/data/loader.h"
+#include "engine/data/open.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/transform.h"
 #include "engine/error.h"
@@ -572,4 +573,32 @@ TEST_CASE("in-memory data set: examples and labels as given; mismatched counts a
                        doctest::Contains("odd: 3 input values are not 2 examples of shape"), Error);
   CHECK_THROWS_WITH_AS(InMemoryDataset("bad", {1}, {1, 2}, {0, 5}, 2),
                        doctest::Contains("bad: label 5 is outside [0, 2)"), Error);
+}
+
+TEST_CASE("data: class names come from the spec, in the labels' order, without reading the data") {
+  const std::vector<std::string> fashion = class_names_of("fashion-mnist:/no/such/folder+backdoor:0.1:0");
+  REQUIRE(fashion.size() == 10);
+  CHECK(fashion[0] == "T-shirt/top");
+  CHECK(fashion[9] == "ankle boot");
+  CHECK(class_names_of("mnist:/nowhere")[7] == "7");
+  CHECK(class_names_of("cifar10:/nowhere")[3] == "cat");
+  CHECK(class_names_of("modadd:23").empty());
+  CHECK(class_names_of("images:/no/such/root").empty());  // nothing to read: no names, no error
+  CHECK_THROWS_WITH_AS(class_names_of("nosuchdata:1"), doctest::Contains("unknown data set"), UsageError);
+
+  // An image folder's names are its class folders in ImageFolder's label order.
+  TempDir dir;
+  const std::vector<uint8_t> pixel = {10, 20, 30};
+  for (const char* c : {"zebra", "ant", "moth"}) {
+    fs::create_directories(dir.path() / "test" / c);
+    const std::string file = (dir.path() / "test" / c / "a.png").string();
+    REQUIRE(stbi_write_png(file.c_str(), 1, 1, 3, pixel.data(), 3) != 0);
+  }
+  const ImageFolder folder((dir.path() / "test").string(), 3, 1, 1);
+  CHECK(class_names_of("images:" + dir.path().string() + ":8") == folder.classes());
+  CHECK(class_names_of("images:" + dir.path().string())[0] == "ant");
+
+  CHECK(class_name(fashion, 3) == "dress");
+  CHECK(class_name(fashion, 10) == "class 10");  // past the names: the number
+  CHECK(class_name({}, 2) == "class 2");
 }

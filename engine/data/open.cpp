@@ -1,6 +1,7 @@
 #include "engine/data/open.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "engine/data/cifar.h"
 #include "engine/data/idx.h"
@@ -64,7 +65,140 @@ Transforms DataSource::eval_transforms() const { return train_transforms(false);
 
 namespace {
 
-DataSource open_base_data(const std::string& spec, bool with_train);
+// One family of data sets: its name on the command line, the form its spec takes, how it
+// opens, and its class names where the family has them (known without reading a file, so
+// a figure of a checkpoint names its classes on a machine without the data).
+struct DataFamily {
+  const char* name;
+  const char* form;  // for messages
+  DataSource (*open)(const std::string& spec, const std::vector<std::string>& parts, bool with_train);
+  std::vector<std::string> (*class_names)(const std::vector<std::string>& parts);
+};
+
+// The spec's parts must number between `least` and `least + optional`.
+void expect_parts(const std::string& spec, const std::vector<std::string>& parts, size_t least, size_t optional,
+                  const char* form) {
+  if (parts.size() < least || parts.size() > least + optional)
+    throw UsageError(cat("--data ", spec, ": expected ", form));
+}
+
+DataSource open_idx_images(const std::string& spec, const std::vector<std::string>& p, bool with_train,
+                           bool fashion) {
+  expect_parts(spec, p, fashion ? 1 : 2, fashion ? 1 : 0, fashion ? "fashion-mnist[:FOLDER]" : "mnist:FOLDER");
+  const std::string folder = p.size() == 2 ? p[1] : fashion_mnist_default_folder;
+  const auto open_split = [&](const char* split) { return fashion ? fashion_mnist(split, folder) : mnist(split, folder); };
+  DataSource d;
+  d.test = open_split("test");
+  d.train = with_train ? open_split("train") : d.test;
+  d.mean = {fashion ? 0.2860f : 0.1307f};
+  d.std = {fashion ? 0.3530f : 0.3081f};
+  d.images = true;
+  return d;
+}
+
+DataSource open_cifar10(const std::string& spec, const std::vector<std::string>& p, bool with_train) {
+  expect_parts(spec, p, 2, 0, "cifar10:FOLDER");
+  DataSource d;
+  d.test = cifar10(p[1], "test");
+  d.train = with_train ? cifar10(p[1], "train") : d.test;
+  d.mean = {0.4914f, 0.4822f, 0.4465f};
+  d.std = {0.2470f, 0.2435f, 0.2616f};
+  d.images = true;
+  return d;
+}
+
+DataSource open_image_folders(const std::string& spec, const std::vector<std::string>& p, bool with_train) {
+  expect_parts(spec, p, 2, 1, "images:ROOT[:SIZE]");
+  const int64_t size = p.size() == 3 ? positive(spec, p[2], "SIZE") : 32;
+  DataSource d;
+  auto test = std::make_shared<ImageFolder>(p[1] + "/test", 3, size, size);
+  d.test = test;
+  d.train = test;
+  if (with_train) {
+    auto train = std::make_shared<ImageFolder>(p[1] + "/train", 3, size, size);
+    check_same_classes(spec, *train, *test);
+    d.train = train;
+  }
+  d.mean = {0.5f, 0.5f, 0.5f};
+  d.std = {0.5f, 0.5f, 0.5f};
+  d.images = true;
+  return d;
+}
+
+DataSource open_modular_addition(const std::string& spec, const std::vector<std::string>& p, bool) {
+  expect_parts(spec, p, 1, 1, "modadd[:P]");
+  const int64_t modulus = p.size() == 2 ? positive(spec, p[1], "P") : 113;
+  DataSource d;
+  d.train = std::make_shared<ModularAddition>(modulus, "train", 0.3, 0);
+  d.test = std::make_shared<ModularAddition>(modulus, "validation", 0.3, 0);
+  return d;
+}
+
+DataSource open_text(const std::string& spec, const std::vector<std::string>& p, bool) {
+  expect_parts(spec, p, 2, 1, "text:FILE[:LEN]");
+  const int64_t len = p.size() == 3 ? positive(spec, p[2], "LEN") : 64;
+  DataSource d;
+  d.train = text_corpus(p[1], len, "train", 0.1);
+  d.test = text_corpus(p[1], len, "validation", 0.1);
+  return d;
+}
+
+std::vector<std::string> no_class_names(const std::vector<std::string>&) { return {}; }
+
+const std::vector<DataFamily>& data_families() {
+  static const std::vector<DataFamily> families = {
+      {"fashion-mnist", "fashion-mnist[:FOLDER]",
+       [](const std::string& spec, const std::vector<std::string>& p, bool train) {
+         return open_idx_images(spec, p, train, true);
+       },
+       [](const std::vector<std::string>&) {
+         return std::vector<std::string>{"T-shirt/top", "trouser", "pullover", "dress", "coat",
+                                         "sandal",      "shirt",   "sneaker",  "bag",   "ankle boot"};
+       }},
+      {"mnist", "mnist:FOLDER",
+       [](const std::string& spec, const std::vector<std::string>& p, bool train) {
+         return open_idx_images(spec, p, train, false);
+       },
+       [](const std::vector<std::string>&) {
+         return std::vector<std::string>{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+       }},
+      {"cifar10", "cifar10:FOLDER", open_cifar10,
+       [](const std::vector<std::string>&) {
+         return std::vector<std::string>{"airplane", "automobile", "bird",  "cat",  "deer",
+                                         "dog",      "frog",       "horse", "ship", "truck"};
+       }},
+      // The class folders' names, in ImageFolder's order, where the folder is there to read.
+      {"images", "images:ROOT[:SIZE]", open_image_folders,
+       [](const std::vector<std::string>& p) {
+         std::vector<std::string> names;
+         std::error_code error;
+         if (p.size() < 2 || !std::filesystem::is_directory(p[1] + "/test", error)) return names;
+         for (const auto& entry : std::filesystem::directory_iterator(p[1] + "/test", error))
+           if (entry.is_directory(error)) names.push_back(entry.path().filename().string());
+         std::sort(names.begin(), names.end());
+         return names;
+       }},
+      {"modadd", "modadd[:P]", open_modular_addition, no_class_names},
+      {"text", "text:FILE[:LEN]", open_text, no_class_names},
+  };
+  return families;
+}
+
+// The family a spec (without its variants) names; UsageError listing them for an unknown one.
+const DataFamily& family_of(const std::string& base_spec) {
+  const std::string kind = split_spec(base_spec)[0];
+  for (const DataFamily& f : data_families())
+    if (kind == f.name) return f;
+  std::string forms;
+  for (const DataFamily& f : data_families()) forms += cat(forms.empty() ? "" : ", ", f.form);
+  throw UsageError(cat("--data ", base_spec, ": unknown data set (", forms, ", each optionally followed by +VARIANT)"));
+}
+
+DataSource open_base_data(const std::string& spec, bool with_train) {
+  DataSource d = family_of(spec).open(spec, split_spec(spec), with_train);
+  d.spec = spec;
+  return d;
+}
 
 }  // namespace
 
@@ -81,66 +215,14 @@ DataSource open_data(const std::string& spec, DataSplits splits) {
   return d;
 }
 
-namespace {
-
-DataSource open_base_data(const std::string& spec, bool with_train) {
-  const std::vector<std::string> p = split_spec(spec);
-  const std::string& kind = p[0];
-  DataSource d;
-  d.spec = spec;
-  auto need = [&](size_t count, const char* form) {
-    if (p.size() < count || p.size() > count + 1)
-      throw UsageError(cat("--data ", spec, ": expected ", form));
-  };
-  if (kind == "fashion-mnist" || kind == "mnist") {
-    if (p.size() > 2) throw UsageError(cat("--data ", spec, ": expected ", kind, "[:FOLDER]"));
-    const std::string folder = p.size() == 2 ? p[1] : (kind == "mnist" ? "" : fashion_mnist_default_folder);
-    if (folder.empty()) throw UsageError(cat("--data ", spec, ": mnist needs a folder (mnist:FOLDER)"));
-    d.test = kind == "mnist" ? mnist("test", folder) : fashion_mnist("test", folder);
-    d.train = !with_train ? d.test : kind == "mnist" ? mnist("train", folder) : fashion_mnist("train", folder);
-    d.mean = kind == "mnist" ? std::vector<float>{0.1307f} : std::vector<float>{0.2860f};
-    d.std = kind == "mnist" ? std::vector<float>{0.3081f} : std::vector<float>{0.3530f};
-    d.images = true;
-  } else if (kind == "cifar10") {
-    need(2, "cifar10:FOLDER");
-    d.test = cifar10(p[1], "test");
-    d.train = with_train ? cifar10(p[1], "train") : d.test;
-    d.mean = {0.4914f, 0.4822f, 0.4465f};
-    d.std = {0.2470f, 0.2435f, 0.2616f};
-    d.images = true;
-  } else if (kind == "images") {
-    need(2, "images:ROOT[:SIZE]");
-    const int64_t size = p.size() == 3 ? positive(spec, p[2], "SIZE") : 32;
-    auto test = std::make_shared<ImageFolder>(p[1] + "/test", 3, size, size);
-    d.test = test;
-    d.train = test;
-    if (with_train) {
-      auto train = std::make_shared<ImageFolder>(p[1] + "/train", 3, size, size);
-      check_same_classes(spec, *train, *test);
-      d.train = train;
-    }
-    d.mean = {0.5f, 0.5f, 0.5f};
-    d.std = {0.5f, 0.5f, 0.5f};
-    d.images = true;
-  } else if (kind == "modadd") {
-    if (p.size() > 2) throw UsageError(cat("--data ", spec, ": expected modadd[:P]"));
-    const int64_t modulus = p.size() == 2 ? positive(spec, p[1], "P") : 113;
-    d.train = std::make_shared<ModularAddition>(modulus, "train", 0.3, 0);
-    d.test = std::make_shared<ModularAddition>(modulus, "validation", 0.3, 0);
-  } else if (kind == "text") {
-    need(2, "text:FILE[:LEN]");
-    const int64_t len = p.size() == 3 ? positive(spec, p[2], "LEN") : 64;
-    d.train = text_corpus(p[1], len, "train", 0.1);
-    d.test = text_corpus(p[1], len, "validation", 0.1);
-  } else {
-    throw UsageError(cat("--data ", spec,
-                         ": unknown data set (fashion-mnist[:FOLDER], mnist:FOLDER, cifar10:FOLDER, "
-                         "images:ROOT[:SIZE], modadd[:P], text:FILE[:LEN], each optionally followed by "
-                         "+VARIANT)"));
-  }
-  return d;
+std::vector<std::string> class_names_of(const std::string& spec) {
+  const std::string base = spec.substr(0, spec.find('+'));
+  return family_of(base).class_names(split_spec(base));
 }
 
-}  // namespace
+std::string class_name(const std::vector<std::string>& names, int64_t label) {
+  if (label >= 0 && label < int64_t(names.size())) return names[size_t(label)];
+  return cat("class ", label);
+}
 
 }  // namespace adjoint

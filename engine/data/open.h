@@ -37,4 +37,13 @@ enum class DataSplits { TrainAndTest, TestOnly };
 // Throws UsageError naming the spec when it is malformed, Error when files are missing.
 DataSource open_data(const std::string& spec, DataSplits splits = DataSplits::TrainAndTest);
 
+// The class names of the data set a spec names (variants kept: they relabel, never rename),
+// known without reading its files: Fashion-MNIST's and CIFAR-10's names, MNIST's digits, an
+// image folder's class folders when the folder is there. Empty for sets without names
+// (modadd, text). Throws UsageError for an unknown data set.
+std::vector<std::string> class_names_of(const std::string& spec);
+
+// names[label], or "class <label>" where there is no name.
+std::string class_name(const std::vector<std::string>& names, int64_t label);
+
 }  // namespace adjoint
