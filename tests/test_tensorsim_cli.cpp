@@ -55,6 +55,14 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
     CHECK(read_text(dir.file("pair/tensorsim.csv")).rfind("measure,value,inner_product,norm_a,norm_b,compared\ntensor_similarity,", 0) == 0);
     CHECK(read_text(dir.file("pair/tensorsim.md")).find("| slice 6 |") != std::string::npos);
   }
+  SUBCASE("slices are labelled with the class names of the data spec") {
+    // modadd names no classes (above: "| slice 6 |"); a named data set labels the same slices.
+    const CommandOutcome o =
+        run_adjoint({"tensorsim", a, b, "--slices", "--no-baselines", "--data", "fashion-mnist", "--out", dir.file("named")});
+    REQUIRE_MESSAGE(o.code == 0, o.err);
+    CHECK(read_text(dir.file("named/tensorsim.md")).find("| slice 3 (dress) |") != std::string::npos);
+    CHECK(read_text(dir.file("named/tensorsim.csv")).find("\nslice_3,") != std::string::npos);  // machine keys unchanged
+  }
   SUBCASE("a difference tensor: (A - A0) against B") {
     const std::string a0 = kept_checkpoint_path(run, 6);
     const CommandOutcome o = run_adjoint({"tensorsim", a, b, "--diff", a0, "--no-baselines", "--out", dir.file("diff")});

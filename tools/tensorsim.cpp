@@ -67,13 +67,27 @@ auto naming(const std::string& files, Fn fn) {
   }
 }
 
+// --data, or the data set the first checkpoint names; empty when neither says.
+std::string named_data_spec(const cli::Args& a, const Checkpoint& first) {
+  return a.has("data") ? a.text("data") : first.metadata.count("data.spec") ? first.metadata.at("data.spec") : "";
+}
+
 std::string data_spec(const cli::Args& a, const Checkpoint& first) {
-  const std::string spec = a.has("data") ? a.text("data")
-                           : first.metadata.count("data.spec") ? first.metadata.at("data.spec")
-                                                                : "";
+  const std::string spec = named_data_spec(a, first);
   if (spec.empty())
     throw UsageError("tensorsim: the checkpoint names no data set for the baselines and the data metric; give --data");
   return spec;
+}
+
+// The class names that label the slices, from the data spec; none where it names no classes.
+std::vector<std::string> slice_class_names(const cli::Args& a, const Checkpoint& first) {
+  const std::string spec = named_data_spec(a, first);
+  if (spec.empty()) return {};
+  try {
+    return class_names_of(spec);
+  } catch (const UsageError&) {  // an unknown data set is reported where it is opened, not here
+    return {};
+  }
 }
 
 // The first --count test examples of the data set the first checkpoint names (or --data).
@@ -203,6 +217,8 @@ int run_pair(const cli::Args& a) {
   }
   if (a.flag("slices")) {
     Json slices = Json::array();
+    const std::vector<std::string> names = slice_class_names(a, ca.checkpoint);
+    auto slice_label = [&](size_t k) { return k < names.size() ? cat("slice ", k, " (", names[k], ")") : cat("slice ", k); };
     std::printf("per-output slices:");
     for (size_t k = 0; k < score.slices.size(); ++k) {
       const double v = score.slices[k];
@@ -211,7 +227,7 @@ int run_pair(const cli::Args& a) {
       const bool raw = k < score.slice_ab.size();
       csv += csv_row(cat("slice_", k), v, raw ? score.slice_ab[k] : 0, raw ? score.slice_aa[k] : 0,
                      raw ? score.slice_bb[k] : 0, raw, compared);
-      md += cat("| slice ", k, " | ", fixed(v), " | ",
+      md += cat("| ", slice_label(k), " | ", fixed(v), " | ",
                 raw ? cat(score.slice_ab[k], " | ", std::sqrt(score.slice_aa[k]), " | ", std::sqrt(score.slice_bb[k]))
                     : std::string(" | | "),
                 " |\n");

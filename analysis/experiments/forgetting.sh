@@ -16,8 +16,10 @@ seeds=${2:-0 1 2}
 stage=${3:-2000}
 removed=${4:-3}
 adjoint=${ADJOINT:-$(dirname "$0")/../../build/tools/adjoint}
-# AdamW's decoupled weight decay through the environment: WEIGHT_DECAY (default 0.05).
-common=(--model bilinear_mlp --hidden 64 --optimizer adamw --lr 1e-3 --weight-decay "${WEIGHT_DECAY:-0.05}" --schedule constant
+# Through the environment: WEIGHT_DECAY (AdamW's decoupled weight decay, default 0.05) and
+# MODEL_OPTS (the model's size, default "--hidden 64").
+read -r -a model_opts <<< "${MODEL_OPTS:---hidden 64}"
+common=(--model bilinear_mlp "${model_opts[@]}" --optimizer adamw --lr 1e-3 --weight-decay "${WEIGHT_DECAY:-0.05}" --schedule constant
         --batch 128 --no-augment --epochs 1000)
 without=$(seq 0 9 | grep -vx "$removed" | paste -sd, -)
 mkdir -p "$out"
@@ -36,10 +38,10 @@ compare() {
   local csv="$run/$3/tensorsim.csv"
   local others
   others=$(awk -F, -v t="slice_$removed" '$1 ~ /^slice_/ && $1 != t { print $2 }' "$csv" | sort -g)
-  echo "$seed,$3,$(value "slice_$removed" "$csv"),$(echo "$others" | head -1),$(echo "$others" | tail -1),$(value tensor_similarity "$csv"),$(value cka_logits "$csv")" >> "$out/forgetting.csv.tmp"
+  echo "$seed,$3,$(value "slice_$removed" "$csv"),$(echo "$others" | head -1),$(echo "$others" | tail -1),$(echo "$others" | awk '{ s += $1 } END { printf "%.6f", s / NR }'),$(value tensor_similarity "$csv"),$(value cka_logits "$csv")" >> "$out/forgetting.csv.tmp"
 }
 
-echo "seed,comparison,removed_slice,other_slices_min,other_slices_max,total,cka_logits" > "$out/forgetting.csv.tmp"
+echo "seed,comparison,removed_slice,other_slices_min,other_slices_max,other_slices_mean,total,cka_logits" > "$out/forgetting.csv.tmp"
 for seed in $seeds; do
   run="$out/seed$seed"
   train_stage stage1 "fashion-mnist+classes:0-4" "$stage"
@@ -56,12 +58,12 @@ mv "$out/forgetting.csv.tmp" "$out/forgetting.csv"
 {
   echo "# Forgetting: per-class slice similarity to the weights before class $removed was removed"
   echo
-  echo "bilinear MLP 784 → 64 → 10 on Fashion-MNIST, stages of $stage steps: classes 0–4, all, all but $removed"
+  echo "bilinear MLP (${model_opts[*]}) on Fashion-MNIST, stages of $stage steps: classes 0–4, all, all but $removed"
   echo "(or all: control), all again. AdamW lr 1e-3, weight decay ${WEIGHT_DECAY:-0.05}. Tensor similarity: Gaussian metric with the bias coordinate. Seeds: $seeds."
   echo
   echo "| seed | comparison | slice of class $removed | other slices (min–max) | whole tensor | CKA logits |"
   echo "|---:|---|---:|---|---:|---:|"
-  awk -F, 'NR > 1 { printf "| %s | %s | %.4f | %.4f–%.4f | %.4f | %.4f |\n", $1, $2, $3, $4, $5, $6, $7 }' "$out/forgetting.csv"
+  awk -F, 'NR > 1 { printf "| %s | %s | %.4f | %.4f–%.4f | %.4f | %.4f |\n", $1, $2, $3, $4, $5, $7, $8 }' "$out/forgetting.csv"
 } > "$out/forgetting.md.tmp"
 mv "$out/forgetting.md.tmp" "$out/forgetting.md"
 cat "$out/forgetting.md"
