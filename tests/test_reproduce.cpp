@@ -9,6 +9,7 @@
 
 #include "engine/error.h"
 #include "engine/io/files.h"
+#include "engine/threads.h"
 #include "tests/support.h"
 #include "tools/reproduce/paper.h"
 #include "tools/reproduce/runner.h"
@@ -78,6 +79,7 @@ TEST_CASE("reproduce: a rerun skips finished parts and refuses parts made by ano
   RunOptions o;
   o.out_dir = dir.path().string();
   o.commit = "abc123";
+  o.threads = 1;
   o.show_progress = false;
   o.run_command = [&](const std::vector<std::string>& words, const std::string&) {
     ran.push_back(words[0]);
@@ -130,8 +132,18 @@ TEST_CASE("reproduce: a rerun skips finished parts and refuses parts made by ano
   CHECK_THROWS_WITH_AS(run_parts(paper, o), doctest::Contains("at commit abc123"), Error);
   CHECK(ran.empty());
 
+  // Another thread count (OpenBLAS's bits depend on it): refused too.
+  o.commit = "abc123";
+  o.threads = 2;
+  CHECK_THROWS_WITH_AS(run_parts(paper, o), doctest::Contains("with 1 threads, not"), Error);
+  CHECK(ran.empty());
+  o.threads = 1;
+  CHECK_NOTHROW(run_parts(paper, o));
+  CHECK(ran.empty());
+
   // A failing command names its part and its log.
   o.overwrite = true;
+  o.commit = "def456";
   o.run_command = [](const std::vector<std::string>&, const std::string&) { return 3; };
   CHECK_THROWS_WITH_AS(run_parts(paper, o), doctest::Contains("part first failed (exit 3)"), Error);
 }
@@ -149,9 +161,13 @@ TEST_CASE("reproduce: a part runs in process through the command dispatcher, its
   RunOptions o;
   o.out_dir = dir.path().string();
   o.show_progress = false;
+  o.threads = 1;
+  const int threads_before = num_threads();
   run_parts(paper, o);
   CHECK(fs::exists(o.out_dir + "/parts/model/checkpoint.safetensors"));
-  CHECK(fs::exists(o.out_dir + "/parts/model/index.html"));
+  // The part ran with the runner's thread count, not all cores, and left the process's own as it was.
+  CHECK(contains(read_text(o.out_dir + "/parts/model/index.html"), "<th>threads</th><td>1</td>"));
+  CHECK(num_threads() == threads_before);
   CHECK_FALSE(read_text(o.out_dir + "/parts/model.log").empty());
 }
 

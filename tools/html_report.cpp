@@ -276,7 +276,8 @@ std::string html_page(const Args& args, const HtmlReport& report, const std::str
   definition(html, "threads", std::to_string(num_threads()));
   std::string seeds;
   for (const auto& [name, value] : args.options())
-    if (name.find("seed") != std::string::npos) seeds += (seeds.empty() ? "" : ", ") + name + " " + value;
+    if (name.find("seed") != std::string::npos)  // an empty value: the command picks (reproduce's --seeds)
+      seeds += (seeds.empty() ? "" : ", ") + name + " " + (value.empty() ? "default" : value);
   definition(html, "seeds", seeds.empty() ? "none (the command draws no random numbers)" : seeds);
   html += "</table>\n";
 

@@ -14,6 +14,7 @@
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
+#include "engine/threads.h"
 #include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
 #include "tools/progress.h"
 
@@ -39,8 +40,11 @@ std::string read_whole(const std::string& path) {
 }
 
 // Runs `words` through the command dispatcher in this process, stdout and stderr into `log`.
-int run_in_process(const std::vector<std::string>& words, const std::string& log) {
-  std::vector<std::string> argv_words = {"adjoint"};
+// The part runs with `threads` worker threads: the count is part of what made its numbers
+// (OpenBLAS's bits differ between thread counts), and cli::run would otherwise take all cores.
+int run_in_process(const std::vector<std::string>& words, const std::string& log, int threads) {
+  const int threads_before = num_threads();
+  std::vector<std::string> argv_words = {"adjoint", "--threads", std::to_string(threads)};
   argv_words.insert(argv_words.end(), words.begin(), words.end());
   std::vector<char*> argv;
   for (std::string& w : argv_words) argv.push_back(w.data());
@@ -61,6 +65,7 @@ int run_in_process(const std::vector<std::string>& words, const std::string& log
   ::dup2(saved_err, 2);
   ::close(saved_out);
   ::close(saved_err);
+  set_num_threads(threads_before);  // this process's own, as before the part
   return code;
 }
 
@@ -82,6 +87,7 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
   const std::string parts_dir = o.out_dir + "/parts";
   fs::create_directories(parts_dir);
   const std::string commit = o.commit.empty() ? std::string(ADJOINT_COMMIT) : o.commit;
+  const int threads = o.threads > 0 ? o.threads : num_threads();
   const std::vector<Part> parts = paper.parts(o.scale, o.seeds);
   double total_cost = 0;
   for (const Part& p : parts) total_cost += p.expected_seconds;
@@ -97,14 +103,16 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
       const Json record = parse_json(text);
       const std::string made_by = record.find("command") ? record.find("command")->as_string() : "";
       const std::string made_at = record.find("commit") ? record.find("commit")->as_string() : "";
-      if (made_by == command_line(p) && made_at == commit) {
+      const Json* made_with = record.find("threads");
+      const int made_threads = made_with && made_with->is_number() ? int(made_with->as_number()) : 0;
+      if (made_by == command_line(p) && made_at == commit && made_threads == threads) {
         outcome.skipped = true;
         outcome.seconds = record.find("seconds") ? record.find("seconds")->as_number() : 0;
         ++already;
       } else if (!o.overwrite) {
         throw Error(cat("reproduce: part ", p.name, " in ", parts_dir, "/", p.name, " was made by `", made_by,
-                        "` at commit ", made_at, ", not `", command_line(p), "` at ", commit,
-                        ": rerun with --overwrite or another --out"));
+                        "` at commit ", made_at, " with ", made_threads, " threads, not `", command_line(p), "` at ",
+                        commit, " with ", threads, ": rerun with --overwrite or another --out"));
       }
     }
     outcomes.push_back(outcome);
@@ -125,7 +133,7 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
         words.push_back(replace_all(replace_all(w, "{out}", folder), "{parts}", parts_dir));
       const std::string log = parts_dir + "/" + p.name + ".log";
       const auto start = std::chrono::steady_clock::now();
-      const int code = o.run_command ? o.run_command(words, log) : run_in_process(words, log);
+      const int code = o.run_command ? o.run_command(words, log) : run_in_process(words, log, threads);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (code != 0)
         throw Error(cat("reproduce: part ", p.name, " failed (exit ", code, "); its output is in ", log));
@@ -134,6 +142,7 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
       record["command"] = command_line(p);
       record["commit"] = commit;
       record["scale"] = scale_name(o.scale);
+      record["threads"] = threads;
       record["seconds"] = seconds;
       write_file_atomic(folder + "/" + kRecordName, to_json(record, 2) + "\n");
       outcomes[i].seconds = seconds;

@@ -23,6 +23,7 @@ struct RunOptions {
   int seeds = 1;
   bool overwrite = false;
   std::string commit;  // the commit recorded and compared; empty: the executable's own
+  int threads = 0;     // worker threads every part runs with, recorded and compared; 0: this process's
   // Runs one part's words (without "adjoint"), returns the exit code; default: in process
   // through the command dispatcher (tools/cli.h), its output into DIR/parts/<name>.log.
   std::function<int(const std::vector<std::string>& words, const std::string& log)> run_command;
