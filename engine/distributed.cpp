@@ -244,6 +244,13 @@ bool PendingGather::test() { return true; }
 
 PendingGather::PendingGather() = default;
 PendingGather::PendingGather(PendingGather&& other) noexcept = default;
+PendingGather& PendingGather::operator=(PendingGather&& other) {
+  if (this != &other) {
+    wait();  // its buffers may go once this returns
+    request_ = std::move(other.request_);
+  }
+  return *this;
+}
 PendingGather::~PendingGather() {
   try {
     wait();

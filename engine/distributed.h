@@ -38,7 +38,8 @@ class PendingGather {
 public:
   PendingGather();
   PendingGather(PendingGather&& other) noexcept;
-  PendingGather& operator=(PendingGather&&) = delete;
+  // Waits for the gather this one holds, if any, before taking the other's.
+  PendingGather& operator=(PendingGather&& other);
   ~PendingGather();
   // Returns when `all` holds every rank's values.
   void wait();
