@@ -203,3 +203,30 @@ TEST_CASE("training step: the bucket size changes no bit; the sum is the whole-g
       }
     }
 }
+
+TEST_CASE("training step: a ResNet-18 of width 1/4 in 1/4 MiB buckets starts nearly all of them during backward") {
+  // The figure docs/cluster.md quotes: of the buckets of a step, how many started (their
+  // all-gather) before backward returned.
+  ModelConfig c;
+  c.arch = "resnet18";
+  c.width = 0.25;
+  c.in_channels = 1;
+  c.image_size = 28;
+  c.num_classes = 10;
+  Generator data_gen(5);
+  Batch batch;
+  batch.inputs = normal({4, 1, 28, 28}, 0.0f, 1.0f, data_gen);
+  for (int64_t i = 0; i < 4; ++i) batch.labels.push_back(i), batch.indices.push_back(i);
+  auto model = fresh_model(c);
+  GradientBuckets buckets;
+  std::vector<int64_t> early;
+  for (int step = 0; step < 2; ++step) {
+    model->zero_grad();
+    classification_step(*model, batch, 0.0f, Sharding{2, 1, 0.25}, step, nullptr, &buckets);
+    early.push_back(buckets.started_during_backward);
+  }
+  MESSAGE("ResNet-18 width 1/4, 0.25 MiB buckets: ", early[0], " (first step, parameters last to first), ", early[1],
+          " (second, in backward's order) of ", buckets.buckets, " started before backward returned");
+  CHECK(buckets.buckets >= 5);  // 2.8 MB of gradients, the largest tensors 0.6 MB each
+  CHECK(early[1] >= buckets.buckets - 1);
+}
