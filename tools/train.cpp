@@ -149,9 +149,9 @@ int run_train(const cli::Args& a) {
               o.out_dir.c_str());
   if (distributed::size() > 1 || sharding.threads > 1)
     std::printf("  data parallel: %d ranks × %lld threads, %lld shards of %lld examples per step (the same bits at any "
-                "rank count dividing %lld)\n",
+                "rank count dividing %lld); gradients exchanged in buckets of %g MiB during backward\n",
                 distributed::size(), (long long)sharding.threads, (long long)sharding.shards,
-                (long long)(o.batch_size / sharding.shards), (long long)sharding.shards);
+                (long long)(o.batch_size / sharding.shards), (long long)sharding.shards, sharding.bucket_mib);
   if (a.text("adversarial") != "none") {
     std::printf("  %s:", step.name.c_str());
     for (const auto& [key, value] : step.metadata) std::printf(" %s=%s", key.c_str(), value.c_str());
