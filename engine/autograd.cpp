@@ -52,9 +52,10 @@ const void* key_of(const Tensor& t) {
 
 // Runs the transport. `wanted` holds the keys whose cotangents the caller needs (leaves
 // or nodes); `deliver` receives their cotangents: a node's once, final; a leaf's in parts,
-// one per edge into it, to be summed. `done`, when given, is called once for every wanted
-// key as soon as nothing more will be delivered to it (a leaf: right after the last node
-// with an edge into it has run; a key nothing reaches: at the end).
+// one per edge into it, to be summed. `done`, when given, is called at most once per wanted
+// key, as soon as nothing more will be delivered to it: a node's right after its delivery,
+// a leaf's right after the last node with an edge into it has run (keys that no node
+// reaches are left to the caller).
 void run(const Tensor& output, const Tensor& cotangent, const Transport& transport,
          const std::unordered_set<const void*>& wanted,
          const std::function<void(const void*, const Tensor&)>& deliver, bool release_graph,
@@ -62,9 +63,6 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
   std::unordered_set<const void*> finished;  // the keys `done` was called for
   auto finish = [&](const void* key) {
     if (done && finished.insert(key).second) done(key);
-  };
-  auto finish_the_rest = [&] {
-    for (const void* key : wanted) finish(key);
   };
   check(output.defined(), "backward: the output tensor is undefined");
   Tensor seed = cotangent;
@@ -77,7 +75,6 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
         " differs from output shape ", output.shape());
   if (!output.grad_fn()) {  // the output is itself a leaf
     if (wanted.count(output.impl())) deliver(output.impl(), seed);
-    finish_the_rest();
     return;
   }
 
@@ -169,7 +166,6 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
         for (const void* leaf : last->second) finish(leaf);
     }
   }
-  finish_the_rest();
 }
 
 }  // namespace
@@ -269,10 +265,11 @@ std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, c
   run(
       output, cotangent, transport, wanted, [&](const void* key, const Tensor& cot) { accumulate(got[key], cot); },
       /*release_graph=*/!keep_graph, done);
-  for (size_t i = 0; i < wrt.size(); ++i) {
+  for (size_t i = 0; i < wrt.size(); ++i) {  // those no node reached (or the output itself), in order
     if (result[i].defined()) continue;
     auto it = got.find(key_of(wrt[i]));
     result[i] = it == got.end() ? Tensor::zeros(wrt[i].shape()) : it->second;
+    if (on_ready) on_ready(i, result[i]);
   }
   return result;
 }
