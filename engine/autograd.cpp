@@ -51,10 +51,19 @@ const void* key_of(const Tensor& t) {
 }
 
 // Runs the transport. `wanted` holds the keys whose cotangents the caller needs (leaves
-// or nodes); `deliver` receives each as soon as it is final.
+// or nodes); `deliver` receives their cotangents: a node's once, final; a leaf's in parts,
+// one per edge into it, to be summed. `done`, when given, is called at most once per wanted
+// key, as soon as nothing more will be delivered to it: a node's right after its delivery,
+// a leaf's right after the last node with an edge into it has run (keys that no node
+// reaches are left to the caller).
 void run(const Tensor& output, const Tensor& cotangent, const Transport& transport,
          const std::unordered_set<const void*>& wanted,
-         const std::function<void(const void*, const Tensor&)>& deliver, bool release_graph) {
+         const std::function<void(const void*, const Tensor&)>& deliver, bool release_graph,
+         const std::function<void(const void*)>& done = {}) {
+  std::unordered_set<const void*> finished;  // the keys `done` was called for
+  auto finish = [&](const void* key) {
+    if (done && finished.insert(key).second) done(key);
+  };
   check(output.defined(), "backward: the output tensor is undefined");
   Tensor seed = cotangent;
   if (!seed.defined()) {
@@ -103,19 +112,34 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
     }
     if (any) reaches.insert(node);
   }
+  // For `done`: the wanted leaves whose last edge (in the order the nodes run below) leaves
+  // each node; after that node has run, nothing more flows to them.
+  std::unordered_map<Node*, std::vector<const void*>> leaves_last_fed_by;
+  if (done) {
+    std::unordered_set<const void*> placed;
+    for (const auto& owned : order) {  // post-order: the nodes that run last come first
+      for (size_t i = 0; i < owned->inputs.size(); ++i) {
+        const Edge& in = owned->inputs[i];
+        if (in.leaf && owned->needs[i] && placed.insert(in.key()).second) leaves_last_fed_by[owned.get()].push_back(in.key());
+      }
+    }
+  }
 
   NoGrad no_grad;
   std::unordered_map<const void*, Tensor> pending{{output.grad_fn().get(), seed}};
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    Node* node = it->get();
+  // Transports the cotangent through one node (if any reaches it) to its inputs.
+  auto transport_through = [&](Node* node) {
     auto found = pending.find(node);
-    if (found == pending.end()) continue;  // nothing flows through this node
+    if (found == pending.end()) return;  // nothing flows through this node
     Tensor cot = std::move(found->second);
     pending.erase(found);
-    if (wanted.count(node)) deliver(node, cot);
-    if (!reaches.count(node)) continue;
+    if (wanted.count(node)) {
+      deliver(node, cot);
+      finish(node);
+    }
+    if (!reaches.count(node)) return;
     bool any_need = std::any_of(node->needs.begin(), node->needs.end(), [](bool b) { return b; });
-    if (!any_need) continue;
+    if (!any_need) return;
     std::vector<Tensor> cots = node->vjp(cot, transport);
     check(cots.size() == node->inputs.size(), "backward: ", node->name(), " returned ", cots.size(),
           " cotangents for ", node->inputs.size(), " inputs");
@@ -131,6 +155,15 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
       node->release();
       node->inputs.clear();
       node->released = true;
+    }
+  };
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* node = it->get();
+    transport_through(node);
+    if (done) {
+      auto last = leaves_last_fed_by.find(node);
+      if (last != leaves_last_fed_by.end())
+        for (const void* leaf : last->second) finish(leaf);
     }
   }
 }
@@ -206,19 +239,37 @@ void backward(const Tensor& output, const Tensor& cotangent, const Transport& tr
 
 std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent,
                          const Transport& transport, bool keep_graph) {
+  return grad(output, wrt, GradientReady{}, cotangent, transport, keep_graph);
+}
+
+std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, const GradientReady& on_ready,
+                         const Tensor& cotangent, const Transport& transport, bool keep_graph) {
   std::unordered_set<const void*> wanted;
-  for (const Tensor& t : wrt) {
-    check(t.defined(), "grad: an undefined tensor among the inputs to differentiate");
-    wanted.insert(key_of(t));
+  std::unordered_map<const void*, std::vector<size_t>> indices_of;  // an input may be given twice
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    check(wrt[i].defined(), "grad: an undefined tensor among the inputs to differentiate");
+    wanted.insert(key_of(wrt[i]));
+    indices_of[key_of(wrt[i])].push_back(i);
   }
+  std::vector<Tensor> result(wrt.size());
   std::unordered_map<const void*, Tensor> got;
+  std::function<void(const void*)> done;
+  if (on_ready)
+    done = [&](const void* key) {
+      for (size_t i : indices_of.at(key)) {
+        auto it = got.find(key);
+        result[i] = it == got.end() ? Tensor::zeros(wrt[i].shape()) : it->second;
+        on_ready(i, result[i]);
+      }
+    };
   run(
       output, cotangent, transport, wanted, [&](const void* key, const Tensor& cot) { accumulate(got[key], cot); },
-      /*release_graph=*/!keep_graph);
-  std::vector<Tensor> result;
-  for (const Tensor& t : wrt) {
-    auto it = got.find(key_of(t));
-    result.push_back(it == got.end() ? Tensor::zeros(t.shape()) : it->second);
+      /*release_graph=*/!keep_graph, done);
+  for (size_t i = 0; i < wrt.size(); ++i) {  // those no node reached (or the output itself), in order
+    if (result[i].defined()) continue;
+    auto it = got.find(key_of(wrt[i]));
+    result[i] = it == got.end() ? Tensor::zeros(wrt[i].shape()) : it->second;
+    if (on_ready) on_ready(i, result[i]);
   }
   return result;
 }

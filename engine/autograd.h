@@ -103,6 +103,17 @@ void backward(const Tensor& output, const Tensor& cotangent = {}, const Transpor
 std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt,
                          const Tensor& cotangent = {}, const Transport& transport = {}, bool keep_graph = true);
 
+// Called by grad() with the index i of wrt[i] and its final cotangent (the value grad()
+// returns for it), as soon as nothing more will be added to it: for a leaf, right after
+// the last node with an edge into it has run, while backward goes on through the nodes
+// nearer the inputs (a network's early layers finish last). Once per index; an input that
+// nothing reaches gets its zeros at the end. Runs on the thread that called grad(), so a
+// caller can start work on a finished gradient (send it to other processes, say) while the
+// rest of backward runs.
+using GradientReady = std::function<void(size_t index, const Tensor& gradient)>;
+std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, const GradientReady& on_ready,
+                         const Tensor& cotangent = {}, const Transport& transport = {}, bool keep_graph = true);
+
 // Functional form: evaluates f at fresh leaves holding `primals`' values and returns the
 // input cotangents of `cotangent` under `transport`. Parameters' .grad are untouched.
 std::vector<Tensor> vjp(const std::function<Tensor(const std::vector<Tensor>&)>& f,

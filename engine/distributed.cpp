@@ -199,6 +199,67 @@ void abort(int code, const char* message) {
 }
 #endif
 
+#ifdef ADJOINT_HAVE_MPI
+struct PendingGather::Request {
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+
+PendingGather start_allgather(const float* mine, int64_t count, float* all) {
+  PendingGather gather;
+  if (!job().mpi) {
+    allgather_values(mine, count, all, MPI_FLOAT);  // a job of one: a copy
+    return gather;
+  }
+  gather.request_ = std::make_unique<PendingGather::Request>();
+  check_mpi(MPI_Iallgather(mine, checked_count(count), MPI_FLOAT, all, checked_count(count), MPI_FLOAT, MPI_COMM_WORLD,
+                           &gather.request_->request),
+            "MPI_Iallgather");
+  return gather;
+}
+
+void PendingGather::wait() {
+  if (!pending()) return;
+  wait_quietly(request_->request, nullptr, "MPI_Iallgather");
+  request_.reset();
+}
+
+bool PendingGather::test() {
+  if (!pending()) return true;
+  int done = 0;
+  check_mpi(MPI_Test(&request_->request, &done, MPI_STATUS_IGNORE), "MPI_Iallgather");
+  if (done) request_.reset();
+  return done != 0;
+}
+#else
+struct PendingGather::Request {};
+
+PendingGather start_allgather(const float* mine, int64_t count, float* all) {
+  allgather_values(mine, count, all);  // a job of one: a copy
+  return PendingGather();
+}
+
+void PendingGather::wait() { request_.reset(); }
+bool PendingGather::test() { return true; }
+#endif
+
+PendingGather::PendingGather() = default;
+PendingGather::PendingGather(PendingGather&& other) noexcept = default;
+PendingGather& PendingGather::operator=(PendingGather&& other) {
+  if (this != &other) {
+    wait();  // its buffers may go once this returns
+    request_ = std::move(other.request_);
+  }
+  return *this;
+}
+PendingGather::~PendingGather() {
+  try {
+    wait();
+  } catch (const std::exception&) {
+    // as above: a destructor cannot report it; the job ends on the error elsewhere
+  }
+}
+bool PendingGather::pending() const { return request_ != nullptr; }
+
 namespace {
 
 // The tags of the work queue's two messages.

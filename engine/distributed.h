@@ -5,12 +5,14 @@
 // `mpi`), is a job of one: rank 0 of size 1, and every collective copies its own buffer.
 // MPI is started on first use and finished when the process exits normally.
 //
-// Collectives are called from the main thread only, by every rank in the same order. The one
+// Collectives are called from the main thread only, by every rank in the same order
+// (MPI_THREAD_SERIALIZED; start_allgather and PendingGather::wait included). The one
 // exception is rank 0's dispatcher thread in for_each_item, which talks to the other ranks
 // while the main thread works on items and makes no MPI call.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace adjoint::distributed {
@@ -26,6 +28,35 @@ int size();
 // order: rank r's values at all[r · count …]. The same count on every rank.
 void allgather(const float* mine, int64_t count, float* all);
 void allgather(const double* mine, int64_t count, double* all);
+
+// An all-gather that runs while this process goes on working (MPI_Iallgather): started by
+// start_allgather, finished by wait(). Until then neither buffer may be touched (`mine` not
+// changed, `all` not read). Every rank starts the same gathers in the same order (as for
+// any collective), from the main thread. The destructor waits for one still pending. In a
+// job of one, start_allgather copies and wait() returns at once.
+class PendingGather {
+public:
+  PendingGather();
+  PendingGather(PendingGather&& other) noexcept;
+  // Waits for the gather this one holds, if any, before taking the other's.
+  PendingGather& operator=(PendingGather&& other);
+  ~PendingGather();
+  // Returns when `all` holds every rank's values.
+  void wait();
+  // Lets MPI move the gather on and returns whether it has finished (then as wait()). Open MPI
+  // progresses a nonblocking collective only inside MPI calls, so a caller that wants the
+  // transfer to advance during its own work calls this now and then.
+  bool test();
+  // Whether it was started and not yet waited for.
+  bool pending() const;
+
+private:
+  friend PendingGather start_allgather(const float* mine, int64_t count, float* all);
+  struct Request;  // MPI's request handle, kept out of this header
+  std::unique_ptr<Request> request_;
+};
+// Starts allgather(mine, count, all) and returns at once.
+PendingGather start_allgather(const float* mine, int64_t count, float* all);
 
 // Rank `root`'s `count` values copied into `values` on every rank.
 void broadcast(float* values, int64_t count, int root = 0);

@@ -14,6 +14,7 @@
 #include "engine/data/loader.h"
 #include "engine/distributed.h"
 #include "engine/error.h"
+#include "engine/gradient_buckets.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
 #include "engine/optim.h"
@@ -245,18 +246,6 @@ void run_in_blocks(int64_t count, int64_t threads, const std::function<void(int6
   run_in_blocks(count, threads, [&](int64_t, int64_t i) { task(i); });
 }
 
-template <class T>
-void tree_sum(T* rows, int64_t count, int64_t length) {
-  for (int64_t width = 1; width < count; width *= 2)
-    for (int64_t i = 0; i + width < count; i += 2 * width) {
-      T* into = rows + i * length;
-      const T* from = rows + (i + width) * length;
-      for (int64_t k = 0; k < length; ++k) into[k] += from[k];
-    }
-}
-
-bool is_power_of_two(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
-
 int64_t total_numel(const std::vector<Tensor>& tensors) {
   int64_t n = 0;
   for (const Tensor& t : tensors) n += t.numel();
@@ -402,16 +391,15 @@ void check_out_dir(const TrainOptions& o, const std::string& checkpoint_path) {
 
 }  // namespace
 
-void tree_sum_rows(float* rows, int64_t count, int64_t length) { tree_sum(rows, count, length); }
-void tree_sum_rows(double* rows, int64_t count, int64_t length) { tree_sum(rows, count, length); }
-
 Sharding sharding_of(const TrainOptions& o) {
   const int64_t ranks = distributed::size();
   if (o.shards < 0) throw UsageError(cat("--shards must be at least 1, got ", o.shards));
   if (o.shards == 0 && ranks > 1)
     throw UsageError(cat("mpirun -n ", ranks, ": give --shards S, a multiple of ", ranks,
                          " (the same S gives the same weights at any rank count dividing it)"));
-  Sharding sharding{o.shards > 0 ? o.shards : o.data_parallel, o.data_parallel};
+  if (!(o.bucket_mib > 0 && std::isfinite(o.bucket_mib)))
+    throw UsageError(cat("--bucket-mib must be a positive number of MiB, got ", o.bucket_mib));
+  Sharding sharding{o.shards > 0 ? o.shards : o.data_parallel, o.data_parallel, o.bucket_mib};
   if (sharding.shards % ranks != 0)
     throw UsageError(cat("--shards ", sharding.shards, ": not a multiple of the ", ranks,
                          " ranks; each rank computes the same number of shards"));
@@ -433,6 +421,31 @@ StepOutcome whole_batch_step(Model& model, const Batch& batch, float label_smoot
   NoGrad off;
   const int64_t rows = logits.size(0);
   return {double(value) * double(rows), count_correct(logits, batch.labels), rows};
+}
+
+// The order the tensors summed over the shards are expected to become final in, before a
+// step has shown it: the parameters last to first (backward runs the last layers first, as
+// DDP assumes too), then the running statistics, added after backward.
+std::vector<int64_t> default_summation_order(size_t parameters, size_t statistics) {
+  std::vector<int64_t> order;
+  for (size_t i = parameters; i-- > 0;) order.push_back(int64_t(i));
+  for (size_t b = 0; b < statistics; ++b) order.push_back(int64_t(parameters + b));
+  return order;
+}
+
+// Rank 0's `order`, on every rank: the buckets (the collectives every rank starts) must be
+// the same everywhere, whatever order each rank happened to see.
+std::vector<int64_t> rank_zeros_order(const std::vector<int64_t>& order) {
+  std::string text;
+  for (int64_t index : order) text += std::to_string(index) + " ";
+  distributed::broadcast(text);
+  std::vector<int64_t> agreed;
+  for (size_t at = 0; at < text.size();) {
+    const size_t space = text.find(' ', at);
+    agreed.push_back(std::stoll(text.substr(at, space - at)));
+    at = space + 1;
+  }
+  return agreed;
 }
 
 std::vector<Tensor> buffers_of(const Model& model) {
@@ -464,23 +477,29 @@ void refresh_replicas(const Model& model, int64_t count, std::vector<std::shared
 }  // namespace
 
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
-                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas) {
+                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas, GradientBuckets* buckets) {
   const int64_t shards = sharding.shards, ranks = distributed::size(), rank = distributed::rank();
   if (shards == 1 && ranks == 1) return whole_batch_step(model, batch, label_smoothing, step);
   check(shards % ranks == 0, "train: ", shards, " shards over ", ranks, " ranks");
   check(batch.size() >= shards, "train: a batch of ", batch.size(), " examples cannot make ", shards,
         " shards; give --batch at least --shards");
 
-  // Each shard fills one row: its weighted gradient of every parameter, then the running
-  // statistics its own forward pass left (BatchNorm; none for most models).
+  // Summed over the shards (BucketedSum): each shard's weighted gradient of every parameter,
+  // handed over as backward finishes it, then the running statistics its own forward pass
+  // left (BatchNorm; none for most models).
   const std::vector<Tensor> params = model.parameters();
   std::vector<Tensor> buffers = buffers_of(model);
-  const int64_t gradient_length = total_numel(params), row = gradient_length + total_numel(buffers);
   const int64_t mine = shards / ranks, first = rank * mine;
   const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
-  std::vector<float> rows(size_t(mine * row));
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : params) sizes.push_back(t.numel());
+  for (const Tensor& t : buffers) sizes.push_back(t.numel());
+  const int64_t statistics_index = int64_t(params.size());  // buffer b is tensor statistics_index + b
+  std::vector<int64_t> expected_order = buckets != nullptr ? buckets->order : std::vector<int64_t>{};
+  if (expected_order.size() != sizes.size()) expected_order = default_summation_order(params.size(), buffers.size());
+  BucketedSum sum(sizes, expected_order, mine, sharding.bucket_mib);
   std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
-  std::vector<float> start_statistics(size_t(row - gradient_length));
+  std::vector<float> start_statistics(size_t(total_numel(buffers)));
   flatten_into(buffers, start_statistics.data());
   // `threads` shards at a time, each shard from the step's starting running statistics. A
   // model with running statistics (BatchNorm) gives every thread after the first a replica
@@ -488,6 +507,7 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
   const int64_t threads = std::min(sharding.threads, mine);
   const bool own_statistics = !buffers.empty() && threads > 1 && replicas != nullptr;
   if (own_statistics) refresh_replicas(model, threads - 1, *replicas);
+  int64_t started_during_backward = 0;
   run_in_blocks(mine, buffers.empty() || own_statistics ? threads : 1, [&](int64_t thread, int64_t j) {
     Model& worker = own_statistics && thread > 0 ? *(*replicas)[size_t(thread - 1)] : model;
     std::vector<Tensor> worker_buffers = &worker == &model ? buffers : buffers_of(worker);
@@ -500,17 +520,26 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
     const float value = loss.item();
     const int64_t part_rows = logits.size(0);
     if (std::isfinite(value)) {  // else every rank refuses the step below, once it has seen every shard's loss
-      const std::vector<Tensor> grads =
-          grad(loss, worker_params, Tensor::full(loss.shape(), float(double(part_rows) / double(total_rows))), {},
-               /*keep_graph=*/false);
-      flatten_into(grads, rows.data() + j * row);
+      // Each parameter's gradient goes to its bucket as soon as backward has finished it.
+      grad(loss, worker_params, [&](size_t i, const Tensor& g) { sum.add(j, int64_t(i), g); },
+           Tensor::full(loss.shape(), float(double(part_rows) / double(total_rows))), {}, /*keep_graph=*/false);
+      if (j == mine - 1) started_during_backward = sum.started_early();
     }
     NoGrad off;
-    flatten_into(worker_buffers, rows.data() + j * row + gradient_length);
+    for (size_t b = 0; b < worker_buffers.size(); ++b) sum.add(j, statistics_index + int64_t(b), worker_buffers[b]);
     outcomes[size_t(j * 3)] = double(value) * double(part_rows);
     outcomes[size_t(j * 3 + 1)] = double(count_correct(logits, part.labels));
     outcomes[size_t(j * 3 + 2)] = double(part_rows);
   });
+  // Every rank starts the remaining buckets and waits for all of them before the next
+  // collective (a diverged shard's rank has started none yet: the order must match).
+  const std::vector<float> summed = sum.finish();
+  if (buckets != nullptr) {
+    // Learnt once (a condition every rank shares: the broadcast is a collective).
+    if (buckets->order.size() != sizes.size()) buckets->order = rank_zeros_order(sum.ready_order());
+    buckets->buckets = sum.buckets();
+    buckets->started_during_backward = started_during_backward;
+  }
 
   std::vector<double> all_outcomes(size_t(shards * 3));
   distributed::allgather(outcomes.data(), mine * 3, all_outcomes.data());
@@ -522,29 +551,15 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
     total += StepOutcome{loss_sum, int64_t(all_outcomes[size_t(s * 3 + 1)]), int64_t(all_outcomes[size_t(s * 3 + 2)])};
   }
 
-  // The tree over shard indices. A rank whose block of shards is a subtree of it (a power
-  // of two of them) sums that subtree first and sends one row instead of `mine`: the same
-  // additions in the same order, less to send.
-  std::vector<float> gathered;
-  if (is_power_of_two(mine)) {
-    tree_sum_rows(rows.data(), mine, row);
-    gathered.resize(size_t(ranks * row));
-    distributed::allgather(rows.data(), row, gathered.data());
-    tree_sum_rows(gathered.data(), ranks, row);
-  } else {
-    gathered.resize(size_t(shards * row));
-    distributed::allgather(rows.data(), mine * row, gathered.data());
-    tree_sum_rows(gathered.data(), shards, row);
-  }
   NoGrad off;
-  const float* sum = gathered.data();
+  const float* from = summed.data();
   for (Tensor param : params) {  // handles on the parameters
-    param.set_grad(Tensor::from_vector(param.shape(), std::vector<float>(sum, sum + param.numel())));
-    sum += param.numel();
+    param.set_grad(Tensor::from_vector(param.shape(), std::vector<float>(from, from + param.numel())));
+    from += param.numel();
   }
   // Running statistics: the mean of the shards' updated values (each shard's update of the
   // step's starting statistics with its own batch statistics).
-  std::vector<float> statistics(sum, sum + (row - gradient_length));
+  std::vector<float> statistics(from, summed.data() + summed.size());
   for (float& v : statistics) v /= float(shards);
   unflatten_into(statistics.data(), buffers);
   return total;
@@ -561,9 +576,9 @@ TrainingStep classification_step(const TrainOptions& o) {
   const Sharding sharding = sharding_of(o);
   return {"classification",
           {{"train.adversarial", "none"}, {"train.shards", std::to_string(sharding.shards)}},
-          [=, replicas = std::make_shared<std::vector<std::shared_ptr<Model>>>()](Model& model, const Batch& batch,
-                                                                                   int64_t step) {
-            return classification_step(model, batch, label_smoothing, sharding, step, replicas.get());
+          [=, replicas = std::make_shared<std::vector<std::shared_ptr<Model>>>(),
+           buckets = std::make_shared<GradientBuckets>()](Model& model, const Batch& batch, int64_t step) {
+            return classification_step(model, batch, label_smoothing, sharding, step, replicas.get(), buckets.get());
           }};
 }
 

@@ -15,6 +15,7 @@
 
 #include "engine/data/loader.h"
 #include "engine/data/open.h"
+#include "engine/gradient_buckets.h"
 #include "engine/optim.h"
 #include "models/model.h"
 
@@ -38,6 +39,9 @@ struct TrainOptions {
   // process and over any number of ranks dividing them. 0: one shard per --data-parallel
   // thread (refused under mpirun, where the count must be chosen).
   int64_t shards = 0;
+  // The size of the buckets the shards' gradients are exchanged in while backward runs
+  // (engine/gradient_buckets.h); it changes the timing, never the weights.
+  double bucket_mib = default_bucket_mib;
   bool augment = true;
   uint64_t seed = 0;
   int64_t eval_limit = 0;  // evaluate on at most this many test examples (0: all)
@@ -114,33 +118,42 @@ struct TrainingStep {
 // gradient (its loss weighted by its share of the rows) and its BatchNorm statistics (a
 // fixed "ghost batch": each shard normalises itself) are computed on their own; the shards'
 // gradients and updated running statistics are then summed by one fixed pairwise tree over
-// the shard indices (tree_sum_rows). With K processes (distributed.h) rank r computes shards
+// the shard indices (tree_sum_rows, engine/gradient_buckets.h). With K processes (distributed.h) rank r computes shards
 // r·S/K … (r+1)·S/K − 1 with `threads` threads, the ranks gather what they computed in shard
 // order, and every rank sums the same tree: the same bits on every rank, at every K
 // dividing S, and in one process with S shards.
+// The gradients are summed in buckets (engine/gradient_buckets.h) whose exchange between
+// ranks starts while backward still runs; the bucket size changes no bit of the result.
 struct Sharding {
   int64_t shards = 1;   // S: parts of every global batch
   int64_t threads = 1;  // shards computed at once in this process
+  double bucket_mib = default_bucket_mib;  // --bucket-mib
 };
 // The sharding a run of `o` uses in this job; UsageError when the ranks do not divide the
 // shards or when, under mpirun, --shards was not given.
 Sharding sharding_of(const TrainOptions& o);
 
-// Sums `count` rows of `length` values into row 0, in place, by the fixed pairwise tree over
-// row indices: for width 1, 2, 4, …: row i += row i + width for every i that is a multiple of
-// 2·width. A block of rows whose size is a power of two and whose first index is a multiple
-// of it is a subtree: summed first, it leaves the tree's result unchanged.
-void tree_sum_rows(float* rows, int64_t count, int64_t length);
-void tree_sum_rows(double* rows, int64_t count, int64_t length);
-
 // The classification step: cross-entropy with o.label_smoothing on the batch as it comes,
 // computed in the shards of sharding_of(o).
 TrainingStep classification_step(const TrainOptions& o);
+// What the sharded step keeps between steps about its gradient buckets, and reports.
+struct GradientBuckets {
+  // The order backward finished the parameters in at the first step (rank 0's, the same on
+  // every rank), which sets the buckets of the steps after it; empty: last to first.
+  std::vector<int64_t> order;
+  int64_t buckets = 0;  // in the last step
+  // Of those, the buckets whose all-gather started before this process's last backward
+  // returned (overlapped with it; with shards computed in turn, only the last one overlaps).
+  int64_t started_during_backward = 0;
+};
+
 // One such step on `batch`; throws naming `step` (on every rank) when the loss is not finite.
 // `replicas`: where a model with running statistics (BatchNorm) keeps copies of itself for
 // threads after the first, kept between steps (made when needed); null: its shards run in turn.
+// `buckets`: kept between steps (null: the buckets follow the parameters last to first).
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
-                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas = nullptr);
+                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas = nullptr,
+                                GradientBuckets* buckets = nullptr);
 // The same with `parts` shards computed at once.
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts, int64_t step);
 

@@ -158,3 +158,36 @@ TEST_CASE("a recorded graph keeps only the values its vjps read") {
   backward(y, Tensor::ones({n}));
   CHECK(x.grad().to_vector() == std::vector<float>(size_t(n), 1.0f));
 }
+
+TEST_CASE("grad's ready hook gives each input's final cotangent once, early layers last") {
+  // Four layers; w0 is used by the first layer and again by the last, so its first
+  // cotangent arrives early in backward and its last one at the very end.
+  Tensor x = Tensor::from_vector({3}, {1.0f, -2.0f, 0.5f});
+  std::vector<Tensor> w;
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(Tensor::from_vector({3}, {1.5f + float(i), -0.5f * float(i + 1), 0.25f + float(i)}));
+    w.back().requires_grad_();
+  }
+  Tensor unused = Tensor::ones({2});
+  unused.requires_grad_();
+  Tensor out = scale(w[0], scale(w[2], scale(w[1], scale(w[0], x))));
+  std::vector<size_t> ready_order;
+  std::vector<std::vector<float>> ready_values(4);
+  const std::vector<Tensor> wrt = {w[0], w[1], w[2], unused};
+  const std::vector<Tensor> grads = grad(
+      out, wrt,
+      [&](size_t i, const Tensor& g) {
+        ready_order.push_back(i);
+        ready_values[i] = g.to_vector();
+      },
+      Tensor::ones({3}));
+  // Backward runs the last layer (w0's second use) first, then w2, w1 and w0's first use.
+  CHECK(ready_order == std::vector<size_t>{2, 1, 0, 3});
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    INFO("input ", i);
+    CHECK(ready_values[i] == grads[i].to_vector());  // the final value, not a partial sum
+  }
+  CHECK(grads[3].to_vector() == std::vector<float>{0.0f, 0.0f});
+  const std::vector<Tensor> without_hook = grad(out, wrt, Tensor::ones({3}));
+  for (size_t i = 0; i < wrt.size(); ++i) CHECK(without_hook[i].to_vector() == grads[i].to_vector());
+}

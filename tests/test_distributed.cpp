@@ -448,3 +448,41 @@ TEST_CASE("adjoint bench scaling: times other processes, so only by the wall clo
   CHECK(steps.exit_code == 2);
   CHECK(testing::contains(steps.output, "--steps expects a count >= 1, got 0"));
 }
+
+TEST_CASE("adjoint train under mpirun: gradient buckets of any size, sent while backward runs, give the same weights") {
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  const std::string common = "--model resnet18 --width 0.0625 --data " + data +
+                             " --batch 32 --shards 4 --epochs 1 --schedule constant --lr 0.05 --seed 3 --overwrite "
+                             "--max-steps 3";
+  // The size is checked before any work, in one process too.
+  for (const char* bad : {"0", "-1", "nan", "inf"}) {
+    const testing::ProgramRun refused = train_run(common + " --bucket-mib " + bad + " --out " + dir.file("bad"), 0, dir);
+    CHECK(refused.exit_code == 2);
+    CHECK(testing::contains(refused.output, "--bucket-mib must be a positive number of MiB"));
+  }
+  CHECK(!fs::exists(dir.file("bad")));
+  if (mpi_tests_skipped()) return;
+  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  struct Way {
+    const char* name;
+    int ranks;  // 0: one process, without mpirun
+    const char* extra;
+  };
+  // The reference: one process, one bucket (25 MiB holds the whole tiny ResNet).
+  const Way ways[] = {{"reference", 0, "--threads 1"},
+                      {"small-buckets", 0, "--threads 2 --data-parallel 2 --bucket-mib 0.001"},
+                      {"two-ranks", 2, "--threads 1 --bucket-mib 0.001"},
+                      {"two-ranks-mib", 2, "--threads 1 --bucket-mib 1"},
+                      {"two-ranks-threads", 2, "--threads 2 --data-parallel 2 --bucket-mib 0.001"}};
+  const std::string reference = dir.file("reference");
+  for (const Way& way : ways) {
+    const std::string way_name = way.name;
+    CAPTURE(way_name);
+    const std::string out = dir.file(way.name);
+    const testing::ProgramRun run = train_run(common + " --out " + out + " " + way.extra, way.ranks, dir);
+    CAPTURE(run.output);
+    REQUIRE(run.exit_code == 0);
+    if (out != reference) CHECK(final_weights(out) == final_weights(reference));
+  }
+}

@@ -14,8 +14,9 @@
 //
 // Efficiency is the one process's time over the layout's (1: the ranks lose nothing to
 // communication or to each other). Per training step each rank sends one row of P
-// gradients and B BatchNorm statistics (float32) to every other (MPI_Allgather, the
-// deterministic sum of docs/cluster.md) and receives K rows.
+// gradients and B BatchNorm statistics (float32) to every other (MPI_Iallgather in
+// buckets of --bucket-mib, started while backward runs: the deterministic sum of
+// docs/cluster.md) and receives K rows.
 #include "tools/bench_scaling.h"
 
 #include <unistd.h>
@@ -177,7 +178,7 @@ int run_bench_scaling(const cli::Args& args) {
   for (const Tensor& p : model_from_checkpoint(checkpoint)->parameters()) parameters += p.numel();
   for (const auto& [name, t] : checkpoint.model) everything += t.numel();
   const int64_t row_bytes = 4 * everything;  // one rank's row: gradients and statistics
-  std::printf("per training step (MPI_Allgather of one row per rank): %lld parameters + %lld statistics = %.2f MB sent "
+  std::printf("per training step (MPI_Iallgather of one row per rank, in 25 MiB buckets): %lld parameters + %lld statistics = %.2f MB sent "
               "by each rank; each receives K rows (K x %.2f MB)\n",
               (long long)parameters, (long long)(everything - parameters), double(row_bytes) / 1e6,
               double(row_bytes) / 1e6);

@@ -2,6 +2,7 @@
 // cycle on the command line. The work is in models/training.cpp; this file turns options
 // into TrainOptions and results into files and lines.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -116,6 +117,9 @@ int run_train(const cli::Args& a) {
   if (o.data_parallel < 1) throw UsageError(cat("--data-parallel must be at least 1, got ", o.data_parallel));
   o.shards = a.has("shards") ? a.integer("shards") : 0;
   if (a.has("shards") && o.shards < 1) throw UsageError(cat("--shards must be at least 1, got ", o.shards));
+  o.bucket_mib = a.number("bucket-mib");
+  if (!(o.bucket_mib > 0 && std::isfinite(o.bucket_mib)))
+    throw UsageError(cat("option --bucket-mib must be a positive number of MiB, got ", o.bucket_mib));
   o.augment = !a.flag("no-augment");
   o.seed = uint64_t(a.integer("seed"));
   o.eval_limit = quick && !a.has("eval-limit") ? 2000 : a.integer("eval-limit");
@@ -145,9 +149,9 @@ int run_train(const cli::Args& a) {
               o.out_dir.c_str());
   if (distributed::size() > 1 || sharding.threads > 1)
     std::printf("  data parallel: %d ranks × %lld threads, %lld shards of %lld examples per step (the same bits at any "
-                "rank count dividing %lld)\n",
+                "rank count dividing %lld); gradients exchanged in buckets of %g MiB during backward\n",
                 distributed::size(), (long long)sharding.threads, (long long)sharding.shards,
-                (long long)(o.batch_size / sharding.shards), (long long)sharding.shards);
+                (long long)(o.batch_size / sharding.shards), (long long)sharding.shards, sharding.bucket_mib);
   if (a.text("adversarial") != "none") {
     std::printf("  %s:", step.name.c_str());
     for (const auto& [key, value] : step.metadata) std::printf(" %s=%s", key.c_str(), value.c_str());
@@ -248,6 +252,10 @@ const cli::Registration train_command({
          "weights in one process and over mpirun -n K for every K dividing S (default: --data-parallel; required "
          "under mpirun)",
          ""},
+        {"bucket-mib", "X",
+         "with shards: exchange the gradients in buckets of about X MiB, each sent while backward computes the earlier "
+         "layers (changes the speed, never the weights)",
+         "25"},
         {"optimizer", "NAME", "sgd (momentum, Nesterov) or adamw (default: the model's own; adamw for a ViT, else sgd)", ""},
         {"lr", "X", "peak learning rate (default 0.1 for sgd, 1e-3 for adamw)", ""},
         {"momentum", "X", "SGD momentum", "0.9"},
