@@ -55,8 +55,8 @@ const cli::Registration reproduce_command({
     .name = "reproduce",
     .summary = "reproduce a paper's claims from scratch: one page with its claims table and figures",
     .description = "Runs every part of a paper (training, analyses) as `adjoint` command lines, each into\n"
-                   "DIR/parts/<name>/ with a record of its command line and commit: a rerun skips finished\n"
-                   "parts and refuses parts made otherwise (unless --overwrite). Then judges the paper's claims\n"
+                   "DIR/parts/<name>/ with a record of its command line, commit and thread count (--threads): a\n"
+                   "rerun skips finished parts and refuses parts made otherwise (unless --overwrite). Then judges the paper's claims\n"
                    "from the parts' results and writes DIR/index.html. `--list` names the papers, their claims\n"
                    "and the time each scale takes on 2 cores.",
     .arguments = "[PAPER]",
@@ -64,7 +64,7 @@ const cli::Registration reproduce_command({
                 {"scale", "NAME", "quick (minutes) or full (the headline claims)", "quick"},
                 {"seeds", "N", "seeds (default: the paper's for the scale)", ""},
                 {"out", "DIR", "where the parts and the page go", ""},
-                {"overwrite", "", "rerun parts made by another command line or commit", ""}},
+                {"overwrite", "", "rerun parts made by another command line, commit or thread count", ""}},
     .run = run_reproduce,
 });
 
