@@ -1,6 +1,7 @@
 #include "analysis/pullbacks/report.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -858,9 +859,16 @@ std::string joined(const std::vector<std::string>& items) {
   return out;
 }
 
+// The shortest text that reads back as the same float: 0.6, not 0.6000000238418579.
+std::string float_text(float value) {
+  char text[32];
+  const auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return std::string(text, end);
+}
+
 std::string joined(const std::vector<float>& values) {
   std::string out;
-  for (float v : values) out += (out.empty() ? "" : ",") + exact_text(v);
+  for (float v : values) out += (out.empty() ? "" : ",") + float_text(v);
   return out;
 }
 
@@ -892,19 +900,19 @@ const RecordEntry kRecordEntries[] = {
     {"expensive-count", [](const ReportOptions& o, int64_t n) { return cat(expensive_images(o, n)); }},
     {"randomisation-layers", [](const ReportOptions& o, int64_t) { return cat(o.randomisation_layers); }},
     {"seed", [](const ReportOptions& o, int64_t) { return cat(o.metric_seed, " explain ", o.explain.seed); }},
-    {"tau-relu", [](const ReportOptions& o, int64_t) { return exact_text(o.explain.temperatures.relu); }},
-    {"tau-gelu", [](const ReportOptions& o, int64_t) { return exact_text(o.explain.temperatures.gelu); }},
-    {"tau-silu", [](const ReportOptions& o, int64_t) { return exact_text(o.explain.temperatures.silu); }},
-    {"tau-maxpool", [](const ReportOptions& o, int64_t) { return exact_text(o.explain.temperatures.max_pool); }},
-    {"tau-attention", [](const ReportOptions& o, int64_t) { return exact_text(o.explain.temperatures.attention); }},
+    {"tau-relu", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.relu); }},
+    {"tau-gelu", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.gelu); }},
+    {"tau-silu", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.silu); }},
+    {"tau-maxpool", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.max_pool); }},
+    {"tau-attention", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.attention); }},
     {"ascent-steps", [](const ReportOptions& o, int64_t) { return cat(o.explain.ascent_steps); }},
-    {"ascent-alpha", [](const ReportOptions& o, int64_t) { return exact_text(o.explain.ascent_alpha); }},
+    {"ascent-alpha", [](const ReportOptions& o, int64_t) { return float_text(o.explain.ascent_alpha); }},
     {"clip", [](const ReportOptions& o, int64_t) { return std::string(o.explain.ascent_clip ? "yes" : "no"); }},
     {"range", [](const ReportOptions& o, int64_t) {
-       return cat(exact_text(o.explain.range.lo), ",", exact_text(o.explain.range.hi));
+       return cat(float_text(o.explain.range.lo), ",", float_text(o.explain.range.hi));
      }},
     {"smoothgrad-samples", [](const ReportOptions& o, int64_t) {
-       return cat(o.explain.smoothgrad_samples, " sigma ", exact_text(o.explain.smoothgrad_sigma));
+       return cat(o.explain.smoothgrad_samples, " sigma ", float_text(o.explain.smoothgrad_sigma));
      }},
     {"ig-steps", [](const ReportOptions& o, int64_t) { return cat(o.explain.ig_steps, " ", o.explain.ig_rule); }},
     {"baseline", [](const ReportOptions& o, int64_t) {
