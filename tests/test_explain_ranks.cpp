@@ -44,9 +44,9 @@ int64_t lines_with(const std::string& text, const std::string& what) {
 // cells of 2: three cheap methods, every metric, the expensive ones on the first 6 images.
 struct TinyEvaluation {
   TempDir dir;
-  std::string command;
+  std::string data, command;
   TinyEvaluation() {
-    const std::string data = testing::write_square_images(dir);
+    data = testing::write_square_images(dir);
     const testing::ProgramRun trained =
         adjoint_run("train --model resnet18 --width 0.0625 --data " + data +
                         " --batch 32 --max-steps 6 --lr 0.05 --threads 1 --seed 1 --out " + dir.file("model"),
@@ -72,6 +72,16 @@ TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same t
   CHECK(cell_files(out) == 6);
   CHECK(fs::exists(out + "/image_0002/sheet.png"));
   CHECK(!fs::exists(out + "/image_0003"));
+  // The report made in one go, without cells, gives the same bytes: the cells keep every
+  // value exactly.
+  std::string whole = e.command + e.dir.file("whole");
+  whole.replace(whole.find(" --evaluate"), 11, " --data " + e.data + " --no-attributions --metrics " +
+                "infidelity,max_sensitivity,random_logit,faithfulness_correlation,faithfulness_estimate,"
+                "monotonicity_correlation,sparseness,complexity,randomisation,focus");
+  const testing::ProgramRun in_one_go = adjoint_run(whole, 0, e.dir);
+  REQUIRE_MESSAGE(in_one_go.exit_code == 0, in_one_go.output);
+  CHECK(!fs::exists(e.dir.file("whole/cells")));
+  CHECK(report_tables(e.dir.file("whole")) == reference);
 
   const testing::ProgramRun again = adjoint_run(e.command + out, 0, e.dir);
   REQUIRE_MESSAGE(again.exit_code == 0, again.output);
