@@ -254,6 +254,8 @@ int run_explain(const cli::Args& a) {
   o.picture_images = a.has("examples") ? at_least(a, "examples", 0) : evaluate ? 8 : -1;
   o.write_attributions = !evaluate && !a.flag("no-attributions");
   if (a.flag("overwrite") && !evaluate) throw UsageError("--overwrite remakes the cells of --evaluate; give --evaluate");
+  if (distributed::size() > 1 && !evaluate)
+    throw UsageError("under mpirun, explain shares out the cells of --evaluate; without it, run one process");
 
   const Inputs in = load_inputs(a, m, evaluate);
   check_model_input(m, in.x, in.source);
