@@ -4,10 +4,13 @@
 // killed and the job rerun. The mpirun parts are skipped where MPI is absent.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
 
+#include "analysis/pullbacks/cells.h"
+#include "engine/error.h"
 #include "engine/io/files.h"
 #include "tests/support.h"
 
@@ -59,6 +62,36 @@ struct TinyEvaluation {
 };
 
 }  // namespace
+
+TEST_CASE("explain cell files: values read back to the bit; every malformed file is one Error naming it") {
+  CHECK(image_cells(5, 2) == std::vector<ImageRange>{{0, 2}, {2, 2}, {4, 1}});
+  CHECK(cell_file_name({32, 32}) == "images_0032-0063.json");
+  ImageCell cell{{4, 2}, {{"gradient", {{"infidelity", {0.1, NAN}}, {"focus", {-1.0 / 3.0}}}}},
+                 {"image_0004/input.png"}, {{"seed", "0"}}};
+  const ImageCell back = read_image_cell_text(image_cell_text(cell), "c.json");
+  CHECK(back.images == cell.images);
+  CHECK(back.files == cell.files);
+  CHECK(back.made == cell.made);
+  const std::vector<double>& infidelity = back.scores.at("gradient").at("infidelity");
+  CHECK(infidelity[0] == 0.1);
+  CHECK(std::isnan(infidelity[1]));
+  CHECK(back.scores.at("gradient").at("focus")[0] == -1.0 / 3.0);
+
+  const std::string good = image_cell_text(cell);
+  const std::vector<std::pair<std::string, std::string>> broken = {
+      {"", "not a cell file"},
+      {"[]", "the file is an array, expected an object"},
+      {good.substr(0, good.find("\"images\"")) + "\"images\": 0}", "'images' is 0"},
+      {std::string(good).replace(good.find("\"0.1\""), 5, "\"0.1x\""), "holds '0.1x', expected a number's text"},
+      {std::string(good).replace(good.find("image_0004"), 10, "../escape"), "is not a path inside the report's folder"},
+      {std::string(good).replace(good.find("\"0.1\""), 5, "\"1\", \"2\", \"3\""), "holds 4 values for a cell of 2"},
+  };
+  for (const auto& [text, message] : broken) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(read_image_cell_text(text, "bad.json"), doctest::Contains("bad.json: "), Error);
+    CHECK_THROWS_WITH_AS(read_image_cell_text(text, "bad.json"), doctest::Contains(message.c_str()), Error);
+  }
+}
 
 TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same tables, refuses another option in one "
           "line, and --overwrite remakes") {
