@@ -12,12 +12,6 @@ namespace adjoint {
 
 namespace {
 
-// "an object", "a number", "null": what a JSON value is, for messages.
-std::string described(const Json& v) {
-  const std::string kind = to_string(v.kind());
-  return v.is_null() ? kind : (kind[0] == 'a' || kind[0] == 'o' ? "an " : "a ") + kind;
-}
-
 const Json& entry(const Json& object, const char* key, const std::string& path, const std::string& where) {
   const Json* v = object.find(key);
   check(v != nullptr, path, ": no '", key, "' in ", where);

@@ -10,12 +10,6 @@ namespace adjoint {
 
 namespace {
 
-// "an object", "a number", "null": what a JSON value is, for messages.
-std::string described(const Json& v) {
-  const std::string kind = to_string(v.kind());
-  return v.is_null() ? kind : (kind[0] == 'a' || kind[0] == 'o' ? "an " : "a ") + kind;
-}
-
 // The fields of a JSON object read one by one, each error naming the file and the field.
 class Fields {
 public:
