@@ -253,7 +253,8 @@ int run_explain(const cli::Args& a) {
   o.out_dir = a.text("out");
   o.picture_images = a.has("examples") ? at_least(a, "examples", 0) : evaluate ? 8 : -1;
   o.write_attributions = !evaluate && !a.flag("no-attributions");
-  if (a.flag("overwrite") && !evaluate) throw UsageError("--overwrite remakes the cells of --evaluate; give --evaluate");
+  if (a.flag("overwrite") && !evaluate)
+    throw UsageError("--overwrite remakes the cells of --evaluate; give --evaluate");
   if (distributed::size() > 1 && !evaluate)
     throw UsageError("under mpirun, explain shares out the cells of --evaluate; without it, run one process");
 
@@ -276,9 +277,10 @@ int run_explain(const cli::Args& a) {
 
   const int64_t N = in.x.size(0);
   const int64_t E = o.expensive_count > 0 ? std::min(o.expensive_count, N) : N;
-  if (speaks) std::printf("adjoint explain: %s on %s: %lld images (%lld x %lld x %lld), %zu methods, %zu metrics, %d threads\n",
-              model.config().arch.c_str(), in.source.c_str(), (long long)N, (long long)in.x.size(1),
-              (long long)in.x.size(2), (long long)in.x.size(3), o.methods.size(), o.metrics.size(), num_threads());
+  if (speaks)
+    std::printf("adjoint explain: %s on %s: %lld images (%lld x %lld x %lld), %zu methods, %zu metrics, %d threads\n",
+                model.config().arch.c_str(), in.source.c_str(), (long long)N, (long long)in.x.size(1),
+                (long long)in.x.size(2), (long long)in.x.size(3), o.methods.size(), o.metrics.size(), num_threads());
   if (speaks)
     std::printf("  input range [%g, %g]; writing %s%s\n", o.explain.range.lo, o.explain.range.hi, o.out_dir.c_str(),
                 distributed::size() > 1 ? cat(", over ", distributed::size(), " ranks").c_str() : "");

@@ -129,7 +129,8 @@ ImageCell read_image_cell_text(const std::string& text, const std::string& path)
   of_kind(files, files.is_array(), "an array", path, "'files'");
   for (const Json& f : files.as_array()) {
     of_kind(f, f.is_string(), "a string", path, "an entry of 'files'");
-    check(inside_folder(f.as_string()), path, ": picture '", f.as_string(), "' is not a path inside the report's folder");
+    check(inside_folder(f.as_string()), path, ": picture '", f.as_string(),
+          "' is not a path inside the report's folder");
     cell.files.push_back(f.as_string());
   }
 
