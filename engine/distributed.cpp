@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "engine/error.h"
 
@@ -288,6 +289,24 @@ void hand_out_items(std::atomic<int64_t>& next, int64_t count) {
   }
 }
 
+// Rank 0's side under the test hook: rank 0 takes no item and answers the other ranks in
+// turn (1, 2, …, K − 1, 1, 2, …), so that which rank is handed which item does not depend on
+// timing: rank r is handed items r − 1, r − 1 + (K − 1), … and a test knows when the dying
+// rank is handed the item it dies holding.
+void hand_out_items_in_turn(int64_t count) {
+  const int workers = size() - 1;
+  std::vector<bool> told_no_more(size_t(size()), false);
+  int64_t next = 0;
+  for (int waiting = workers, r = 1; waiting > 0; r = r % workers + 1) {
+    if (told_no_more[size_t(r)]) continue;
+    int64_t request = 0;
+    receive(&request, 1, r, kAskForItem);
+    const int64_t item = next < count ? next++ : kNoMoreItems;
+    if (item == kNoMoreItems) told_no_more[size_t(r)] = true, --waiting;
+    send(&item, 1, r, kGiveItem);
+  }
+}
+
 }  // namespace
 
 void for_each_item(int64_t count, const std::function<void(int64_t item)>& work) {
@@ -311,7 +330,9 @@ void for_each_item(int64_t count, const std::function<void(int64_t item)>& work)
   };
   if (rank() == 0) {
     std::atomic<int64_t> next{0};
-    if (job().serialized) {
+    if (dying > 0) {
+      hand_out_items_in_turn(count);  // the test hook: a fixed hand-out
+    } else if (job().serialized) {
       std::thread dispatcher([&] {
         try {
           hand_out_items(next, count);

@@ -81,8 +81,11 @@ int receive(int64_t* values, int count, int from, int tag);
 // holds no other back. Returns on every rank once every item is done. In a job of one, the
 // items in order. An exception from work on one rank ends the whole job (abort) with its
 // message, exit code 2 for a UsageError, so that no rank waits forever.
-// Test hook: ADJOINT_TEST_RANK_DIES_AFTER="r:n" kills rank r (SIGKILL) when it is handed an
-// item after finishing n: it dies holding an item it never finishes, as a node that fails.
+// Test hook: ADJOINT_TEST_RANK_DIES_AFTER="r:n" (r > 0) kills rank r (SIGKILL) when it is
+// handed an item after finishing n: it dies holding an item it never finishes, as a node that
+// fails. With the hook set, rank 0 works on no item and hands them to ranks 1 … K − 1 in turn,
+// so rank r is handed items r − 1, r − 1 + (K − 1), …: the test knows it dies on item
+// r − 1 + n·(K − 1), whatever the timing.
 void for_each_item(int64_t count, const std::function<void(int64_t item)>& work);
 
 // Ends the whole job with `code` (every rank), after one line on stderr naming this rank.

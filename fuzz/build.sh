@@ -15,9 +15,10 @@ flags="-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -I
 libs="$(pkg-config --libs openblas tbb stb zlib) -lpthread"
 
 # The engine sources the parsers need (the whole engine, for simplicity), the CLI parser and
-# the readers of the stitching sweep's files (which need the engine alone).
+# the readers of the stitching sweep's and explain's cell files (which need the engine alone).
 objects=""
-for src in engine/*.cpp engine/io/*.cpp engine/data/*.cpp tools/cli.cpp analysis/stitching/records.cpp; do
+for src in engine/*.cpp engine/io/*.cpp engine/data/*.cpp tools/cli.cpp analysis/common/provenance.cpp analysis/stitching/records.cpp \
+    analysis/pullbacks/cells.cpp; do
   obj="$out/obj/$(echo "$src" | tr / _ | sed 's/\.cpp$/.o/')"
   objects="$objects $obj"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then

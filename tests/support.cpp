@@ -16,6 +16,8 @@
 #include <sstream>
 
 #include "engine/autograd.h"
+#include "engine/data/idx.h"
+#include "engine/distributed.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
@@ -231,6 +233,43 @@ ProgramRun run_adjoint_program(const std::string& arguments, const TempDir& dir)
   const std::string log = dir.file("cli.log");
   const int status = std::system((std::string(ADJOINT_EXE) + " " + arguments + " > " + log + " 2>&1").c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+}
+
+std::string write_square_images(const TempDir& dir) {
+  auto write_split = [&](const std::string& prefix, uint32_t n, uint32_t salt) {
+    std::vector<uint8_t> pixels(size_t(n) * 64), labels(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      labels[i] = uint8_t(i % 10);
+      for (uint32_t p = 0; p < 64; ++p) {
+        const bool square = p / 16 == labels[i] / 4 && (p % 8) / 2 == labels[i] % 4;
+        pixels[size_t(i) * 64 + p] = square ? 230 : uint8_t(((i + salt) * 2654435761u + p * 40503u) >> 26);
+      }
+    }
+    write_idx(dir.file(prefix + "-images-idx3-ubyte"), IdxArray{{n, 8, 8}, pixels});
+    write_idx(dir.file(prefix + "-labels-idx1-ubyte"), IdxArray{{n}, labels});
+  };
+  write_split("train", 320, 0);
+  write_split("t10k", 60, 7);
+  return "fashion-mnist:" + dir.path().string();
+}
+
+bool mpirun_available() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+ProgramRun adjoint_run(const std::string& args, int ranks, const TempDir& dir, const std::string& environment) {
+  if (ranks == 0) return run_adjoint_program(args, dir);
+  const std::string log = dir.file("mpirun.log");
+  const std::string command = "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -n " +
+                              std::to_string(ranks) + (environment.empty() ? "" : " -x " + environment) + " " +
+                              ADJOINT_EXE + " " + args + " > " + log + " 2>&1";
+  const int status = std::system(command.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+}
+
+bool mpi_tests_skipped() {
+  if (distributed::built_with_mpi() && mpirun_available()) return false;
+  MESSAGE("skipped: ", std::string(distributed::built_with_mpi() ? "no mpirun on PATH" : "this build has no MPI"),
+          " (install libopenmpi-dev openmpi-bin and rebuild)");
+  return true;
 }
 
 }  // namespace adjoint::testing

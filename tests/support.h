@@ -100,4 +100,18 @@ ProgramRun run_adjoint_program(const std::string& arguments, const TempDir& dir)
 // the analyses that read their checkpoints.
 std::shared_ptr<Model> train_tiny_bilinear(uint64_t seed, const std::function<void(TrainOptions&)>& adjust);
 
+// 320 train and 60 test images of 1×8×8 in Fashion-MNIST's files under `dir`: noise, and a
+// bright 2×2 square whose position is the label (0…9). Returns the data spec.
+std::string write_square_images(const TempDir& dir);
+
+// Whether mpirun is on the PATH.
+bool mpirun_available();
+// True, with a doctest MESSAGE saying why, when this build or machine cannot run mpirun tests.
+bool mpi_tests_skipped();
+
+// `adjoint ARGS` in one process (ranks 0: run_adjoint_program), or under mpirun with `ranks`
+// ranks (on loopback, oversubscribing the cores, as root where the tests run as root);
+// `environment` is passed to every rank (`-x NAME=VALUE`). Output through `dir`/mpirun.log.
+ProgramRun adjoint_run(const std::string& args, int ranks, const TempDir& dir, const std::string& environment = "");
+
 }  // namespace adjoint::testing

@@ -97,13 +97,13 @@ TEST_CASE("provenance: each record holds what changes its numbers, and a differe
   CHECK(provenance_difference(standard_record, swapped) == "front.checkpoint was aaaaaaaaaaaaaaaa, now bbbbbbbbbbbbbbbb");
   CHECK(provenance_difference({}, standard_record) == "it holds no record of what made it (an older adjoint wrote it)");
 
-  CHECK(may_reuse("x.json", standard_record, standard_record, false, {}));
-  CHECK_THROWS_WITH_AS(may_reuse("x.json", standard_record, swapped, false, {}),
+  CHECK(may_reuse("stitch", "x.json", standard_record, standard_record, false, {}));
+  CHECK_THROWS_WITH_AS(may_reuse("stitch", "x.json", standard_record, swapped, false, {}),
                        doctest::Contains("stitch: x.json was made by another run: front.checkpoint was aaaaaaaaaaaaaaaa, "
                                          "now bbbbbbbbbbbbbbbb; give --overwrite to make it again, or another --out"),
                        UsageError);
   std::string said;
-  CHECK(!may_reuse("x.json", standard_record, swapped, true, [&](const std::string& line) { said = line; }));
+  CHECK(!may_reuse("stitch", "x.json", standard_record, swapped, true, [&](const std::string& line) { said = line; }));
   CHECK(said.find("remaking x.json (--overwrite): front.checkpoint was") == 0);
 }
 

@@ -8,9 +8,11 @@
 #include "analysis/pullbacks/randomisation.h"
 #include "analysis/stitching/stitched_model.h"
 #include "analysis/pullbacks/report.h"
+#include "engine/distributed.h"
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "tools/cli.h"
+#include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
 #include "tools/html_report.h"
 #include "tools/model_source.h"
 #include "tools/progress.h"
@@ -199,6 +201,22 @@ void print_summary(const MetricTable& t) {
   std::printf("(+) higher is better, (-) lower is better; means over images, CIs in metrics.md\n");
 }
 
+// What made the numbers of --evaluate's cells besides the report's options: the model
+// (its files' content hashes, not their paths), the images and the commit built from.
+Provenance cell_identity(const cli::Args& a, const Model& model, const Inputs& in) {
+  Provenance identity{{"model", model.config().arch}, {"inputs", in.source}, {"commit", ADJOINT_COMMIT}};
+  for (const char* option : {"checkpoint", "stitch", "weights"})
+    if (a.has(option)) identity[option] = file_hash(a.text(option));
+  return identity;
+}
+
+// A line of the report's log (a cell done before, one remade), naming the rank under mpirun.
+void say(const std::string& line) {
+  if (distributed::size() > 1) std::printf("%s (rank %d)\n", line.c_str(), distributed::rank());
+  else std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 int run_explain(const cli::Args& a) {
   const bool evaluate = a.flag("evaluate");
   LoadedModel m = load_model(a);
@@ -235,6 +253,10 @@ int run_explain(const cli::Args& a) {
   o.out_dir = a.text("out");
   o.picture_images = a.has("examples") ? at_least(a, "examples", 0) : evaluate ? 8 : -1;
   o.write_attributions = !evaluate && !a.flag("no-attributions");
+  if (a.flag("overwrite") && !evaluate)
+    throw UsageError("--overwrite remakes the cells of --evaluate; give --evaluate");
+  if (distributed::size() > 1 && !evaluate)
+    throw UsageError("under mpirun, explain shares out the cells of --evaluate; without it, run one process");
 
   const Inputs in = load_inputs(a, m, evaluate);
   check_model_input(m, in.x, in.source);
@@ -245,33 +267,47 @@ int run_explain(const cli::Args& a) {
   o.context = {{"model", model.config().arch}, {"inputs", in.source}, {"targets", target},
                {"methods", join(o.methods, ", ")}};
   if (a.has("checkpoint")) o.context.insert(o.context.begin() + 1, {"checkpoint", a.text("checkpoint")});
+  // --evaluate runs in cells (OUT/cells), shared out over the ranks under mpirun and reused
+  // by a rerun that asks for the same numbers.
+  o.cells.enabled = evaluate;
+  o.cells.identity = cell_identity(a, model, in);
+  o.cells.overwrite = a.flag("overwrite");
+  o.cells.log = say;
+  const bool speaks = distributed::rank() == 0;  // the other ranks of a job work quietly
 
   const int64_t N = in.x.size(0);
   const int64_t E = o.expensive_count > 0 ? std::min(o.expensive_count, N) : N;
-  std::printf("adjoint explain: %s on %s: %lld images (%lld x %lld x %lld), %zu methods, %zu metrics, %d threads\n",
-              model.config().arch.c_str(), in.source.c_str(), (long long)N, (long long)in.x.size(1),
-              (long long)in.x.size(2), (long long)in.x.size(3), o.methods.size(), o.metrics.size(), num_threads());
-  std::printf("  input range [%g, %g]; writing %s\n", o.explain.range.lo, o.explain.range.hi, o.out_dir.c_str());
+  if (speaks)
+    std::printf("adjoint explain: %s on %s: %lld images (%lld x %lld x %lld), %zu methods, %zu metrics, %d threads\n",
+                model.config().arch.c_str(), in.source.c_str(), (long long)N, (long long)in.x.size(1),
+                (long long)in.x.size(2), (long long)in.x.size(3), o.methods.size(), o.metrics.size(), num_threads());
+  if (speaks)
+    std::printf("  input range [%g, %g]; writing %s%s\n", o.explain.range.lo, o.explain.range.hi, o.out_dir.c_str(),
+                distributed::size() > 1 ? cat(", over ", distributed::size(), " ranks").c_str() : "");
   std::vector<std::string> expensive_chosen;
   for (const std::string& metric : o.metrics)
     if (is_expensive_metric(metric)) expensive_chosen.push_back(short_name(*find_report_metric(metric)));
-  if (!expensive_chosen.empty() && E < N)
+  if (speaks && !expensive_chosen.empty() && E < N)
     std::printf("  %s on the first %lld images (--expensive-count)\n", spoken_list(expensive_chosen).c_str(),
                 (long long)E);
   const double unit = seconds_per_pass(model, in.x, o.batch_size);
   const double passes = report_cost(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
-  std::printf("  estimate: about %s (%.3g image passes at %.3g ms each)\n", cli::format_duration(passes * unit).c_str(),
-              passes, unit * 1e3);
-  if (passes * unit > 3600)
+  if (speaks)
+    std::printf("  estimate: about %s (%.3g image passes at %.3g ms each)\n",
+                cli::format_duration(passes * unit / double(distributed::size())).c_str(), passes, unit * 1e3);
+  if (speaks && passes * unit > 3600)
     std::printf("  (to shorten it: lower --count, --expensive-count, --randomisation-layers, or choose --methods)\n");
   std::fflush(stdout);
 
   ReportResult r;
-  {
+  if (speaks) {
     cli::ProgressBar bar("explain", N * int64_t(o.methods.size()), "map");
     r = explain_report(model, in.x, in.labels, o, [&](int64_t done, int64_t, double work, const std::string& what) {
       bar.update(done, work, what);
     });
+  } else {
+    r = explain_report(model, in.x, in.labels, o);
+    return 0;  // rank 0 made the tables and writes the report
   }
   print_summary(r.table);
   std::printf("wrote %zu files to %s%s\n", r.files.size(), o.out_dir.c_str(),
@@ -298,6 +334,10 @@ const cli::Registration explain_command({
         "direction of each metric; every method is scored on the same perturbations.\n"
         "--evaluate: all methods x all metrics on the first --count (1000) test images of the checkpoint's\n"
         "data set, writing the tables and the pictures of the first 8 images; prints a time estimate first.\n"
+        "Each batch of --evaluate is a cell, OUT/cells/images_<a>-<b>.json, written when finished: a rerun\n"
+        "reuses the cells made with the same model, images and options (refusing others; --overwrite remakes\n"
+        "them), and under `mpirun -n K adjoint explain --evaluate` the cells are shared out over the K\n"
+        "ranks, with the same tables byte for byte.\n"
         "Methods: soft_pullback, pullback, pullback_ascent, gradient_ascent, gradient, input_x_gradient,\n"
         "smoothgrad, integrated_gradients, guided_backprop, gradcam, guided_gradcam, deeplift.\n" +
         metrics_help(),
@@ -338,6 +378,7 @@ const cli::Registration explain_command({
         {"examples", "N", "pictures for the first N images (default: all; 8 with --evaluate)", ""},
         {"no-attributions", "", "do not write attributions_<method>.safetensors", ""},
         {"evaluate", "", "the full table on --count test images of a data set", ""},
+        {"overwrite", "", "with --evaluate: remake the cells in OUT/cells made by another run", ""},
     }),
     .run = run_explain,
 });

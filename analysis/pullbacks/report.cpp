@@ -1,15 +1,18 @@
 #include "analysis/pullbacks/report.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
 
+#include "analysis/pullbacks/cells.h"
 #include "analysis/pullbacks/focus.h"
 #include "analysis/pullbacks/randomisation.h"
 #include "engine/autograd.h"
+#include "engine/distributed.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
@@ -637,6 +640,15 @@ void append(Scores& scores, const MetricResult& r) {
   v.insert(v.end(), r.values.begin(), r.values.end());
 }
 
+// A later batch's values after the earlier ones': every method's, every metric's.
+void append(CellScores& all, const CellScores& batch) {
+  for (const auto& [method, metrics] : batch)
+    for (const auto& [metric, values] : metrics) {
+      std::vector<double>& v = all[method][metric];
+      v.insert(v.end(), values.begin(), values.end());
+    }
+}
+
 std::string picture_dir(const std::string& out_dir, int64_t image) {
   char name[32];
   std::snprintf(name, sizeof name, "image_%04lld", static_cast<long long>(image));
@@ -808,7 +820,7 @@ void write_attribution_files(const ReportRun& run, const std::vector<std::string
 
 // The table: a column per metric with its note, a row per method × metric scored.
 MetricTable metric_table(const ReportRun& run, const std::vector<std::string>& methods, const MetricList& metrics,
-                         std::map<std::string, Scores>& scores) {
+                         CellScores& scores) {
   MetricTable table;
   table.methods = methods;
   table.context = run.options.context;
@@ -837,7 +849,239 @@ void write_table_files(const MetricTable& table, const std::string& out_dir, std
 
 }  // namespace
 
+// ---- the record of a report's cells -------------------------------------------------------
+
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+// The shortest text that reads back as the same float: 0.6, not 0.6000000238418579.
+std::string float_text(float value) {
+  char text[32];
+  const auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return std::string(text, end);
+}
+
+std::string joined(const std::vector<float>& values) {
+  std::string out;
+  for (float v : values) out += (out.empty() ? "" : ",") + float_text(v);
+  return out;
+}
+
+std::string target_name(const ReportOptions& o) {
+  switch (o.target) {
+    case ReportOptions::Target::Predicted: return "predicted";
+    case ReportOptions::Target::Label: return "label";
+    case ReportOptions::Target::Fixed: return cat(o.target_class);
+  }
+  return "";
+}
+
+struct RecordEntry {
+  const char* key;  // the option's name where it is one
+  std::string (*value)(const ReportOptions& o, int64_t images);
+};
+
+// Every option that changes a cell's numbers or its pictures. The image count is one: the
+// focus mosaics are drawn from the whole set, and the expensive set is part of it.
+const RecordEntry kRecordEntries[] = {
+    {"images", [](const ReportOptions&, int64_t n) { return cat(n); }},
+    {"methods", [](const ReportOptions& o, int64_t) {
+       return joined(o.methods.empty() ? explanation_methods() : resolve_methods(o.methods));
+     }},
+    {"metrics", [](const ReportOptions& o, int64_t) { return joined(resolve_metrics(o.metrics)); }},
+    {"target", [](const ReportOptions& o, int64_t) { return target_name(o); }},
+    {"batch", [](const ReportOptions& o, int64_t) { return cat(o.batch_size); }},
+    {"perturbations", [](const ReportOptions& o, int64_t) { return cat(o.perturbations); }},
+    {"expensive-count", [](const ReportOptions& o, int64_t n) { return cat(expensive_images(o, n)); }},
+    {"randomisation-layers", [](const ReportOptions& o, int64_t) { return cat(o.randomisation_layers); }},
+    {"seed", [](const ReportOptions& o, int64_t) { return cat(o.metric_seed, " explain ", o.explain.seed); }},
+    {"tau-relu", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.relu); }},
+    {"tau-gelu", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.gelu); }},
+    {"tau-silu", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.silu); }},
+    {"tau-maxpool", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.max_pool); }},
+    {"tau-attention", [](const ReportOptions& o, int64_t) { return float_text(o.explain.temperatures.attention); }},
+    {"ascent-steps", [](const ReportOptions& o, int64_t) { return cat(o.explain.ascent_steps); }},
+    {"ascent-alpha", [](const ReportOptions& o, int64_t) { return float_text(o.explain.ascent_alpha); }},
+    {"clip", [](const ReportOptions& o, int64_t) { return std::string(o.explain.ascent_clip ? "yes" : "no"); }},
+    {"range", [](const ReportOptions& o, int64_t) {
+       return cat(float_text(o.explain.range.lo), ",", float_text(o.explain.range.hi));
+     }},
+    {"smoothgrad-samples", [](const ReportOptions& o, int64_t) {
+       return cat(o.explain.smoothgrad_samples, " sigma ", float_text(o.explain.smoothgrad_sigma));
+     }},
+    {"ig-steps", [](const ReportOptions& o, int64_t) { return cat(o.explain.ig_steps, " ", o.explain.ig_rule); }},
+    {"baseline", [](const ReportOptions& o, int64_t) {
+       return o.explain.baseline.defined() ? cat("given ", o.explain.baseline.shape()) : std::string("zeros");
+     }},
+    {"gradcam-block", [](const ReportOptions& o, int64_t) { return o.explain.gradcam_block; }},
+    {"max-batch", [](const ReportOptions& o, int64_t) { return cat(o.explain.max_batch); }},
+    {"examples", [](const ReportOptions& o, int64_t n) {
+       return cat(o.picture_images < 0 ? n : std::min(o.picture_images, n));
+     }},
+    {"normalisation", [](const ReportOptions& o, int64_t) {
+       return cat("mean ", joined(o.normalisation.mean), " std ", joined(o.normalisation.std));
+     }},
+    {"scale", [](const ReportOptions& o, int64_t) { return cat(o.scale); }},
+};
+
+}  // namespace
+
+Provenance report_record(const ReportOptions& o, int64_t images) {
+  Provenance record = o.cells.identity;
+  for (const RecordEntry& e : kRecordEntries) record[e.key] = e.value(o, images);
+  return record;
+}
+
 // ---- the report ----------------------------------------------------------------------------
+
+namespace {
+
+// What every batch of a report shares.
+struct BatchWork {
+  const ReportRun& run;
+  const MetricList& metrics;
+  const std::vector<std::string>& methods;
+  int64_t pictures = 0, scale = 0;  // pictures of the first `pictures` images, enlarged `scale` times
+  double patches = 0;               // for the cost model
+};
+
+// Told after each method of a batch, with its maps and counterfactuals (undefined but for
+// the ascent methods) and the cost spent on it.
+using MethodDone = std::function<void(const std::string& method, const ReportBatch& batch, const Tensor& attr,
+                                      const Tensor& counterfactual, double cost)>;
+
+// Batch [first, first + batch_size): every method's maps scored by every metric and its
+// pictures drawn (their paths appended to `files`); returns the scores.
+CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>& files, const MethodDone& done) {
+  const ReportRun& run = w.run;
+  const ReportBatch batch = start_batch(run, w.metrics, first);
+  const BatchCounts counts{run.options, batch.size, batch.expensive, w.patches, run.randomised};
+  double probes = probe_cost(w.metrics, counts);
+  BatchPictures drawn{run.options, first, std::clamp<int64_t>(w.pictures - first, 0, batch.size), w.scale, files, {}};
+  drawn.inputs(batch);
+  CellScores scores;
+  for (const std::string& method : w.methods) {
+    Tensor counterfactual;
+    const MethodMaps maps = explain_batch(run, batch, method, counterfactual);
+    Scores& mine = scores[method];
+    for (const ReportMetric* m : w.metrics)
+      if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
+    drawn.method(method, batch, maps.attr, counterfactual);
+    if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.metrics, counts));
+    probes = 0;
+  }
+  drawn.contact_sheets();
+  return scores;
+}
+
+// On rank 0 alone: under mpirun an error ends the whole job (the other ranks wait for rank 0
+// to hand out work or have finished), as for_each_item does; in one process it is thrown.
+void on_rank_zero(const std::function<void()>& step) {
+  if (distributed::rank() != 0) return;
+  if (distributed::size() == 1) return step();
+  try {
+    step();
+  } catch (const UsageError& e) {
+    distributed::abort(2, e.what());
+  } catch (const std::exception& e) {
+    distributed::abort(1, e.what());
+  }
+}
+
+// A cell file read back and checked against what this report asks: its images, its record,
+// its methods. Throws Error (malformed, or not the images its name says) or, through
+// may_reuse, UsageError (made by another run); false when --overwrite remakes it.
+bool reusable_cell(const std::string& path, const ImageCell& cell, const std::vector<ImageRange>& cells,
+                   const Provenance& wanted, const std::vector<std::string>& methods, const ReportOptions& o) {
+  check(std::filesystem::path(path).filename() == cell_file_name(cell.images), path, ": holds images ",
+        cell.images.first, " to ", cell.images.first + cell.images.count - 1, ", not those its name says");
+  if (!may_reuse("explain", path, cell.made, wanted, o.cells.overwrite, o.cells.log)) return false;
+  check(std::find(cells.begin(), cells.end(), cell.images) != cells.end(), path, ": images ", cell.images.first,
+        " to ", cell.images.first + cell.images.count - 1, " are not a batch of this report");
+  for (const std::string& method : methods)
+    check(cell.scores.count(method), path, ": no scores of ", method);
+  check(cell.scores.size() == methods.size(), path, ": scores of methods this report does not run");
+  return true;
+}
+
+// The cell files already in `folder` (images_*.json), each checked: one made by another run
+// refuses the report, or with --overwrite is removed so that it is made again.
+void check_cells_on_disk(const std::string& folder, const std::vector<ImageRange>& cells, const Provenance& wanted,
+                         const std::vector<std::string>& methods, const ReportOptions& o) {
+  std::vector<std::string> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("images_") && name.ends_with(".json")) paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const std::string& path : paths) {
+    bool keep = false;
+    try {
+      keep = reusable_cell(path, read_image_cell_text(read_text_file(path), path), cells, wanted, methods, o);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      if (!o.cells.overwrite) throw Error(cat("explain: ", e.what(), "; give --overwrite to make it again"));
+      if (o.cells.log) o.cells.log(cat("remaking ", path, " (--overwrite): ", e.what()));
+    }
+    if (!keep) std::filesystem::remove(path);
+  }
+}
+
+// The paths under `out_dir` of a cell's pictures, and back.
+std::vector<std::string> relative_to(const std::string& out_dir, const std::vector<std::string>& files) {
+  std::vector<std::string> out;
+  for (const std::string& f : files) out.push_back(std::filesystem::path(f).lexically_relative(out_dir).string());
+  return out;
+}
+std::vector<std::string> under(const std::string& out_dir, const std::vector<std::string>& files) {
+  std::vector<std::string> out;
+  for (const std::string& f : files) out.push_back((std::filesystem::path(out_dir) / f).string());
+  return out;
+}
+
+// The report in cells (ReportOptions::cells): the cells found on disk checked on rank 0, the
+// others handed out over the ranks and written as each is finished, then on rank 0 every
+// cell read back in image order into `scores` and `files`.
+void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::string>& files, const MethodDone& done) {
+  const ReportOptions& o = w.run.options;
+  const std::string folder = (std::filesystem::path(o.out_dir) / "cells").string();
+  const std::vector<ImageRange> cells = image_cells(w.run.images, o.batch_size);
+  const Provenance wanted = report_record(o, w.run.images);
+  on_rank_zero([&] {
+    std::filesystem::create_directories(folder);
+    remove_stale_temporaries(folder);  // of a rank killed while writing a cell
+    check_cells_on_disk(folder, cells, wanted, w.methods, o);
+  });
+  distributed::for_each_item(int64_t(cells.size()), [&](int64_t i) {
+    const ImageRange& range = cells[size_t(i)];
+    const std::string path = (std::filesystem::path(folder) / cell_file_name(range)).string();
+    if (std::filesystem::exists(path)) {  // checked by rank 0 before any cell was handed out
+      if (o.cells.log) o.cells.log(cat(cell_file_name(range), ": done before"));
+      return;
+    }
+    std::vector<std::string> drawn;
+    ImageCell cell{range, run_batch(w, range.first, drawn, done), relative_to(o.out_dir, drawn), wanted};
+    write_file_atomic(path, image_cell_text(cell));
+  });
+  on_rank_zero([&] {
+    for (const ImageRange& range : cells) {
+      const std::string path = (std::filesystem::path(folder) / cell_file_name(range)).string();
+      const ImageCell cell = read_image_cell_text(read_text_file(path), path);
+      check(reusable_cell(path, cell, cells, wanted, w.methods, o), path, ": made by another run");
+      append(scores, cell.scores);
+      const std::vector<std::string> pictures = under(o.out_dir, cell.files);
+      files.insert(files.end(), pictures.begin(), pictures.end());
+    }
+  });
+}
+
+}  // namespace
 
 ReportResult explain_report(const Model& model, const Tensor& x_in, const std::vector<int64_t>& labels,
                             const ReportOptions& o, const ReportProgress& progress) {
@@ -846,6 +1090,10 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   const MetricList metrics = metric_rows(resolve_metrics(o.metrics));
   const int64_t N = x_in.size(0);
   check(labels.empty() || int64_t(labels.size()) == N, "explain_report: ", labels.size(), " labels for ", N, " images");
+  if (o.cells.enabled) {
+    check(!o.out_dir.empty(), "explain_report: a report in cells needs a folder to write them to");
+    check(!o.write_attributions, "explain_report: a report in cells keeps no maps to write as attributions");
+  }
   ReportResult result;
   if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
   ReportRun run{.model = model, .options = o};
@@ -854,8 +1102,9 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);
+  const BatchWork work{run, metrics, methods, pictures, scale, double(patch_count(run.height, run.width))};
   const bool keep_attributions = !o.out_dir.empty() && o.write_attributions;
-  std::map<std::string, Scores> scores;  // method → metric → values
+  CellScores scores;  // method → metric → values
   std::map<std::string, Tensor> all_attributions, all_counterfactuals;
   if (keep_attributions)
     for (const std::string& m : methods) {
@@ -867,31 +1116,24 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   // expensive metrics make the first batches much slower than the last.
   const int64_t total = N * int64_t(methods.size());
   int64_t done = 0;
-  const double patches = double(patch_count(run.height, run.width));
   const double total_cost = report_cost(o, N, run.height, run.width, run.layers);
   double spent = 0;
   if (progress) progress(0, total, 0.0, "");
-  for (int64_t f = 0; f < N; f += o.batch_size) {
-    const ReportBatch batch = start_batch(run, metrics, f);
-    const BatchCounts counts{o, batch.size, batch.expensive, patches, run.randomised};
-    spent += probe_cost(metrics, counts);
-    BatchPictures drawn{o, f, std::clamp<int64_t>(pictures - f, 0, batch.size), scale, result.files, {}};
-    drawn.inputs(batch);
-    for (const std::string& method : methods) {
-      Tensor counterfactual;
-      const MethodMaps maps = explain_batch(run, batch, method, counterfactual);
-      for (const ReportMetric* m : metrics)
-        if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(scores[method], *r);
-      if (keep_attributions) {
-        put_rows(all_attributions[method], maps.attr, f);
-        if (counterfactual.defined()) put_rows(all_counterfactuals[method], counterfactual, f);
-      }
-      drawn.method(method, batch, maps.attr, counterfactual);
-      done += batch.size;
-      spent += method_batch_cost(method, metrics, counts);
-      if (progress) progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0, method);
+  const MethodDone method_done = [&](const std::string& method, const ReportBatch& batch, const Tensor& attr,
+                                     const Tensor& counterfactual, double cost) {
+    if (keep_attributions) {
+      put_rows(all_attributions[method], attr, batch.first);
+      if (counterfactual.defined()) put_rows(all_counterfactuals[method], counterfactual, batch.first);
     }
-    drawn.contact_sheets();
+    done += batch.size;
+    spent += cost;
+    if (progress) progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0, method);
+  };
+  if (o.cells.enabled) {
+    run_in_cells(work, scores, result.files, method_done);
+    if (distributed::rank() != 0) return result;  // rank 0 makes the table
+  } else {
+    for (int64_t f = 0; f < N; f += o.batch_size) append(scores, run_batch(work, f, result.files, method_done));
   }
 
   if (keep_attributions) write_attribution_files(run, methods, all_attributions, all_counterfactuals, result.files);

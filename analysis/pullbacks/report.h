@@ -20,8 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "analysis/pullbacks/explain.h"
 #include "analysis/common/heatmap.h"
+#include "analysis/common/provenance.h"
+#include "analysis/pullbacks/explain.h"
 #include "analysis/pullbacks/metrics.h"
 #include "models/model.h"
 
@@ -146,6 +147,20 @@ struct ReportOptions {
   Normalisation normalisation;     // to show inputs and counterfactuals as images
   int64_t scale = 0;               // enlargement of the pictures (0: default_scale)
   std::vector<std::pair<std::string, std::string>> context;  // copied into the table
+
+  // In cells (analysis/pullbacks/cells.h): each batch of images is a cell, written to
+  // out_dir/cells/ when finished and reused by a rerun whose record matches; the cells are
+  // handed out over the job's ranks (engine/distributed.h), and rank 0 makes the tables
+  // from them in image order, so they are the same bytes at any rank count. Needs out_dir;
+  // refuses write_attributions (the maps of a cell are not kept).
+  struct Cells {
+    bool enabled = false;
+    // What the caller knows made the numbers (the checkpoint's content hash, the data, the
+    // commit); report_record adds every option of these ReportOptions.
+    Provenance identity;
+    bool overwrite = false;  // remake cells made by another run instead of refusing
+    std::function<void(const std::string&)> log;  // "remaking …", "… done before"
+  } cells;
 };
 
 // Progress: `done` of `total` work items (an item is one image under one method), and
@@ -160,6 +175,10 @@ struct ReportResult {
   std::vector<std::string> files;  // every file written, in order
 };
 
+// The record of a report's cells: options.cells.identity and every option that changes a
+// cell's numbers or pictures, for `images` images.
+Provenance report_record(const ReportOptions& options, int64_t images);
+
 // Explains every image of x (N, C, H, W) with every method, scores the maps and writes the
 // files. `labels` (one per image, or empty when unknown) serve Target::Label and the
 // focus mosaics (the targets stand in for them when empty). The model must be in eval
@@ -170,6 +189,8 @@ struct ReportResult {
 // methods), image_<i>/sheet.png (every method side by side); attributions_<method>.safetensors
 // (tensors "attributions" (N, C, H, W), "inputs", "targets" as float, and
 // "counterfactuals" for the ascent methods); metrics.csv, metrics.json, metrics.md.
+// With options.cells: also cells/images_<a>-<b>.json; the call returns on every rank once
+// every cell is done, and only rank 0's result holds the table and the files.
 ReportResult explain_report(const Model& model, const Tensor& x, const std::vector<int64_t>& labels,
                             const ReportOptions& options, const ReportProgress& progress = {});
 

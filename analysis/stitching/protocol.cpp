@@ -404,7 +404,7 @@ IriSet SweepRun::read_or_find_iris(size_t block, const std::string& path) {
   const Provenance wanted = record({RecordSubject::iri_set, block, 0, "", ""});
   if (fs::exists(path)) {
     IriFile f = read_iri_file(path);
-    if (may_reuse(path, f.made, wanted, o_.overwrite, log_)) {
+    if (may_reuse("stitch", path, f.made, wanted, o_.overwrite, log_)) {
       check(f.inputs.shape() == iri_source_.images.shape(), "stitch: IRI file ", path, " holds IRIs ", f.inputs.shape(),
             " but the sweep asks for ", iri_source_.images.shape(), "; remove it or use another --out");
       IriSet set{f.inputs, f.starts, f.start_index, f.distance, iri_quality(f.distance)};
@@ -449,11 +449,11 @@ bool SweepRun::read_back(StitchCell& c, const StitchPair& pair, const std::strin
                          const std::string& stitch_path) {
   if (!fs::exists(cell_path)) return false;
   StitchCell done = read_cell_text(read_text(cell_path), cell_path);
-  if (!may_reuse(cell_path, done.made, c.made, o_.overwrite, log_)) return false;
+  if (!may_reuse("stitch", cell_path, done.made, c.made, o_.overwrite, log_)) return false;
   if (!scored_on(done, extra_tests_)) {  // asked for other test sets than when it ran
     const StitchFile file = read_stitch_parameters(stitch_path);
     const Provenance wanted = record(subject(RecordSubject::stitch, pair, c.objective, c.protocol));
-    if (!may_reuse(stitch_path, file.made, wanted, o_.overwrite, log_)) return false;
+    if (!may_reuse("stitch", stitch_path, file.made, wanted, o_.overwrite, log_)) return false;
     done.test_sets = score_test_sets(pair, *load_stitch(pair, file));
     write_file_atomic(cell_path, to_json(cell_to_json(done), 2) + "\n");
   }

@@ -1,6 +1,5 @@
 #include "analysis/stitching/provenance.h"
 
-#include <charconv>
 #include <filesystem>
 
 #include "engine/error.h"
@@ -9,18 +8,11 @@ namespace adjoint {
 
 namespace {
 
-// The shortest text that reads back as the same double: 0.001, not 0.0010000000000000000208.
-std::string exact(double v) {
-  char text[64];
-  const auto [end, ec] = std::to_chars(text, text + sizeof text, v);
-  return std::string(text, end);
-}
-
 std::string numbers(const std::vector<double>& values) {
   std::string s;
   for (double v : values) {
     if (!s.empty()) s += ',';
-    s += exact(v);
+    s += exact_text(v);
   }
   return s;
 }
@@ -28,8 +20,9 @@ std::string numbers(const std::vector<double>& values) {
 std::string transport_name(const Transport& t) {
   std::string name = to_string(t.kind);
   if (t.is_soft())
-    name += cat(" tau relu ", exact(t.tau.relu), " gelu ", exact(t.tau.gelu), " silu ", exact(t.tau.silu), " max_pool ",
-                exact(t.tau.max_pool), " attention ", exact(t.tau.attention));
+    name += cat(" tau relu ", exact_text(t.tau.relu), " gelu ", exact_text(t.tau.gelu), " silu ",
+                exact_text(t.tau.silu), " max_pool ", exact_text(t.tau.max_pool), " attention ",
+                exact_text(t.tau.attention));
   return name;
 }
 
@@ -70,7 +63,7 @@ const RecordEntry kEntries[] = {
     {"iri-images", reads_iri_images, [](const RecordContext& c) { return cat(c.o.iri_images); }},
     {"iri-rule", reads_iris, [](const RecordContext& c) { return c.o.iri.search.rule; }},
     {"iri-steps", reads_iris, [](const RecordContext& c) { return cat(c.o.iri.search.steps); }},
-    {"iri-step", reads_iris, [](const RecordContext& c) { return exact(c.o.iri.search.step); }},
+    {"iri-step", reads_iris, [](const RecordContext& c) { return exact_text(c.o.iri.search.step); }},
     {"iri-transport", reads_iris, [](const RecordContext& c) { return transport_name(c.o.iri.search.transport); }},
     {"iri-start", reads_iris, [](const RecordContext& c) { return c.o.iri.start; }},
     {"iri-batch", reads_iris, [](const RecordContext& c) { return cat(c.o.iri.batch); }},
@@ -81,14 +74,15 @@ const RecordEntry kEntries[] = {
     {"protocol", joins_models, [](const RecordContext& c) { return c.s.protocol; }},
     {"train-images", reads_standard_images, [](const RecordContext& c) { return cat(c.o.train_images); }},
     {"init", joins_models, [](const RecordContext& c) { return c.o.init; }},
-    {"ridge", joins_models, [](const RecordContext& c) { return exact(c.o.ridge); }},
+    {"ridge", joins_models, [](const RecordContext& c) { return exact_text(c.o.ridge); }},
     {"init-images", joins_models, [](const RecordContext& c) { return cat(c.o.init_images); }},
     {"steps", joins_models, [](const RecordContext& c) { return cat(c.o.train.steps); }},
     {"epochs", joins_models, [](const RecordContext& c) { return cat(c.o.train.epochs); }},
     {"batch", joins_models, [](const RecordContext& c) { return cat(c.o.train.batch); }},
-    {"lr", joins_models, [](const RecordContext& c) { return exact(c.o.train.lr); }},
-    {"weight-decay", joins_models, [](const RecordContext& c) { return exact(c.o.train.weight_decay); }},
-    {"temperature", soft_labels, [](const RecordContext& c) { return exact(c.o.train.objective_options.temperature); }},
+    {"lr", joins_models, [](const RecordContext& c) { return exact_text(c.o.train.lr); }},
+    {"weight-decay", joins_models, [](const RecordContext& c) { return exact_text(c.o.train.weight_decay); }},
+    {"temperature", soft_labels,
+     [](const RecordContext& c) { return exact_text(c.o.train.objective_options.temperature); }},
     {"fula-weights", latent_alignment,
      [](const RecordContext& c) { return numbers(c.o.train.objective_options.fula_weights); }},
     {"fula-raw", latent_alignment,
@@ -101,7 +95,7 @@ const RecordEntry kEntries[] = {
      [](const RecordContext& c) {
        const PgdOptions& a = c.o.raua_attack;
        return c.o.raua_eps.empty() ? std::string()
-                                   : cat(a.norm, " steps ", a.steps, " step-size ", exact(a.step_size),
+                                   : cat(a.norm, " steps ", a.steps, " step-size ", exact_text(a.step_size),
                                          a.random_start ? " random-start" : "", " seed ", a.seed);
      }},
 };
@@ -121,39 +115,6 @@ Provenance make_provenance(const Endpoint& front, const Endpoint& end, const std
   for (const RecordEntry& e : kEntries)
     if (e.belongs(subject)) record[e.key] = e.value(context);
   return record;
-}
-
-std::string provenance_difference(const Provenance& recorded, const Provenance& wanted) {
-  if (recorded.empty() && !wanted.empty()) return "it holds no record of what made it (an older adjoint wrote it)";
-  std::vector<std::string> differences;
-  auto note = [&](const std::string& key, const std::string& was, const std::string& now) {
-    differences.push_back(cat(key, " was ", was.empty() ? "(none)" : was, ", now ", now.empty() ? "(none)" : now));
-  };
-  for (const auto& [key, value] : wanted) {
-    const auto it = recorded.find(key);
-    if (it == recorded.end()) note(key, "not recorded", value);
-    else if (it->second != value) note(key, it->second, value);
-  }
-  for (const auto& [key, value] : recorded)
-    if (!wanted.count(key)) note(key, value, "not asked for");
-  std::string text;
-  for (size_t k = 0; k < differences.size() && k < 3; ++k) {
-    if (k > 0) text += "; ";
-    text += differences[k];
-  }
-  if (differences.size() > 3) text += cat("; and ", differences.size() - 3, " more");
-  return text;
-}
-
-bool may_reuse(const std::string& path, const Provenance& recorded, const Provenance& wanted, bool overwrite,
-               const std::function<void(const std::string&)>& log) {
-  const std::string difference = provenance_difference(recorded, wanted);
-  if (difference.empty()) return true;
-  if (!overwrite)
-    throw UsageError(cat("stitch: ", path, " was made by another run: ", difference,
-                         "; give --overwrite to make it again, or another --out"));
-  if (log) log(cat("remaking ", path, " (--overwrite): ", difference));
-  return false;
 }
 
 }  // namespace adjoint

@@ -5,13 +5,13 @@
 // checkpoints' content hashes (file_hash), the data spec, the blocks, and every option
 // that changes their numbers, as given: the IRI search's options for an IRI set and for
 // an invariance-aware stitch; the training options for a stitch; the scoring options for a
-// cell. One function builds the record, one compares two: a result is reused only when
-// its record equals the one the run would write; otherwise the sweep refuses in one line
-// naming what differs (or, with --overwrite, makes it again).
+// cell. One function builds the record; analysis/common/provenance.h compares two: a result
+// is reused only when its record equals the one the run would write; otherwise the sweep
+// refuses in one line naming what differs (or, with --overwrite, makes it again).
 #pragma once
-#include <functional>
 #include <string>
 
+#include "analysis/common/provenance.h"
 #include "analysis/stitching/protocol.h"
 #include "analysis/stitching/records.h"
 
@@ -27,16 +27,6 @@ struct RecordSubject {
 // The record of `subject` made by a sweep of `front` into `end` on `data_spec` with `o`.
 Provenance make_provenance(const Endpoint& front, const Endpoint& end, const std::string& data_spec,
                            const StitchSweepOptions& o, const RecordSubject& subject);
-
-// Empty when `recorded` equals `wanted`; otherwise one phrase naming the entries that
-// differ, at most three: "lr was 0.001, now 0.01; iri-steps was 40, now 80".
-std::string provenance_difference(const Provenance& recorded, const Provenance& wanted);
-
-// Whether the result at `path`, made as `recorded` says, may stand for one made as `wanted`:
-// true when the records agree; false when they differ and `overwrite` lets the sweep make
-// it again (said through `log`); otherwise a UsageError naming the file and what differs.
-bool may_reuse(const std::string& path, const Provenance& recorded, const Provenance& wanted, bool overwrite,
-               const std::function<void(const std::string&)>& log);
 
 // An endpoint's content hash: its checksum when set, else file_hash of its name when that
 // names a file; empty when neither (a model built in memory).

@@ -1,9 +1,7 @@
 #include "analysis/stitching/records.h"
 
 #include <algorithm>
-#include <cinttypes>
 #include <cstdio>
-#include <fstream>
 
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
@@ -11,14 +9,6 @@
 namespace adjoint {
 
 namespace {
-
-constexpr const char* kRecordPrefix = "made.";
-
-// "an object", "a number", "null": what a JSON value is, for messages.
-std::string described(const Json& v) {
-  const std::string kind = to_string(v.kind());
-  return v.is_null() ? kind : (kind[0] == 'a' || kind[0] == 'o' ? "an " : "a ") + kind;
-}
 
 // The fields of a JSON object read one by one, each error naming the file and the field.
 class Fields {
@@ -99,32 +89,6 @@ void only_tensors(const SafetensorsFile& file, const std::vector<std::string>& n
 }
 
 }  // namespace
-
-std::string file_hash(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(bool(in), "cannot read ", path, " to hash it");
-  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a offset basis
-  char buffer[1 << 16];
-  while (in) {
-    in.read(buffer, sizeof buffer);
-    for (std::streamsize k = 0; k < in.gcount(); ++k) hash = (hash ^ uint8_t(buffer[k])) * 0x100000001b3ull;
-  }
-  char text[17];
-  std::snprintf(text, sizeof text, "%016" PRIx64, hash);
-  return text;
-}
-
-void add_provenance(std::map<std::string, std::string>& metadata, const Provenance& record) {
-  for (const auto& [key, value] : record) metadata[kRecordPrefix + key] = value;
-}
-
-Provenance provenance_from_metadata(const std::map<std::string, std::string>& metadata) {
-  Provenance record;
-  const std::string prefix = kRecordPrefix;
-  for (const auto& [key, value] : metadata)
-    if (key.rfind(prefix, 0) == 0) record[key.substr(prefix.size())] = value;
-  return record;
-}
 
 std::string StitchCell::key() const { return cat("front", front_block, "_end", end_block, "_", objective, "_", protocol); }
 

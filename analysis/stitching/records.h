@@ -8,12 +8,14 @@
 //                   checkpoints' content hashes and its record in the metadata
 //                   (`adjoint predict --stitch` runs it: analysis/stitching/stitched_model.h)
 //
-// A record (Provenance) is a map from what changes the numbers (the checkpoints' content
-// hashes, the data, the blocks, every option: analysis/stitching/provenance.h) to its value.
+// A record (Provenance, analysis/common/provenance.h) is a map from what changes the numbers
+// (the checkpoints' content hashes, the data, the blocks, every option:
+// analysis/stitching/provenance.h) to its value.
 // A reader throws Error naming the file and the entry at fault for any malformed content,
 // NaN weights included: a sweep never reads back a file it cannot trust whole.
 //
-// This file needs the engine alone (no models), so that the fuzz targets can link it.
+// This file needs the engine and analysis/common/provenance.cpp alone (no models), so that
+// the fuzz targets can link it.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -21,21 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "analysis/common/provenance.h"
 #include "engine/io/json.h"
 #include "engine/tensor.h"
 
 namespace adjoint {
-
-// What made a result: key → value, both text.
-using Provenance = std::map<std::string, std::string>;
-
-// FNV-1a (64 bits) of a file's bytes, as 16 hex digits: a checkpoint's identity, so that a
-// result records which weights made it, not where they were. Throws Error naming the file.
-std::string file_hash(const std::string& path);
-
-// A record under `prefix` in a safetensors metadata map ("made.lr" → "0.001"), and back.
-void add_provenance(std::map<std::string, std::string>& metadata, const Provenance& record);
-Provenance provenance_from_metadata(const std::map<std::string, std::string>& metadata);
 
 // A cell's accuracies on one of the further test sets.
 struct TestSetScore {

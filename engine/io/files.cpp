@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 
 #include "engine/error.h"
@@ -114,6 +116,15 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   AtomicFile file(path, "write");
   file.write(text);
   file.commit();
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(bool(in), "cannot read ", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  check(!in.bad(), "cannot read ", path);
+  return text.str();
 }
 
 int remove_stale_temporaries(const std::string& folder) {

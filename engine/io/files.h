@@ -33,6 +33,9 @@ private:
 // The whole text in one atomic write.
 void write_file_atomic(const std::string& path, const std::string& text);
 
+// The whole text of a file. Throws Error naming the file when it cannot be read.
+std::string read_text_file(const std::string& path);
+
 // Removes the files `<name>.tmp.<pid>` in `folder` whose process is no longer running:
 // what a writer killed mid-write (kill -9, a crash) leaves behind. Temporaries of live
 // processes are kept, as they may be being written. Returns how many were removed.

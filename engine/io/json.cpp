@@ -23,6 +23,11 @@ const char* to_string(Json::Kind kind) {
   return "?";
 }
 
+std::string described(const Json& value) {
+  const std::string kind = to_string(value.kind());
+  return value.is_null() ? kind : (kind[0] == 'a' || kind[0] == 'o' ? "an " : "a ") + kind;
+}
+
 namespace {
 
 // Largest magnitude below which every integer is exactly representable in a double.

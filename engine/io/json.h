@@ -75,6 +75,8 @@ private:
 
 // "null", "bool", ... for messages.
 const char* to_string(Json::Kind kind);
+// What a value is, for messages: "an object", "a number", "null".
+std::string described(const Json& value);
 
 // Parses exactly one JSON value, surrounded by optional whitespace. Strict: no
 // comments, trailing commas, NaN, leading zeros, raw control characters, invalid UTF-8,
