@@ -601,4 +601,10 @@ TEST_CASE("data: class names come from the spec, in the labels' order, without r
   CHECK(class_name(fashion, 3) == "dress");
   CHECK(class_name(fashion, 10) == "class 10");  // past the names: the number
   CHECK(class_name({}, 2) == "class 2");
+
+  // For labelling outputs: nothing known is no names, never an error.
+  CHECK(class_names_if_known("fashion-mnist+backdoor:0.1:0") == fashion);
+  CHECK(class_names_if_known("").empty());
+  CHECK(class_names_if_known("modadd:7").empty());
+  CHECK(class_names_if_known("no-such-set").empty());
 }

@@ -11,6 +11,7 @@
 
 #include "analysis/common/heatmap.h"
 #include "analysis/pullbacks/report.h"
+#include "engine/data/open.h"
 #include "engine/error.h"
 #include "engine/io/json.h"
 #include "engine/random.h"
@@ -246,4 +247,22 @@ TEST_CASE("explain cli: a report on a tiny random model writes pictures, attribu
   const MetricRow* row = r.table.find("soft_pullback", "infidelity");
   REQUIRE(row != nullptr);
   CHECK(row->summary.count == 2);
+}
+
+TEST_CASE("predict cli: a checkpoint of a named data set names its predicted classes") {
+  // Trained for one step on Fashion-MNIST-shaped files: the names are Fashion-MNIST's, known
+  // from the checkpoint's data spec.
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  const CommandOutcome trained = run_adjoint({"train", "--model", "resnet18", "--width", "0.0625", "--data", data,
+                                              "--batch", "16", "--max-steps", "1", "--out", dir.file("model")});
+  REQUIRE_MESSAGE(trained.code == 0, trained.err);
+  write_safetensors(dir.file("x.safetensors"), {{"x", Tensor::zeros({2, 1, 8, 8})}});
+  const CommandOutcome named = run_adjoint({"predict", "--checkpoint", dir.file("model/checkpoint.safetensors"),
+                                            "--input", dir.file("x.safetensors"), "--out", dir.file("p")});
+  REQUIRE_MESSAGE(named.code == 0, named.err);
+  const std::vector<std::string> names = class_names_of("fashion-mnist");
+  bool found = false;
+  for (size_t k = 0; k < names.size(); ++k) found |= contains(named.out, cat("0: class ", k, " (", names[k], ") (logit"));
+  CHECK_MESSAGE(found, named.out);
 }

@@ -79,17 +79,6 @@ std::string data_spec(const cli::Args& a, const Checkpoint& first) {
   return spec;
 }
 
-// The class names that label the slices, from the data spec; none where it names no classes.
-std::vector<std::string> slice_class_names(const cli::Args& a, const Checkpoint& first) {
-  const std::string spec = named_data_spec(a, first);
-  if (spec.empty()) return {};
-  try {
-    return class_names_of(spec);
-  } catch (const UsageError&) {  // an unknown data set is reported where it is opened, not here
-    return {};
-  }
-}
-
 // The first --count test examples of the data set the first checkpoint names (or --data).
 Examples baseline_inputs(const cli::Args& a, const Checkpoint& first) {
   return load_examples(open_data(data_spec(a, first), DataSplits::TestOnly), "test", a.integer("count"));
@@ -217,7 +206,7 @@ int run_pair(const cli::Args& a) {
   }
   if (a.flag("slices")) {
     Json slices = Json::array();
-    const std::vector<std::string> names = slice_class_names(a, ca.checkpoint);
+    const std::vector<std::string> names = class_names_if_known(named_data_spec(a, ca.checkpoint));
     auto slice_label = [&](size_t k) { return k < names.size() ? cat("slice ", k, " (", names[k], ")") : cat("slice ", k); };
     std::printf("per-output slices:");
     for (size_t k = 0; k < score.slices.size(); ++k) {

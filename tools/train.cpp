@@ -413,6 +413,7 @@ int run_predict(const cli::Args& a) {
     logits = m.model->forward(x).contiguous();
   }
   const std::string out = a.text("out");
+  const std::vector<std::string> names = class_names_if_known(m.data_spec);  // "class 9 (ankle boot)"
   // Both files are written to temporaries and renamed only when both are complete, so
   // that a failure leaves neither half of the output.
   AtomicFile tensor_file(out + ".safetensors", "predict");
@@ -429,7 +430,8 @@ int run_predict(const cli::Args& a) {
     csv += cat(i, ",", best);
     for (int64_t j = 0; j < k; ++j) csv += cat(",", csv_number(row[j]));
     csv += "\n";
-    std::printf("%lld: class %lld (logit %.4f)\n", (long long)i, (long long)best, row[best]);
+    const std::string name = best < int64_t(names.size()) ? cat(" (", names[size_t(best)], ")") : "";
+    std::printf("%lld: class %lld%s (logit %.4f)\n", (long long)i, (long long)best, name.c_str(), row[best]);
   }
   AtomicFile csv_file(out + ".csv", "predict");
   csv_file.write(csv);

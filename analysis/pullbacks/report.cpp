@@ -12,6 +12,7 @@
 #include "analysis/pullbacks/focus.h"
 #include "analysis/pullbacks/randomisation.h"
 #include "engine/autograd.h"
+#include "engine/data/open.h"
 #include "engine/distributed.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
@@ -771,7 +772,7 @@ struct BatchPictures {
       std::filesystem::create_directories(dir);
       const Image input = render_input(example(batch.x, i), options.normalisation, scale);
       write(dir + "/input.png", input);
-      sheets[size_t(i)].push_back({"input", {{input, cat("class ", batch.targets[size_t(i)])}}});
+      sheets[size_t(i)].push_back({"input", {{input, class_name(options.class_names, batch.targets[size_t(i)])}}});
     }
   }
 

@@ -145,6 +145,7 @@ struct ReportOptions {
   bool write_attributions = true;  // attributions_<method>.safetensors with every image
   bool write_tables = true;        // metrics.csv/.json/.md when metrics were computed
   Normalisation normalisation;     // to show inputs and counterfactuals as images
+  std::vector<std::string> class_names;  // the pictures' class labels (empty: "class k")
   int64_t scale = 0;               // enlargement of the pictures (0: default_scale)
   std::vector<std::pair<std::string, std::string>> context;  // copied into the table
 

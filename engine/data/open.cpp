@@ -220,6 +220,15 @@ std::vector<std::string> class_names_of(const std::string& spec) {
   return family_of(base).class_names(split_spec(base));
 }
 
+std::vector<std::string> class_names_if_known(const std::string& spec) {
+  if (spec.empty()) return {};
+  try {
+    return class_names_of(spec);
+  } catch (const UsageError&) {  // an unknown data set is reported where it is opened, not here
+    return {};
+  }
+}
+
 std::string class_name(const std::vector<std::string>& names, int64_t label) {
   if (label >= 0 && label < int64_t(names.size())) return names[size_t(label)];
   return cat("class ", label);

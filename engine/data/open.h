@@ -43,6 +43,9 @@ DataSource open_data(const std::string& spec, DataSplits splits = DataSplits::Tr
 // (modadd, text). Throws UsageError for an unknown data set.
 std::vector<std::string> class_names_of(const std::string& spec);
 
+// The same, for labelling outputs: empty for an empty spec or an unknown data set.
+std::vector<std::string> class_names_if_known(const std::string& spec);
+
 // names[label], or "class <label>" where there is no name.
 std::string class_name(const std::vector<std::string>& names, int64_t label);
 
