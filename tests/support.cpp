@@ -31,6 +31,24 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
+ModelConfig grey_resnet18(double width, int64_t size, int64_t classes) {
+  ModelConfig c;
+  c.arch = "resnet18";
+  c.width = width;
+  c.in_channels = 1;
+  c.image_size = size;
+  c.num_classes = classes;
+  return c;
+}
+
+Batch random_grey_batch(int64_t n, int64_t size, int64_t classes, uint64_t seed) {
+  Generator gen(seed);
+  Batch batch;
+  batch.inputs = normal({n, 1, size, size}, 0.0f, 1.0f, gen);
+  for (int64_t i = 0; i < n; ++i) batch.labels.push_back(i % classes), batch.indices.push_back(i);
+  return batch;
+}
+
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
   Generator gen(seed);
   return uniform(shape, lo, hi, gen);

@@ -46,6 +46,11 @@ double max_abs(const Tensor& t);
 // A random tensor with entries in [lo, hi) from a seeded generator.
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 
+// The tests' small BatchNorm model: a ResNet-18 of `width` on grey size×size images.
+ModelConfig grey_resnet18(double width, int64_t size, int64_t classes);
+// n grey size×size images of N(0, 1) noise from `seed`, labelled i mod classes, indices 0…n−1.
+Batch random_grey_batch(int64_t n, int64_t size, int64_t classes, uint64_t seed);
+
 // Fresh leaves holding the values of `values` (each a copy, requiring grad).
 std::vector<Tensor> leaves(const std::vector<Tensor>& values);
 

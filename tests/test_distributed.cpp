@@ -102,16 +102,8 @@ TEST_CASE("distributed: a single process is rank 0 of 1; its collectives copy it
 TEST_CASE("training: shards of a BatchNorm model normalise themselves; their gradients and running statistics are "
           "each shard's own, combined in order") {
   // A tiny ResNet on 16 random 1×8×8 images in 4 shards of 4.
-  ModelConfig c;
-  c.arch = "resnet18";
-  c.width = 0.0625;
-  c.in_channels = 1;
-  c.image_size = 8;
-  c.num_classes = 3;
-  Generator data_gen(7);
-  Batch batch;
-  batch.inputs = normal({16, 1, 8, 8}, 0.0f, 1.0f, data_gen);
-  for (int64_t i = 0; i < 16; ++i) batch.labels.push_back(i % 3), batch.indices.push_back(i);
+  const ModelConfig c = adjoint::testing::grey_resnet18(0.0625, 8, 3);
+  const Batch batch = adjoint::testing::random_grey_batch(16, 8, 3, 7);
   auto fresh = [&] {
     Generator gen(11);
     auto model = make_model(c, gen);

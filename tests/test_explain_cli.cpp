@@ -175,12 +175,7 @@ TEST_CASE("report: unknown method and metric names are usage errors that list th
 }
 
 TEST_CASE("explain cli: a report on a tiny random model writes pictures, attributions and tables") {
-  ModelConfig c;
-  c.arch = "resnet18";
-  c.width = 0.0625;
-  c.in_channels = 1;
-  c.image_size = 28;
-  c.num_classes = 10;
+  const ModelConfig c = grey_resnet18(0.0625, 28, 10);
   Generator gen(3);
   auto model = make_model(c, gen);
   model->train(false);

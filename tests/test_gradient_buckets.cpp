@@ -9,10 +9,13 @@
 #include "engine/gradient_buckets.h"
 #include "engine/random.h"
 #include "models/training.h"
+#include "tests/support.h"
 #include "ops/layout.h"
 #include "ops/loss.h"
 
 using namespace adjoint;
+using adjoint::testing::grey_resnet18;
+using adjoint::testing::random_grey_batch;
 
 namespace {
 
@@ -85,16 +88,6 @@ TEST_CASE("gradient buckets: any bucket size, expected order and arrival order g
 
 namespace {
 
-ModelConfig tiny_resnet() {
-  ModelConfig c;
-  c.arch = "resnet18";
-  c.width = 0.0625;
-  c.in_channels = 1;
-  c.image_size = 8;
-  c.num_classes = 3;
-  return c;
-}
-
 std::shared_ptr<Model> fresh_model(const ModelConfig& c) {
   Generator gen(11);
   auto model = make_model(c, gen);
@@ -119,11 +112,8 @@ std::vector<float> gradients_and_statistics(const Model& m) {
 }  // namespace
 
 TEST_CASE("training step: the bucket size changes no bit; the sum is the whole-gradient tree sum of before") {
-  const ModelConfig c = tiny_resnet();
-  Generator data_gen(7);
-  Batch batch;
-  batch.inputs = normal({16, 1, 8, 8}, 0.0f, 1.0f, data_gen);
-  for (int64_t i = 0; i < 16; ++i) batch.labels.push_back(i % 3), batch.indices.push_back(i);
+  const ModelConfig c = grey_resnet18(0.0625, 8, 3);
+  const Batch batch = random_grey_batch(16, 8, 3, 7);
 
   // The step of before, written out: each shard's weighted gradient and updated running
   // statistics in one row, the 4 rows added by the tree over shard indices, the statistics
@@ -207,16 +197,8 @@ TEST_CASE("training step: the bucket size changes no bit; the sum is the whole-g
 TEST_CASE("training step: a ResNet-18 of width 1/4 in 1/4 MiB buckets starts nearly all of them during backward") {
   // The figure docs/cluster.md quotes: of the buckets of a step, how many started (their
   // all-gather) before backward returned.
-  ModelConfig c;
-  c.arch = "resnet18";
-  c.width = 0.25;
-  c.in_channels = 1;
-  c.image_size = 28;
-  c.num_classes = 10;
-  Generator data_gen(5);
-  Batch batch;
-  batch.inputs = normal({4, 1, 28, 28}, 0.0f, 1.0f, data_gen);
-  for (int64_t i = 0; i < 4; ++i) batch.labels.push_back(i), batch.indices.push_back(i);
+  const ModelConfig c = grey_resnet18(0.25, 28, 10);
+  const Batch batch = random_grey_batch(4, 28, 10, 5);
   auto model = fresh_model(c);
   GradientBuckets buckets;
   std::vector<int64_t> early;
