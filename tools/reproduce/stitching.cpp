@@ -46,6 +46,9 @@ std::vector<Part> parts(Scale scale, int seeds) {
         words.push_back(w);
       out.push_back({cat(m.name, "_s", s), words, quick ? 15.0 : 60.0});
     }
+    // Every protocol trains its stitch for the same --steps: by epochs, the control and
+    // invariance stitches (on the IRIs' few hundred images) would get a twentieth of the
+    // standard stitch's steps, and an unequal budget is not a comparison of protocols.
     for (const StitchPair& p : kPairs) {
       std::vector<std::string> words = {
           "stitch", "--front", cat("{parts}/", p.front, "_s", s, "/checkpoint.safetensors"),
@@ -53,9 +56,9 @@ std::vector<Part> parts(Scale scale, int seeds) {
           "--data", "fashion-mnist+shortcut", "--test-data", "fashion-mnist", "--objectives", "slm",
           "--protocol", "standard,control,invariance", "--seed", cat(s), "--out", "{out}"};
       for (const char* w : quick ? std::vector<const char*>{"--blocks", "7", "--train-images", "1000", "--iri-images", "64",
-                                                            "--iri-steps", "100", "--test-images", "1000", "--epochs", "1"}
+                                                            "--iri-steps", "100", "--test-images", "1000", "--steps", "100"}
                                  : std::vector<const char*>{"--blocks", "3,7", "--train-images", "5000", "--iri-images",
-                                                            "256", "--iri-steps", "300", "--epochs", "3"})
+                                                            "256", "--iri-steps", "300", "--steps", "200"})
         words.push_back(w);
       out.push_back({with_seed(pair_part(p), s), words, quick ? 5.5 : 130.0});
     }
