@@ -3,6 +3,7 @@
 // are judged from the parts' result files both ways, and the page holds the claims table.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -34,6 +35,12 @@ TEST_CASE("reproduce: every paper's parts are unique, read only earlier parts, a
                 std::string::npos);
           CHECK(earlier.count(p.name) == 0);
           CHECK(p.expected_seconds > 0);
+          // A stitch compares protocols only on equal budgets: the same --steps for each,
+          // never --epochs (which gives the few IRI images a fraction of the steps).
+          if (p.words.front() == "stitch") {
+            CHECK(std::find(p.words.begin(), p.words.end(), "--steps") != p.words.end());
+            CHECK(std::find(p.words.begin(), p.words.end(), "--epochs") == p.words.end());
+          }
           for (const std::string& w : p.words) {
             const size_t at = w.find("{parts}/");
             if (at == std::string::npos) continue;
