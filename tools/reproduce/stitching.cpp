@@ -164,10 +164,11 @@ Paper stitching_paper() {
   p.draw = draw;
   p.default_seeds[0] = 2;
   p.default_seeds[1] = 3;
-  p.quick_time = "2m26s measured here at commit 8db6d45 (2 seeds, 2 shared cores: 8 models of ~15 s, 8 stitches of ~5.5 s)";
+  p.quick_time = "2m10s measured here at commit fe842af (2 seeds, 1 thread on a shared 2-core machine: 8 models of 11–12 s, "
+                 "8 stitches of 5–6 s); the same-bias claims do not hold at this scale";
   p.full_time =
-      "about 40 min, estimated, not run here: per seed 4 models of 469 steps (~60 s each) and 4 stitches at two blocks "
-      "with 15× the stitch training and 12× the IRI work (~130 s each)";
+      "18m12s measured here at commit fe842af with 2 seeds (1 thread on a shared 2-core machine: 8 models of 43–50 s, "
+      "8 stitches at two blocks of 88–94 s); the default 3 seeds about 27 min";
   return p;
 }
 
