@@ -148,6 +148,18 @@ TEST_CASE("reproduce: a rerun skips finished parts and refuses parts made by ano
   CHECK_NOTHROW(run_parts(paper, o));
   CHECK(ran.empty());
 
+  // A malformed record: one line naming the file, nothing run; --overwrite remakes the part.
+  o.overwrite = false;
+  o.commit = "abc123";
+  write_file_atomic(o.out_dir + "/parts/first/reproduce_part.json", "[]");
+  ran.clear();
+  CHECK_THROWS_WITH_AS(run_parts(paper, o), doctest::Contains("parts/first/reproduce_part.json: not a part record"),
+                       Error);
+  CHECK(ran.empty());
+  o.overwrite = true;
+  run_parts(paper, o);
+  CHECK(ran == std::vector<std::string>{"train"});
+
   // A failing command names its part and its log.
   o.overwrite = true;
   o.commit = "def456";

@@ -100,14 +100,25 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
     const std::string record_path = parts_dir + "/" + p.name + "/" + kRecordName;
     const std::string text = read_whole(record_path);
     if (!text.empty()) {
-      const Json record = parse_json(text);
-      const std::string made_by = record.find("command") ? record.find("command")->as_string() : "";
-      const std::string made_at = record.find("commit") ? record.find("commit")->as_string() : "";
-      const Json* made_with = record.find("threads");
-      const int made_threads = made_with && made_with->is_number() ? int(made_with->as_number()) : 0;
+      std::string made_by, made_at;
+      int made_threads = 0;
+      double made_seconds = 0;
+      try {  // a record that is not what this runner writes is named, never half-read
+        const Json record = parse_json(text);
+        made_by = record.find("command") ? record.find("command")->as_string() : "";
+        made_at = record.find("commit") ? record.find("commit")->as_string() : "";
+        const Json* made_with = record.find("threads");
+        made_threads = made_with && made_with->is_number() ? int(made_with->as_number()) : 0;
+        made_seconds = record.find("seconds") ? record.find("seconds")->as_number() : 0;
+      } catch (const Error& e) {  // with --overwrite, remade like any part made otherwise
+        if (!o.overwrite)
+          throw Error(cat("reproduce: ", record_path, ": not a part record (", e.what(),
+                          "): remove it or rerun with --overwrite"));
+        made_by.clear();
+      }
       if (made_by == command_line(p) && made_at == commit && made_threads == threads) {
         outcome.skipped = true;
-        outcome.seconds = record.find("seconds") ? record.find("seconds")->as_number() : 0;
+        outcome.seconds = made_seconds;
         ++already;
       } else if (!o.overwrite) {
         throw Error(cat("reproduce: part ", p.name, " in ", parts_dir, "/", p.name, " was made by `", made_by,
