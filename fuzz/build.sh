@@ -6,7 +6,7 @@
 #   nice -n 19 build-fuzz/fuzz_json -max_total_time=600 -close_fd_mask=3 fuzz/corpus/json
 #
 # Each target's corpus is fuzz/corpus/<name>; a crash is written as crash-<hash> in the
-# current folder. See README.md, "Fuzzing".
+# current folder. See README.md, "Tests".
 set -eu
 cd "$(dirname "$0")/.."
 out=${1:-build-fuzz}

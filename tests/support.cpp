@@ -249,7 +249,7 @@ std::string read_text(const std::filesystem::path& path) {
 
 ProgramRun run_adjoint_program(const std::string& arguments, const TempDir& dir) {
   const std::string log = dir.file("cli.log");
-  const int status = std::system((std::string(ADJOINT_EXE) + " " + arguments + " > " + log + " 2>&1").c_str());
+  const int status = std::system((adjoint_exe() + " " + arguments + " > " + log + " 2>&1").c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
 }
 
@@ -278,7 +278,7 @@ ProgramRun adjoint_run(const std::string& args, int ranks, const TempDir& dir, c
   const std::string log = dir.file("mpirun.log");
   const std::string command = "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -n " +
                               std::to_string(ranks) + (environment.empty() ? "" : " -x " + environment) + " " +
-                              ADJOINT_EXE + " " + args + " > " + log + " 2>&1";
+                              adjoint_exe() + " " + args + " > " + log + " 2>&1";
   const int status = std::system(command.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
 }

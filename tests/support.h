@@ -109,6 +109,10 @@ std::shared_ptr<Model> train_tiny_bilinear(uint64_t seed, const std::function<vo
 // bright 2×2 square whose position is the label (0…9). Returns the data spec.
 std::string write_square_images(const TempDir& dir);
 
+// The `adjoint` executable this test binary runs (tests/executable_path.cpp): the build with
+// MPI's, or the build without MPI's.
+std::string adjoint_exe();
+
 // Whether mpirun is on the PATH.
 bool mpirun_available();
 // True, with a doctest MESSAGE saying why, when this build or machine cannot run mpirun tests.

@@ -26,6 +26,7 @@
 #include "tests/support.h"
 
 using namespace adjoint;
+using adjoint::testing::adjoint_exe;
 using adjoint::testing::TempDir;
 using adjoint::testing::read_text;
 using adjoint::testing::adjoint_run;
@@ -254,12 +255,8 @@ void check_same_bits_at_any_rank_count(const std::string& name, const std::strin
 
 TEST_CASE("adjoint train under mpirun: the same weights at 1, 2 and 4 ranks, with threads, and after a resume at "
           "another rank count (ResNet with BatchNorm, ViT)") {
-  if (!distributed::built_with_mpi() || !mpirun_available()) {
-    MESSAGE("skipped: ", std::string(distributed::built_with_mpi() ? "no mpirun on PATH" : "this build has no MPI"),
-            " (install libopenmpi-dev openmpi-bin and rebuild)");
-    return;
-  }
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  if (mpi_tests_skipped()) return;
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   TempDir dir;
   const std::string data = write_square_images(dir);
   check_same_bits_at_any_rank_count("resnet", "resnet18 --width 0.0625", data, dir);
@@ -304,7 +301,7 @@ int64_t lines_with(const std::string& text, const std::string& what) {
 TEST_CASE("adjoint stitch under mpirun: cells handed out over 3 ranks give the single process's tables byte for byte, "
           "and a sweep that loses a rank finishes on a rerun with the same bytes") {
   if (mpi_tests_skipped()) return;
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   TempDir dir;
   const std::string data = write_square_images(dir);
   // Two tiny ResNets, 6 steps each.
@@ -370,7 +367,7 @@ TEST_CASE("adjoint stitch under mpirun: cells handed out over 3 ranks give the s
 
 TEST_CASE("adjoint tensorsim --run under mpirun: checkpoint pairs over 2 ranks give the single process's tables") {
   if (mpi_tests_skipped()) return;
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   TempDir dir;
   // A depth-2 bilinear MLP: compared pair by pair (no closed form), 5 kept checkpoints, 10 pairs.
   const std::string run = dir.file("run");
@@ -417,7 +414,7 @@ TEST_CASE("adjoint train under mpirun: gradient buckets of any size, sent while 
   }
   CHECK(!fs::exists(dir.file("bad")));
   if (mpi_tests_skipped()) return;
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   struct Way {
     const char* name;
     int ranks;  // 0: one process, without mpirun
@@ -439,4 +436,27 @@ TEST_CASE("adjoint train under mpirun: gradient buckets of any size, sent while 
     REQUIRE(run.exit_code == 0);
     if (out != reference) CHECK(final_weights(out) == final_weights(reference));
   }
+}
+
+TEST_CASE("a build without MPI: one process runs as always, and mpirun's ranks are refused with one line, nothing "
+          "written") {
+  // Run by adjoint_tests_without_mpi (tests/meson.build), the suite linked without MPI.
+  if (distributed::built_with_mpi() || !mpirun_available()) {
+    MESSAGE("skipped: ", std::string(distributed::built_with_mpi() ? "this build has MPI (adjoint_tests_without_mpi runs this)"
+                                                                   : "no mpirun on PATH"));
+    return;
+  }
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  const std::string args = "train --model resnet18 --width 0.0625 --data " + data + " --batch 32 --max-steps 1";
+  const testing::ProgramRun alone = adjoint_run(args + " --out " + dir.file("alone"), 0, dir);
+  CHECK_MESSAGE(alone.exit_code == 0, alone.output);
+  CHECK(fs::exists(dir.file("alone/checkpoint.safetensors")));
+
+  const testing::ProgramRun ranks = adjoint_run(args + " --out " + dir.file("ranks"), 2, dir);
+  CHECK(ranks.exit_code != 0);
+  CHECK(testing::contains(ranks.output, "this adjoint was built without MPI (Meson feature 'mpi'), but mpirun started "
+                                        "it as one of 2 ranks"));
+  CHECK(!fs::exists(dir.file("ranks/checkpoint.safetensors")));
 }

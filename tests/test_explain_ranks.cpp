@@ -15,6 +15,7 @@
 #include "tests/support.h"
 
 using namespace adjoint;
+using adjoint::testing::adjoint_exe;
 using adjoint::testing::adjoint_run;
 using adjoint::testing::contains;
 using adjoint::testing::mpi_tests_skipped;
@@ -95,7 +96,7 @@ TEST_CASE("explain cell files: values read back to the bit; every malformed file
 
 TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same tables, refuses another option in one "
           "line, and --overwrite remakes") {
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   TinyEvaluation e;
   const std::string out = e.dir.file("one");
   const testing::ProgramRun first = adjoint_run(e.command + out, 0, e.dir);
@@ -144,7 +145,7 @@ TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same t
 
 TEST_CASE("explain --evaluate under mpirun: the same tables at 1, 2 and 3 ranks, and after a killed rank and a rerun") {
   if (mpi_tests_skipped()) return;
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   TinyEvaluation e;
   const testing::ProgramRun one = adjoint_run(e.command + e.dir.file("one"), 0, e.dir);
   REQUIRE_MESSAGE(one.exit_code == 0, one.output);

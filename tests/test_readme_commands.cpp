@@ -148,7 +148,7 @@ TEST_CASE("readme: a user's guide of at most 300 lines") {
 
 TEST_CASE("readme commands: every adjoint line of README.md runs, scaled as it says" *
           doctest::skip(!fs::is_directory("/usr/share/datasets/fashion-mnist"))) {
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   const std::vector<ReadmeCommand> commands = readme_commands(read_text(fs::path(ADJOINT_SOURCE_DIR) / "README.md"));
   REQUIRE(commands.size() >= 8);
   TempDir dir;
@@ -159,7 +159,7 @@ TEST_CASE("readme commands: every adjoint line of README.md runs, scaled as it s
     const std::string line = joined(with_options(c.words, c.test_options));
     const std::string log = dir.file("command.log");
     const int status = std::system(
-        ("cd '" + dir.path().string() + "' && '" + ADJOINT_EXE + "' " + line + " > '" + log + "' 2>&1").c_str());
+        ("cd '" + dir.path().string() + "' && '" + adjoint_exe() + "' " + line + " > '" + log + "' 2>&1").c_str());
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     CHECK_MESSAGE(code == 0, "README.md line ", c.line, ": adjoint ", line, "\n", read_text(log));
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - seconds;

@@ -27,6 +27,7 @@
 #include "tests/support.h"
 
 using namespace adjoint;
+using adjoint::testing::adjoint_exe;
 using adjoint::testing::TempDir;
 using adjoint::testing::check_close;
 using adjoint::testing::random_tensor;
@@ -104,7 +105,7 @@ std::vector<std::string> error_lines(const std::string& output) {
 }  // namespace
 
 TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and protocols, and its bad input") {
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   TempDir dir;
   write_square_positions(dir);
   const DataSource data = open_data("fashion-mnist:" + dir.path().string());
@@ -182,7 +183,7 @@ TEST_CASE("adjoint stitch: a restartable sweep over blocks, objectives and proto
     const std::string cut_sweep = "stitch --front " + a + " --end " + b + " --pairs 2:2,4:3 --train-images 300 "
                                   "--epochs 10 --batch 25 --objectives hlm,dm --protocol standard --out " + cut;
     const std::string pid_file = dir.file("cut.pid");
-    REQUIRE(std::system((std::string(ADJOINT_EXE) + " " + cut_sweep + " --threads 2 > " + dir.file("cut.log") +
+    REQUIRE(std::system((adjoint_exe() + " " + cut_sweep + " --threads 2 > " + dir.file("cut.log") +
                          " 2>&1 & echo $! > " + pid_file).c_str()) == 0);
     const pid_t pid = pid_t(std::stol(read_text(pid_file)));
     for (int wait = 0; wait < 4000 && !fs::exists(cut + "/results.json"); ++wait) usleep(1000);
@@ -353,7 +354,7 @@ namespace {
 // A run of the executable from the working folder `cwd`, so that relative paths are its.
 Run adjoint_cli_in(const std::string& cwd, const std::string& arguments, const TempDir& dir) {
   const std::string log = dir.file("cli_in.log");
-  const int status = std::system(("cd " + cwd + " && " + ADJOINT_EXE + " " + arguments + " --threads 2 > " + log +
+  const int status = std::system(("cd " + cwd + " && " + adjoint_exe() + " " + arguments + " --threads 2 > " + log +
                                   " 2>&1").c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
 }
@@ -365,7 +366,7 @@ bool has(const Run& r, const std::string& part) { return r.output.find(part) != 
 
 TEST_CASE("adjoint stitch: every result records what made it; a rerun made otherwise is refused naming what "
           "differs, --overwrite remakes it; a stitch file pins its checkpoints") {
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   TempDir dir;
   write_square_positions(dir);
   const DataSource data = open_data("fashion-mnist:" + dir.path().string());
@@ -490,7 +491,7 @@ TEST_CASE("adjoint stitch: every result records what made it; a rerun made other
 }
 
 TEST_CASE("adjoint stitch: nonsense options are refused before any work, in one line naming the option") {
-  REQUIRE_MESSAGE(fs::exists(ADJOINT_EXE), "build the adjoint executable first: ", ADJOINT_EXE);
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
   TempDir dir;
   write_square_positions(dir);
   const DataSource data = open_data("fashion-mnist:" + dir.path().string());
