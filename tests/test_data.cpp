@@ -420,6 +420,39 @@ TEST_CASE("data: text corpus targets are the inputs shifted by one") {
   CHECK_THROWS_WITH_AS(text_corpus(dir.file("corpus.txt"), 45), doctest::Contains("do not fill one sequence"), Error);
 }
 
+TEST_CASE("data: fortunes reads the text collections in name order, without index files, UTF-8 copies and ASCII art") {
+  TempDir dir;
+  fs::create_directories(dir.file("fortunes"));
+  const auto write = [&](const std::string& name, const std::string& text) {
+    write_bytes(dir.file("fortunes/" + name), std::vector<uint8_t>(text.begin(), text.end()));
+  };
+  write("zen", "Simple is better than complex.\n%\n");                // 33 bytes
+  write("people", "Half the work is knowing what not to do.\n%\n");   // 43 bytes
+  write("people.dat", std::string(40, '\x01'));
+  write("people.u8", "Half the work is knowing what not to do.\n%\n");
+  write("art", "  /\\_/\\  \n ( o.o ) \n%\n");
+  write("ascii-art", "|_|_|_|\n%\n");
+  const std::string expected = "Half the work is knowing what not to do.\n%\nSimple is better than complex.\n%\n";
+  const DataSource d = open_data("fortunes:4:" + dir.file("fortunes"));
+  // 76 bytes: the first 68 (0.9 of them, rounded) train, the last 8 validate.
+  REQUIRE(d.train->size() == (68 - 1) / 4);
+  REQUIRE(d.test->size() == (8 - 1) / 4);
+  std::vector<float> x(4);
+  std::vector<int64_t> y(4);
+  std::string read;
+  for (int64_t i = 0; i < d.train->size(); ++i) {
+    d.train->get(i, x.data(), y.data());
+    for (float v : x) read += char(int(v));
+  }
+  CHECK(read == expected.substr(0, read.size()));
+  d.test->get(0, x.data(), y.data());
+  CHECK(char(int(x[0])) == expected[68]);
+
+  CHECK_THROWS_WITH_AS(open_data("fortunes:4:" + dir.file("none")),
+                       doctest::Contains("is missing: install Debian's fortunes package"), Error);
+  CHECK_THROWS_WITH_AS(open_data("fortunes:0"), doctest::Contains("LEN must be a positive integer"), UsageError);
+}
+
 TEST_CASE("data: loader batches, epochs, seeds, prefetch and resume") {
   const auto data = std::make_shared<IndexedImages>(23, Shape{1, 2, 2});
   LoaderOptions opt;

@@ -39,6 +39,50 @@ TEST_CASE("representation similarity: linear CKA, biased and debiased, against n
   CHECK_THROWS_WITH_AS(linear_cka(kX, matrix(2, 1, {1, 2})), doctest::Contains("cover 6 and 2 examples"), Error);
 }
 
+TEST_CASE("representation similarity: debiased CKA equals its Gram-matrix definition, and needs no n × n memory") {
+  // The definition with explicit Gram matrices, in plain loops, on random data.
+  Generator gen(5);
+  const int64_t n = 37;
+  const auto random_matrix = [&](int64_t rows, int64_t cols) {
+    Matrix64 m(rows, cols);
+    const std::vector<float> v = normal({rows, cols}, 0.0f, 1.0f, gen).to_vector();
+    m.data.assign(v.begin(), v.end());
+    return m;
+  };
+  const Matrix64 x = random_matrix(n, 4);
+  Matrix64 y = random_matrix(n, 6);
+  for (int64_t i = 0; i < n; ++i) y(i, 0) += x(i, 0), y(i, 1) -= x(i, 2);  // related, so CKA is not ~0
+  const auto gram = [&](const Matrix64& m) {
+    Matrix64 g(n, n);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t c = 0; c < m.cols && i != j; ++c) g(i, j) += m(i, c) * m(j, c);
+    return g;
+  };
+  const auto hsic = [&](const Matrix64& k, const Matrix64& l) {
+    double kl = 0, sk = 0, sl = 0, k1l1 = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double ki = 0, li = 0;
+      for (int64_t j = 0; j < n; ++j) kl += k(i, j) * l(j, i), ki += k(i, j), li += l(i, j);
+      sk += ki, sl += li, k1l1 += ki * li;
+    }
+    const double nd = double(n);
+    return (kl + sk * sl / ((nd - 1) * (nd - 2)) - 2 * k1l1 / (nd - 2)) / (nd * (nd - 3));
+  };
+  const Matrix64 k = gram(x), l = gram(y);
+  const double by_definition = hsic(k, l) / std::sqrt(hsic(k, k) * hsic(l, l));
+  CHECK(std::abs(by_definition) > 0.05);
+  CHECK(linear_cka_debiased(x, y) == doctest::Approx(by_definition).epsilon(1e-10));
+
+  // A language model's logits: a row per token. 3·10⁵ rows would be 720 GB of Gram matrix.
+  const Matrix64 tokens_a = random_matrix(300000, 3);
+  Matrix64 tokens_b = random_matrix(300000, 2);
+  for (int64_t i = 0; i < tokens_b.rows; ++i) tokens_b(i, 0) += tokens_a(i, 0);
+  const double cka = linear_cka_debiased(tokens_a, tokens_b);
+  CHECK(cka > 0.1);
+  CHECK(cka < 1.0);
+}
+
 TEST_CASE("representation similarity: agreement, output correlation and weight cosine") {
   const Matrix64 a = matrix(4, 3, {1, 2, 0, 3, 1, 2, 0, 0, 1, 1, 5, 2});
   const Matrix64 b = matrix(4, 3, {2, 1, 0, 3, 4, 2, 1, 0, 0.5, 0, 5, 2});

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -246,6 +247,43 @@ TEST_CASE("reproduce: claims are judged from the parts' result files, holding an
   CHECK(judge(control, parts, 2).holds);  // 0.85 / 0.9 ≥ 0.8
   write_stitch_results(parts, 0, "C1_S1", 0.9, 0.5, 0.2);
   CHECK_FALSE(judge(control, parts, 2).holds);
+}
+
+TEST_CASE("reproduce: a language model's phases are blocks of its checkpoint matrix, a steady drift is not") {
+  TempDir dir;
+  const std::string parts = dir.path().string() + "/parts";
+  const Claim& phases = claim_named(find_paper("tensor-similarity"), "A language model's checkpoint similarity matrix");
+  const auto write_matrix = [&](int seed, const std::vector<std::vector<double>>& m) {
+    const std::string folder = cat(parts, "/lm_similarity_s", seed);
+    fs::create_directories(folder);
+    std::string csv = "step";
+    for (size_t i = 0; i < m.size(); ++i) csv += cat(",", 10 * (i + 1));
+    for (size_t i = 0; i < m.size(); ++i) {
+      csv += cat("\n", 10 * (i + 1));
+      for (double v : m[i]) csv += cat(",", v);
+    }
+    write_file_atomic(folder + "/pairwise_similarity.csv", csv + "\n");
+  };
+  // Two phases: within 0.99 and 0.95, across 0.1; the cut after the second checkpoint
+  // gives (0.99 + 0.95) / 2 − 0.1 = 0.87.
+  write_matrix(0, {{1, 0.99, 0.1, 0.1}, {0.99, 1, 0.1, 0.1}, {0.1, 0.1, 1, 0.95}, {0.1, 0.1, 0.95, 1}});
+  ClaimOutcome o = judge(phases, parts, 1);
+  CHECK(o.holds);
+  CHECK(o.mean == doctest::Approx(0.87));
+  // A steady drift, 1 − 0.15·|i − j| over 6 checkpoints: the best cut (after the third) has
+  // within 0.8 and across 0.55 (by hand), a gap of 0.25: no phases.
+  std::vector<std::vector<double>> drift(6, std::vector<double>(6));
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 6; ++j) drift[size_t(i)][size_t(j)] = 1 - 0.15 * std::abs(i - j);
+  write_matrix(0, drift);
+  o = judge(phases, parts, 1);
+  CHECK_FALSE(o.holds);
+  CHECK(o.mean == doctest::Approx(0.25));
+  // A matrix that is not square is an error naming the file, never a number.
+  write_file_atomic(cat(parts, "/lm_similarity_s0/pairwise_similarity.csv"), "step,10,20\n10,1,0.5\n");
+  o = judge(phases, parts, 1);
+  CHECK(o.ours == "not measured");
+  CHECK(contains(o.why, "lm_similarity_s0/pairwise_similarity.csv"));
 }
 
 TEST_CASE("reproduce: the page holds the claims table computed from the results, and the summary figure") {

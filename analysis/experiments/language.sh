@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The language experiment of docs/methods.md §3.5, end to end: a 2-block bilinear-attention
-# transformer trained on English text from Debian's `fortunes` package (nothing downloaded),
+# The language experiment of docs/methods.md §3.5, end to end (also a part of
+# `adjoint reproduce tensor-similarity`): a 2-block bilinear-attention transformer trained on
+# English text from Debian's `fortunes` package (`--data fortunes:16`; nothing downloaded),
 # checkpoints kept over training, then every checkpoint compared with the last and with each
 # other by tensor similarity over a context of 4 positions, with the validation loss beside it.
 #
@@ -17,15 +18,10 @@ out=${1:?usage: language.sh OUT [STEPS] [CHECKPOINTS]}
 steps=${2:-3000}
 checkpoints=${3:-10}
 adjoint=${ADJOINT:-$(dirname "$0")/../../build/tools/adjoint}
-texts=/usr/share/games/fortunes
-[ -d "$texts" ] || { echo "language.sh: $texts is missing: apt-get install fortunes" >&2; exit 1; }
 mkdir -p "$out"
-# The English fortunes, without the ASCII-art collections and the index files.
-[ -f "$out/corpus.txt" ] ||
-  find "$texts" -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' ! -name '*art*' | sort | xargs cat > "$out/corpus.txt"
 [ -f "$out/run/done" ] || {
   "$adjoint" train --overwrite --model bilinear_lm --attention bilinear --dim 16 --depth 2 --heads 2 --mlp-ratio 2 \
-    --residual-scale 0.5 --data "text:$out/corpus.txt:16" --optimizer adamw --lr 3e-3 --weight-decay 0.05 \
+    --residual-scale 0.5 --data fortunes:16 --optimizer adamw --lr 3e-3 --weight-decay 0.05 \
     --batch 64 --epochs 1 --max-steps "$steps" --schedule cosine --warmup 100 --keep-checkpoints "log:$checkpoints" \
     --eval-limit 2000 --out "$out/run"
   touch "$out/run/done"

@@ -92,10 +92,12 @@ namespace {
 bool polynomial_tractable(const PolynomialView& v, int64_t features, std::string* why) {
   const PolynomialCost c = polynomial_cost(v, features);
   if (c.multiply_adds <= kPolynomialMultiplyAddBudget && c.held <= kPolynomialCoefficientBudget) return true;
-  *why = cat(*why, "; written out as polynomials (", c.variables, " input variables", features ? " in the embeddings' span" : "",
-             ", degree ", c.degree, "), ", v.arch, " would take ",
-             c.multiply_adds, " multiply-adds and hold ", c.held, " coefficients (budget ", kPolynomialMultiplyAddBudget, ", ",
-             kPolynomialCoefficientBudget, ")");
+  // Two networks of one architecture give the same reason: said once.
+  const std::string reason =
+      cat("; written out as polynomials (", c.variables, " input variables", features ? " in the embeddings' span" : "",
+          ", degree ", c.degree, "), ", v.arch, " would take ", c.multiply_adds, " multiply-adds and hold ", c.held,
+          " coefficients (budget ", kPolynomialMultiplyAddBudget, ", ", kPolynomialCoefficientBudget, ")");
+  if (why->find(reason) == std::string::npos) *why += reason;
   return false;
 }
 

@@ -25,24 +25,41 @@ Matrix64 centred_columns(const Matrix64& m) {
 
 double frobenius_norm(const Matrix64& m) { return std::sqrt(frobenius_inner(m, m)); }
 
-// Song et al.'s unbiased HSIC of two Gram matrices with their diagonals already zeroed.
-double unbiased_hsic(const Matrix64& k, const Matrix64& l) {
-  const double n = double(k.rows);
-  double trace_kl = 0, sum_k = 0, sum_l = 0, kl_ones = 0;
-  std::vector<double> k1(size_t(k.rows), 0.0), l1(size_t(l.rows), 0.0);
-  for (int64_t i = 0; i < k.rows; ++i)
-    for (int64_t j = 0; j < k.cols; ++j) {
-      trace_kl += k(i, j) * l(j, i);
-      k1[size_t(i)] += k(i, j), l1[size_t(i)] += l(i, j);
+// Song et al.'s unbiased HSIC of the Gram matrices K = XXᵀ and L = YYᵀ with their diagonals
+// zeroed,
+//   (tr(KL) + 1ᵀK1·1ᵀL1 / ((n−1)(n−2)) − 2·1ᵀKL1 / (n−2)) / (n(n−3)),
+// computed in feature space, O(n·p·q) time and never an n × n matrix: a language model's
+// logits have a row per token, and n² doubles of 10⁵ tokens do not fit in memory.
+//   tr(KL) = Σ_{i≠j} (xᵢ·xⱼ)(yᵢ·yⱼ) = ‖XᵀY‖²_F − Σᵢ ‖xᵢ‖²‖yᵢ‖²
+//   (K1)ᵢ  = xᵢ·Σⱼxⱼ − ‖xᵢ‖²,  and the same for L.
+double unbiased_hsic(const Matrix64& x, const Matrix64& y) {
+  const int64_t n = x.rows;
+  const auto row_sums = [](const Matrix64& m) {  // K1 for K = m mᵀ without its diagonal
+    std::vector<double> column_sum(size_t(m.cols), 0.0), k1(size_t(m.rows), 0.0);
+    for (int64_t i = 0; i < m.rows; ++i)
+      for (int64_t c = 0; c < m.cols; ++c) column_sum[size_t(c)] += m(i, c);
+    for (int64_t i = 0; i < m.rows; ++i) {
+      double dot = 0, square = 0;
+      for (int64_t c = 0; c < m.cols; ++c) dot += m(i, c) * column_sum[size_t(c)], square += m(i, c) * m(i, c);
+      k1[size_t(i)] = dot - square;
     }
+    return k1;
+  };
+  const auto squared_norm = [](const Matrix64& m, int64_t i) {
+    double s = 0;
+    for (int64_t c = 0; c < m.cols; ++c) s += m(i, c) * m(i, c);
+    return s;
+  };
+  const Matrix64 xty = matmul(x, y, true, false);
+  const double cross = frobenius_inner(xty, xty);
+  double diagonal = 0;
+  for (int64_t i = 0; i < n; ++i) diagonal += squared_norm(x, i) * squared_norm(y, i);
+  const double trace_kl = cross - diagonal;
+  const std::vector<double> k1 = row_sums(x), l1 = row_sums(y);
+  double sum_k = 0, sum_l = 0, kl_ones = 0;
   for (size_t i = 0; i < k1.size(); ++i) sum_k += k1[i], sum_l += l1[i], kl_ones += k1[i] * l1[i];
-  return (trace_kl + sum_k * sum_l / ((n - 1) * (n - 2)) - 2 * kl_ones / (n - 2)) / (n * (n - 3));
-}
-
-Matrix64 gram_without_diagonal(const Matrix64& x) {
-  Matrix64 g = matmul(x, x, false, true);
-  for (int64_t i = 0; i < g.rows; ++i) g(i, i) = 0;
-  return g;
+  const double nd = double(n);
+  return (trace_kl + sum_k * sum_l / ((nd - 1) * (nd - 2)) - 2 * kl_ones / (nd - 2)) / (nd * (nd - 3));
 }
 
 }  // namespace
@@ -57,8 +74,7 @@ double linear_cka(const Matrix64& x, const Matrix64& y) {
 double linear_cka_debiased(const Matrix64& x, const Matrix64& y) {
   check_rows(x, y, "debiased linear CKA");
   check(x.rows >= 4, "debiased linear CKA needs at least 4 examples, got ", x.rows);
-  const Matrix64 k = gram_without_diagonal(x), l = gram_without_diagonal(y);
-  return unbiased_hsic(k, l) / std::sqrt(unbiased_hsic(k, k) * unbiased_hsic(l, l));
+  return unbiased_hsic(x, y) / std::sqrt(unbiased_hsic(x, x) * unbiased_hsic(y, y));
 }
 
 double prediction_agreement(const Matrix64& a, const Matrix64& b) {

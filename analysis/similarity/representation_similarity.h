@@ -11,7 +11,8 @@ namespace adjoint {
 // ‖Yᵀ X‖²_F / (‖Xᵀ X‖_F ‖Yᵀ Y‖_F) after centring each column (Kornblith et al. 2019).
 double linear_cka(const Matrix64& x, const Matrix64& y);
 // The same with the unbiased HSIC estimator of Song et al. (2012) on the Gram matrices,
-// which removes the bias of finite n (needs n ≥ 4).
+// which removes the bias of finite n (needs n ≥ 4); computed without forming them, so n may
+// be a token count in the hundreds of thousands.
 double linear_cka_debiased(const Matrix64& x, const Matrix64& y);
 
 // The share of examples whose arg-max agrees, and the Pearson correlation of all logits.

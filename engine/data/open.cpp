@@ -143,6 +143,39 @@ DataSource open_text(const std::string& spec, const std::vector<std::string>& p,
   return d;
 }
 
+// Debian's `fortunes` package: English quotations, jokes and literature, real language for
+// the language models with nothing downloaded. Its collections are read in name order,
+// leaving out the index files (.dat), the UTF-8 copies (.u8) and the ASCII-art collections,
+// whose lines are pictures, not language. FOLDER is for tests.
+constexpr const char* kFortunesFolder = "/usr/share/games/fortunes";
+
+std::vector<std::string> fortune_collections(const std::string& spec, const std::string& folder) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(folder, error))
+    throw Error(cat("--data ", spec, ": ", folder, " is missing: install Debian's fortunes package (apt-get install fortunes)"));
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    const std::string name = entry.path().filename().string();
+    const std::string extension = entry.path().extension().string();
+    if (!entry.is_regular_file(error) || extension == ".dat" || extension == ".u8" || name.find("art") != std::string::npos)
+      continue;
+    files.push_back(entry.path().string());
+  }
+  if (files.empty()) throw Error(cat("--data ", spec, ": ", folder, " holds no fortune collections"));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+DataSource open_fortunes(const std::string& spec, const std::vector<std::string>& p, bool) {
+  expect_parts(spec, p, 1, 2, "fortunes[:LEN[:FOLDER]]");
+  const int64_t len = p.size() >= 2 ? positive(spec, p[1], "LEN") : 64;
+  const std::vector<std::string> files = fortune_collections(spec, p.size() == 3 ? p[2] : kFortunesFolder);
+  DataSource d;
+  d.train = text_corpus(files, "fortunes", len, "train", 0.1);
+  d.test = text_corpus(files, "fortunes", len, "validation", 0.1);
+  return d;
+}
+
 std::vector<std::string> no_class_names(const std::vector<std::string>&) { return {}; }
 
 const std::vector<DataFamily>& data_families() {
@@ -180,6 +213,7 @@ const std::vector<DataFamily>& data_families() {
        }},
       {"modadd", "modadd[:P]", open_modular_addition, no_class_names},
       {"text", "text:FILE[:LEN]", open_text, no_class_names},
+      {"fortunes", "fortunes[:LEN[:FOLDER]]", open_fortunes, no_class_names},
   };
   return families;
 }

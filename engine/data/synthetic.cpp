@@ -74,18 +74,27 @@ void TextCorpus::get(int64_t index, float* input, int64_t* targets) const {
   }
 }
 
-std::shared_ptr<Dataset> text_corpus(const std::string& path, int64_t sequence_length, const std::string& split,
-                                     double validation_fraction) {
+std::shared_ptr<Dataset> text_corpus(const std::vector<std::string>& paths, const std::string& name,
+                                     int64_t sequence_length, const std::string& split, double validation_fraction) {
   check(validation_fraction >= 0 && validation_fraction <= 1, "text_corpus: validation fraction ",
         validation_fraction, " is outside [0, 1]");
-  const std::vector<uint8_t> bytes = read_file(path);
+  std::vector<uint8_t> bytes;
+  for (const std::string& path : paths) {
+    const std::vector<uint8_t> file = read_file(path);
+    bytes.insert(bytes.end(), file.begin(), file.end());
+  }
   const auto cut = static_cast<size_t>(std::llround((1.0 - validation_fraction) * static_cast<double>(bytes.size())));
   std::string text;
   if (split == "all") text.assign(bytes.begin(), bytes.end());
   else if (split == "train") text.assign(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(cut));
   else if (split == "validation") text.assign(bytes.begin() + static_cast<std::ptrdiff_t>(cut), bytes.end());
-  else throw Error(cat("text_corpus: ", path, ": unknown split '", split, "' (expected all, train or validation)"));
-  return std::make_shared<TextCorpus>(std::move(text), sequence_length, cat("text:", path, "/", split));
+  else throw Error(cat("text_corpus: ", name, ": unknown split '", split, "' (expected all, train or validation)"));
+  return std::make_shared<TextCorpus>(std::move(text), sequence_length, cat(name, "/", split));
+}
+
+std::shared_ptr<Dataset> text_corpus(const std::string& path, int64_t sequence_length, const std::string& split,
+                                     double validation_fraction) {
+  return text_corpus(std::vector<std::string>{path}, cat("text:", path), sequence_length, split, validation_fraction);
 }
 
 }  // namespace adjoint

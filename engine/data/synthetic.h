@@ -61,5 +61,8 @@ private:
 // "train" = the first (1 - validation_fraction) of the bytes, "validation" = the rest.
 std::shared_ptr<Dataset> text_corpus(const std::string& path, int64_t sequence_length,
                                      const std::string& split = "all", double validation_fraction = 0.1);
+// The same over several files, concatenated in the order given, as one text named `name`.
+std::shared_ptr<Dataset> text_corpus(const std::vector<std::string>& paths, const std::string& name,
+                                     int64_t sequence_length, const std::string& split, double validation_fraction);
 
 }  // namespace adjoint

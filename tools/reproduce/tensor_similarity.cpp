@@ -1,8 +1,9 @@
 // The tensor-similarity paper (docs/methods.md §3.5): bilinear networks compared through their
 // weights alone. Grokking (similarity to the final model against validation accuracy over
-// steps), a backdoor (the target class's slice against a control branch) and forgetting (the
-// removed class's slice against a control, and after re-adding it). The parts are those of
-// analysis/experiments/{grokking,backdoor,forgetting}.sh (forgetting.sh with
+// steps), a backdoor (the target class's slice against a control branch), forgetting (the
+// removed class's slice against a control, and after re-adding it) and a language model's
+// checkpoint matrix (its blocks are the phases of training). The parts are those of
+// analysis/experiments/{grokking,backdoor,forgetting,language}.sh (forgetting.sh with
 // MODEL_OPTS="--dim 128 --hidden 256" WEIGHT_DECAY=0.5).
 #include <algorithm>
 #include <cmath>
@@ -30,13 +31,16 @@ struct Sizes {
   int clean_steps, branch_steps;         // backdoor: clean stage, then the branches up to this step
   int stage_steps;                       // forgetting: steps per stage
   int count;                             // test examples for the baselines
+  int lm_steps, lm_checkpoints;          // language model: at most this many steps, log-spaced checkpoints
 };
 Sizes sizes(Scale scale) {
   // Quick: half the steps with a stronger push (lr 3e-3, weight decay 1) in place of the
   // published 1e-3 and 0.3, long enough for validation accuracy to pass 99% (28k steps);
   // smaller moduli leave too few training pairs for a batch of 512.
-  if (scale == Scale::Quick) return {113, 4000, 1500, "3e-3", "1.0", 1500, 2500, 1000, 1000};
-  return {113, 8000, 1000, "1e-3", "0.3", 4690, 7035, 2000, 2000};
+  // The language model: one epoch of the fortunes is 2157 steps; quick stops at 600, past
+  // the fall of the loss where the first phase ends.
+  if (scale == Scale::Quick) return {113, 4000, 1500, "3e-3", "1.0", 1500, 2500, 1000, 1000, 600, 7};
+  return {113, 8000, 1000, "1e-3", "0.3", 4690, 7035, 2000, 2000, 3000, 10};
 }
 
 // A bilinear MLP on Fashion-MNIST. The backdoor runs the small model (784 → 64 → 10, weight
@@ -66,11 +70,28 @@ std::vector<Part> parts(Scale scale, int seeds) {
   // Expected seconds per kind of part (ETA weights): quick as measured here, full estimated.
   const bool quick = scale == Scale::Quick;
   const double grok_seconds = quick ? 290 : 600, run_similarity_seconds = quick ? 2 : 60, train_seconds = quick ? 4 : 12,
-               pair_similarity_seconds = quick ? 1 : 2;
+               pair_similarity_seconds = quick ? 1 : 2, lm_train_seconds = quick ? 5 : 15,
+               lm_similarity_seconds = quick ? 120 : 250;
   std::vector<Part> out;
   for (int s = 0; s < seeds; ++s) {
     const std::string S = cat("_s", s);
     auto at = [&](const std::string& name) { return cat("{parts}/", name, S, "/checkpoint.safetensors"); };
+    // Language, first, so that a machine without Debian's fortunes package is told at once: a
+    // 2-block bilinear-attention transformer on the fortunes, byte-level,
+    // small enough for the attention term of the recursion (its cost grows with the sixth
+    // power of the head width); its checkpoints compared pairwise over 4 positions, with
+    // Gaussian inputs of the one-hot tokens' norm (1/16 for 256 byte values).
+    out.push_back({"lm" + S,
+                   {"train", "--model", "bilinear_lm", "--attention", "bilinear", "--dim", "16", "--depth", "2", "--heads",
+                    "2", "--mlp-ratio", "2", "--residual-scale", "0.5", "--data", "fortunes:16", "--optimizer", "adamw",
+                    "--lr", "3e-3", "--weight-decay", "0.05", "--batch", "64", "--epochs", "1", "--max-steps",
+                    cat(z.lm_steps), "--schedule", "cosine", "--warmup", "100", "--keep-checkpoints",
+                    cat("log:", z.lm_checkpoints), "--eval-limit", "2000", "--seed", cat(s), "--out", "{out}"},
+                   lm_train_seconds});
+    out.push_back({"lm_similarity" + S,
+                   {"tensorsim", "--run", cat("{parts}/lm", S), "--positions", "4", "--input-std", "0.0625", "--count",
+                    "2000", "--out", "{out}"},
+                   lm_similarity_seconds});
     // Grokking.
     out.push_back({"grok" + S,
                    {"train", "--model", "bilinear_mlp", "--hidden", "64", "--data", cat("modadd:", z.modulus),
@@ -161,6 +182,46 @@ double slice_drop(const std::string& parts_dir, int seed, const std::string& tre
   return measure(parts_dir, control, seed, slice) - measure(parts_dir, treated, seed, slice);
 }
 
+// A language model's checkpoint-by-checkpoint similarity matrix (tensorsim --run), in step order.
+struct CheckpointMatrix {
+  std::vector<std::string> steps;
+  std::vector<std::vector<double>> similarity;
+};
+CheckpointMatrix checkpoint_matrix(const std::string& parts_dir, int seed) {
+  const CsvRows t = read_csv(cat(parts_dir, "/lm_similarity_s", seed, "/pairwise_similarity.csv"));
+  CheckpointMatrix m;
+  for (const auto& row : t.rows) {
+    if (row.size() != t.header.size() || row.size() != t.rows.size() + 1)
+      throw Error(cat(t.path, ": not a square matrix of checkpoints"));
+    m.steps.push_back(row[0]);
+    std::vector<double> values;
+    for (size_t j = 1; j < row.size(); ++j) values.push_back(std::atof(row[j].c_str()));
+    m.similarity.push_back(values);
+  }
+  if (m.steps.size() < 4) throw Error(cat(t.path, ": ", m.steps.size(), " checkpoints, too few for two blocks"));
+  return m;
+}
+
+// Block structure in one number: over every cut of the checkpoints (in step order) into an
+// earlier and a later block of at least two each, the largest gap between the mean
+// similarity of two checkpoints in the same block and that of two in different blocks.
+// A run that drifts at an even pace has no cut with a large gap; one with phases does.
+double block_contrast(const CheckpointMatrix& m) {
+  const size_t n = m.steps.size();
+  double best = -INFINITY;
+  for (size_t cut = 2; cut + 2 <= n; ++cut) {
+    double within = 0, across = 0;
+    int64_t within_pairs = 0, across_pairs = 0;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) {
+        if ((i < cut) == (j < cut)) within += m.similarity[i][j], ++within_pairs;
+        else across += m.similarity[i][j], ++across_pairs;
+      }
+    best = std::max(best, within / double(within_pairs) - across / double(across_pairs));
+  }
+  return best;
+}
+
 std::vector<Claim> claims() {
   Claim grokked;
   grokked.text = "A bilinear MLP groks modular addition (validation accuracy reaches 99%)";
@@ -220,7 +281,15 @@ std::vector<Claim> claims() {
     return measure(dir, "forget_readded_similarity", seed, slice) - measure(dir, "forget_removed_similarity", seed, slice);
   };
   readded.bound = {Bound::AtLeast, 0.0};
-  return {grokked, keeps_changing, backdoor, forgotten, readded};
+
+  Claim phases;
+  phases.text = "A language model's checkpoint similarity matrix has block structure: the phases of training";
+  phases.paper_figure = "checkpoint × checkpoint similarity of a 2-layer bilinear transformer shows blocks";
+  phases.ours = "over cuts into an earlier and a later block: largest (mean similarity within a block − across the blocks)";
+  phases.sources = {"lm_similarity_s{seed}"};
+  phases.value = [](const std::string& dir, int seed) { return block_contrast(checkpoint_matrix(dir, seed)); };
+  phases.bound = {Bound::AtLeast, 0.5};
+  return {grokked, keeps_changing, backdoor, forgotten, readded, phases};
 }
 
 std::vector<std::string> draw(const std::string& parts_dir, int seeds, const std::string& figures_dir) {
@@ -280,6 +349,24 @@ std::vector<std::string> draw(const std::string& parts_dir, int seeds, const std
   map.print_values = true;
   stems.push_back(figures_dir + "/slices");
   Figure(map).write(stems.back());
+
+  // The language model's checkpoint matrix (seed 0).
+  try {
+    const CheckpointMatrix m = checkpoint_matrix(parts_dir, 0);
+    HeatMap lm;
+    lm.title = "Bilinear-attention transformer on fortunes (seed 0): tensor similarity between checkpoints";
+    lm.x_label = "checkpoint (training step)";
+    lm.y_label = "checkpoint (training step)";
+    lm.rows = lm.cols = int64_t(m.steps.size());
+    for (const auto& row : m.similarity) lm.values.insert(lm.values.end(), row.begin(), row.end());
+    lm.row_labels = lm.col_labels = m.steps;
+    std::tie(lm.lo, lm.hi) = data_range(lm.values);
+    lm.range_note = "scale from the data";
+    lm.print_values = true;
+    stems.push_back(figures_dir + "/language_checkpoints");
+    Figure(lm).write(stems.back());
+  } catch (const Error&) {
+  }
   return stems;
 }
 
