@@ -63,6 +63,26 @@ TEST_CASE("reproduce: every paper's parts are unique, read only earlier parts, a
   CHECK_THROWS_AS(parse_scale("huge"), UsageError);
 }
 
+TEST_CASE("reproduce --only: the parts named, and the parts they read, in the paper's order") {
+  const std::vector<Part> all = find_paper("tensor-similarity").parts(Scale::Full, 2);
+  const auto names = [](const std::vector<Part>& parts) {
+    std::vector<std::string> out;
+    for (const Part& p : parts) out.push_back(p.name);
+    return out;
+  };
+  CHECK(names(select_parts(all, {})) == names(all));
+  CHECK(names(select_parts(all, {"lm_similarity_s1"})) == std::vector<std::string>{"lm_s1", "lm_similarity_s1"});
+  // The poisoned branch's comparison reads the branch and the clean stage the branch continues.
+  CHECK(names(select_parts(all, {"backdoor_poison_similarity_s0", "grok_s1"})) ==
+        std::vector<std::string>{"backdoor_clean_s0", "backdoor_poison_s0", "backdoor_poison_similarity_s0", "grok_s1"});
+  // Forgetting's re-added comparison reads four stages in a chain.
+  CHECK(names(select_parts(all, {"forget_readded_similarity_s0"})) ==
+        std::vector<std::string>{"forget_stage1_s0", "forget_stage2_s0", "forget_removed_s0", "forget_readded_s0",
+                                 "forget_readded_similarity_s0"});
+  CHECK_THROWS_WITH_AS(select_parts(all, {"grokking"}), doctest::Contains("--only grokking: no part's name starts with it"),
+                       UsageError);
+}
+
 namespace {
 
 // A paper of two parts whose commands are counted, not run: the runner's restart logic alone.

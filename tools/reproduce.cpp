@@ -39,6 +39,7 @@ int run_reproduce(const cli::Args& a) {
   o.seeds = a.has("seeds") ? int(a.integer("seeds")) : paper.default_seeds[o.scale == Scale::Quick ? 0 : 1];
   if (o.seeds < 1 || o.seeds > 20) throw UsageError(cat("option --seeds expects 1 to 20, got ", o.seeds));
   o.overwrite = a.flag("overwrite");
+  if (a.has("only")) o.only = a.list("only");
   const std::vector<PartOutcome> outcomes = run_parts(paper, o);
   write_page(paper, o, outcomes, a);
   const cli::ReportTable claims = claims_table(paper, o.out_dir + "/parts", o.seeds);
@@ -64,7 +65,8 @@ const cli::Registration reproduce_command({
                 {"scale", "NAME", "quick (minutes) or full (the headline claims)", "quick"},
                 {"seeds", "N", "seeds (default: the paper's for the scale)", ""},
                 {"out", "DIR", "where the parts and the page go", ""},
-                {"overwrite", "", "rerun parts made by another command line, commit or thread count", ""}},
+                {"overwrite", "", "rerun parts made by another command line, commit or thread count", ""},
+                {"only", "PREFIXES", "only the parts whose names start so (and the parts they read), e.g. lm or grok", ""}},
     .run = run_reproduce,
 });
 

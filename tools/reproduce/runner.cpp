@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "engine/error.h"
@@ -83,12 +84,36 @@ std::string command_line(const Part& part) {
   return line;
 }
 
+std::vector<Part> select_parts(const std::vector<Part>& parts, const std::vector<std::string>& prefixes) {
+  if (prefixes.empty()) return parts;
+  std::set<std::string> wanted;
+  for (const std::string& prefix : prefixes) {
+    bool any = false;
+    for (const Part& p : parts)
+      if (p.name.rfind(prefix, 0) == 0) wanted.insert(p.name), any = true;
+    if (!any) throw UsageError(cat("reproduce: --only ", prefix, ": no part's name starts with it (--list counts the parts)"));
+  }
+  // A part reads only earlier parts: from the last to the first, each wanted part adds those it reads.
+  for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
+    if (!wanted.count(p->name)) continue;
+    for (const std::string& w : p->words)
+      for (size_t at = w.find("{parts}/"); at != std::string::npos; at = w.find("{parts}/", at + 1)) {
+        const std::string rest = w.substr(at + 8);
+        wanted.insert(rest.substr(0, rest.find('/')));
+      }
+  }
+  std::vector<Part> selected;
+  for (const Part& p : parts)
+    if (wanted.count(p.name)) selected.push_back(p);
+  return selected;
+}
+
 std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
   const std::string parts_dir = o.out_dir + "/parts";
   fs::create_directories(parts_dir);
   const std::string commit = o.commit.empty() ? std::string(ADJOINT_COMMIT) : o.commit;
   const int threads = o.threads > 0 ? o.threads : num_threads();
-  const std::vector<Part> parts = paper.parts(o.scale, o.seeds);
+  const std::vector<Part> parts = select_parts(paper.parts(o.scale, o.seeds), o.only);
   double total_cost = 0;
   for (const Part& p : parts) total_cost += p.expected_seconds;
 
@@ -231,7 +256,7 @@ void write_page(const Paper& paper, const RunOptions& o, const std::vector<PartO
   part_table.caption = "Parts (each in parts/<name>/ with its record reproduce_part.json and its own index.html)";
   part_table.header = {"part", "command line", "seconds", "this run"};
   double total = 0;
-  const std::vector<Part> defined = paper.parts(o.scale, o.seeds);
+  const std::vector<Part> defined = select_parts(paper.parts(o.scale, o.seeds), o.only);
   for (size_t i = 0; i < parts.size() && i < defined.size(); ++i) {
     part_table.rows.push_back({parts[i].name, command_line(defined[i]), fixed3(parts[i].seconds),
                                parts[i].skipped ? "finished before" : "ran"});

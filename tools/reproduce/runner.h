@@ -24,6 +24,7 @@ struct RunOptions {
   bool overwrite = false;
   std::string commit;  // the commit recorded and compared; empty: the executable's own
   int threads = 0;     // worker threads every part runs with, recorded and compared; 0: this process's
+  std::vector<std::string> only;  // name prefixes of the parts to run (select_parts); empty: all
   // Runs one part's words (without "adjoint"), returns the exit code; default: in process
   // through the command dispatcher (tools/cli.h), its output into DIR/parts/<name>.log.
   std::function<int(const std::vector<std::string>& words, const std::string& log)> run_command;
@@ -39,7 +40,12 @@ struct PartOutcome {
 // The part's command line with "{out}" and "{parts}" in place, as recorded.
 std::string command_line(const Part& part);
 
-// Runs the parts of `paper` in order, skipping finished ones; throws Error on a refused
+// The parts whose names start with one of `prefixes` and every part they read ("{parts}/NAME"
+// in their words), transitively, in the paper's order; all of them when `prefixes` is empty.
+// UsageError for a prefix that starts no part's name.
+std::vector<Part> select_parts(const std::vector<Part>& parts, const std::vector<std::string>& prefixes);
+
+// Runs the parts of `paper` (those `options.only` selects) in order, skipping finished ones; throws Error on a refused
 // or failed part (naming it and its log).
 std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& options);
 
