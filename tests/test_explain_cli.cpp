@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "analysis/common/heatmap.h"
+#include "analysis/pullbacks/focus.h"
 #include "analysis/pullbacks/report.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
@@ -242,6 +243,38 @@ TEST_CASE("explain cli: a report on a tiny random model writes pictures, attribu
   const MetricRow* row = r.table.find("soft_pullback", "infidelity");
   REQUIRE(row != nullptr);
   CHECK(row->summary.count == 2);
+}
+
+TEST_CASE("explain report: focus says how often the model itself names the mosaics' target class") {
+  const ModelConfig c = grey_resnet18(0.0625, 28, 10);
+  Generator gen(4);
+  auto model = make_model(c, gen);
+  model->train(false);
+  const Tensor x = random_tensor({12, 1, 28, 28}, 21, -1.0f, 1.0f);
+  // Half the labels the model's own classes, half another: some mosaics it names, some not.
+  std::vector<int64_t> labels = predicted_classes(*model, x);
+  for (size_t i = 6; i < labels.size(); ++i) labels[i] = (labels[i] + 1) % 10;
+
+  TempDir dir;
+  ReportOptions o;
+  o.methods = {"gradient"};
+  o.metrics = {"focus"};
+  o.batch_size = 5;
+  o.metric_seed = 7;
+  o.out_dir = dir.path().string();
+  o.explain.range = {-1.0f, 1.0f};
+  const ReportResult r = explain_report(*model, x, labels, o, {});
+  // The same mosaics, made and classified here.
+  const Mosaics mosaics = make_mosaics(x, labels, 12, 7);
+  const std::vector<int64_t> top = predicted_classes(*model, mosaics.images);
+  int64_t named = 0;
+  for (size_t i = 0; i < top.size(); ++i) named += top[i] == mosaics.targets[i];
+  const std::string expected = cat("the model's top class is the mosaic's target class on ",
+                                   std::round(1000.0 * double(named) / 12.0) / 10.0, "% of them");
+  REQUIRE(r.table.metrics.size() == 1);
+  CHECK_MESSAGE(contains(r.table.metrics[0].note, expected), r.table.metrics[0].note);
+  CHECK(named > 0);
+  CHECK(named < 12);
 }
 
 TEST_CASE("predict cli: a checkpoint of a named data set names its predicted classes") {
