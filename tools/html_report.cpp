@@ -84,9 +84,14 @@ bool is_flag(const std::string& command, const std::string& name) {
 // The command line the options came from, options in name order.
 std::string command_line(const Args& args) {
   std::string line = "adjoint " + args.command();
-  for (const auto& [name, value] : args.given())
-    if (name != "help") line += " --" + name + (is_flag(args.command(), name) ? "" : " " + shell_word(value));
-  for (const std::string& p : args.positionals()) line += " " + shell_word(p);
+  for (const auto& [name, value] : args.given()) {
+    if (name == "help") continue;
+    // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on `" " + a_temporary`.
+    line += " --";
+    line += name;
+    if (!is_flag(args.command(), name)) line.append(" ").append(shell_word(value));
+  }
+  for (const std::string& p : args.positionals()) line.append(" ").append(shell_word(p));
   return line;
 }
 
