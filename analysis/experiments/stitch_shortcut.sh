@@ -80,4 +80,10 @@ mv "$out/models.txt.tmp" "$out/models.txt"
   sed 's/^/- /' "$out/models.txt"
 } > "$out/stitch_shortcut.md.tmp"
 mv "$out/stitch_shortcut.md.tmp" "$out/stitch_shortcut.md"
+# The summary figure, where the build has its program (analysis/experiments/stitch_summary.cpp).
+summary=${SUMMARY:-$(dirname "$0")/../../build/analysis/experiments/stitch_summary}
+if [ -x "$summary" ]; then
+  "$summary" "$out/stitch_shortcut.csv" "$out/summary" \
+    "VGG-11-BN (width 1/4), Fashion-MNIST+shortcut, stitched at blocks $blocks: relative score, slm"
+fi
 cat "$out/stitch_shortcut.md"
