@@ -167,8 +167,8 @@ Paper stitching_paper() {
   p.quick_time = "2m10s measured here at commit fe842af (2 seeds, 1 thread on a shared 2-core machine: 8 models of 11–12 s, "
                  "8 stitches of 5–6 s); the same-bias claims do not hold at this scale";
   p.full_time =
-      "18m12s measured here at commit fe842af with 2 seeds (1 thread on a shared 2-core machine: 8 models of 43–50 s, "
-      "8 stitches at two blocks of 88–94 s); the default 3 seeds about 27 min";
+      "28m24s measured here at commit d0cf83c with 3 seeds (1 thread, another job on the 2-core machine: 12 models of "
+      "about a minute, 12 stitches at two blocks of about 1.5 min); two clean models do not stay compatible at this scale";
   return p;
 }
 
