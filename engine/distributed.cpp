@@ -261,6 +261,8 @@ PendingGather::~PendingGather() {
 }
 bool PendingGather::pending() const { return request_ != nullptr; }
 
+// The work queue of for_each_item over ranks: without MPI there is one rank and no queue.
+#ifdef ADJOINT_HAVE_MPI
 namespace {
 
 // The tags of the work queue's two messages.
@@ -308,6 +310,7 @@ void hand_out_items_in_turn(int64_t count) {
 }
 
 }  // namespace
+#endif
 
 void for_each_item(int64_t count, const std::function<void(int64_t item)>& work) {
   if (size() == 1) {

@@ -143,7 +143,10 @@ std::vector<EpochRecord> read_log(const std::string& dir) {
 
 std::string join(const std::vector<float>& v) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + cat(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) s += ',';
+    s += cat(v[i]);
+  }
   return s;
 }
 

@@ -181,7 +181,7 @@ TEST_CASE("html report: tensorsim's pages, for a pair and for a run") {
 TEST_CASE("html report: explain's and stitch's pages on tiny image models") {
   TempDir dir;
   const std::string data = write_tiny_images(dir);
-  for (const std::string& name : {"a", "b"})
+  for (const std::string name : {"a", "b"})
     must_run({"train", "--data", data, "--model", "resnet18", "--width", "0.0625", "--epochs", "1", "--batch", "6",
               "--seed", name == "a" ? "1" : "2", "--out", dir.file(name)});
   const std::string a = dir.file("a/checkpoint.safetensors"), b = dir.file("b/checkpoint.safetensors");

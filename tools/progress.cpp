@@ -57,7 +57,8 @@ void ProgressBar::update(int64_t done, double work, const std::string& detail) {
                          detail.empty() ? "" : "  " + detail);
   if (terminal_) {
     const int width = 24, filled = int(fraction * width);
-    std::string bar = "[" + std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.') + "] ";
+    std::string bar = "[";
+    bar.append(size_t(filled), '#').append(size_t(width - filled), '.').append("] ");
     std::fprintf(stderr, "\r\033[K%s%s", bar.c_str(), line.c_str());
     open_line_ = true;
   } else {

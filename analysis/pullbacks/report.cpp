@@ -881,7 +881,10 @@ std::string float_text(float value) {
 
 std::string joined(const std::vector<float>& values) {
   std::string out;
-  for (float v : values) out += (out.empty() ? "" : ",") + float_text(v);
+  for (float v : values) {
+    if (!out.empty()) out += ',';
+    out += float_text(v);
+  }
   return out;
 }
 

@@ -292,11 +292,12 @@ std::vector<BaselineScore> baseline_scores(const Model& a, const Model& b, const
   const Activations xa = activations(a, inputs), xb = activations(b, inputs);
   std::vector<BaselineScore> out;
   for (const Baseline& base : kBaselines)
-    if (only.empty() || std::find(only.begin(), only.end(), base.name) != only.end())
+    if (only.empty() || std::find(only.begin(), only.end(), base.name) != only.end()) {
       if (const std::string why = base.not_applicable ? base.not_applicable(a, b) : ""; !why.empty())
         out.push_back({base.name, base.summary, NAN, why});
       else
         out.push_back({base.name, base.summary, base.score(xa, xb, a, b), ""});
+    }
   check(only.empty() || out.size() == only.size(), "baseline_scores: an unknown baseline among those asked for");
   return out;
 }
