@@ -175,11 +175,20 @@ TEST_CASE("report: unknown method and metric names are usage errors that list th
   CHECK(!is_expensive_metric("infidelity"));
 }
 
-TEST_CASE("explain cli: a report on a tiny random model writes pictures, attributions and tables") {
-  const ModelConfig c = grey_resnet18(0.0625, 28, 10);
-  Generator gen(3);
-  auto model = make_model(c, gen);
+namespace {
+
+// A random 1/16-width ResNet-18 for 28×28 grey images, in eval mode.
+std::shared_ptr<Model> random_grey_resnet18(uint64_t seed) {
+  Generator gen(seed);
+  auto model = make_model(grey_resnet18(0.0625, 28, 10), gen);
   model->train(false);
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("explain cli: a report on a tiny random model writes pictures, attributions and tables") {
+  const auto model = random_grey_resnet18(3);
   const Tensor x = random_tensor({2, 1, 28, 28}, 17, -1.0f, 1.0f);
 
   TempDir dir;
@@ -246,10 +255,7 @@ TEST_CASE("explain cli: a report on a tiny random model writes pictures, attribu
 }
 
 TEST_CASE("explain report: focus says how often the model itself names the mosaics' target class") {
-  const ModelConfig c = grey_resnet18(0.0625, 28, 10);
-  Generator gen(4);
-  auto model = make_model(c, gen);
-  model->train(false);
+  const auto model = random_grey_resnet18(4);
   const Tensor x = random_tensor({12, 1, 28, 28}, 21, -1.0f, 1.0f);
   // Half the labels the model's own classes, half another: some mosaics it names, some not.
   std::vector<int64_t> labels = predicted_classes(*model, x);
