@@ -42,12 +42,8 @@ TEST_CASE("reproduce: every paper's parts are unique, read only earlier parts, a
             CHECK(std::find(p.words.begin(), p.words.end(), "--steps") != p.words.end());
             CHECK(std::find(p.words.begin(), p.words.end(), "--epochs") == p.words.end());
           }
-          for (const std::string& w : p.words) {
-            const size_t at = w.find("{parts}/");
-            if (at == std::string::npos) continue;
-            const std::string rest = w.substr(at + 8);
-            CHECK_MESSAGE(earlier.count(rest.substr(0, rest.find('/'))) == 1, "reads a later or unknown part: ", w);
-          }
+          for (const std::string& read : parts_read(p))
+            CHECK_MESSAGE(earlier.count(read) == 1, "reads a later or unknown part: ", read);
           earlier.insert(p.name);
         }
         for (const Claim& c : paper.claims) {

@@ -400,6 +400,16 @@ std::string randomisation_note(const ReportRun& run) {
                                               run.layers, " layers re-initialised cumulatively from the output"));
 }
 
+// The model's top class of every row of x, `batch` rows at a time.
+std::vector<int64_t> predicted_in_batches(const Model& model, const Tensor& x, int64_t batch) {
+  std::vector<int64_t> predicted;
+  for (int64_t f = 0; f < x.size(0); f += batch) {
+    const std::vector<int64_t> p = predicted_classes(model, rows(x, f, std::min(batch, x.size(0) - f)));
+    predicted.insert(predicted.end(), p.begin(), p.end());
+  }
+  return predicted;
+}
+
 // -- focus: E mosaics drawn from the whole set; mosaic m is explained with batch m / B
 void prepare_focus(ReportRun& run) {
   try {
@@ -409,12 +419,9 @@ void prepare_focus(ReportRun& run) {
     // its logit for that class does not come from the target tiles, and a focus near 0.5 for
     // every method says the mosaics are not recognised, not that the methods fail to localise.
     const int64_t count = run.mosaic_count();
+    const std::vector<int64_t> top = predicted_in_batches(run.model, run.mosaics.images, run.options.batch_size);
     int64_t recognised = 0;
-    for (int64_t f = 0; f < count; f += run.options.batch_size) {
-      const int64_t n = std::min(run.options.batch_size, count - f);
-      const std::vector<int64_t> top = predicted_classes(run.model, rows(run.mosaics.images, f, n));
-      for (int64_t i = 0; i < n; ++i) recognised += top[size_t(i)] == run.mosaics.targets[size_t(f + i)];
-    }
+    for (size_t i = 0; i < top.size(); ++i) recognised += top[i] == run.mosaics.targets[i];
     run.focus_note = cat(run.expensive, " mosaics of 2x2 downscaled images drawn from the ", run.images,
                          " images (tile classes: ", run.labels.empty() ? "the explained classes" : "the data's labels",
                          "); the model's top class is the mosaic's target class on ",
@@ -688,12 +695,7 @@ std::vector<int64_t> explained_classes(const ReportRun& run) {
           " is outside [0, ", run.classes, ")");
     return std::vector<int64_t>(size_t(run.images), o.target_class);
   }
-  std::vector<int64_t> predicted;
-  for (int64_t f = 0; f < run.images; f += o.batch_size) {
-    const std::vector<int64_t> p = predicted_classes(run.model, rows(run.x, f, std::min(o.batch_size, run.images - f)));
-    predicted.insert(predicted.end(), p.begin(), p.end());
-  }
-  return predicted;
+  return predicted_in_batches(run.model, run.x, o.batch_size);
 }
 
 // The run: the images, their targets, the metrics' settings, and the metrics' preparations.

@@ -32,32 +32,33 @@ double frobenius_norm(const Matrix64& m) { return std::sqrt(frobenius_inner(m, m
 // logits have a row per token, and n² doubles of 10⁵ tokens do not fit in memory.
 //   tr(KL) = Σ_{i≠j} (xᵢ·xⱼ)(yᵢ·yⱼ) = ‖XᵀY‖²_F − Σᵢ ‖xᵢ‖²‖yᵢ‖²
 //   (K1)ᵢ  = xᵢ·Σⱼxⱼ − ‖xᵢ‖²,  and the same for L.
+// Per row i of m: ‖mᵢ‖² (the diagonal of m mᵀ) and (K1)ᵢ for K = m mᵀ without its diagonal.
+struct GramRows {
+  std::vector<double> squared_norm, row_sum;
+};
+GramRows gram_rows(const Matrix64& m) {
+  std::vector<double> column_sum(size_t(m.cols), 0.0);
+  for (int64_t i = 0; i < m.rows; ++i)
+    for (int64_t c = 0; c < m.cols; ++c) column_sum[size_t(c)] += m(i, c);
+  GramRows g{std::vector<double>(size_t(m.rows)), std::vector<double>(size_t(m.rows))};
+  for (int64_t i = 0; i < m.rows; ++i) {
+    double dot = 0, square = 0;
+    for (int64_t c = 0; c < m.cols; ++c) dot += m(i, c) * column_sum[size_t(c)], square += m(i, c) * m(i, c);
+    g.squared_norm[size_t(i)] = square;
+    g.row_sum[size_t(i)] = dot - square;
+  }
+  return g;
+}
+
 double unbiased_hsic(const Matrix64& x, const Matrix64& y) {
   const int64_t n = x.rows;
-  const auto row_sums = [](const Matrix64& m) {  // K1 for K = m mᵀ without its diagonal
-    std::vector<double> column_sum(size_t(m.cols), 0.0), k1(size_t(m.rows), 0.0);
-    for (int64_t i = 0; i < m.rows; ++i)
-      for (int64_t c = 0; c < m.cols; ++c) column_sum[size_t(c)] += m(i, c);
-    for (int64_t i = 0; i < m.rows; ++i) {
-      double dot = 0, square = 0;
-      for (int64_t c = 0; c < m.cols; ++c) dot += m(i, c) * column_sum[size_t(c)], square += m(i, c) * m(i, c);
-      k1[size_t(i)] = dot - square;
-    }
-    return k1;
-  };
-  const auto squared_norm = [](const Matrix64& m, int64_t i) {
-    double s = 0;
-    for (int64_t c = 0; c < m.cols; ++c) s += m(i, c) * m(i, c);
-    return s;
-  };
+  const GramRows gx = gram_rows(x), gy = gram_rows(y);
   const Matrix64 xty = matmul(x, y, true, false);
-  const double cross = frobenius_inner(xty, xty);
-  double diagonal = 0;
-  for (int64_t i = 0; i < n; ++i) diagonal += squared_norm(x, i) * squared_norm(y, i);
-  const double trace_kl = cross - diagonal;
-  const std::vector<double> k1 = row_sums(x), l1 = row_sums(y);
-  double sum_k = 0, sum_l = 0, kl_ones = 0;
-  for (size_t i = 0; i < k1.size(); ++i) sum_k += k1[i], sum_l += l1[i], kl_ones += k1[i] * l1[i];
+  double trace_kl = frobenius_inner(xty, xty), sum_k = 0, sum_l = 0, kl_ones = 0;
+  for (size_t i = 0; i < size_t(n); ++i) {
+    trace_kl -= gx.squared_norm[i] * gy.squared_norm[i];
+    sum_k += gx.row_sum[i], sum_l += gy.row_sum[i], kl_ones += gx.row_sum[i] * gy.row_sum[i];
+  }
   const double nd = double(n);
   return (trace_kl + sum_k * sum_l / ((nd - 1) * (nd - 2)) - 2 * kl_ones / (nd - 2)) / (nd * (nd - 3));
 }

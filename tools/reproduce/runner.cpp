@@ -84,6 +84,16 @@ std::string command_line(const Part& part) {
   return line;
 }
 
+std::vector<std::string> parts_read(const Part& part) {
+  std::vector<std::string> names;
+  for (const std::string& w : part.words)
+    for (size_t at = w.find("{parts}/"); at != std::string::npos; at = w.find("{parts}/", at + 1)) {
+      const std::string rest = w.substr(at + 8);
+      names.push_back(rest.substr(0, rest.find('/')));
+    }
+  return names;
+}
+
 std::vector<Part> select_parts(const std::vector<Part>& parts, const std::vector<std::string>& prefixes) {
   if (prefixes.empty()) return parts;
   std::set<std::string> wanted;
@@ -96,11 +106,7 @@ std::vector<Part> select_parts(const std::vector<Part>& parts, const std::vector
   // A part reads only earlier parts: from the last to the first, each wanted part adds those it reads.
   for (auto p = parts.rbegin(); p != parts.rend(); ++p) {
     if (!wanted.count(p->name)) continue;
-    for (const std::string& w : p->words)
-      for (size_t at = w.find("{parts}/"); at != std::string::npos; at = w.find("{parts}/", at + 1)) {
-        const std::string rest = w.substr(at + 8);
-        wanted.insert(rest.substr(0, rest.find('/')));
-      }
+    for (const std::string& name : parts_read(*p)) wanted.insert(name);
   }
   std::vector<Part> selected;
   for (const Part& p : parts)

@@ -40,6 +40,9 @@ struct PartOutcome {
 // The part's command line with "{out}" and "{parts}" in place, as recorded.
 std::string command_line(const Part& part);
 
+// The names of the parts `part` reads: each "{parts}/NAME[/...]" in its words.
+std::vector<std::string> parts_read(const Part& part);
+
 // The parts whose names start with one of `prefixes` and every part they read ("{parts}/NAME"
 // in their words), transitively, in the paper's order; all of them when `prefixes` is empty.
 // UsageError for a prefix that starts no part's name.
