@@ -23,17 +23,9 @@ out=${1:?usage: stitch_layer_maps.sh OUT [PAIRS]}
 pairs=${2:-vgg:vgg resnet:resnet vit:vit resnet:vit vit:resnet}
 adjoint=${ADJOINT:-$(dirname "$0")/../../build/tools/adjoint}
 threads=${THREADS:-2}
+source "$(dirname "$0")/stitching_lib.sh"
 mkdir -p "$out"
 
-# The model options and the blocks of each family.
-model_options() {
-  case $1 in
-    vgg) echo "--model vgg11_bn --width 0.25" ;;
-    resnet) echo "--model resnet18 --width 0.25" ;;
-    vit) echo "--model vit_custom --dim 64 --depth 4 --heads 4 --patch 4" ;;
-    *) echo "stitch_layer_maps.sh: unknown family '$1' (vgg, resnet, vit)" >&2; exit 2 ;;
-  esac
-}
 # BLOCKS_VGG, BLOCKS_RESNET and BLOCKS_VIT choose fewer (or other) blocks.
 blocks() {
   case $1 in
@@ -48,7 +40,7 @@ train_family_model() {  # family seed
   mkdir -p "$out/models"
   [ -f "$run/checkpoint.safetensors" ] && return
   # shellcheck disable=SC2046
-  "$adjoint" train --overwrite $(model_options "$1") --data fashion-mnist --max-steps 800 --batch 128 \
+  "$adjoint" train --overwrite $(family_options "$1") --data fashion-mnist --max-steps 800 --batch 128 \
     --optimizer adamw --lr 2e-3 --no-augment --seed "$2" --threads "$threads" --out "$run" > "$run.log" 2>&1
 }
 

@@ -4,7 +4,7 @@
 #
 #   analysis/experiments/stitch_shortcut.sh OUT [SEEDS] [EPOCHS]
 #
-# Per seed s: four VGG-11-BN at width 1/4, EPOCHS epochs each (default 1: 469 AdamW steps of
+# Per seed s: four models (VGG-11-BN at width 1/4 unless FAMILY says otherwise), EPOCHS epochs each (default 1: 469 AdamW steps of
 # 128): C1, C2 on Fashion-MNIST and S1, S2 on fashion-mnist+shortcut (a bright 2×2 patch
 # whose position codes the class, in every training and test image). Then the same-bias
 # pairs C1→C2, S1→S2 and the cross-bias pairs C1→S1, S1→C1 are stitched after block 3
@@ -21,9 +21,10 @@
 # analysis/results/stitching_experiments.md were made with --epochs 3, which gave the control
 # and invariance stitches a twentieth of the standard's steps: see the note there).
 #
-# Through the environment, for the studies (defaults in brackets): BLOCKS [3,7], PAIRS
-# [C1:C2:same S1:S2:same C1:S1:cross S1:C1:cross], IRI_IMAGES [256] and IRI_OPTS
-# [--iri-steps 300], e.g. the spatial-block study of issue 26 §4:
+# Through the environment, for the studies (defaults in brackets): FAMILY [vgg; resnet, vit:
+# stitching_lib.sh], BLOCKS [3,7], PAIRS [C1:C2:same S1:S2:same C1:S1:cross S1:C1:cross],
+# IRI_IMAGES [256], IRI_OPTS [--iri-steps 300] and TEST_IMAGES [0: all], e.g. the
+# spatial-block study of issue 26 §4:
 #   BLOCKS=3,4 IRI_IMAGES=128 IRI_OPTS="--iri-rule adam --iri-transport soft_pullback --iri-steps 1000" \
 #   PAIRS="C1:C2:same C2:C1:same S1:S2:same S2:S1:same C1:S1:cross S1:C1:cross" stitch_shortcut.sh OUT
 #
@@ -38,6 +39,8 @@ threads=${THREADS:-2}
 blocks=${BLOCKS:-3,7}
 pairs=${PAIRS:-C1:C2:same S1:S2:same C1:S1:cross S1:C1:cross}
 iri_images=${IRI_IMAGES:-256}
+test_images=${TEST_IMAGES:-0}
+family=${FAMILY:-vgg}
 read -r -a iri_opts <<< "${IRI_OPTS:---iri-steps 300}"
 source "$(dirname "$0")/stitching_lib.sh"
 mkdir -p "$out"
@@ -55,7 +58,7 @@ for seed in $seeds; do
     IFS=: read -r front end bias <<< "$pair"
     stitch_pair "$dir" "$front" "$end" "$seed" --data fashion-mnist+shortcut --test-data fashion-mnist \
       --blocks "$blocks" --objectives slm --protocol standard,control,invariance --train-images 5000 \
-      --iri-images "$iri_images" "${iri_opts[@]}" --steps 200
+      --iri-images "$iri_images" "${iri_opts[@]}" --steps 200 --test-images "$test_images"
     collect "$seed" "$front→$end" "$bias" "$dir/${front}_${end}/results.csv" >> "$out/stitch_shortcut.csv.tmp"
   done
   for model in C1 C2 S1 S2; do
@@ -67,7 +70,7 @@ mv "$out/stitch_shortcut.csv.tmp" "$out/stitch_shortcut.csv"
 mv "$out/models.txt.tmp" "$out/models.txt"
 
 {
-  echo "# Shortcut stitching over seeds ($(echo $seeds | wc -w) seeds; VGG-11-BN width 1/4, $epochs epoch(s))"
+  echo "# Shortcut stitching over seeds ($(echo $seeds | wc -w) seeds; $(family_name "$family"), $epochs epoch(s))"
   echo
   echo "Relative score = stitched / end accuracy on the fashion-mnist+shortcut test set: mean over seeds"
   echo "[smallest, largest]. \"B on IRIs\": the end model's accuracy against y(x) on the front's IRIs."
@@ -84,6 +87,6 @@ mv "$out/stitch_shortcut.md.tmp" "$out/stitch_shortcut.md"
 summary=${SUMMARY:-$(dirname "$0")/../../build/analysis/experiments/stitch_summary}
 if [ -x "$summary" ]; then
   "$summary" "$out/stitch_shortcut.csv" "$out/summary" \
-    "VGG-11-BN (width 1/4), Fashion-MNIST+shortcut, stitched at blocks $blocks: relative score, slm"
+    "$(family_name "$family"), Fashion-MNIST+shortcut, stitched at blocks $blocks: relative score, slm"
 fi
 cat "$out/stitch_shortcut.md"

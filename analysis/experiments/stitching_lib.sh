@@ -1,15 +1,37 @@
 # What the stitching experiments (stitch_*.sh) share: training their models, stitching a
 # pair, gathering the cells of every seed into one CSV and summarising it over seeds.
-# Sourced, not run; the caller sets $adjoint, $threads and $epochs.
+# Sourced, not run; the caller sets $adjoint, $threads and $epochs (and may set $family).
 
-# train_model RUN SEED DATA [OPTION...]: a VGG-11-BN at width 1/4, $epochs epochs of AdamW
-# (lr $lr, default 2e-3, batch 128, no augmentation), into the folder RUN, unless it is
-# there already.
+# family_options FAMILY: the model options of a family of the stitching experiments;
+# family_name FAMILY: its name in titles.
+#   vgg     VGG-11-BN at width 1/4 (the default)
+#   resnet  ResNet-18 at width 1/4
+#   vit     a ViT of width 64, depth 4, 4 heads, patches of 4 (7×7 tokens and a class token)
+family_options() {
+  case $1 in
+    vgg) echo "--model vgg11_bn --width 0.25" ;;
+    resnet) echo "--model resnet18 --width 0.25" ;;
+    vit) echo "--model vit_custom --dim 64 --depth 4 --heads 4 --patch 4" ;;
+    *) echo "unknown model family '$1' (vgg, resnet, vit)" >&2; exit 2 ;;
+  esac
+}
+family_name() {
+  case $1 in
+    vgg) echo "VGG-11-BN width 1/4" ;;
+    resnet) echo "ResNet-18 width 1/4" ;;
+    vit) echo "ViT width 64, depth 4" ;;
+  esac
+}
+
+# train_model RUN SEED DATA [OPTION...]: a model of the family $family (default vgg), $epochs
+# epochs of AdamW (lr $lr, default 2e-3, batch 128, no augmentation), into the folder RUN,
+# unless it is there already.
 train_model() {
   local run=$1 seed=$2 data=$3
   shift 3
   [ -f "$run/checkpoint.safetensors" ] && return
-  "$adjoint" train --overwrite --model vgg11_bn --width 0.25 --data "$data" --epochs "$epochs" --batch 128 \
+  # shellcheck disable=SC2046
+  "$adjoint" train --overwrite $(family_options "${family:-vgg}") --data "$data" --epochs "$epochs" --batch 128 \
     --optimizer adamw --lr "${lr:-2e-3}" --no-augment --seed "$seed" --threads "$threads" "$@" --out "$run" > "$run.log" 2>&1
 }
 
