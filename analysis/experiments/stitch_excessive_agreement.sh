@@ -18,6 +18,10 @@
 # points: a stitch that reads the garment through A gains nothing from the patch; one that
 # learnt the patch gains up to what the garment leaves. OUT/stitch_excessive_agreement.{csv,md}.
 #
+# Every protocol's stitch trains for the same 200 steps (--steps; the tables committed before
+# issue 26 were made with --epochs 3, a twentieth of those steps for the control and
+# invariance stitches).
+#
 # Sizes: 3 models and 24 cells per seed; about 10 minutes a seed on 2 cores.
 set -euo pipefail
 out=${1:?usage: stitch_excessive_agreement.sh OUT [SEEDS] [EPOCHS]}
@@ -41,7 +45,7 @@ for seed in $seeds; do
     IFS=: read -r front end kind <<< "$pair"
     stitch_pair "$dir" "$front" "$end" "$seed" --data fashion-mnist+shortcut-train --test-data "$cue" \
       --blocks 3,7 --objectives hlm,slm --protocol standard,control,invariance --train-images 5000 \
-      --iri-images 256 --iri-steps 300 --epochs 3
+      --iri-images 256 --iri-steps 300 --steps 200
     collect "$seed" "$front→$end" "$kind" "$dir/${front}_${end}/results.csv" >> "$out/cells.csv.tmp"
   done
 done

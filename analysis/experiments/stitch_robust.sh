@@ -16,7 +16,9 @@
 # OUT/stitch_robust.{csv,md} gather every seed (mean over seeds [smallest, largest]).
 #
 # Sizes: a PGD model costs about 4.3 standard ones; two seeds take about an hour on 2 cores.
-# Every finished model and cell is kept, so a rerun continues.
+# Every protocol's stitch trains for the same 200 steps (--steps; the tables committed before
+# issue 26 were made with --epochs 3, a twentieth of those steps for the control and
+# invariance stitches). Every finished model and cell is kept, so a rerun continues.
 set -euo pipefail
 out=${1:?usage: stitch_robust.sh OUT [SEEDS] [EPOCHS]}
 seeds=${2:-0 1}
@@ -40,7 +42,7 @@ for seed in $seeds; do
   for pair in R1:R2:robust→robust C1:R1:standard→robust R1:C1:robust→standard C1:C2:standard→standard; do
     IFS=: read -r front end kind <<< "$pair"
     stitch_pair "$dir" "$front" "$end" "$seed" --data fashion-mnist --blocks 3,7 --objectives slm \
-      --protocol standard,control,invariance --train-images 5000 --iri-images 256 --iri-steps 300 --epochs 3 \
+      --protocol standard,control,invariance --train-images 5000 --iri-images 256 --iri-steps 300 --steps 200 \
       --raua-eps "$eps_grid" --raua-images 200 --pgd-norm linf --pgd-steps 10
     collect "$seed" "$front→$end" "$kind" "$dir/${front}_${end}/results.csv" >> "$out/stitch_robust.csv.tmp"
   done
