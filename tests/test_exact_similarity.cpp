@@ -163,14 +163,24 @@ TEST_CASE("tensor similarity of deep models: exact where tractable, the recursio
   const TensorSimScore lms = tensor_similarity(*la, *lb, TensorSimOptions{});
   CHECK(lms.kind == "exact");
   CHECK(lms.method.find("written out as polynomials (10 input variables") != std::string::npos);
-  // A wider input (2 × 40 variables, degree 10) is over both budgets: the recursion, saying why.
+  CHECK(lms.inner_ab != 0.0);
+  CHECK(lms.inner_aa > 0.0);
+  // A wider input (2 × 40 variables, degree 10) is over both budgets of the whole networks:
+  // one position at a time, in the span of the two embeddings (8 directions a position).
   ModelConfig wide = lm;
   wide.vocab = 40;
   const std::shared_ptr<Model> wa = make_model(wide, g1), wb = make_model(wide, g2);
-  const TensorSimScore far = tensor_similarity(*wa, *wb, TensorSimOptions{});
+  const TensorSimScore by_position = tensor_similarity(*wa, *wb, TensorSimOptions{});
+  CHECK(by_position.kind == "exact");
+  CHECK(by_position.method.find("one position's input at a time (one attention block; 2 positions × 8 input variables in the embeddings' span") != std::string::npos);
+  // Two blocks are beyond every exact route: the recursion, saying why.
+  ModelConfig deeper = wide;
+  deeper.depth = 2;
+  const std::shared_ptr<Model> da2 = make_model(deeper, g1), db2 = make_model(deeper, g2);
+  const TensorSimScore far = tensor_similarity(*da2, *db2, TensorSimOptions{});
   CHECK(far.kind == "recursion-approx");
   CHECK(far.method.find("'blocks.0.attn' is a bilinear attention") != std::string::npos);
-  CHECK(far.method.find("80 input variables, degree 10") != std::string::npos);
+  CHECK(far.method.find("80 input variables") != std::string::npos);
   // --check-mc on the LM: an estimate with a standard error, one per token slice.
   const MonteCarloSimilarity mc = monte_carlo_check(*la, *lb, TensorSimOptions{}, 20000, nullptr, 3);
   CHECK(mc.similarity_se > 0);

@@ -86,6 +86,15 @@ const std::vector<double>& MomentCache::hermite_self(const Model& model, const P
   return it->second;
 }
 
+const std::vector<double>& MomentCache::attention_block_self(const Model& model, const PolynomialView& view,
+                                                            double input_std) {
+  const Key key{&model, view.positions, input_std};
+  auto it = attention_block_self_.find(key);
+  if (it == attention_block_self_.end())
+    it = attention_block_self_.emplace(key, attention_block_output_inner(view, view, input_std)).first;
+  return it->second;
+}
+
 namespace {
 
 // Whether writing the view out as polynomials fits the budget, and why not.
@@ -214,10 +223,43 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
       score.method = cat("exact sum over the networks written out as polynomials (", ha.variables, " input variables",
                          plain ? "" : ", the span of their embeddings", "; Hermite basis, gaussian)");
       score.total = exact.similarity;
+      score.inner_ab = exact.inner_ab, score.inner_aa = exact.inner_aa, score.inner_bb = exact.inner_bb;
       score.slices = exact.slices;
       return score;
     }
     why += plain_why + reduced_why;
+    // One attention block: written out one position's input at a time (in the embeddings'
+    // span where that is smaller), each network's own terms cached when read without a basis.
+    bool blocks = true;
+    for (const PolynomialView* v : views) blocks = blocks && single_attention_block(*v);
+    if (blocks) {
+      const AttentionBlockCost cost = attention_block_cost(va, vb, basis.cols);
+      if (cost.multiply_adds <= kAttentionBlockMultiplyAddBudget && cost.held <= kAttentionBlockCoefficientBudget) {
+        const Matrix64* through = basis.cols > 0 ? &basis : nullptr;
+        auto inner = [&](const PolynomialView& x, const PolynomialView& y) {
+          return attention_block_output_inner(x, y, o.input_std, through);
+        };
+        std::vector<double> ab = inner(va, vb);
+        std::vector<double> aa = through ? inner(va, va) : cache_.attention_block_self(a, va, o.input_std);
+        const std::vector<double> bb = through ? inner(vb, vb) : cache_.attention_block_self(b, vb, o.input_std);
+        if (reference) {  // as above
+          const std::vector<double> ar = inner(va, vr), rr = inner(vr, vr);
+          ab = minus(ab, inner(vr, vb));
+          for (size_t k = 0; k < aa.size(); ++k) aa[k] += rr[k] - 2 * ar[k];
+        }
+        const DeepSimilarity exact = similarity_from_inner(ab, aa, bb, vb.steps.back().weight.size(0));
+        score.kind = "exact";
+        score.method = cat("exact sum over one position's input at a time (one attention block; ", va.positions,
+                           " positions × ", cost.variables, " input variables", through ? " in the embeddings' span" : "",
+                           "; Hermite basis, gaussian)");
+        score.total = exact.similarity;
+        score.inner_ab = exact.inner_ab, score.inner_aa = exact.inner_aa, score.inner_bb = exact.inner_bb;
+        score.slices = exact.slices;
+        return score;
+      }
+      why += cat("; one position at a time, the attention block would take ", cost.multiply_adds, " multiply-adds and hold ",
+                 cost.held, " coefficients (budget ", kAttentionBlockMultiplyAddBudget, ", ", kAttentionBlockCoefficientBudget, ")");
+    }
   }
   if (reference) throw UsageError(cat("tensor similarity: --diff of deep networks needs the exact sum; ", why));
   const DeepSimilarity deep =

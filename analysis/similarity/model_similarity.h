@@ -1,7 +1,8 @@
 // Two bilinear models compared: tensor similarity from their weights (the closed form for
 // one bilinear layer, the exact Isserlis sum for deeper networks where it is tractable, else
 // the exact sum over each network written out as a polynomial of a small input (the bilinear
-// LM, depth-3 MLPs), the second-moment recursion, an approximation, beyond) with the baselines
+// LM, depth-3 MLPs), or of one position's input at a time (one-block attention LMs), the
+// second-moment recursion, an approximation, beyond) with the baselines
 // of docs/methods.md §3.4 beside it, computed on a batch of inputs. What `adjoint tensorsim`
 // prints and writes, for one pair of checkpoints or every checkpoint of a run.
 #pragma once
@@ -12,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "analysis/similarity/attention_block_moments.h"
 #include "analysis/similarity/exact_moments.h"
 #include "analysis/similarity/monte_carlo.h"
 #include "analysis/similarity/polynomial_moments.h"
@@ -41,12 +43,13 @@ public:
   const std::vector<double>& exact_self(const Model& model, const PolynomialView& view, double input_std);
   const HermiteExpansion& hermite(const Model& model, const PolynomialView& view, double input_std);
   const std::vector<double>& hermite_self(const Model& model, const PolynomialView& view, double input_std);
+  const std::vector<double>& attention_block_self(const Model& model, const PolynomialView& view, double input_std);
 
 private:
   using Key = std::tuple<const Model*, int64_t, double>;  // model, positions, input scale
   std::map<std::pair<const Model*, double>, MomentTrace> traces_;
   std::map<std::pair<const Model*, int64_t>, OutputExpansion> expansions_;  // by model and positions
-  std::map<Key, std::vector<double>> self_, hermite_self_;
+  std::map<Key, std::vector<double>> self_, hermite_self_, attention_block_self_;
   std::map<Key, HermiteExpansion> hermite_;
 };
 
@@ -58,6 +61,10 @@ constexpr int64_t kExactContractionBudget = 20000;
 // coefficients held by the state before the head (8 bytes each; a cache keeps every model's).
 constexpr double kPolynomialMultiplyAddBudget = 6e9;
 constexpr double kPolynomialCoefficientBudget = 2.5e7;
+// The same for a one-block attention LM written out a position at a time, for a pair
+// (attention_block_moments.h; 4 positions × 7 tokens at dim 8 take 2·10¹⁰).
+constexpr double kAttentionBlockMultiplyAddBudget = 2e11;
+constexpr double kAttentionBlockCoefficientBudget = 2e8;
 
 struct TensorSimScore {
   std::string kind;            // "exact" (closed form, Isserlis sum or explicit polynomials) or "recursion-approx"

@@ -61,7 +61,8 @@ bool all_zero(const double* p, int64_t n) {
   return true;
 }
 
-// dst (degree ≤ cd) += alpha · src (degree ≤ cs ≤ cd).
+// dst (degree ≤ cd) += alpha · src (degree ≤ cs); where cs > cd, the monomials of src above
+// degree cd are left out (a truncation: what an inner product with a polynomial of degree cd reads).
 void add_into(const Sizes& S, double* dst, int cd, const double* src, int cs, int64_t m, double alpha) {
   if (cd == cs) {  // the same layout: one pass
     const int64_t n = S.at(m, cd);
@@ -72,11 +73,12 @@ void add_into(const Sizes& S, double* dst, int cd, const double* src, int cs, in
     dst[0] += alpha * src[0];
     return;
   }
+  const int top = std::min(cs, cd);
   if (m == 1) {
-    for (int k = 0; k <= cs; ++k) dst[k] += alpha * src[k];
+    for (int k = 0; k <= top; ++k) dst[k] += alpha * src[k];
     return;
   }
-  for (int k = 0; k <= cs; ++k)
+  for (int k = 0; k <= top; ++k)
     add_into(S, dst + S.block(m, cd, k), cd - k, src + S.block(m, cs, k), cs - k, m - 1, alpha);
 }
 
@@ -286,7 +288,7 @@ struct PolynomialOps {
     const Sizes& S = sizes_for(variables, dst.degree);
     // A table pays for a shape multiplied again and again; one is kept under 5·10⁷ entries.
     const double pairs = double(p.coefficients.size()) * double(q.coefficients.size());
-    if (pairs >= 1e5 && pairs <= 5e7) {
+    if (pairs >= 1e4 && pairs <= 5e7) {
       product_table(S, variables, p.degree, q.degree, dst.degree)
           .multiply_into(dst.coefficients.data(), p.coefficients.data(), q.coefficients.data(), alpha);
       return;
@@ -450,6 +452,44 @@ double evaluate(const DensePolynomial& p, const std::vector<double>& y) {
   check(int64_t(y.size()) == p.variables, "polynomial moments: evaluating ", p.variables, " variables at ", y.size(),
         " values");
   return evaluate_at(sizes_for(p.variables, p.degree), p.coefficients.data(), p.degree, p.variables, y.data());
+}
+
+void accumulate(DensePolynomial& dst, const DensePolynomial& src, double alpha) {
+  check(dst.variables == src.variables, "polynomial moments: a sum of polynomials in ", dst.variables, " and ",
+        src.variables, " variables");
+  PolynomialOps{dst.variables}.add_scaled(dst, src, alpha);
+}
+
+void accumulate_product(DensePolynomial& dst, const DensePolynomial& p, const DensePolynomial& q, double alpha) {
+  check(dst.variables == p.variables && p.variables == q.variables, "polynomial moments: a product of polynomials in ",
+        p.variables, " and ", q.variables, " variables added to one in ", dst.variables);
+  PolynomialOps{dst.variables}.add_product(dst, p, q, alpha);
+}
+
+Matrix64 hermite_gram(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b) {
+  Matrix64 gram(int64_t(a.size()), int64_t(b.size()));
+  if (a.empty() || b.empty()) return gram;
+  const int64_t n = a.front().variables;
+  int da = 0, db = 0;
+  for (const DensePolynomial& p : a) check(p.variables == n, "polynomial moments: a Gram matrix of polynomials in ", n, " and ", p.variables, " variables"), da = std::max(da, p.degree);
+  for (const DensePolynomial& p : b) check(p.variables == n, "polynomial moments: a Gram matrix of polynomials in ", n, " and ", p.variables, " variables"), db = std::max(db, p.degree);
+  // E[p·q] reads only the monomials both can hold: degree ≤ min(da, db).
+  const int c = std::min(da, db);
+  const Sizes& S = sizes_for(n, std::max(da, db));
+  const int64_t width = S.at(n, c);
+  auto rows = [&](const std::vector<DensePolynomial>& ps) {
+    Matrix64 r(int64_t(ps.size()), width);
+    for (size_t i = 0; i < ps.size(); ++i)
+      add_into(S, &r.data[i * size_t(width)], c, ps[i].coefficients.data(), ps[i].degree, n, 1.0);
+    return r;
+  };
+  Matrix64 ra = rows(a);
+  const Matrix64 rb = rows(b);
+  std::vector<double> squared_norms(static_cast<size_t>(width));
+  hermite_norms(S, squared_norms.data(), c, n, 1.0);
+  for (int64_t i = 0; i < ra.rows; ++i)
+    for (int64_t k = 0; k < width; ++k) ra(i, k) *= squared_norms[size_t(k)];
+  return matmul(ra, rb, false, true);
 }
 
 DensePolynomial to_hermite(DensePolynomial p) {

@@ -89,5 +89,10 @@ DensePolynomial sum(const DensePolynomial& p, const DensePolynomial& q);
 double evaluate(const DensePolynomial& p, const std::vector<double>& y);
 DensePolynomial to_hermite(DensePolynomial p);
 double hermite_inner(const DensePolynomial& p, const DensePolynomial& q);
+// dst += alpha·src and dst += alpha·p·q (dst widened to the degree it needs).
+void accumulate(DensePolynomial& dst, const DensePolynomial& src, double alpha);
+void accumulate_product(DensePolynomial& dst, const DensePolynomial& p, const DensePolynomial& q, double alpha);
+// E[a_i·b_j] for every pair, the polynomials in the Hermite basis (of mixed degrees): one dgemm.
+Matrix64 hermite_gram(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b);
 
 }  // namespace adjoint
