@@ -221,6 +221,30 @@ Moments position_moments(const Side& a, const Side& b, int64_t u, const Matrix64
   return x;
 }
 
+// C's (d_a+1)×(d_b+1) block of each (m, n) as one row: rows (m, n), columns (i, c).
+Matrix64 blocks_as_rows(const Matrix64& c, int64_t Ma, int64_t Mb, int64_t Da, int64_t Db) {
+  Matrix64 r(Ma * Mb, Da * Db);
+  for (int64_t m = 0; m < Ma; ++m)
+    for (int64_t n = 0; n < Mb; ++n)
+      for (int64_t i = 0; i < Da; ++i)
+        for (int64_t k = 0; k < Db; ++k) r(m * Mb + n, i * Db + k) = c(m * Da + i, n * Db + k);
+  return r;
+}
+
+// Ĝ C_mn Ĝ' for every block of C (Ĝ symmetric, so Ĝᵀ C Ĝ' = Ĝ C Ĝ'), laid out as blocks_as_rows.
+Matrix64 sandwiched_blocks(const Matrix64& c, const Matrix64& ga, const Matrix64& gb, int64_t Ma, int64_t Mb) {
+  const int64_t Da = ga.rows, Db = gb.rows;
+  const Matrix64 rows = blocks_as_rows(c, Ma, Mb, Da, Db);
+  Matrix64 out(Ma * Mb, Da * Db);
+  for (int64_t r = 0; r < rows.rows; ++r) {
+    Matrix64 block(Da, Db);
+    std::copy(rows.data.begin() + r * Da * Db, rows.data.begin() + (r + 1) * Da * Db, block.data.begin());
+    const Matrix64 gbg = matmul(matmul(ga, block), gb);
+    std::copy(gbg.data.begin(), gbg.data.end(), out.data.begin() + r * Da * Db);
+  }
+  return out;
+}
+
 // S + X from the moments of S and of X, independent: every moment of the sum is the sum over
 // which of its factors come from X (2^factors terms; factors of one kind give the same terms).
 Moments absorb(const Moments& s, const Moments& x, const Side& a, const Side& b, const Matrix64& ga, const Matrix64& gb) {
@@ -292,15 +316,7 @@ Moments absorb(const Moments& s, const Moments& x, const Side& a, const Side& b,
   // C·C: Σ Ĝ_ab Ĝ'_ce (C_S[ma,nc] C_X[m'b,n'e] + C_S[ma,n'e] C_X[m'b,nc]) and the same with S
   // and X exchanged. With T[(m,n),(b,e)] = (Ĝᵀ C_S,mn Ĝ')_be and P = T·C_Xᵀ over (b, e), the
   // exchanged terms are Pᵀ: W[mm', nn'] += P[(m,n),(m',n')] + P[(m,n'),(m',n)] + the transposes.
-  Matrix64 t(Ma * Mb, Da * Db), cx(Ma * Mb, Da * Db);
-  for (int64_t m = 0; m < Ma; ++m)
-    for (int64_t n = 0; n < Mb; ++n) {
-      Matrix64 block(Da, Db);
-      for (int64_t i = 0; i < Da; ++i)
-        for (int64_t c = 0; c < Db; ++c) block(i, c) = s.C(m * Da + i, n * Db + c), cx.data[size_t((m * Mb + n) * Da * Db + i * Db + c)] = x.C(m * Da + i, n * Db + c);
-      const Matrix64 gbg = matmul(matmul(ga, block), gb);  // Ĝ symmetric: Ĝᵀ C Ĝ' = Ĝ C Ĝ'
-      std::copy(gbg.data.begin(), gbg.data.end(), t.data.begin() + (m * Mb + n) * Da * Db);
-    }
+  const Matrix64 t = sandwiched_blocks(s.C, ga, gb, Ma, Mb), cx = blocks_as_rows(x.C, Ma, Mb, Da, Db);
   const Matrix64 p = matmul(t, cx, false, true);  // [(m,n), (m',n')]
   for (int64_t m = 0; m < Ma; ++m)
     for (int64_t mm = 0; mm < Ma; ++mm)
@@ -351,8 +367,7 @@ TermGrams term_grams(const Terms& a, const Terms& b) {
 double output_inner(const TermGrams& tg, const Moments& s, const Side& a, const Side& b, const Matrix64& ga,
                     const Matrix64& gb) {
   const int64_t Ma = a.M, Mb = b.M, Da = a.D1(), Db = b.D1();
-  // Each side's coefficients over its base polynomials: F0 over B0, F1_ma = 2 Σ_b Ĝ_ab B1_mb.
-  // w0[ab] = Ĝ_ab; and the B side likewise.
+  // Each side's coefficients over its base polynomials: F0 = Σ Ĝ_ab B0_ab, F1_ma = 2 Σ_b Ĝ_ab B1_mb.
   const Matrix64 gmu = form_times_mean(s.mu, ga), gmu_b = form_times_mean(s.mu_b, gb);
   double total = 0;
   // F0·G0, F0·G1, F0·G2: Σ_ab Ĝ_ab E[B0_ab ·] against G's coefficients.
@@ -377,15 +392,11 @@ double output_inner(const TermGrams& tg, const Moments& s, const Side& a, const 
     for (int64_t row = 0; row < Ma * Ma; ++row) total += s.A.data[size_t(row)] * tg.g[2][0](row, col) * w;
   }
   // F1·G1 = 4 Σ g11[mb,ne] (Ĝ C_mn Ĝ')_be.
+  const Matrix64 gcg = sandwiched_blocks(s.C, ga, gb, Ma, Mb);
   for (int64_t m = 0; m < Ma; ++m)
-    for (int64_t n = 0; n < Mb; ++n) {
-      Matrix64 block(Da, Db);
+    for (int64_t n = 0; n < Mb; ++n)
       for (int64_t i = 0; i < Da; ++i)
-        for (int64_t c = 0; c < Db; ++c) block(i, c) = s.C(m * Da + i, n * Db + c);
-      const Matrix64 gbg = matmul(matmul(ga, block), gb);
-      for (int64_t i = 0; i < Da; ++i)
-        for (int64_t c = 0; c < Db; ++c) total += 4.0 * tg.g[1][1](m * Da + i, n * Db + c) * gbg(i, c);
-    }
+        for (int64_t c = 0; c < Db; ++c) total += 4.0 * tg.g[1][1](m * Da + i, n * Db + c) * gcg(m * Mb + n, i * Db + c);
   // F1·G2 = 2 Σ g12[mb, nn'] Σ_a Ĝ_ab V2[ma, nn'];  F2·G1 = 2 Σ g21[mm', ne] Σ_c V[mm', nc] Ĝ'_ce.
   for (int64_t m = 0; m < Ma; ++m)
     for (int64_t i = 0; i < Da; ++i)
