@@ -1,5 +1,9 @@
 #include "engine/matrix64.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
 #include <cblas.h>
 
 #include "engine/error.h"
@@ -60,6 +64,48 @@ Matrix64 columns(const Matrix64& a, int64_t begin, int64_t end) {
   for (int64_t r = 0; r < a.rows; ++r)
     for (int64_t k = begin; k < end; ++k) c(r, k - begin) = a(r, k);
   return c;
+}
+
+SymmetricEigen symmetric_eigen(const Matrix64& s) {
+  check(s.rows == s.cols, "symmetric_eigen: a ", s.rows, "×", s.cols, " matrix is not square");
+  const int64_t n = s.rows;
+  Matrix64 a = s, v = Matrix64::identity(n);
+  // Each rotation zeroes a(p, q) and moves its weight onto the diagonal; sweeps until the
+  // off-diagonal part is below rounding (quadratic convergence: a handful of sweeps).
+  for (int sweep = 0; sweep < 100; ++sweep) {
+    double off = 0, diagonal = 0;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = 0; q < n; ++q) (p == q ? diagonal : off) += a(p, q) * a(p, q);
+    if (off <= 1e-32 * diagonal || off == 0.0) break;
+    for (int64_t p = 0; p < n; ++p)
+      for (int64_t q = p + 1; q < n; ++q) {
+        if (a(p, q) == 0.0) continue;
+        const double theta = (a(q, q) - a(p, p)) / (2 * a(p, q));
+        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::abs(theta) + std::sqrt(theta * theta + 1));
+        const double c = 1 / std::sqrt(t * t + 1), sn = t * c;
+        for (int64_t k = 0; k < n; ++k) {  // a ← a·J
+          const double akp = a(k, p), akq = a(k, q);
+          a(k, p) = c * akp - sn * akq, a(k, q) = sn * akp + c * akq;
+        }
+        for (int64_t k = 0; k < n; ++k) {  // a ← Jᵀ·a
+          const double apk = a(p, k), aqk = a(q, k);
+          a(p, k) = c * apk - sn * aqk, a(q, k) = sn * apk + c * aqk;
+        }
+        for (int64_t k = 0; k < n; ++k) {  // v ← v·J
+          const double vkp = v(k, p), vkq = v(k, q);
+          v(k, p) = c * vkp - sn * vkq, v(k, q) = sn * vkp + c * vkq;
+        }
+      }
+  }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return a(i, i) > a(j, j); });
+  SymmetricEigen e{std::vector<double>(size_t(n)), Matrix64(n, n)};
+  for (int64_t j = 0; j < n; ++j) {
+    e.values[size_t(j)] = a(order[size_t(j)], order[size_t(j)]);
+    for (int64_t k = 0; k < n; ++k) e.vectors(k, j) = v(k, order[size_t(j)]);
+  }
+  return e;
 }
 
 }  // namespace adjoint

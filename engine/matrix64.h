@@ -33,4 +33,13 @@ double frobenius_inner(const Matrix64& a, const Matrix64& b);
 // The columns [begin, end) of a.
 Matrix64 columns(const Matrix64& a, int64_t begin, int64_t end);
 
+// The eigen-decomposition of a small symmetric matrix, s = V·diag(values)·Vᵀ, by cyclic Jacobi
+// rotations (accurate to rounding, for the few-by-few matrices the analyses need): values in
+// descending order, the eigenvectors as V's columns.
+struct SymmetricEigen {
+  std::vector<double> values;
+  Matrix64 vectors;
+};
+SymmetricEigen symmetric_eigen(const Matrix64& s);
+
 }  // namespace adjoint

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "analysis/similarity/attention_block_moments.h"
+#include "analysis/similarity/canonical_pairing.h"
 #include "analysis/similarity/exact_moments.h"
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/monte_carlo.h"
@@ -170,13 +171,13 @@ TEST_CASE("tensor similarity of deep models: exact where tractable, the recursio
   CHECK(lms.inner_ab != 0.0);
   CHECK(lms.inner_aa > 0.0);
   // A wider input (2 × 40 variables, degree 10) is over both budgets of the whole networks:
-  // one position at a time, in the span of the two embeddings (8 directions a position).
+  // one position at a time, each network in its embedding's 4 directions a position.
   ModelConfig wide = lm;
   wide.vocab = 40;
   const std::shared_ptr<Model> wa = make_model(wide, g1), wb = make_model(wide, g2);
   const TensorSimScore by_position = tensor_similarity(*wa, *wb, TensorSimOptions{});
   CHECK(by_position.kind == "exact");
-  CHECK(by_position.method.find("one position's input at a time (one attention block; 2 positions × 8 input variables in the embeddings' span") != std::string::npos);
+  CHECK(by_position.method.find("one position's input at a time (one attention block; 2 positions, each network in 4 variables of its embedding") != std::string::npos);
   // Two blocks are beyond every exact route: the recursion, saying why.
   ModelConfig deeper = wide;
   deeper.depth = 2;
@@ -540,7 +541,14 @@ PolynomialView random_lm(const ModelConfig& c, uint64_t seed, float position_sca
 }
 
 std::vector<double> by_position(const PolynomialView& a, const PolynomialView& b, double input_std) {
-  return attention_block_output_inner(a, b, input_std);
+  return attention_block_class_inner(a, b, input_std);
+}
+
+// Per class, summed over positions (what attention_block_class_inner gives).
+std::vector<double> per_class(const std::vector<double>& per_output, int64_t classes) {
+  std::vector<double> sums(size_t(classes), 0.0);
+  for (size_t k = 0; k < per_output.size(); ++k) sums[k % size_t(classes)] += per_output[k];
+  return sums;
 }
 
 }  // namespace
@@ -564,8 +572,8 @@ TEST_CASE("attention block moments: the same numbers as the networks written out
     CAPTURE(c.input_std);
     const HermiteExpansion ea = hermite_expansion(a, c.input_std), eb = hermite_expansion(b, c.input_std);
     for (const auto& [x, y, ex, ey] : {std::tuple{&a, &b, &ea, &eb}, std::tuple{&a, &a, &ea, &ea}}) {
-      const std::vector<double> whole = hermite_output_inner(*ex, *ey);
-      const std::vector<double> by_position = attention_block_output_inner(*x, *y, c.input_std);
+      const std::vector<double> whole = per_class(hermite_output_inner(*ex, *ey), ex->classes);
+      const std::vector<double> by_position = attention_block_class_inner(*x, *y, c.input_std);
       REQUIRE(by_position.size() == whole.size());
       double largest = 0;
       for (double v : whole) largest = std::max(largest, std::abs(v));
@@ -577,15 +585,115 @@ TEST_CASE("attention block moments: the same numbers as the networks written out
   }
 }
 
-TEST_CASE("attention block moments: read through the embeddings' span, the same numbers") {
-  // Ten tokens, embeddings of width 4: each position's input enters through ≤ 8 directions.
-  const ModelConfig c = lm_config(10, 2, 4, 2);
+TEST_CASE("attention block moments: more tokens than the width, each network in its own variables") {
+  // Ten tokens, embeddings of width 2: each side is written in 2 variables a position and the
+  // two paired by canonical correlation; the reference is the pair written out whole over the
+  // 4 directions both embeddings span a position (shared_input_basis), 3 positions: 12 variables.
+  const ModelConfig c = lm_config(10, 3, 2, 2);
   const PolynomialView a = random_lm(c, 401), b = random_lm(c, 402);
+  CHECK(attention_block_cost(a, b).variables == 2);
   const Matrix64 basis = shared_input_basis({&a, &b});
-  REQUIRE(basis.cols == 8);
-  const std::vector<double> full = attention_block_output_inner(a, b, 0.9), reduced = attention_block_output_inner(a, b, 0.9, &basis);
-  REQUIRE(full.size() == reduced.size());
-  for (size_t k = 0; k < full.size(); ++k) CHECK(reduced[k] == doctest::Approx(full[k]).epsilon(1e-10));
+  REQUIRE(basis.cols == 4);
+  for (double s : {0.9, 0.6}) {
+    const HermiteExpansion ea = hermite_expansion(a, s, &basis), eb = hermite_expansion(b, s, &basis);
+    for (const auto& [x, y, ex, ey] : {std::tuple{&a, &b, &ea, &eb}, std::tuple{&b, &b, &eb, &eb}}) {
+      const std::vector<double> whole = per_class(hermite_output_inner(*ex, *ey), ex->classes),
+                                paired = attention_block_class_inner(*x, *y, s);
+      REQUIRE(whole.size() == paired.size());
+      double largest = 0;
+      for (double v : whole) largest = std::max(largest, std::abs(v));
+      for (size_t k = 0; k < whole.size(); ++k) CHECK(paired[k] == doctest::Approx(whole[k]).epsilon(1e-10).scale(largest));
+    }
+  }
+}
+
+TEST_CASE("symmetric_eigen: by hand and on a random matrix") {
+  Matrix64 m(2, 2, 1.0);
+  m(0, 0) = m(1, 1) = 2.0;
+  const SymmetricEigen two = symmetric_eigen(m);
+  CHECK(two.values[0] == doctest::Approx(3.0).epsilon(1e-15));
+  CHECK(two.values[1] == doctest::Approx(1.0).epsilon(1e-15));
+  CHECK(std::abs(two.vectors(0, 0)) == doctest::Approx(std::sqrt(0.5)).epsilon(1e-15));
+  Generator g(421);
+  const Matrix64 x = to_matrix64(normal({7, 7}, 0.0f, 1.0f, g)), s = matmul(x, x, false, true);
+  const SymmetricEigen e = symmetric_eigen(s);
+  Matrix64 scaled = e.vectors;  // V·diag(λ)
+  for (int64_t i = 0; i < 7; ++i)
+    for (int64_t j = 0; j < 7; ++j) scaled(i, j) *= e.values[size_t(j)];
+  const Matrix64 back = matmul(scaled, e.vectors, false, true), vtv = matmul(e.vectors, e.vectors, true, false);
+  for (int64_t i = 0; i < 7; ++i)
+    for (int64_t j = 0; j < 7; ++j) {
+      CHECK(back(i, j) == doctest::Approx(s(i, j)).scale(1.0).epsilon(1e-12));
+      CHECK(vtv(i, j) == doctest::Approx(i == j ? 1.0 : 0.0).scale(1.0).epsilon(1e-13));
+    }
+  for (int64_t i = 0; i + 1 < 7; ++i) CHECK(e.values[size_t(i)] >= e.values[size_t(i + 1)]);
+}
+
+TEST_CASE("canonical pairing: each side's variables standard, paired one to one with the correlations") {
+  Generator g(411);
+  auto random_matrix = [&](int64_t rows, int64_t cols) { return to_matrix64(normal({rows, cols}, 0.0f, 1.0f, g)); };
+  struct Case {
+    const char* name;
+    Matrix64 wa, wb;
+    int64_t rank_a, rank_b;
+  };
+  const Matrix64 shared = random_matrix(3, 12);
+  Matrix64 low_rank = matmul(random_matrix(5, 2), random_matrix(2, 12));  // 5 rows of rank 2
+  Matrix64 overlapping = random_matrix(4, 12);
+  for (int64_t j = 0; j < 12; ++j) overlapping(0, j) = shared(1, j);  // one direction in common
+  const Case cases[] = {{"independent embeddings", random_matrix(4, 12), random_matrix(4, 12), 4, 4},
+                        {"the same embedding", shared, shared, 3, 3},
+                        {"ranks 2 and 4, one direction shared", low_rank, overlapping, 2, 4},
+                        {"wider than the input", random_matrix(7, 5), random_matrix(3, 5), 5, 3}};
+  for (const Case& k : cases) {
+    CAPTURE(k.name);
+    const CanonicalPairing p = canonical_pairing(k.wa, k.wb);
+    const int64_t r = std::max(k.rank_a, k.rank_b);
+    REQUIRE(p.read_a.cols == r);
+    REQUIRE(p.correlation.size() == size_t(r));
+    // PᵀP = I on each side's rank, P_aᵀP_b = diag(ρ), and W = W·P·Pᵀ (the rows' span kept).
+    const Matrix64 aa = matmul(p.read_a, p.read_a, true, false), bb = matmul(p.read_b, p.read_b, true, false),
+                   ab = matmul(p.read_a, p.read_b, true, false);
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < r; ++j) {
+        CHECK(aa(i, j) == doctest::Approx(i == j && i < k.rank_a ? 1.0 : 0.0).scale(1.0).epsilon(1e-12));
+        CHECK(bb(i, j) == doctest::Approx(i == j && i < k.rank_b ? 1.0 : 0.0).scale(1.0).epsilon(1e-12));
+        CHECK(ab(i, j) == doctest::Approx(i == j ? p.correlation[size_t(i)] : 0.0).scale(1.0).epsilon(1e-12));
+      }
+    for (const auto& [w, read] : {std::pair{&k.wa, &p.read_a}, std::pair{&k.wb, &p.read_b}}) {
+      const Matrix64 kept = matmul(matmul(*w, *read), *read, false, true);
+      for (size_t i = 0; i < kept.data.size(); ++i) CHECK(kept.data[i] == doctest::Approx(w->data[i]).scale(1.0).epsilon(1e-12));
+    }
+    for (int64_t i = 0; i + 1 < r; ++i) CHECK(p.correlation[size_t(i)] >= p.correlation[size_t(i + 1)]);
+    if (std::string(k.name) == "the same embedding")
+      for (double rho : p.correlation) CHECK(rho == doctest::Approx(1.0).epsilon(1e-14));
+    if (std::string(k.name) == "ranks 2 and 4, one direction shared") {
+      CHECK(p.correlation[1] > 0.0);  // two directions a of rank-2 space can reach
+      CHECK(p.correlation[2] == 0.0);
+    }
+  }
+}
+
+TEST_CASE("polynomial moments: the Gram matrix of correlated variables by hand (Mehler)") {
+  // a, b standard normal with correlation ρ: E[a·b] = ρ, E[a²·b²] = 1 + 2ρ², E[He₂(a)·He₂(b)] = 2ρ²,
+  // E[a³·b] = 3ρ; a second variable pair with correlation σ: E[a·a'·b·b'] = ρσ.
+  const double rho = 0.3, sigma = -0.6;
+  auto hermite = [](DensePolynomial p) { return to_hermite(std::move(p)); };
+  const std::vector<DensePolynomial> a = {hermite(monomial(2, {1, 0}, 1.0)), hermite(monomial(2, {2, 0}, 1.0)),
+                                          hermite(monomial(2, {3, 0}, 1.0)), hermite(monomial(2, {1, 1}, 1.0))};
+  const std::vector<DensePolynomial> b = {hermite(monomial(2, {1, 0}, 1.0)), hermite(monomial(2, {2, 0}, 1.0)),
+                                          hermite(monomial(2, {1, 1}, 1.0))};
+  const Matrix64 g = hermite_gram(a, b, {rho, sigma});
+  CHECK(g(0, 0) == doctest::Approx(rho).epsilon(1e-15));
+  CHECK(g(1, 1) == doctest::Approx(1 + 2 * rho * rho).epsilon(1e-15));
+  CHECK(g(1, 0) == doctest::Approx(0.0).scale(1.0).epsilon(1e-15));
+  CHECK(g(2, 0) == doctest::Approx(3 * rho).epsilon(1e-15));
+  CHECK(g(3, 2) == doctest::Approx(rho * sigma).epsilon(1e-15));
+  CHECK(g(1, 2) == doctest::Approx(0.0).scale(1.0).epsilon(1e-15));
+  // ρ = 1 on every variable: the plain Gram matrix.
+  const Matrix64 same = hermite_gram(a, b, {1.0, 1.0}), plain = hermite_gram(a, b);
+  for (size_t i = 0; i < plain.data.size(); ++i) CHECK(same.data[i] == plain.data[i]);
+  CHECK_THROWS_WITH_AS(hermite_gram(a, b, {rho}), doctest::Contains("1 correlations for polynomials in 2 variables"), Error);
 }
 
 TEST_CASE("attention block moments: independent LMs of 4 positions × 7 tokens against Monte Carlo") {

@@ -4,8 +4,10 @@
 #include <array>
 #include <cmath>
 
+#include "analysis/similarity/canonical_pairing.h"
 #include "analysis/similarity/polynomial_moments.h"
 #include "engine/error.h"
+#include "engine/threads.h"
 
 namespace adjoint {
 
@@ -48,15 +50,13 @@ struct Side {
 
 Poly constant(int64_t variables, double c) { return monomial(variables, std::vector<int>(size_t(variables), 0), c); }
 
-Side prepare(const PolynomialView& v, double input_std, const Matrix64& basis) {
-  check(single_attention_block(v), "attention block moments: ", v.arch,
-        " is not one block of embedding, polynomial attention, bilinear MLP and head");
+// `read`: (input features, r), the side's variables y_t = readᵀx_t/σ (canonical_pairing.h).
+Side prepare(const PolynomialView& v, double input_std, const Matrix64& read) {
   const PolynomialStep &embed = v.steps[0], &attention = v.steps[1], &mlp = v.steps[2], &head = v.steps[3];
   Side s;
   s.T = v.positions;
-  s.k = basis.cols > 0 ? basis.cols : v.input_dim;
-  Matrix64 W = to_matrix64(embed.weight);  // (d, input features)
-  if (basis.cols > 0) W = matmul(W, basis);
+  s.k = read.cols;
+  const Matrix64 W = matmul(to_matrix64(embed.weight), read);  // (d, r)
   const Matrix64 pos = embed.bias.defined() ? to_matrix64(embed.bias) : Matrix64();
   s.d = W.rows;
   const Matrix64 qkv = to_matrix64(attention.qkv), proj = to_matrix64(attention.proj);
@@ -158,67 +158,34 @@ Side prepare(const PolynomialView& v, double input_std, const Matrix64& basis) {
 // Moments of S (or of one position's X) for one output o of each side: with A's factors S_ma
 // (m < M_A, a ≤ d_A) and B's S'_nc, and the pairs of a side contracted by its Ĝ:
 //   mu = E[S_ma], mu_b = E[S'_nc], A = E[S_mᵀĜS_m'], B = E[S'_nᵀĜ'S'_n'], C = E[S_ma S'_nc],
-//   V = E[(S_mᵀĜS_m') S'_nc], V2 = E[S_ma (S'_nᵀĜ'S'_n')], W = E[(S_mᵀĜS_m')(S'_nᵀĜ'S'_n')].
-// Rows and columns flatten (m, a) as m·(d+1) + a and (m, m') as m·M + m'.
+//   V = E[(S_mᵀĜS_m') S'_nc], V2 = E[S_ma (S'_nᵀĜ'S'_n')].
+// Rows and columns flatten (m, a) as m·(d+1) + a and (m, m') as m·M + m'. The fourth moment
+// W = E[(S_mᵀĜS_m')(S'_nᵀĜ'S'_n')] is never held: it enters the outputs only through
+// Σ_t ⟨g22_t, W_t⟩, so each position's share of it is contracted as it arises (PairTerms).
+// mu, mu_b and C do not depend on the output.
 struct Moments {
-  Matrix64 mu, mu_b, A, B, C, V, V2, W;
+  Matrix64 mu, mu_b, A, B, C, V, V2;
+  Moments() = default;
   Moments(const Side& a, const Side& b)
       : mu(a.M, a.D1()), mu_b(b.M, b.D1()), A(a.M, a.M), B(b.M, b.M), C(a.M * a.D1(), b.M * b.D1()),
-        V(a.M * a.M, b.M * b.D1()), V2(a.M * a.D1(), b.M * b.M), W(a.M * a.M, b.M * b.M) {}
+        V(a.M * a.M, b.M * b.D1()), V2(a.M * a.D1(), b.M * b.M) {}
 };
 
 // (Ĝ μ_m)_a for every m: a side's mean contracted with its form.
 Matrix64 form_times_mean(const Matrix64& mu, const Matrix64& g) { return matmul(mu, g); }  // g symmetric
 
-// The moments of one position u's X_u for the output o, from its polynomials. A side's pair
-// P_mm' = X_mᵀĜX_m' = κ_m κ_m' · η_hh' with η_hh' = ν_hᵀĜν_h' (h, h' the heads of m, m'):
-// symmetric in m, m', so each pair m ≤ m' is written out once (degree 6).
-Moments position_moments(const Side& a, const Side& b, int64_t u, const Matrix64& ga, const Matrix64& gb) {
-  Moments x(a, b);
-  const std::vector<Poly> &xa = a.X_hermite[size_t(u)], &xb = b.X_hermite[size_t(u)];
-  for (int64_t i = 0; i < a.M * a.D1(); ++i) x.mu.data[size_t(i)] = xa[size_t(i)].coefficients[0];
-  for (int64_t i = 0; i < b.M * b.D1(); ++i) x.mu_b.data[size_t(i)] = xb[size_t(i)].coefficients[0];
-  x.C = hermite_gram(xa, xb);
-  auto pair_polynomials = [&](const Side& s, const Matrix64& g, Matrix64& mean) {
-    const std::vector<Poly>& nu = s.nu[size_t(u)];
-    std::vector<Poly> eta;  // [h·heads + h']
-    for (int64_t h = 0; h < s.heads; ++h)
-      for (int64_t h2 = 0; h2 < s.heads; ++h2) {
-        Poly e = constant(s.k, 0.0);
-        for (int64_t i = 0; i < s.d; ++i)
-          for (int64_t j = 0; j < s.d; ++j)
-            if (g(1 + i, 1 + j) != 0.0) accumulate_product(e, nu[size_t(h * s.d + i)], nu[size_t(h2 * s.d + j)], g(1 + i, 1 + j));
-        eta.push_back(std::move(e));
-      }
-    std::vector<Poly> p;
-    const int64_t per_head = s.dh * s.dh;
-    for (size_t k = 0; k < s.pairs.size(); ++k) {
-      const auto [m, n] = s.pairs[k];
-      Poly y = constant(s.k, 0.0);
-      accumulate_product(y, s.kappa_pairs[size_t(u)][k], eta[size_t((m / per_head) * s.heads + n / per_head)], 1.0);
-      p.push_back(to_hermite(std::move(y)));
-      mean(m, n) = mean(n, m) = p.back().coefficients[0];
-    }
-    return p;
-  };
-  const std::vector<Poly> pa = pair_polynomials(a, ga, x.A), pb = pair_polynomials(b, gb, x.B);
-  // Gram matrices over the pairs, spread to both orders of each.
-  const Matrix64 v = hermite_gram(pa, xb), v2 = hermite_gram(xa, pb), w = hermite_gram(pa, pb);
-  for (size_t k = 0; k < a.pairs.size(); ++k) {
-    const auto [m, n] = a.pairs[k];
-    for (int64_t j = 0; j < v.cols; ++j) x.V(m * a.M + n, j) = x.V(n * a.M + m, j) = v(int64_t(k), j);
-    for (size_t l = 0; l < b.pairs.size(); ++l) {
-      const auto [p, q] = b.pairs[l];
-      const double value = w(int64_t(k), int64_t(l));
-      x.W(m * a.M + n, p * b.M + q) = x.W(n * a.M + m, p * b.M + q) = x.W(m * a.M + n, q * b.M + p) =
-          x.W(n * a.M + m, q * b.M + p) = value;
-    }
-  }
-  for (size_t l = 0; l < b.pairs.size(); ++l) {
-    const auto [p, q] = b.pairs[l];
-    for (int64_t i = 0; i < v2.rows; ++i) x.V2(i, p * b.M + q) = x.V2(i, q * b.M + p) = v2(i, int64_t(l));
-  }
-  return x;
+// Rows [first, first + count) of m, as a matrix of their own.
+Matrix64 row_block(const Matrix64& m, int64_t first, int64_t count) {
+  Matrix64 r(count, m.cols);
+  std::copy(m.data.begin() + first * m.cols, m.data.begin() + (first + count) * m.cols, r.data.begin());
+  return r;
+}
+
+// m's data read as another shape (row-major, the same entries in the same order).
+Matrix64 reshaped(Matrix64 m, int64_t rows, int64_t cols) {
+  check(rows * cols == m.rows * m.cols, "attention block moments: reshaping ", m.rows, "×", m.cols, " to ", rows, "×", cols);
+  m.rows = rows, m.cols = cols;
+  return m;
 }
 
 // C's (d_a+1)×(d_b+1) block of each (m, n) as one row: rows (m, n), columns (i, c).
@@ -231,99 +198,295 @@ Matrix64 blocks_as_rows(const Matrix64& c, int64_t Ma, int64_t Mb, int64_t Da, i
   return r;
 }
 
-// Ĝ C_mn Ĝ' for every block of C (Ĝ symmetric, so Ĝᵀ C Ĝ' = Ĝ C Ĝ'), laid out as blocks_as_rows.
+// Ĝ C_mn Ĝ' for every block of C (Ĝ symmetric, so Ĝᵀ C Ĝ' = Ĝ C Ĝ'), laid out as blocks_as_rows:
+// C·(I ⊗ Ĝ') is one dgemm over C's rows read as (m, i, n), then Ĝ times each m's block of rows.
 Matrix64 sandwiched_blocks(const Matrix64& c, const Matrix64& ga, const Matrix64& gb, int64_t Ma, int64_t Mb) {
   const int64_t Da = ga.rows, Db = gb.rows;
-  const Matrix64 rows = blocks_as_rows(c, Ma, Mb, Da, Db);
-  Matrix64 out(Ma * Mb, Da * Db);
-  for (int64_t r = 0; r < rows.rows; ++r) {
-    Matrix64 block(Da, Db);
-    std::copy(rows.data.begin() + r * Da * Db, rows.data.begin() + (r + 1) * Da * Db, block.data.begin());
-    const Matrix64 gbg = matmul(matmul(ga, block), gb);
-    std::copy(gbg.data.begin(), gbg.data.end(), out.data.begin() + r * Da * Db);
+  const Matrix64 right = reshaped(matmul(reshaped(c, Ma * Da * Mb, Db), gb), Ma * Da, Mb * Db);
+  Matrix64 both(Ma * Da, Mb * Db);
+  for (int64_t m = 0; m < Ma; ++m) {
+    const Matrix64 block = matmul(ga, row_block(right, m * Da, Da));
+    std::copy(block.data.begin(), block.data.end(), both.data.begin() + m * Da * Mb * Db);
   }
-  return out;
+  return blocks_as_rows(both, Ma, Mb, Da, Db);
+}
+
+// The C·C terms of W's update below, W[mm', nn'] += P[(m,n),(m',n')] + P[(m,n'),(m',n)] + the
+// transposes, contracted with G = Σ_{t>u} g22_t, are ⟨H, P⟩ with H[(m,n),(m',n')] = G[mm',nn'] +
+// G[mm',n'n] + G[m'm,n'n] + G[m'm,nn']. P = T·C_Xᵀ, so ⟨H, P⟩ = ⟨T, H·C_X⟩ and H·C_X (C_X's blocks
+// as rows) does not depend on the output: once a position.
+Matrix64 cross_pair_weights(const Matrix64& g, int64_t Ma, int64_t Mb) {
+  Matrix64 h(Ma * Mb, Ma * Mb);
+  for (int64_t m = 0; m < Ma; ++m)
+    for (int64_t n = 0; n < Mb; ++n)
+      for (int64_t m2 = 0; m2 < Ma; ++m2)
+        for (int64_t n2 = 0; n2 < Mb; ++n2)
+          h(m * Mb + n, m2 * Mb + n2) = g(m * Ma + m2, n * Mb + n2) + g(m * Ma + m2, n2 * Mb + n) + g(m2 * Ma + m, n2 * Mb + n) +
+                                        g(m2 * Ma + m, n * Mb + n2);
+  return h;
 }
 
 // S + X from the moments of S and of X, independent: every moment of the sum is the sum over
 // which of its factors come from X (2^factors terms; factors of one kind give the same terms).
-Moments absorb(const Moments& s, const Moments& x, const Side& a, const Side& b, const Matrix64& ga, const Matrix64& gb) {
+// Updates s (each moment after every term that reads its old value), and returns what the
+// fourth moment's terms with factors from both add to the outputs: ⟨G, W_{S+X} − W_S − W_X⟩
+// with G = Σ_{t>u} g22_t and `h_cx` = H·C_X (cross_pair_weights).
+double absorb(Moments& s, const Moments& x, const Side& a, const Side& b, const Matrix64& ga, const Matrix64& gb,
+              const Matrix64& g, const Matrix64& h_cx) {
   const int64_t Ma = a.M, Mb = b.M, Da = a.D1(), Db = b.D1();
-  Moments r = s;
-  auto add = [](Matrix64& into, const Matrix64& m) {
-    for (size_t i = 0; i < into.data.size(); ++i) into.data[i] += m.data[i];
-  };
-  add(r.mu, x.mu), add(r.mu_b, x.mu_b), add(r.A, x.A), add(r.B, x.B), add(r.C, x.C), add(r.V, x.V), add(r.V2, x.V2),
-      add(r.W, x.W);
   const Matrix64 gmu_s = form_times_mean(s.mu, ga), gmu_x = form_times_mean(x.mu, ga);
   const Matrix64 gmu_bs = form_times_mean(s.mu_b, gb), gmu_bx = form_times_mean(x.mu_b, gb);
-  // A: one factor from each.
-  for (int64_t m = 0; m < Ma; ++m)
-    for (int64_t n = 0; n < Ma; ++n)
-      for (int64_t i = 0; i < Da; ++i) r.A(m, n) += s.mu(m, i) * gmu_x(n, i) + x.mu(m, i) * gmu_s(n, i);
-  for (int64_t m = 0; m < Mb; ++m)
-    for (int64_t n = 0; n < Mb; ++n)
-      for (int64_t i = 0; i < Db; ++i) r.B(m, n) += s.mu_b(m, i) * gmu_bx(n, i) + x.mu_b(m, i) * gmu_bs(n, i);
-  // C: the A factor from one, the B factor from the other.
-  for (int64_t i = 0; i < Ma * Da; ++i)
-    for (int64_t j = 0; j < Mb * Db; ++j) r.C(i, j) += s.mu.data[size_t(i)] * x.mu_b.data[size_t(j)] + x.mu.data[size_t(i)] * s.mu_b.data[size_t(j)];
-  // V = E[(S_mᵀĜS_m') S'_nc]: A's pair from one and the B factor from the other, or one of A's
-  // pair with the B factor and the other alone.
-  for (int64_t m = 0; m < Ma; ++m)
-    for (int64_t n = 0; n < Ma; ++n)
-      for (int64_t j = 0; j < Mb * Db; ++j) {
-        double v = s.A(m, n) * x.mu_b.data[size_t(j)] + x.A(m, n) * s.mu_b.data[size_t(j)];
-        for (int64_t i = 0; i < Da; ++i)
-          v += s.C(m * Da + i, j) * gmu_x(n, i) + s.C(n * Da + i, j) * gmu_x(m, i) + x.C(m * Da + i, j) * gmu_s(n, i) +
-               x.C(n * Da + i, j) * gmu_s(m, i);
-        r.V(m * Ma + n, j) += v;
-      }
-  for (int64_t i = 0; i < Ma * Da; ++i)
-    for (int64_t m = 0; m < Mb; ++m)
-      for (int64_t n = 0; n < Mb; ++n) {
-        double v = s.mu.data[size_t(i)] * x.B(m, n) + x.mu.data[size_t(i)] * s.B(m, n);
-        for (int64_t c = 0; c < Db; ++c)
-          v += s.C(i, m * Db + c) * gmu_bx(n, c) + s.C(i, n * Db + c) * gmu_bx(m, c) + x.C(i, m * Db + c) * gmu_bs(n, c) +
-               x.C(i, n * Db + c) * gmu_bs(m, c);
-        r.V2(i, m * Mb + n) += v;
-      }
   // W: three factors from one and one from the other (V, V2 with a mean), a pair from each
   // (A·B, or C·C across the sides). With Y[(mm', n), n'] = Σ_c V[mm', nc]·(Ĝ'μ')_n'c (one
-  // dgemm over V's rows read as (n, c)), V's terms are Y + Y exchanging n and n'; V2's likewise.
-  Matrix64 vs = s.V, vx = x.V;
-  vs.rows = Ma * Ma * Mb, vs.cols = Db, vx.rows = vs.rows, vx.cols = Db;
-  Matrix64 y = matmul(vs, gmu_bx, false, true);
-  const Matrix64 yx = matmul(vx, gmu_bs, false, true);
+  // dgemm over V's rows read as (n, c)), V's terms are Y + Y exchanging n and n'; with
+  // Z[m][m', nn'] = Σ_a (Ĝμ)_m'a·V2[(m, a), nn'], V2's are Z + Z exchanging m and m'.
+  Matrix64 y = matmul(reshaped(s.V, Ma * Ma * Mb, Db), gmu_bx, false, true);
+  const Matrix64 yx = matmul(reshaped(x.V, Ma * Ma * Mb, Db), gmu_bs, false, true);
   for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += yx.data[i];
-  std::vector<Matrix64> z;  // z[m](m', (n, n')) = Σ_a (Ĝμ)_m'a·V2[(m, a), (n, n')]
+  Matrix64 z(Ma * Ma, Mb * Mb);  // rows (m, m')
   for (int64_t m = 0; m < Ma; ++m) {
-    Matrix64 block_s(Da, Mb * Mb), block_x(Da, Mb * Mb);
-    std::copy(s.V2.data.begin() + m * Da * Mb * Mb, s.V2.data.begin() + (m + 1) * Da * Mb * Mb, block_s.data.begin());
-    std::copy(x.V2.data.begin() + m * Da * Mb * Mb, x.V2.data.begin() + (m + 1) * Da * Mb * Mb, block_x.data.begin());
-    Matrix64 zm = matmul(gmu_x, block_s);
-    const Matrix64 zx = matmul(gmu_s, block_x);
-    for (size_t i = 0; i < zm.data.size(); ++i) zm.data[i] += zx.data[i];
-    z.push_back(std::move(zm));
+    const Matrix64 zs = matmul(gmu_x, row_block(s.V2, m * Da, Da)), zx = matmul(gmu_s, row_block(x.V2, m * Da, Da));
+    for (size_t i = 0; i < zs.data.size(); ++i) z.data[size_t(m * Ma * Mb * Mb) + i] = zs.data[i] + zx.data[i];
   }
+  double cross = 0;
+  const int64_t cols = Mb * Mb;
   for (int64_t m = 0; m < Ma; ++m)
-    for (int64_t mm = 0; mm < Ma; ++mm)
+    for (int64_t mm = 0; mm < Ma; ++mm) {
+      const int64_t row = m * Ma + mm;
+      const double *grow = &g.data[size_t(row * cols)], *z1 = &z.data[size_t(row * cols)], *z2 = &z.data[size_t((mm * Ma + m) * cols)];
+      const double *yrow = &y.data[size_t(row * cols)], *bx = x.B.data.data(), *bs = s.B.data.data();
+      const double as = s.A(m, mm), ax = x.A(m, mm);
+      double sum = 0;
       for (int64_t n = 0; n < Mb; ++n)
         for (int64_t nn = 0; nn < Mb; ++nn) {
-          const int64_t row = m * Ma + mm, col = n * Mb + nn;
-          r.W(row, col) += s.A(m, mm) * x.B(n, nn) + x.A(m, mm) * s.B(n, nn) + y(row * Mb + n, nn) + y(row * Mb + nn, n) +
-                           z[size_t(m)](mm, col) + z[size_t(mm)](m, col);
+          const int64_t col = n * Mb + nn;
+          sum += grow[col] * (as * bx[col] + ax * bs[col] + yrow[col] + yrow[nn * Mb + n] + z1[col] + z2[col]);
         }
+      cross += sum;
+    }
   // C·C: Σ Ĝ_ab Ĝ'_ce (C_S[ma,nc] C_X[m'b,n'e] + C_S[ma,n'e] C_X[m'b,nc]) and the same with S
   // and X exchanged. With T[(m,n),(b,e)] = (Ĝᵀ C_S,mn Ĝ')_be and P = T·C_Xᵀ over (b, e), the
-  // exchanged terms are Pᵀ: W[mm', nn'] += P[(m,n),(m',n')] + P[(m,n'),(m',n)] + the transposes.
-  const Matrix64 t = sandwiched_blocks(s.C, ga, gb, Ma, Mb), cx = blocks_as_rows(x.C, Ma, Mb, Da, Db);
-  const Matrix64 p = matmul(t, cx, false, true);  // [(m,n), (m',n')]
+  // exchanged terms are Pᵀ: ⟨H, P⟩ = ⟨T, H·C_X⟩ (cross_pair_weights).
+  cross += frobenius_inner(sandwiched_blocks(s.C, ga, gb, Ma, Mb), h_cx);
+
+  // V = E[(S_mᵀĜS_m') S'_nc]: A's pair from one and the B factor from the other, or one of A's
+  // pair with the B factor and the other alone: with U[(m,m'), nc] = Σ_i (Ĝμ_X)_m'i C_S[mi, nc] +
+  // (Ĝμ_S)_m'i C_X[mi, nc] (a dgemm for each m), the last are U + U exchanging m and m'.
+  Matrix64 u(Ma * Ma, Mb * Db);
+  for (int64_t m = 0; m < Ma; ++m) {
+    const Matrix64 us = matmul(gmu_x, row_block(s.C, m * Da, Da)), ux = matmul(gmu_s, row_block(x.C, m * Da, Da));
+    for (size_t i = 0; i < us.data.size(); ++i) u.data[size_t(m * Ma * Mb * Db) + i] = us.data[i] + ux.data[i];
+  }
   for (int64_t m = 0; m < Ma; ++m)
-    for (int64_t mm = 0; mm < Ma; ++mm)
-      for (int64_t n = 0; n < Mb; ++n)
-        for (int64_t nn = 0; nn < Mb; ++nn)
-          r.W(m * Ma + mm, n * Mb + nn) += p(m * Mb + n, mm * Mb + nn) + p(m * Mb + nn, mm * Mb + n) +
-                                           p(mm * Mb + nn, m * Mb + n) + p(mm * Mb + n, m * Mb + nn);
+    for (int64_t n = 0; n < Ma; ++n) {
+      double* v = &s.V.data[size_t((m * Ma + n) * Mb * Db)];
+      const double *u1 = &u.data[size_t((m * Ma + n) * Mb * Db)], *u2 = &u.data[size_t((n * Ma + m) * Mb * Db)],
+                   *vx = &x.V.data[size_t((m * Ma + n) * Mb * Db)];
+      const double as = s.A(m, n), ax = x.A(m, n);
+      for (int64_t j = 0; j < Mb * Db; ++j) v[j] += as * x.mu_b.data[size_t(j)] + ax * s.mu_b.data[size_t(j)] + u1[j] + u2[j] + vx[j];
+    }
+  // V2 likewise, with U2[(i, m), n] = Σ_c C_S[i, mc] (Ĝ'μ'_X)_nc + C_X[i, mc] (Ĝ'μ'_S)_nc.
+  Matrix64 u2 = matmul(reshaped(s.C, Ma * Da * Mb, Db), gmu_bx, false, true);
+  const Matrix64 u2x = matmul(reshaped(x.C, Ma * Da * Mb, Db), gmu_bs, false, true);
+  for (size_t i = 0; i < u2.data.size(); ++i) u2.data[i] += u2x.data[i];
+  for (int64_t i = 0; i < Ma * Da; ++i) {
+    double* v = &s.V2.data[size_t(i * Mb * Mb)];
+    const double *w = &u2.data[size_t(i * Mb * Mb)], *vx = &x.V2.data[size_t(i * Mb * Mb)];
+    const double ms = s.mu.data[size_t(i)], mx = x.mu.data[size_t(i)];
+    for (int64_t m = 0; m < Mb; ++m)
+      for (int64_t n = 0; n < Mb; ++n) {
+        const int64_t col = m * Mb + n;
+        v[col] += ms * x.B.data[size_t(col)] + mx * s.B.data[size_t(col)] + w[col] + w[n * Mb + m] + vx[col];
+      }
+  }
+  // C: the A factor from one, the B factor from the other.
+  for (int64_t i = 0; i < Ma * Da; ++i)
+    for (int64_t j = 0; j < Mb * Db; ++j)
+      s.C(i, j) += s.mu.data[size_t(i)] * x.mu_b.data[size_t(j)] + x.mu.data[size_t(i)] * s.mu_b.data[size_t(j)] + x.C(i, j);
+  // A and B: one factor from each.
+  const Matrix64 da = matmul(s.mu, gmu_x, false, true), dax = matmul(x.mu, gmu_s, false, true);
+  const Matrix64 db = matmul(s.mu_b, gmu_bx, false, true), dbx = matmul(x.mu_b, gmu_bs, false, true);
+  for (size_t i = 0; i < s.A.data.size(); ++i) s.A.data[i] += da.data[i] + dax.data[i] + x.A.data[i];
+  for (size_t i = 0; i < s.B.data.size(); ++i) s.B.data[i] += db.data[i] + dbx.data[i] + x.B.data[i];
+  for (size_t i = 0; i < s.mu.data.size(); ++i) s.mu.data[i] += x.mu.data[i];
+  for (size_t i = 0; i < s.mu_b.data.size(); ++i) s.mu_b.data[i] += x.mu_b.data[i];
+  return cross;
+}
+
+// G = Σ_{t>u} g22_t, (M_A², M_B²), folded onto the pairs k = (m ≤ m') and l = (n ≤ n') of each
+// side: G_kl = Σ over both orders of k and of l (one order where m = m').
+Matrix64 fold_onto_pairs(const Matrix64& g, const Side& a, const Side& b) {
+  Matrix64 f(int64_t(a.pairs.size()), int64_t(b.pairs.size()));
+  for (size_t k = 0; k < a.pairs.size(); ++k) {
+    const auto [m, m2] = a.pairs[k];
+    for (size_t l = 0; l < b.pairs.size(); ++l) {
+      const auto [n, n2] = b.pairs[l];
+      double v = g(m * a.M + m2, n * b.M + n2);
+      if (n != n2) v += g(m * a.M + m2, n2 * b.M + n);
+      if (m != m2) v += g(m2 * a.M + m, n * b.M + n2) + (n != n2 ? g(m2 * a.M + m, n2 * b.M + n) : 0.0);
+      f(int64_t(k), int64_t(l)) = v;
+    }
+  }
+  return f;
+}
+
+// The heads e = h·heads + h' of a side's pair k = (m ≤ m').
+int64_t heads_of(const Side& s, size_t k) {
+  const int64_t per_head = s.dh * s.dh;
+  return (s.pairs[k].first / per_head) * s.heads + s.pairs[k].second / per_head;
+}
+
+// The output's form enters X_u's pairs only through η_hh' = ν_hᵀĜν_h', a polynomial of degree 2:
+// P_k = κκ_k·η_e(k) = Σ_β η̂_e,β·(He_β·κκ_k) with η̂ its Hermite coefficients (the basis of
+// degree ≤ 2, `basis`). So what X_u's pairs give every output is linear (means, V, V2) or
+// bilinear (the fourth moment) in the two sides' η̂, over products He_β·κκ_k that do not depend
+// on the output: built once a position, here.
+struct PositionFacts {
+  Moments own;                        // X_u's means and C (the rest is the output's)
+  Matrix64 truncated_a, truncated_b;  // rows k·|basis| + j: He_βj·κκ_k to degree 3, Hermite basis
+  // Σ_{t>u} ⟨g22_t, W of X_u alone⟩ = η̂_Aᵀ·θ·η̂_B, θ[(e, j), (e', j')] = Σ_{k of heads e}
+  // E[He_βj κκ_k · He_βj' Λ_e',k] with Λ_e',k = Σ_{l of heads e'} G_kl·κκ'_l (G folded onto pairs).
+  Matrix64 theta;
+  Matrix64 after, h_cx;  // G_u = Σ_{t>u} g22_t, and H·C_X (cross_pair_weights)
+};
+
+Matrix64 truncated_products(const std::vector<Poly>& kk, const std::vector<std::vector<int>>& basis) {
+  const int64_t width = int64_t(at_degree(kk.front(), 3).coefficients.size());
+  Matrix64 r(int64_t(kk.size() * basis.size()), width);
+  for (size_t k = 0; k < kk.size(); ++k)
+    for (size_t j = 0; j < basis.size(); ++j) {
+      const Poly p = at_degree(hermite_times(kk[k], basis[j]), 3);
+      std::copy(p.coefficients.begin(), p.coefficients.end(), r.data.begin() + int64_t(k * basis.size() + j) * width);
+    }
+  return r;
+}
+
+Matrix64 fourth_moment_form(const Matrix64& folded, const std::vector<Poly>& kk_a, const std::vector<Poly>& kk_b,
+                            const Side& a, const Side& b, const std::vector<std::vector<int>>& basis,
+                            const std::vector<double>& rho) {
+  const int64_t nb = int64_t(basis.size()), ea = a.heads * a.heads, eb = b.heads * b.heads;
+  const int64_t width = int64_t(kk_b.front().coefficients.size());
+  // Λ_e' = G[:, l of heads e'] · κκ'[l of heads e'], rows A's pairs (Hermite, degree 4).
+  std::vector<Matrix64> lambda(static_cast<size_t>(eb));
+  for (int64_t e = 0; e < eb; ++e) {
+    std::vector<int64_t> of_e;
+    for (size_t l = 0; l < b.pairs.size(); ++l)
+      if (heads_of(b, l) == e) of_e.push_back(int64_t(l));
+    if (of_e.empty()) continue;
+    Matrix64 g(folded.rows, int64_t(of_e.size())), rows(int64_t(of_e.size()), width);
+    for (size_t j = 0; j < of_e.size(); ++j) {
+      for (int64_t k = 0; k < folded.rows; ++k) g(k, int64_t(j)) = folded(k, of_e[j]);
+      const Poly& p = kk_b[size_t(of_e[j])];
+      std::copy(p.coefficients.begin(), p.coefficients.end(), rows.data.begin() + int64_t(j) * width);
+    }
+    lambda[size_t(e)] = matmul(g, rows);
+  }
+  const int top = 4 + 2;  // κκ (4) times He_β (≤ 2)
+  Matrix64 theta(ea * nb, eb * nb);
+  for (size_t k = 0; k < kk_a.size(); ++k) {
+    std::vector<Poly> left, right;
+    for (const auto& beta : basis) left.push_back(at_degree(hermite_times(kk_a[k], beta), top));
+    std::vector<int64_t> columns;  // θ's columns the right side fills
+    for (int64_t e = 0; e < eb; ++e) {
+      if (lambda[size_t(e)].rows == 0) continue;
+      const Matrix64& l = lambda[size_t(e)];
+      const Poly row{b.k, 4, std::vector<double>(l.data.begin() + int64_t(k) * l.cols, l.data.begin() + int64_t(k + 1) * l.cols)};
+      for (int64_t j = 0; j < nb; ++j) {
+        right.push_back(at_degree(hermite_times(row, basis[size_t(j)]), top));
+        columns.push_back(e * nb + j);
+      }
+    }
+    const Matrix64 gram = hermite_gram(left, right, rho);
+    const int64_t first_row = heads_of(a, k) * nb;
+    for (int64_t i = 0; i < nb; ++i)
+      for (size_t j = 0; j < columns.size(); ++j) theta(first_row + i, columns[j]) += gram(i, int64_t(j));
+  }
+  return theta;
+}
+
+PositionFacts position_facts(const Side& a, const Side& b, const std::vector<double>& rho, int64_t u,
+                             const Matrix64& after, const std::vector<std::vector<int>>& basis) {
+  PositionFacts f{Moments(a, b), {}, {}, {}, after, {}};
+  const std::vector<Poly> &xa = a.X_hermite[size_t(u)], &xb = b.X_hermite[size_t(u)];
+  for (int64_t i = 0; i < a.M * a.D1(); ++i) f.own.mu.data[size_t(i)] = xa[size_t(i)].coefficients[0];
+  for (int64_t i = 0; i < b.M * b.D1(); ++i) f.own.mu_b.data[size_t(i)] = xb[size_t(i)].coefficients[0];
+  f.own.C = hermite_gram(xa, xb, rho);
+  std::vector<Poly> kk_a, kk_b;
+  for (const Poly& p : a.kappa_pairs[size_t(u)]) kk_a.push_back(at_degree(to_hermite(p), 4));
+  for (const Poly& p : b.kappa_pairs[size_t(u)]) kk_b.push_back(at_degree(to_hermite(p), 4));
+  f.truncated_a = truncated_products(kk_a, basis);
+  f.truncated_b = truncated_products(kk_b, basis);
+  f.theta = fourth_moment_form(fold_onto_pairs(after, a, b), kk_a, kk_b, a, b, basis, rho);
+  f.h_cx = matmul(cross_pair_weights(after, a.M, b.M), blocks_as_rows(f.own.C, a.M, b.M, a.D1(), b.D1()));
+  return f;
+}
+
+// η̂ of a side for one output: rows e = h·heads + h', the Hermite coefficients of ν_hᵀĜν_h'.
+Matrix64 eta_coefficients(const Side& s, int64_t u, const Matrix64& g, int64_t basis_size) {
+  const std::vector<Poly>& nu = s.nu[size_t(u)];
+  Matrix64 r(s.heads * s.heads, basis_size);
+  for (int64_t h = 0; h < s.heads; ++h)
+    for (int64_t h2 = 0; h2 < s.heads; ++h2) {
+      Poly e = constant(s.k, 0.0);
+      for (int64_t i = 0; i < s.d; ++i)
+        for (int64_t j = 0; j < s.d; ++j)
+          if (g(1 + i, 1 + j) != 0.0) accumulate_product(e, nu[size_t(h * s.d + i)], nu[size_t(h2 * s.d + j)], g(1 + i, 1 + j));
+      const Poly hat = at_degree(to_hermite(std::move(e)), 2);
+      std::copy(hat.coefficients.begin(), hat.coefficients.end(), r.data.begin() + (h * s.heads + h2) * basis_size);
+    }
+  return r;
+}
+
+// One position u's X_u for the output o: its moments, and the share of its own fourth moment
+// in the later outputs, all from its facts and the two sides' η̂.
+struct PositionShare {
+  Moments x;
+  double fourth = 0;  // Σ_{t>u} ⟨g22_t, W of X_u alone⟩
+};
+PositionShare position_share(const Side& a, const Side& b, const std::vector<double>& rho, int64_t u,
+                             const PositionFacts& facts, const Matrix64& ga, const Matrix64& gb, int64_t basis_size) {
+  PositionShare r{facts.own, 0.0};
+  Moments& x = r.x;
+  const Matrix64 eta_a = eta_coefficients(a, u, ga, basis_size), eta_b = eta_coefficients(b, u, gb, basis_size);
+  // P_k to degree 3 (all that its mean, V and V2 read): Σ_j η̂_e(k),j · (He_βj·κκ_k).
+  auto pairs_to_degree_3 = [&](const Side& s, const Matrix64& eta, const Matrix64& truncated, Matrix64& mean) {
+    std::vector<Poly> p;
+    for (size_t k = 0; k < s.pairs.size(); ++k) {
+      Poly q{s.k, 3, std::vector<double>(size_t(truncated.cols), 0.0)};
+      const int64_t e = heads_of(s, k);
+      for (int64_t j = 0; j < basis_size; ++j) {
+        const double w = eta(e, j);
+        if (w == 0.0) continue;
+        const double* row = &truncated.data[size_t((int64_t(k) * basis_size + j) * truncated.cols)];
+        for (int64_t i = 0; i < truncated.cols; ++i) q.coefficients[size_t(i)] += w * row[i];
+      }
+      const auto [m, n] = s.pairs[k];
+      mean(m, n) = mean(n, m) = q.coefficients[0];
+      p.push_back(std::move(q));
+    }
+    return p;
+  };
+  const std::vector<Poly> pa = pairs_to_degree_3(a, eta_a, facts.truncated_a, x.A),
+                          pb = pairs_to_degree_3(b, eta_b, facts.truncated_b, x.B);
+  const std::vector<Poly> &xa = a.X_hermite[size_t(u)], &xb = b.X_hermite[size_t(u)];
+  // Gram matrices over the pairs, spread to both orders of each.
+  const Matrix64 v = hermite_gram(pa, xb, rho), v2 = hermite_gram(xa, pb, rho);
+  for (size_t k = 0; k < a.pairs.size(); ++k) {
+    const auto [m, n] = a.pairs[k];
+    for (int64_t j = 0; j < v.cols; ++j) x.V(m * a.M + n, j) = x.V(n * a.M + m, j) = v(int64_t(k), j);
+  }
+  for (size_t l = 0; l < b.pairs.size(); ++l) {
+    const auto [p, q] = b.pairs[l];
+    for (int64_t i = 0; i < v2.rows; ++i) x.V2(i, p * b.M + q) = x.V2(i, q * b.M + p) = v2(i, int64_t(l));
+  }
+  // The fourth moment: η̂_Aᵀ·θ·η̂_B over (heads, basis) rows and columns.
+  for (int64_t row = 0; row < facts.theta.rows; ++row) {
+    const double left = eta_a.data[size_t(row)];
+    if (left == 0.0) continue;
+    double sum = 0;
+    for (int64_t col = 0; col < facts.theta.cols; ++col) sum += facts.theta(row, col) * eta_b.data[size_t(col)];
+    r.fourth += left * sum;
+  }
   return r;
 }
 
@@ -354,16 +517,17 @@ Terms position_terms(const Side& s, int64_t t) {
 struct TermGrams {
   Matrix64 g[3][3];
 };
-TermGrams term_grams(const Terms& a, const Terms& b) {
+TermGrams term_grams(const Terms& a, const Terms& b, const std::vector<double>& rho) {
   TermGrams r;
   const std::vector<Poly>* ta[3] = {&a.b0, &a.b1, &a.b2};
   const std::vector<Poly>* tb[3] = {&b.b0, &b.b1, &b.b2};
   for (int i = 0; i < 3; ++i)
-    for (int j = 0; j < 3; ++j) r.g[i][j] = hermite_gram(*ta[i], *tb[j]);
+    for (int j = 0; j < 3; ++j) r.g[i][j] = hermite_gram(*ta[i], *tb[j], rho);
   return r;
 }
 
-// E[f_t,o · g_t,o] from the position's Grams, the two forms and the moments of S.
+// E[f_t,o · g_t,o] from the position's Grams, the two forms and the moments of S, but for the
+// fourth moment's term ⟨g22, W⟩.
 double output_inner(const TermGrams& tg, const Moments& s, const Side& a, const Side& b, const Matrix64& ga,
                     const Matrix64& gb) {
   const int64_t Ma = a.M, Mb = b.M, Da = a.D1(), Db = b.D1();
@@ -397,32 +561,22 @@ double output_inner(const TermGrams& tg, const Moments& s, const Side& a, const 
     for (int64_t n = 0; n < Mb; ++n)
       for (int64_t i = 0; i < Da; ++i)
         for (int64_t c = 0; c < Db; ++c) total += 4.0 * tg.g[1][1](m * Da + i, n * Db + c) * gcg(m * Mb + n, i * Db + c);
-  // F1·G2 = 2 Σ g12[mb, nn'] Σ_a Ĝ_ab V2[ma, nn'];  F2·G1 = 2 Σ g21[mm', ne] Σ_c V[mm', nc] Ĝ'_ce.
+  // F1·G2 = 2 Σ g12[mb, nn'] Σ_a Ĝ_ab V2[ma, nn'] (Ĝ times each m's rows of V2);
+  // F2·G1 = 2 Σ g21[mm', ne] Σ_c V[mm', nc] Ĝ'_ce (one dgemm over V's rows read as (mm', n)).
   for (int64_t m = 0; m < Ma; ++m)
-    for (int64_t i = 0; i < Da; ++i)
-      for (int64_t col = 0; col < Mb * Mb; ++col) {
-        double v = 0;
-        for (int64_t a2 = 0; a2 < Da; ++a2) v += ga(a2, i) * s.V2(m * Da + a2, col);
-        total += 2.0 * tg.g[1][2](m * Da + i, col) * v;
-      }
-  for (int64_t row = 0; row < Ma * Ma; ++row)
-    for (int64_t n = 0; n < Mb; ++n)
-      for (int64_t e = 0; e < Db; ++e) {
-        double v = 0;
-        for (int64_t c = 0; c < Db; ++c) v += s.V(row, n * Db + c) * gb(c, e);
-        total += 2.0 * tg.g[2][1](row, n * Db + e) * v;
-      }
-  // F2·G2 = Σ g22 ⊙ W.
-  total += frobenius_inner(tg.g[2][2], s.W);
+    total += 2.0 * frobenius_inner(row_block(tg.g[1][2], m * Da, Da), matmul(ga, row_block(s.V2, m * Da, Da)));
+  total += 2.0 * frobenius_inner(reshaped(tg.g[2][1], Ma * Ma * Mb, Db), matmul(reshaped(s.V, Ma * Ma * Mb, Db), gb));
+  // F2·G2 = ⟨g22, W⟩ is added as W's terms arise (position_share, absorb).
   return total;
 }
 
 }  // namespace
 
-AttentionBlockCost attention_block_cost(const PolynomialView& a, const PolynomialView& b, int64_t features) {
+AttentionBlockCost attention_block_cost(const PolynomialView& a, const PolynomialView& b) {
   AttentionBlockCost c;
   if (!single_attention_block(a) || !single_attention_block(b)) return c;
-  c.variables = features > 0 ? features : a.input_dim;
+  // Each side in at most its embedding's rank of variables (canonical_pairing.h).
+  c.variables = std::max(std::min(a.steps[0].weight.size(0), a.input_dim), std::min(b.steps[0].weight.size(0), b.input_dim));
   const double k = double(c.variables), T = double(a.positions);
   auto shape = [](const PolynomialView& v) {  // d, M, classes
     const int64_t d = v.steps[0].weight.size(0), heads = v.steps[1].heads, dh = d / heads;
@@ -433,39 +587,76 @@ AttentionBlockCost attention_block_cost(const PolynomialView& a, const Polynomia
   (void)unused;
   const double p2 = binomial(int64_t(k) + 2, 2), p3 = binomial(int64_t(k) + 3, 3), p4 = binomial(int64_t(k) + 4, 4),
                p6 = binomial(int64_t(k) + 6, 6), p7 = binomial(int64_t(k) + 7, 7), p10 = binomial(int64_t(k) + 10, 10);
-  const double pairs_a = ma * (ma + 1) / 2, pairs_b = mb * (mb + 1) / 2;
-  // Per position t: the base polynomials' Gram matrices; per output and position u < T − 1:
-  // the pairs κκ'·η, their Gram matrices (the largest term) and the moments' update.
-  const double per_t = (da + 1) * (da + 1) * (db + 1) * (db + 1) * p10 + ma * (da + 1) * mb * (db + 1) * p7 +
-                       ma * ma * mb * mb * p4 + (ma * ma + mb * mb) * p4 * p2;
-  const double per_ou = (pairs_a + pairs_b) * p4 * p2 + pairs_a * pairs_b * p6 +
-                        (pairs_a * mb * (db + 1) + ma * (da + 1) * pairs_b) * p3 + ma * ma * mb * mb * 2 * (da + db + 2) +
-                        ma * mb * (da + 1) * (db + 1) * ma * mb;
-  c.multiply_adds = T * per_t + classes * std::max(0.0, T - 1) * per_ou;
-  c.held = T * ((da + 1) * (da + 1) * p10 + ma * (da + 1) * p7 + ma * ma * mb * mb * 2) + (pairs_a + pairs_b) * p6 +
-           4 * ma * ma * mb * mb;
+  const double pairs_a = ma * (ma + 1) / 2, pairs_b = mb * (mb + 1) / 2, heads_a = double(a.steps[1].heads),
+               heads_b = double(b.steps[1].heads);
+  const double Da = da + 1, Db = db + 1;
+  // Per position t: its base polynomials' Gram matrices. Per position u < T − 1, what no output
+  // changes: θ (the largest term: a Gram matrix of He_β·κκ_k against He_β'·Λ_e',k for every
+  // pair k), Λ, H·C_X and C. Per output and u: V and V2 (Gram matrices to degree 3), the
+  // pairs' truncations and the moments' update; per output and t: the outputs' terms.
+  const double per_t = Da * Da * Db * Db * p10 + ma * Da * mb * Db * p7 + ma * ma * mb * mb * p4 + (ma * ma + mb * mb) * p4 * p2;
+  const double per_u = pairs_a * p2 * p2 * heads_b * heads_b * p6 + pairs_a * pairs_b * p4 + ma * mb * ma * mb * Da * Db +
+                       ma * Da * mb * Db * p3;
+  const double per_ou = (pairs_a * mb * Db + ma * Da * pairs_b) * p3 + (pairs_a + pairs_b) * p2 * p3 + 10 * ma * ma * mb * mb +
+                        4 * ma * ma * Da * mb * Db + ma * mb * Da * Db * (Da + Db);
+  const double per_ot = ma * ma * mb * Db * Db + ma * Da * Da * mb * mb + ma * mb * Da * Db * (Da + Db);
+  const double earlier = std::max(0.0, T - 1);
+  c.multiply_adds = T * per_t + earlier * per_u + classes * (earlier * per_ou + T * per_ot);
+  // Held: the positions' Grams, and for each u its facts (truncations, G_u, θ, H·C_X, C).
+  c.held = T * (Da * Da * p10 + ma * Da * p7 + 2 * ma * ma * mb * mb) +
+           earlier * ((pairs_a + pairs_b) * p2 * p3 + ma * ma * mb * mb + heads_a * heads_a * heads_b * heads_b * p2 * p2 +
+                      2 * ma * mb * Da * Db);
   return c;
 }
 
-std::vector<double> attention_block_output_inner(const PolynomialView& a, const PolynomialView& b, double input_std,
-                                                 const Matrix64* basis) {
+std::vector<double> attention_block_class_inner(const PolynomialView& a, const PolynomialView& b, double input_std) {
   check(input_std > 0 && std::isfinite(input_std), "attention block moments: the input's standard deviation must be positive, got ",
         input_std);
-  const Matrix64 Q = basis ? *basis : Matrix64();
-  const Side sa = prepare(a, input_std, Q), sb = prepare(b, input_std, Q);
-  check(sa.T == sb.T && sa.k == sb.k && sa.classes == sb.classes, "attention block moments: ", a.arch, " and ", b.arch,
-        " differ in their positions, inputs or outputs");
-  std::vector<TermGrams> grams;
-  for (int64_t t = 0; t < sa.T; ++t) grams.push_back(term_grams(position_terms(sa, t), position_terms(sb, t)));
-  std::vector<double> out(size_t(sa.T * sa.classes));
-  for (int64_t o = 0; o < sa.classes; ++o) {
-    const Matrix64 &ga = sa.G[size_t(o)], &gb = sb.G[size_t(o)];
-    Moments s(sa, sb);  // S = Σ_{u<t} X_u: empty at t = 0
-    for (int64_t t = 0; t < sa.T; ++t) {
-      out[size_t(t * sa.classes + o)] = output_inner(grams[size_t(t)], s, sa, sb, sa.form(t, o), sb.form(t, o));
-      if (t + 1 < sa.T) s = absorb(s, position_moments(sa, sb, t, ga, gb), sa, sb, ga, gb);
-    }
+  check(single_attention_block(a) && single_attention_block(b), "attention block moments: ", a.arch, " or ", b.arch,
+        " is not one block of embedding, polynomial attention, bilinear MLP and head");
+  check(a.input_dim == b.input_dim, "attention block moments: ", a.arch, " and ", b.arch, " read ", a.input_dim, " and ",
+        b.input_dim, " input features a position");
+  // Each side in its own embedding's variables, the two paired by their canonical correlations.
+  const CanonicalPairing pairing = canonical_pairing(to_matrix64(a.steps[0].weight), to_matrix64(b.steps[0].weight));
+  const std::vector<double>& rho = pairing.correlation;
+  const Side sa = prepare(a, input_std, pairing.read_a), sb = prepare(b, input_std, pairing.read_b);
+  check(sa.T == sb.T && sa.classes == sb.classes, "attention block moments: ", a.arch, " and ", b.arch,
+        " differ in their positions or outputs");
+  const int64_t T = sa.T;
+  // What no output changes: each position's Grams, and for each u < T − 1, G_u = Σ_{t>u} g22_t
+  // and X_u's facts (PositionFacts).
+  std::vector<TermGrams> grams(static_cast<size_t>(T));
+  parallel_for(T, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) grams[size_t(t)] = term_grams(position_terms(sa, t), position_terms(sb, t), rho);
+  });
+  std::vector<Matrix64> after(size_t(std::max<int64_t>(T - 1, 0)));
+  for (int64_t u = T - 2; u >= 0; --u) {
+    after[size_t(u)] = grams[size_t(u + 1)].g[2][2];
+    if (u + 2 < T)
+      for (size_t i = 0; i < after[size_t(u)].data.size(); ++i) after[size_t(u)].data[i] += after[size_t(u + 1)].data[i];
   }
+  const std::vector<std::vector<int>> basis = layout_exponents(sa.k, 2);  // He_β, |β| ≤ 2
+  const int64_t nb = int64_t(basis.size());
+  std::vector<PositionFacts> facts(after.size());
+  parallel_for(int64_t(after.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) facts[size_t(u)] = position_facts(sa, sb, rho, u, after[size_t(u)], basis);
+  });
+  std::vector<double> out(size_t(sa.classes));
+  parallel_for(sa.classes, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const Matrix64 &ga = sa.G[size_t(o)], &gb = sb.G[size_t(o)];
+      Moments s(sa, sb);  // S = Σ_{u<t} X_u: empty at t = 0
+      double total = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        total += output_inner(grams[size_t(t)], s, sa, sb, sa.form(t, o), sb.form(t, o));
+        if (t + 1 == T) break;
+        const PositionFacts& f = facts[size_t(t)];
+        const PositionShare x = position_share(sa, sb, rho, t, f, ga, gb, nb);
+        total += x.fourth + absorb(s, x.x, sa, sb, ga, gb, f.after, f.h_cx);
+      }
+      out[size_t(o)] = total;
+    }
+  });
   return out;
 }
 

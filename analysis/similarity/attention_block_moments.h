@@ -17,6 +17,16 @@
 // position's variables times moments of S of order ≤ 4. Those are built one position at a
 // time: S ← S + X_u with X_u independent of S, each moment of the sum a sum over which of its
 // factors come from X_u (2^factors terms).
+//
+// Two things keep it small. Each network is written in its own embedding's variables (at most
+// its width a position, however many tokens), the two sides paired by canonical correlation
+// (canonical_pairing.h). And the outputs (one per token of the vocabulary) differ only in Ĝ_o,
+// which enters a position u's terms through η = ν_hᵀĜ_oν_h', a polynomial of degree 2: what X_u
+// gives every output is linear or bilinear in the two sides' Hermite coefficients of η over
+// polynomials built once a position (PositionFacts in the .cpp), so an output costs dgemms of
+// the moments, not polynomial products. The fourth moment of S is never held: it enters only
+// through Σ_t ⟨g22_t, W_t⟩ and is contracted with Σ_{t>u} g22_t as its terms arise, which is why
+// the result is per class, summed over positions.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -31,18 +41,20 @@ namespace adjoint {
 bool single_attention_block(const PolynomialView& view);
 
 // What a pair would take, counted from the shapes before anything is built: multiply-adds
-// and the most coefficients held at once (8 bytes each). `features`: the input read through
-// a basis of that many columns a position (shared_input_basis), or 0.
+// and the most coefficients held at once (8 bytes each).
 struct AttentionBlockCost {
-  int64_t variables = 0;  // a position's
+  int64_t variables = 0;  // a position's, each side's
   double multiply_adds = 0;
   double held = 0;
 };
-AttentionBlockCost attention_block_cost(const PolynomialView& a, const PolynomialView& b, int64_t features = 0);
+AttentionBlockCost attention_block_cost(const PolynomialView& a, const PolynomialView& b);
 
-// E[f_a,k · f_b,k] for every output k = t·classes + o, x ~ N(0, σ²·I), exactly (to rounding).
-// `basis`, when given and not empty: each position's input read through it (shared_input_basis).
-std::vector<double> attention_block_output_inner(const PolynomialView& a, const PolynomialView& b, double input_std,
-                                                 const Matrix64* basis = nullptr);
+// Σ_t E[f_a,t,o · f_b,t,o] for every class o, x ~ N(0, σ²·I), exactly (to rounding): what the
+// similarity and its slices read (the fourth moment's terms are summed over positions as they
+// arise, so the positions' shares are not kept apart).
+// Each side is written in the variables of its own embedding, at most its width a position
+// however many tokens there are, the two paired by their canonical correlations
+// (canonical_pairing.h).
+std::vector<double> attention_block_class_inner(const PolynomialView& a, const PolynomialView& b, double input_std);
 
 }  // namespace adjoint

@@ -91,7 +91,7 @@ const std::vector<double>& MomentCache::attention_block_self(const Model& model,
   const Key key{&model, view.positions, input_std};
   auto it = attention_block_self_.find(key);
   if (it == attention_block_self_.end())
-    it = attention_block_self_.emplace(key, attention_block_output_inner(view, view, input_std)).first;
+    it = attention_block_self_.emplace(key, attention_block_class_inner(view, view, input_std)).first;
   return it->second;
 }
 
@@ -228,20 +228,20 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
       return score;
     }
     why += plain_why + reduced_why;
-    // One attention block: written out one position's input at a time (in the embeddings'
-    // span where that is smaller), each network's own terms cached when read without a basis.
+    // One attention block: written out one position's input at a time, each network in its
+    // own embedding's variables (canonical_pairing.h), so its own terms are cached across pairs.
     bool blocks = true;
     for (const PolynomialView* v : views) blocks = blocks && single_attention_block(*v);
     if (blocks) {
-      const AttentionBlockCost cost = attention_block_cost(va, vb, basis.cols);
+      AttentionBlockCost cost = attention_block_cost(va, vb);
+      if (reference) cost.multiply_adds *= 4;  // a·b, r·b, a·r and r·r
       if (cost.multiply_adds <= kAttentionBlockMultiplyAddBudget && cost.held <= kAttentionBlockCoefficientBudget) {
-        const Matrix64* through = basis.cols > 0 ? &basis : nullptr;
         auto inner = [&](const PolynomialView& x, const PolynomialView& y) {
-          return attention_block_output_inner(x, y, o.input_std, through);
+          return attention_block_class_inner(x, y, o.input_std);
         };
         std::vector<double> ab = inner(va, vb);
-        std::vector<double> aa = through ? inner(va, va) : cache_.attention_block_self(a, va, o.input_std);
-        const std::vector<double> bb = through ? inner(vb, vb) : cache_.attention_block_self(b, vb, o.input_std);
+        std::vector<double> aa = cache_.attention_block_self(a, va, o.input_std);
+        const std::vector<double> bb = cache_.attention_block_self(b, vb, o.input_std);
         if (reference) {  // as above
           const std::vector<double> ar = inner(va, vr), rr = inner(vr, vr);
           ab = minus(ab, inner(vr, vb));
@@ -250,8 +250,9 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
         const DeepSimilarity exact = similarity_from_inner(ab, aa, bb, vb.steps.back().weight.size(0));
         score.kind = "exact";
         score.method = cat("exact sum over one position's input at a time (one attention block; ", va.positions,
-                           " positions × ", cost.variables, " input variables", through ? " in the embeddings' span" : "",
-                           "; Hermite basis, gaussian)");
+                           " positions, each network in ", cost.variables,
+                           " variables of its embedding, paired by canonical correlation; Hermite basis, gaussian; ",
+                           cost.multiply_adds, " multiply-adds)");
         score.total = exact.similarity;
         score.inner_ab = exact.inner_ab, score.inner_aa = exact.inner_aa, score.inner_bb = exact.inner_bb;
         score.slices = exact.slices;

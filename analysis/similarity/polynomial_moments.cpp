@@ -7,6 +7,7 @@
 #include <memory>
 #include <tuple>
 
+#include "analysis/similarity/canonical_pairing.h"
 #include "engine/error.h"
 
 namespace adjoint {
@@ -217,16 +218,19 @@ void hermite_in_place(const Sizes& S, double* p, int c, int64_t m) {
   }
 }
 
-// α! for every monomial of the layout, times `factor`: the Hermite basis's squared norms.
-void hermite_norms(const Sizes& S, double* w, int c, int64_t m, double factor) {
+// α!·ρ^α for every monomial of the layout, times `factor`: the Hermite basis's squared norms
+// (ρ null: all ones), or with ρ the Gaussian inner products E[He_α(a)·He_α(b)] of paired
+// variables with correlations ρ (Mehler's formula; canonical_pairing.h). `first`: the index of
+// the layout's outermost variable.
+void hermite_norms(const Sizes& S, double* w, int c, int64_t m, double factor, const double* rho = nullptr, int64_t first = 0) {
   if (m == 0) {
     w[0] = factor;
     return;
   }
-  double factorial = 1;
+  double weight = 1;
   for (int k = 0; k <= c; ++k) {
-    if (k > 0) factorial *= k;
-    hermite_norms(S, w + S.block(m, c, k), c - k, m - 1, factor * factorial);
+    if (k > 0) weight *= k * (rho ? rho[first] : 1.0);
+    hermite_norms(S, w + S.block(m, c, k), c - k, m - 1, factor * weight, rho, first + 1);
   }
 }
 
@@ -466,7 +470,8 @@ void accumulate_product(DensePolynomial& dst, const DensePolynomial& p, const De
   PolynomialOps{dst.variables}.add_product(dst, p, q, alpha);
 }
 
-Matrix64 hermite_gram(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b) {
+Matrix64 hermite_gram(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b,
+                      const std::vector<double>& correlation) {
   Matrix64 gram(int64_t(a.size()), int64_t(b.size()));
   if (a.empty() || b.empty()) return gram;
   const int64_t n = a.front().variables;
@@ -485,11 +490,144 @@ Matrix64 hermite_gram(const std::vector<DensePolynomial>& a, const std::vector<D
   };
   Matrix64 ra = rows(a);
   const Matrix64 rb = rows(b);
+  check(correlation.empty() || int64_t(correlation.size()) == n, "polynomial moments: ", correlation.size(),
+        " correlations for polynomials in ", n, " variables");
   std::vector<double> squared_norms(static_cast<size_t>(width));
-  hermite_norms(S, squared_norms.data(), c, n, 1.0);
+  hermite_norms(S, squared_norms.data(), c, n, 1.0, correlation.empty() ? nullptr : correlation.data());
   for (int64_t i = 0; i < ra.rows; ++i)
     for (int64_t k = 0; k < width; ++k) ra(i, k) *= squared_norms[size_t(k)];
   return matmul(ra, rb, false, true);
+}
+
+std::vector<std::vector<int>> layout_exponents(int64_t variables, int degree) {
+  const Sizes& S = sizes_for(variables, degree);
+  std::vector<uint8_t> prefix, flat;
+  exponents(S, variables, degree, prefix, flat);
+  std::vector<std::vector<int>> out;
+  for (size_t i = 0; i < flat.size(); i += size_t(variables))
+    out.emplace_back(flat.begin() + int64_t(i), flat.begin() + int64_t(i) + variables);
+  return out;
+}
+
+DensePolynomial at_degree(const DensePolynomial& p, int degree) {
+  DensePolynomial out = zero_polynomial(p.variables, degree);
+  add_into(sizes_for(p.variables, std::max(p.degree, degree)), out.coefficients.data(), degree, p.coefficients.data(),
+           p.degree, p.variables, 1.0);
+  return out;
+}
+
+namespace {
+
+// He_β·He_α = Π_v Σ_k C(β_v, k)·C(α_v, k)·k!·He_{α_v+β_v−2k} (the linearisation of Hermite
+// products, variable by variable), as a table: for every α of the layout of degree c, where its
+// terms land in the layout of degree c + |β| and with which coefficients.
+struct HermiteProductTable {
+  std::vector<int64_t> source, target;
+  std::vector<double> coefficient;
+};
+
+const HermiteProductTable& hermite_product_table(int64_t variables, int c, const std::vector<int>& beta) {
+  using Key = std::tuple<int64_t, int, std::vector<int>>;
+  thread_local std::map<Key, HermiteProductTable> tables;
+  const Key key{variables, c, beta};
+  auto it = tables.find(key);
+  if (it != tables.end()) return it->second;
+  int order = 0;
+  for (int b : beta) order += b;
+  const int co = c + order;
+  const Sizes& S = sizes_for(variables, co);
+  std::vector<uint8_t> prefix, flat;
+  exponents(S, variables, c, prefix, flat);
+  HermiteProductTable table;
+  std::vector<uint8_t> gamma(static_cast<size_t>(variables));
+  std::vector<int64_t> active;  // the variables β touches
+  for (int64_t v = 0; v < variables; ++v)
+    if (beta[size_t(v)] > 0) active.push_back(v);
+  auto binomial = [](int n, int k) {
+    double r = 1;
+    for (int i = 1; i <= k; ++i) r = r * (n - k + i) / i;
+    return r;
+  };
+  const int64_t count = int64_t(flat.size()) / std::max<int64_t>(variables, 1);
+  for (int64_t i = 0; i < count; ++i) {
+    const uint8_t* alpha = &flat[size_t(i * variables)];
+    // Every choice of k_v ≤ min(α_v, β_v) on the active variables.
+    std::vector<int> k(active.size(), 0);
+    while (true) {
+      double coefficient = 1;
+      for (int64_t v = 0; v < variables; ++v) gamma[size_t(v)] = alpha[v];
+      for (size_t j = 0; j < active.size(); ++j) {
+        const int64_t v = active[j];
+        const int a = alpha[v], b = beta[size_t(v)], kj = k[j];
+        double factorial = 1;
+        for (int f = 2; f <= kj; ++f) factorial *= f;
+        coefficient *= binomial(b, kj) * binomial(a, kj) * factorial;
+        gamma[size_t(v)] = uint8_t(a + b - 2 * kj);
+      }
+      table.source.push_back(i);
+      table.target.push_back(position_of(S, gamma.data(), variables, co));
+      table.coefficient.push_back(coefficient);
+      size_t j = 0;  // the next choice, odometer-wise
+      for (; j < active.size(); ++j) {
+        if (k[j] < std::min<int>(alpha[active[j]], beta[size_t(active[j])])) {
+          ++k[j];
+          break;
+        }
+        k[j] = 0;
+      }
+      if (j == active.size()) break;
+    }
+  }
+  return tables.emplace(key, std::move(table)).first->second;
+}
+
+}  // namespace
+
+DensePolynomial hermite_times(const DensePolynomial& p, const std::vector<int>& beta) {
+  check(int64_t(beta.size()) == p.variables, "polynomial moments: He_β with ", beta.size(), " exponents times a polynomial in ",
+        p.variables, " variables");
+  int order = 0;
+  for (int b : beta) order += b;
+  DensePolynomial out = zero_polynomial(p.variables, p.degree + order);
+  const HermiteProductTable& table = hermite_product_table(p.variables, p.degree, beta);
+  for (size_t i = 0; i < table.source.size(); ++i)
+    out.coefficients[size_t(table.target[i])] += table.coefficient[i] * p.coefficients[size_t(table.source[i])];
+  return out;
+}
+
+std::vector<double> hermite_inner_pairs(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b,
+                                        const std::vector<double>& correlation) {
+  check(a.size() == b.size(), "polynomial moments: ", a.size(), " and ", b.size(), " polynomials taken in pairs");
+  std::vector<double> out(a.size());
+  std::map<std::pair<int64_t, int>, std::vector<double>> norms;  // by (variables, degree): the weights α!·ρ^α
+  std::vector<double> pa, pb;
+  for (size_t k = 0; k < a.size(); ++k) {
+    const DensePolynomial &p = a[k], &q = b[k];
+    check(p.variables == q.variables, "polynomial moments: an inner product of polynomials in ", p.variables, " and ",
+          q.variables, " variables");
+    check(correlation.empty() || int64_t(correlation.size()) == p.variables, "polynomial moments: ", correlation.size(),
+          " correlations for polynomials in ", p.variables, " variables");
+    const int c = std::min(p.degree, q.degree);
+    const Sizes& S = sizes_for(p.variables, std::max(p.degree, q.degree));
+    const int64_t width = S.at(p.variables, c);
+    std::vector<double>& w = norms[{p.variables, c}];
+    if (w.empty()) {
+      w.resize(size_t(width));
+      hermite_norms(S, w.data(), c, p.variables, 1.0, correlation.empty() ? nullptr : correlation.data());
+    }
+    // Both read at the common degree (E[p·q] has no terms above it).
+    auto at_common = [&](const DensePolynomial& r, std::vector<double>& buffer) -> const double* {
+      if (r.degree == c) return r.coefficients.data();
+      buffer.assign(size_t(width), 0.0);
+      add_into(S, buffer.data(), c, r.coefficients.data(), r.degree, r.variables, 1.0);
+      return buffer.data();
+    };
+    const double *x = at_common(p, pa), *y = at_common(q, pb);
+    double sum = 0;
+    for (int64_t i = 0; i < width; ++i) sum += w[size_t(i)] * x[i] * y[i];
+    out[k] = sum;
+  }
+  return out;
 }
 
 DensePolynomial to_hermite(DensePolynomial p) {
@@ -527,34 +665,14 @@ PolynomialCost polynomial_cost(const PolynomialView& view, int64_t features) {
 }
 
 Matrix64 shared_input_basis(const std::vector<const PolynomialView*>& views) {
-  // Gram–Schmidt (twice, for orthogonality to rounding) over every first step's rows.
-  std::vector<std::vector<double>> q;
+  std::vector<Matrix64> maps;
   const int64_t n = views.empty() ? 0 : views.front()->input_dim;
   for (const PolynomialView* v : views) {
     if (v->steps.empty() || v->steps.front().kind != PolynomialStep::Kind::Linear || v->input_dim != n) return {};
-    const Matrix64 W = to_matrix64(v->steps.front().weight);
-    for (int64_t r = 0; r < W.rows; ++r) {
-      std::vector<double> row(W.data.begin() + r * n, W.data.begin() + (r + 1) * n);
-      double norm0 = 0;
-      for (double x : row) norm0 += x * x;
-      for (int pass = 0; pass < 2; ++pass)
-        for (const auto& u : q) {
-          double dot = 0;
-          for (int64_t i = 0; i < n; ++i) dot += u[size_t(i)] * row[size_t(i)];
-          for (int64_t i = 0; i < n; ++i) row[size_t(i)] -= dot * u[size_t(i)];
-        }
-      double norm = 0;
-      for (double x : row) norm += x * x;
-      if (norm <= 1e-20 * norm0 || norm == 0.0) continue;  // in the span already
-      for (double& x : row) x /= std::sqrt(norm);
-      q.push_back(std::move(row));
-    }
+    maps.push_back(to_matrix64(v->steps.front().weight));
   }
-  if (int64_t(q.size()) >= n) return {};
-  Matrix64 basis(n, int64_t(q.size()));
-  for (size_t j = 0; j < q.size(); ++j)
-    for (int64_t i = 0; i < n; ++i) basis(i, int64_t(j)) = q[j][size_t(i)];
-  return basis;
+  Matrix64 basis = orthonormal_row_basis(maps);
+  return basis.cols >= n ? Matrix64() : basis;
 }
 
 HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std, const Matrix64* basis) {

@@ -93,6 +93,21 @@ double hermite_inner(const DensePolynomial& p, const DensePolynomial& q);
 void accumulate(DensePolynomial& dst, const DensePolynomial& src, double alpha);
 void accumulate_product(DensePolynomial& dst, const DensePolynomial& p, const DensePolynomial& q, double alpha);
 // E[a_i·b_j] for every pair, the polynomials in the Hermite basis (of mixed degrees): one dgemm.
-Matrix64 hermite_gram(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b);
+// With `correlation` (one ρ_v per variable): a_i's variables and b_j's are two standard normal
+// vectors, paired coordinate by coordinate with correlation ρ_v and otherwise independent
+// (canonical_pairing.h), so E[a_i·b_j] = Σ_α α!·ρ^α·â_α·b̂_α. Empty: the same variables (ρ = 1).
+Matrix64 hermite_gram(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b,
+                      const std::vector<double>& correlation = {});
+// He_β·p for a polynomial p in the Hermite basis, the product again in it (the linearisation
+// He_m·He_n = Σ_k C(m,k)·C(n,k)·k!·He_{m+n−2k} in each variable): multiplying by a polynomial of
+// low degree without leaving the basis.
+DensePolynomial hermite_times(const DensePolynomial& p, const std::vector<int>& beta);
+// The exponent vectors of the monomials of degree ≤ `degree`, in the coefficients' order.
+std::vector<std::vector<int>> layout_exponents(int64_t variables, int degree);
+// p laid out at another degree: wider, or truncated to the monomials of degree ≤ `degree`.
+DensePolynomial at_degree(const DensePolynomial& p, int degree);
+// E[a_k·b_k] for each k: the Gram matrix's diagonal alone, in one pass over the coefficients.
+std::vector<double> hermite_inner_pairs(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b,
+                                        const std::vector<double>& correlation = {});
 
 }  // namespace adjoint
