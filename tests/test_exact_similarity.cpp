@@ -674,6 +674,50 @@ TEST_CASE("canonical pairing: each side's variables standard, paired one to one 
   }
 }
 
+TEST_CASE("polynomial moments: He_β times a polynomial, in the Hermite basis") {
+  // By hand in one variable: He₁·He₁ = He₂ + 1, He₂·He₂ = He₄ + 4·He₂ + 2.
+  const DensePolynomial he1 = to_hermite(monomial(1, {1}, 1.0)), he2 = to_hermite(sum(monomial(1, {2}, 1.0), monomial(1, {0}, -1.0)));
+  CHECK(he2.coefficients == std::vector<double>{0.0, 0.0, 1.0});
+  CHECK(hermite_times(he1, {1}).coefficients == std::vector<double>{1.0, 0.0, 1.0});
+  CHECK(hermite_times(he2, {2}).coefficients == std::vector<double>{2.0, 0.0, 4.0, 0.0, 1.0});
+  // Against the product in monomials, converted: a random polynomial of degree 3 in 3
+  // variables times every He_β of degree ≤ 2, each β's He_β written in monomials.
+  Generator g(431);
+  const std::vector<float> r = normal({20}, 0.0f, 1.0f, g).to_vector();
+  const std::vector<std::vector<int>> cubic = layout_exponents(3, 3);
+  REQUIRE(cubic.size() == 20);
+  DensePolynomial p = monomial(3, {0, 0, 0}, 0.0);
+  for (size_t i = 0; i < cubic.size(); ++i) accumulate(p, monomial(3, cubic[i], r[i]), 1.0);
+  const DensePolynomial p_hat = to_hermite(p);
+  for (const std::vector<int>& beta : layout_exponents(3, 2)) {
+    CAPTURE(beta[0]);
+    CAPTURE(beta[1]);
+    CAPTURE(beta[2]);
+    DensePolynomial he = monomial(3, {0, 0, 0}, 1.0);  // He_β = Π_v He_{β_v}(y_v), He₂ = y² − 1
+    for (int v = 0; v < 3; ++v) {
+      std::vector<int> one(3, 0), square(3, 0), none(3, 0);
+      one[size_t(v)] = 1, square[size_t(v)] = 2;
+      if (beta[size_t(v)] == 1) he = product(he, monomial(3, one, 1.0));
+      if (beta[size_t(v)] == 2) he = product(he, sum(monomial(3, square, 1.0), monomial(3, none, -1.0)));
+    }
+    const DensePolynomial expected = to_hermite(product(p, he)), got = hermite_times(p_hat, beta);
+    REQUIRE(got.degree == expected.degree);
+    for (size_t i = 0; i < got.coefficients.size(); ++i)
+      CHECK(got.coefficients[i] == doctest::Approx(expected.coefficients[i]).scale(1.0).epsilon(1e-12));
+  }
+  // The diagonal of a Gram matrix alone, and truncation to a lower degree.
+  const std::vector<DensePolynomial> xs = {p_hat, hermite_times(p_hat, {1, 1, 0})}, ys = {hermite_times(p_hat, {0, 0, 2}), p_hat};
+  const Matrix64 gram = hermite_gram(xs, ys, {0.5, -0.2, 0.9});
+  const std::vector<double> diagonal = hermite_inner_pairs(xs, ys, {0.5, -0.2, 0.9});
+  CHECK(diagonal[0] == doctest::Approx(gram(0, 0)).epsilon(1e-14));
+  CHECK(diagonal[1] == doctest::Approx(gram(1, 1)).epsilon(1e-14));
+  const DensePolynomial low = at_degree(p_hat, 1);
+  CHECK(low.degree == 1);
+  const DensePolynomial y0 = monomial(3, {1, 0, 0}, 1.0);  // He_(1,0,0) too
+  CHECK(hermite_inner(low, y0) == doctest::Approx(hermite_inner(p_hat, y0)).epsilon(1e-14));
+  CHECK(hermite_inner(low, y0) != 0.0);
+}
+
 TEST_CASE("polynomial moments: the Gram matrix of correlated variables by hand (Mehler)") {
   // a, b standard normal with correlation ρ: E[a·b] = ρ, E[a²·b²] = 1 + 2ρ², E[He₂(a)·He₂(b)] = 2ρ²,
   // E[a³·b] = 3ρ; a second variable pair with correlation σ: E[a·a'·b·b'] = ρσ.
