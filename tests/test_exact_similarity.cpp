@@ -551,6 +551,22 @@ std::vector<double> per_class(const std::vector<double>& per_output, int64_t cla
   return sums;
 }
 
+// The route against the pair written out whole over both embeddings' span (shared_input_basis),
+// per class, a·b and b·b.
+void check_pair(const PolynomialView& a, const PolynomialView& b, const Matrix64& basis) {
+  for (double s : {0.9, 0.6}) {
+    const HermiteExpansion ea = hermite_expansion(a, s, &basis), eb = hermite_expansion(b, s, &basis);
+    for (const auto& [x, y, ex, ey] : {std::tuple{&a, &b, &ea, &eb}, std::tuple{&b, &b, &eb, &eb}}) {
+      const std::vector<double> whole = per_class(hermite_output_inner(*ex, *ey), ex->classes),
+                                paired = attention_block_class_inner(*x, *y, s);
+      REQUIRE(whole.size() == paired.size());
+      double largest = 0;
+      for (double v : whole) largest = std::max(largest, std::abs(v));
+      for (size_t k = 0; k < whole.size(); ++k) CHECK(paired[k] == doctest::Approx(whole[k]).epsilon(1e-10).scale(largest));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("attention block moments: the same numbers as the networks written out whole") {
@@ -594,18 +610,21 @@ TEST_CASE("attention block moments: more tokens than the width, each network in 
   CHECK(attention_block_cost(a, b).variables == 2);
   const Matrix64 basis = shared_input_basis({&a, &b});
   REQUIRE(basis.cols == 4);
-  for (double s : {0.9, 0.6}) {
-    const HermiteExpansion ea = hermite_expansion(a, s, &basis), eb = hermite_expansion(b, s, &basis);
-    for (const auto& [x, y, ex, ey] : {std::tuple{&a, &b, &ea, &eb}, std::tuple{&b, &b, &eb, &eb}}) {
-      const std::vector<double> whole = per_class(hermite_output_inner(*ex, *ey), ex->classes),
-                                paired = attention_block_class_inner(*x, *y, s);
-      REQUIRE(whole.size() == paired.size());
-      double largest = 0;
-      for (double v : whole) largest = std::max(largest, std::abs(v));
-      for (size_t k = 0; k < whole.size(); ++k) CHECK(paired[k] == doctest::Approx(whole[k]).epsilon(1e-10).scale(largest));
-    }
-  }
+  check_pair(a, b, basis);
 }
+
+TEST_CASE("attention block moments: embeddings of unequal ranks, the narrower side padded") {
+  // Widths 2 (one head) and 3 (one head of 3) on 10 tokens: 2 and 3 variables a position, paired
+  // in 3 (the narrower side's third has no partner); the reference spans 5 directions a position.
+  ModelConfig narrow = lm_config(10, 2, 2, 1), wider = lm_config(10, 2, 3, 1);
+  narrow.mlp_ratio = wider.mlp_ratio = 2;
+  const PolynomialView a = random_lm(narrow, 403), b = random_lm(wider, 404);
+  CHECK(attention_block_cost(a, b).variables == 3);
+  const Matrix64 basis = shared_input_basis({&a, &b});
+  REQUIRE(basis.cols == 5);
+  check_pair(a, b, basis);
+}
+
 
 TEST_CASE("symmetric_eigen: by hand and on a random matrix") {
   Matrix64 m(2, 2, 1.0);
