@@ -4,6 +4,7 @@
 // the explicit-polynomial routes (polynomial_moments.h, attention_block_moments.h) likewise.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -663,11 +664,13 @@ TEST_CASE("canonical pairing: each side's variables standard, paired one to one 
   const Case cases[] = {{"independent embeddings", random_matrix(4, 12), random_matrix(4, 12), 4, 4},
                         {"the same embedding", shared, shared, 3, 3},
                         {"ranks 2 and 4, one direction shared", low_rank, overlapping, 2, 4},
-                        {"wider than the input", random_matrix(7, 5), random_matrix(3, 5), 5, 3}};
+                        {"wider than the input", random_matrix(7, 5), random_matrix(3, 5), 5, 3},
+                        {"a zero embedding", Matrix64(3, 12), random_matrix(2, 12), 0, 2},
+                        {"two zero embeddings: one variable, unpaired", Matrix64(3, 12), Matrix64(2, 12), 0, 0}};
   for (const Case& k : cases) {
     CAPTURE(k.name);
     const CanonicalPairing p = canonical_pairing(k.wa, k.wb);
-    const int64_t r = std::max(k.rank_a, k.rank_b);
+    const int64_t r = std::max({k.rank_a, k.rank_b, int64_t(1)});
     REQUIRE(p.read_a.cols == r);
     REQUIRE(p.correlation.size() == size_t(r));
     // PᵀP = I on each side's rank, P_aᵀP_b = diag(ρ), and W = W·P·Pᵀ (the rows' span kept).

@@ -52,7 +52,8 @@ CanonicalPairing canonical_pairing(const Matrix64& wa, const Matrix64& wb) {
   check(wa.cols == wb.cols, "canonical pairing: embeddings of ", wa.cols, " and ", wb.cols, " input features");
   const int64_t n = wa.cols;
   const Matrix64 qa = orthonormal_row_basis({wa}), qb = orthonormal_row_basis({wb});
-  const int64_t ra = qa.cols, rb = qb.cols, r = std::max(ra, rb), paired = std::min(ra, rb);
+  // At least one variable, so that even two zero embeddings give polynomials to write out.
+  const int64_t ra = qa.cols, rb = qb.cols, r = std::max({ra, rb, int64_t(1)}), paired = std::min(ra, rb);
   // Q_aᵀQ_b = U·diag(ρ)·Vᵀ: V and ρ² from the eigen-decomposition of (Q_aᵀQ_b)ᵀ(Q_aᵀQ_b); then
   // ρ_i = |Q_aᵀQ_b·v_i| (accurate to rounding even where ρ is tiny, unlike √ρ²) and u_i its direction.
   const Matrix64 m = matmul(qa, qb, true, false);  // (ra, rb)

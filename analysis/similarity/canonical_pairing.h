@@ -20,7 +20,7 @@ namespace adjoint {
 Matrix64 orthonormal_row_basis(const std::vector<Matrix64>& maps);
 
 struct CanonicalPairing {
-  // (input features, r), r = max(rank W_a, rank W_b): P_a and P_b, each padded with zero
+  // (input features, r), r = max(rank W_a, rank W_b, 1): P_a and P_b, each padded with zero
   // columns up to r. W_a = W_a·P_a·P_aᵀ.
   Matrix64 read_a, read_b;
   std::vector<double> correlation;  // ρ, r values in [0, 1], descending; 0 beyond the smaller rank
