@@ -552,9 +552,12 @@ std::vector<double> per_class(const std::vector<double>& per_output, int64_t cla
   return sums;
 }
 
-// The route against the pair written out whole over both embeddings' span (shared_input_basis),
-// per class, a·b and b·b.
-void check_pair(const PolynomialView& a, const PolynomialView& b, const Matrix64& basis) {
+// The route (each side in `variables` of its own) against the pair written out whole over both
+// embeddings' span (shared_input_basis, `span` directions a position), per class, a·b and b·b.
+void check_pair(const PolynomialView& a, const PolynomialView& b, int64_t variables, int64_t span) {
+  CHECK(attention_block_cost(a, b).variables == variables);
+  const Matrix64 basis = shared_input_basis({&a, &b});
+  REQUIRE(basis.cols == span);
   for (double s : {0.9, 0.6}) {
     const HermiteExpansion ea = hermite_expansion(a, s, &basis), eb = hermite_expansion(b, s, &basis);
     for (const auto& [x, y, ex, ey] : {std::tuple{&a, &b, &ea, &eb}, std::tuple{&b, &b, &eb, &eb}}) {
@@ -607,11 +610,7 @@ TEST_CASE("attention block moments: more tokens than the width, each network in 
   // two paired by canonical correlation; the reference is the pair written out whole over the
   // 4 directions both embeddings span a position (shared_input_basis), 3 positions: 12 variables.
   const ModelConfig c = lm_config(10, 3, 2, 2);
-  const PolynomialView a = random_lm(c, 401), b = random_lm(c, 402);
-  CHECK(attention_block_cost(a, b).variables == 2);
-  const Matrix64 basis = shared_input_basis({&a, &b});
-  REQUIRE(basis.cols == 4);
-  check_pair(a, b, basis);
+  check_pair(random_lm(c, 401), random_lm(c, 402), 2, 4);
 }
 
 TEST_CASE("attention block moments: embeddings of unequal ranks, the narrower side padded") {
@@ -619,13 +618,8 @@ TEST_CASE("attention block moments: embeddings of unequal ranks, the narrower si
   // in 3 (the narrower side's third has no partner); the reference spans 5 directions a position.
   ModelConfig narrow = lm_config(10, 2, 2, 1), wider = lm_config(10, 2, 3, 1);
   narrow.mlp_ratio = wider.mlp_ratio = 2;
-  const PolynomialView a = random_lm(narrow, 403), b = random_lm(wider, 404);
-  CHECK(attention_block_cost(a, b).variables == 3);
-  const Matrix64 basis = shared_input_basis({&a, &b});
-  REQUIRE(basis.cols == 5);
-  check_pair(a, b, basis);
+  check_pair(random_lm(narrow, 403), random_lm(wider, 404), 3, 5);
 }
-
 
 TEST_CASE("symmetric_eigen: by hand and on a random matrix") {
   Matrix64 m(2, 2, 1.0);
