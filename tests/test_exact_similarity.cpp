@@ -422,22 +422,30 @@ TEST_CASE("polynomial moments: independent depth-3 MLPs against Monte Carlo") {
 }
 
 TEST_CASE("tensor similarity of one-block LMs: exact, --diff included, against Monte Carlo") {
-  ModelConfig c = lm_config(3, 2, 4, 2);
-  TensorSimOptions options;
-  options.input_std = 0.5;
-  Generator ga(91), gb(92), gr(93);
-  const std::shared_ptr<Model> a = make_model(c, ga), b = make_model(c, gb), reference = make_model(c, gr);
-  for (const Model* r : {static_cast<const Model*>(nullptr), static_cast<const Model*>(reference.get())}) {
-    CAPTURE(r != nullptr);
-    const TensorSimScore exact = tensor_similarity(*a, *b, options, r);
-    CHECK(exact.kind == "exact");
-    CHECK(exact.method.find("written out as polynomials") != std::string::npos);
-    const MonteCarloSimilarity mc = monte_carlo_check(*a, *b, options, 200000, r, 9);
-    MESSAGE(std::string(r ? "(a − reference) against b" : "a against b"), ": exact ", exact.total, ", Monte Carlo ", mc.similarity,
-            " ± ", mc.similarity_se);
-    CHECK(std::abs(exact.total - mc.similarity) < 4 * mc.similarity_se);
-    REQUIRE(exact.slices.size() == mc.slices.size());
-    for (size_t o = 0; o < mc.slices.size(); ++o) CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
+  // Three tokens: the networks written out whole; twelve: one position at a time, each in its
+  // embedding's variables (three embeddings of 4 would span 12 of 12 directions a position).
+  const std::pair<int64_t, const char*> routes[] = {{3, "written out as polynomials"},
+                                                     {12, "one position's input at a time"}};
+  for (const auto& [vocab, route] : routes) {
+    CAPTURE(vocab);
+    ModelConfig c = lm_config(vocab, 2, 4, 2);
+    TensorSimOptions options;
+    options.input_std = 0.5;
+    Generator ga(91), gb(92), gr(93);
+    const std::shared_ptr<Model> a = make_model(c, ga), b = make_model(c, gb), reference = make_model(c, gr);
+    for (const Model* r : {static_cast<const Model*>(nullptr), static_cast<const Model*>(reference.get())}) {
+      CAPTURE(r != nullptr);
+      const TensorSimScore exact = tensor_similarity(*a, *b, options, r);
+      CHECK(exact.kind == "exact");
+      CHECK(exact.method.find(route) != std::string::npos);
+      const MonteCarloSimilarity mc = monte_carlo_check(*a, *b, options, 200000, r, 9);
+      MESSAGE(std::string(r ? "(a − reference) against b" : "a against b"), ": exact ", exact.total, ", Monte Carlo ",
+              mc.similarity, " ± ", mc.similarity_se);
+      CHECK(std::abs(exact.total - mc.similarity) < 4 * mc.similarity_se);
+      REQUIRE(exact.slices.size() == mc.slices.size());
+      for (size_t o = 0; o < mc.slices.size(); ++o)
+        CHECK(std::abs(exact.slices[o] - mc.slices[o]) < 4 * mc.slice_se[o]);
+    }
   }
 }
 
