@@ -24,7 +24,19 @@ Matrix64 to_matrix64(const Tensor& t, bool as_column) {
   return m;
 }
 
-Matrix64 matmul(const Matrix64& a, const Matrix64& b, bool trans_a, bool trans_b) {
+MatrixView row_block(const Matrix64& m, int64_t first, int64_t count) {
+  check(first >= 0 && count >= 0 && first + count <= m.rows, "row_block: rows [", first, ", ", first + count, ") of a ",
+        m.rows, "×", m.cols, " matrix");
+  return {m.data.data() + first * m.cols, count, m.cols};
+}
+
+MatrixView reshaped(const Matrix64& m, int64_t rows, int64_t cols) {
+  check(rows >= 0 && cols >= 0 && rows * cols == m.rows * m.cols, "reshaped: a ", m.rows, "×", m.cols, " matrix read as ",
+        rows, "×", cols);
+  return {m.data.data(), rows, cols};
+}
+
+Matrix64 matmul(MatrixView a, MatrixView b, bool trans_a, bool trans_b) {
   const int64_t M = trans_a ? a.cols : a.rows, K = trans_a ? a.rows : a.cols;
   const int64_t K2 = trans_b ? b.cols : b.rows, N = trans_b ? b.rows : b.cols;
   check(K == K2, "matmul: inner sizes differ (", a.rows, "×", a.cols, trans_a ? "ᵀ" : "", " by ", b.rows, "×", b.cols,
@@ -32,8 +44,12 @@ Matrix64 matmul(const Matrix64& a, const Matrix64& b, bool trans_a, bool trans_b
   Matrix64 c(M, N);
   if (M == 0 || N == 0 || K == 0) return c;
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(M), int(N),
-              int(K), 1.0, a.data.data(), int(a.cols), b.data.data(), int(b.cols), 0.0, c.data.data(), int(N));
+              int(K), 1.0, a.data, int(a.cols), b.data, int(b.cols), 0.0, c.data.data(), int(N));
   return c;
+}
+
+Matrix64 matmul(const Matrix64& a, const Matrix64& b, bool trans_a, bool trans_b) {
+  return matmul(MatrixView(a), MatrixView(b), trans_a, trans_b);
 }
 
 Matrix64 transpose(const Matrix64& a) {
@@ -51,13 +67,15 @@ Matrix64 hadamard(const Matrix64& a, const Matrix64& b) {
   return c;
 }
 
-double frobenius_inner(const Matrix64& a, const Matrix64& b) {
+double frobenius_inner(MatrixView a, MatrixView b) {
   check(a.rows == b.rows && a.cols == b.cols, "frobenius_inner: shapes differ (", a.rows, "×", a.cols, " and ", b.rows,
         "×", b.cols, ")");
   double s = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) s += a.data[i] * b.data[i];
+  for (int64_t i = 0; i < a.rows * a.cols; ++i) s += a.data[i] * b.data[i];
   return s;
 }
+
+double frobenius_inner(const Matrix64& a, const Matrix64& b) { return frobenius_inner(MatrixView(a), MatrixView(b)); }
 
 Matrix64 columns(const Matrix64& a, int64_t begin, int64_t end) {
   Matrix64 c(a.rows, end - begin);

@@ -20,16 +20,32 @@ struct Matrix64 {
   static Matrix64 identity(int64_t n);
 };
 
+// A read-only window on a matrix's entries, `rows`×`cols` row-major from `data`: lets a product
+// read a block of rows, or the same entries as another shape, without copying them. It does not
+// own the entries: use it while the matrix it views lives.
+struct MatrixView {
+  const double* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  MatrixView() = default;
+  MatrixView(const double* d, int64_t r, int64_t c) : data(d), rows(r), cols(c) {}
+  MatrixView(const Matrix64& m) : data(m.data.data()), rows(m.rows), cols(m.cols) {}  // NOLINT: the whole matrix
+};
+// The rows [first, first + count) of m; m's entries read as rows×cols.
+MatrixView row_block(const Matrix64& m, int64_t first, int64_t count);
+MatrixView reshaped(const Matrix64& m, int64_t rows, int64_t cols);
+
 // A 1-D or 2-D float tensor as a matrix (a vector becomes one row... of its length as columns
 // when `as_column` is false, or a column otherwise).
 Matrix64 to_matrix64(const Tensor& t, bool as_column = false);
 
 // op(A)·op(B), op = transpose when the flag is set.
 Matrix64 matmul(const Matrix64& a, const Matrix64& b, bool trans_a = false, bool trans_b = false);
+Matrix64 matmul(MatrixView a, MatrixView b, bool trans_a = false, bool trans_b = false);
 Matrix64 transpose(const Matrix64& a);
 // Elementwise product and sum of elementwise products (⟨A, B⟩_F).
 Matrix64 hadamard(const Matrix64& a, const Matrix64& b);
 double frobenius_inner(const Matrix64& a, const Matrix64& b);
+double frobenius_inner(MatrixView a, MatrixView b);
 // The columns [begin, end) of a.
 Matrix64 columns(const Matrix64& a, int64_t begin, int64_t end);
 

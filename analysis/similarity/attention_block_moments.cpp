@@ -171,22 +171,13 @@ struct Moments {
         V(a.M * a.M, b.M * b.D1()), V2(a.M * a.D1(), b.M * b.M) {}
 };
 
+// The moments of one position's X that the output's form enters: A, B, V and V2 as in Moments.
+struct PairMoments {
+  Matrix64 A, B, V, V2;
+};
+
 // (Ĝ μ_m)_a for every m: a side's mean contracted with its form.
 Matrix64 form_times_mean(const Matrix64& mu, const Matrix64& g) { return matmul(mu, g); }  // g symmetric
-
-// Rows [first, first + count) of m, as a matrix of their own.
-Matrix64 row_block(const Matrix64& m, int64_t first, int64_t count) {
-  Matrix64 r(count, m.cols);
-  std::copy(m.data.begin() + first * m.cols, m.data.begin() + (first + count) * m.cols, r.data.begin());
-  return r;
-}
-
-// m's data read as another shape (row-major, the same entries in the same order).
-Matrix64 reshaped(Matrix64 m, int64_t rows, int64_t cols) {
-  check(rows * cols == m.rows * m.cols, "attention block moments: reshaping ", m.rows, "×", m.cols, " to ", rows, "×", cols);
-  m.rows = rows, m.cols = cols;
-  return m;
-}
 
 // C's (d_a+1)×(d_b+1) block of each (m, n) as one row: rows (m, n), columns (i, c).
 Matrix64 blocks_as_rows(const Matrix64& c, int64_t Ma, int64_t Mb, int64_t Da, int64_t Db) {
@@ -202,7 +193,8 @@ Matrix64 blocks_as_rows(const Matrix64& c, int64_t Ma, int64_t Mb, int64_t Da, i
 // C·(I ⊗ Ĝ') is one dgemm over C's rows read as (m, i, n), then Ĝ times each m's block of rows.
 Matrix64 sandwiched_blocks(const Matrix64& c, const Matrix64& ga, const Matrix64& gb, int64_t Ma, int64_t Mb) {
   const int64_t Da = ga.rows, Db = gb.rows;
-  const Matrix64 right = reshaped(matmul(reshaped(c, Ma * Da * Mb, Db), gb), Ma * Da, Mb * Db);
+  Matrix64 right = matmul(reshaped(c, Ma * Da * Mb, Db), gb);
+  right.rows = Ma * Da, right.cols = Mb * Db;  // the same entries, C's shape
   Matrix64 both(Ma * Da, Mb * Db);
   for (int64_t m = 0; m < Ma; ++m) {
     const Matrix64 block = matmul(ga, row_block(right, m * Da, Da));
@@ -230,9 +222,10 @@ Matrix64 cross_pair_weights(const Matrix64& g, int64_t Ma, int64_t Mb) {
 // which of its factors come from X (2^factors terms; factors of one kind give the same terms).
 // Updates s (each moment after every term that reads its old value), and returns what the
 // fourth moment's terms with factors from both add to the outputs: ⟨G, W_{S+X} − W_S − W_X⟩
-// with G = Σ_{t>u} g22_t and `h_cx` = H·C_X (cross_pair_weights).
-double absorb(Moments& s, const Moments& x, const Side& a, const Side& b, const Matrix64& ga, const Matrix64& gb,
-              const Matrix64& g, const Matrix64& h_cx) {
+// with G = Σ_{t>u} g22_t and `h_cx` = H·C_X (cross_pair_weights). X's means and C are in `x`,
+// the moments the output's form enters in `xp`.
+double absorb(Moments& s, const Moments& x, const PairMoments& xp, const Side& a, const Side& b, const Matrix64& ga,
+              const Matrix64& gb, const Matrix64& g, const Matrix64& h_cx) {
   const int64_t Ma = a.M, Mb = b.M, Da = a.D1(), Db = b.D1();
   const Matrix64 gmu_s = form_times_mean(s.mu, ga), gmu_x = form_times_mean(x.mu, ga);
   const Matrix64 gmu_bs = form_times_mean(s.mu_b, gb), gmu_bx = form_times_mean(x.mu_b, gb);
@@ -241,11 +234,11 @@ double absorb(Moments& s, const Moments& x, const Side& a, const Side& b, const 
   // dgemm over V's rows read as (n, c)), V's terms are Y + Y exchanging n and n'; with
   // Z[m][m', nn'] = Σ_a (Ĝμ)_m'a·V2[(m, a), nn'], V2's are Z + Z exchanging m and m'.
   Matrix64 y = matmul(reshaped(s.V, Ma * Ma * Mb, Db), gmu_bx, false, true);
-  const Matrix64 yx = matmul(reshaped(x.V, Ma * Ma * Mb, Db), gmu_bs, false, true);
+  const Matrix64 yx = matmul(reshaped(xp.V, Ma * Ma * Mb, Db), gmu_bs, false, true);
   for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += yx.data[i];
   Matrix64 z(Ma * Ma, Mb * Mb);  // rows (m, m')
   for (int64_t m = 0; m < Ma; ++m) {
-    const Matrix64 zs = matmul(gmu_x, row_block(s.V2, m * Da, Da)), zx = matmul(gmu_s, row_block(x.V2, m * Da, Da));
+    const Matrix64 zs = matmul(gmu_x, row_block(s.V2, m * Da, Da)), zx = matmul(gmu_s, row_block(xp.V2, m * Da, Da));
     for (size_t i = 0; i < zs.data.size(); ++i) z.data[size_t(m * Ma * Mb * Mb) + i] = zs.data[i] + zx.data[i];
   }
   double cross = 0;
@@ -254,8 +247,8 @@ double absorb(Moments& s, const Moments& x, const Side& a, const Side& b, const 
     for (int64_t mm = 0; mm < Ma; ++mm) {
       const int64_t row = m * Ma + mm;
       const double *grow = &g.data[size_t(row * cols)], *z1 = &z.data[size_t(row * cols)], *z2 = &z.data[size_t((mm * Ma + m) * cols)];
-      const double *yrow = &y.data[size_t(row * cols)], *bx = x.B.data.data(), *bs = s.B.data.data();
-      const double as = s.A(m, mm), ax = x.A(m, mm);
+      const double *yrow = &y.data[size_t(row * cols)], *bx = xp.B.data.data(), *bs = s.B.data.data();
+      const double as = s.A(m, mm), ax = xp.A(m, mm);
       double sum = 0;
       for (int64_t n = 0; n < Mb; ++n)
         for (int64_t nn = 0; nn < Mb; ++nn) {
@@ -281,8 +274,8 @@ double absorb(Moments& s, const Moments& x, const Side& a, const Side& b, const 
     for (int64_t n = 0; n < Ma; ++n) {
       double* v = &s.V.data[size_t((m * Ma + n) * Mb * Db)];
       const double *u1 = &u.data[size_t((m * Ma + n) * Mb * Db)], *u2 = &u.data[size_t((n * Ma + m) * Mb * Db)],
-                   *vx = &x.V.data[size_t((m * Ma + n) * Mb * Db)];
-      const double as = s.A(m, n), ax = x.A(m, n);
+                   *vx = &xp.V.data[size_t((m * Ma + n) * Mb * Db)];
+      const double as = s.A(m, n), ax = xp.A(m, n);
       for (int64_t j = 0; j < Mb * Db; ++j) v[j] += as * x.mu_b.data[size_t(j)] + ax * s.mu_b.data[size_t(j)] + u1[j] + u2[j] + vx[j];
     }
   // V2 likewise, with U2[(i, m), n] = Σ_c C_S[i, mc] (Ĝ'μ'_X)_nc + C_X[i, mc] (Ĝ'μ'_S)_nc.
@@ -291,12 +284,12 @@ double absorb(Moments& s, const Moments& x, const Side& a, const Side& b, const 
   for (size_t i = 0; i < u2.data.size(); ++i) u2.data[i] += u2x.data[i];
   for (int64_t i = 0; i < Ma * Da; ++i) {
     double* v = &s.V2.data[size_t(i * Mb * Mb)];
-    const double *w = &u2.data[size_t(i * Mb * Mb)], *vx = &x.V2.data[size_t(i * Mb * Mb)];
+    const double *w = &u2.data[size_t(i * Mb * Mb)], *vx = &xp.V2.data[size_t(i * Mb * Mb)];
     const double ms = s.mu.data[size_t(i)], mx = x.mu.data[size_t(i)];
     for (int64_t m = 0; m < Mb; ++m)
       for (int64_t n = 0; n < Mb; ++n) {
         const int64_t col = m * Mb + n;
-        v[col] += ms * x.B.data[size_t(col)] + mx * s.B.data[size_t(col)] + w[col] + w[n * Mb + m] + vx[col];
+        v[col] += ms * xp.B.data[size_t(col)] + mx * s.B.data[size_t(col)] + w[col] + w[n * Mb + m] + vx[col];
       }
   }
   // C: the A factor from one, the B factor from the other.
@@ -306,8 +299,8 @@ double absorb(Moments& s, const Moments& x, const Side& a, const Side& b, const 
   // A and B: one factor from each.
   const Matrix64 da = matmul(s.mu, gmu_x, false, true), dax = matmul(x.mu, gmu_s, false, true);
   const Matrix64 db = matmul(s.mu_b, gmu_bx, false, true), dbx = matmul(x.mu_b, gmu_bs, false, true);
-  for (size_t i = 0; i < s.A.data.size(); ++i) s.A.data[i] += da.data[i] + dax.data[i] + x.A.data[i];
-  for (size_t i = 0; i < s.B.data.size(); ++i) s.B.data[i] += db.data[i] + dbx.data[i] + x.B.data[i];
+  for (size_t i = 0; i < s.A.data.size(); ++i) s.A.data[i] += da.data[i] + dax.data[i] + xp.A.data[i];
+  for (size_t i = 0; i < s.B.data.size(); ++i) s.B.data[i] += db.data[i] + dbx.data[i] + xp.B.data[i];
   for (size_t i = 0; i < s.mu.data.size(); ++i) s.mu.data[i] += x.mu.data[i];
   for (size_t i = 0; i < s.mu_b.data.size(); ++i) s.mu_b.data[i] += x.mu_b.data[i];
   return cross;
@@ -342,7 +335,7 @@ int64_t heads_of(const Side& s, size_t k) {
 // bilinear (the fourth moment) in the two sides' η̂, over products He_β·κκ_k that do not depend
 // on the output: built once a position, here.
 struct PositionFacts {
-  Moments own;                        // X_u's means and C (the rest is the output's)
+  Moments own;                        // X_u's means and C alone (the rest is the output's: PairMoments)
   Matrix64 truncated_a, truncated_b;  // rows k·|basis| + j: He_βj·κκ_k to degree 3, Hermite basis
   // Σ_{t>u} ⟨g22_t, W of X_u alone⟩ = η̂_Aᵀ·θ·η̂_B, θ[(e, j), (e', j')] = Σ_{k of heads e}
   // E[He_βj κκ_k · He_βj' Λ_e',k] with Λ_e',k = Σ_{l of heads e'} G_kl·κκ'_l (G folded onto pairs).
@@ -406,7 +399,8 @@ Matrix64 fourth_moment_form(const Matrix64& folded, const std::vector<Poly>& kk_
 
 PositionFacts position_facts(const Side& a, const Side& b, const std::vector<double>& rho, int64_t u,
                              const Matrix64& after, const std::vector<std::vector<int>>& basis) {
-  PositionFacts f{Moments(a, b), {}, {}, {}, after, {}};
+  PositionFacts f{{}, {}, {}, {}, after, {}};
+  f.own.mu = Matrix64(a.M, a.D1()), f.own.mu_b = Matrix64(b.M, b.D1());
   const std::vector<Poly> &xa = a.X_hermite[size_t(u)], &xb = b.X_hermite[size_t(u)];
   for (int64_t i = 0; i < a.M * a.D1(); ++i) f.own.mu.data[size_t(i)] = xa[size_t(i)].coefficients[0];
   for (int64_t i = 0; i < b.M * b.D1(); ++i) f.own.mu_b.data[size_t(i)] = xb[size_t(i)].coefficients[0];
@@ -440,13 +434,14 @@ Matrix64 eta_coefficients(const Side& s, int64_t u, const Matrix64& g, int64_t b
 // One position u's X_u for the output o: its moments, and the share of its own fourth moment
 // in the later outputs, all from its facts and the two sides' η̂.
 struct PositionShare {
-  Moments x;
+  PairMoments x;
   double fourth = 0;  // Σ_{t>u} ⟨g22_t, W of X_u alone⟩
 };
 PositionShare position_share(const Side& a, const Side& b, const std::vector<double>& rho, int64_t u,
                              const PositionFacts& facts, const Matrix64& ga, const Matrix64& gb, int64_t basis_size) {
-  PositionShare r{facts.own, 0.0};
-  Moments& x = r.x;
+  PositionShare r{{Matrix64(a.M, a.M), Matrix64(b.M, b.M), Matrix64(a.M * a.M, b.M * b.D1()), Matrix64(a.M * a.D1(), b.M * b.M)},
+                  0.0};
+  PairMoments& x = r.x;
   const Matrix64 eta_a = eta_coefficients(a, u, ga, basis_size), eta_b = eta_coefficients(b, u, gb, basis_size);
   // P_k to degree 3 (all that its mean, V and V2 read): Σ_j η̂_e(k),j · (He_βj·κκ_k).
   auto pairs_to_degree_3 = [&](const Side& s, const Matrix64& eta, const Matrix64& truncated, Matrix64& mean) {
@@ -652,7 +647,7 @@ std::vector<double> attention_block_class_inner(const PolynomialView& a, const P
         if (t + 1 == T) break;
         const PositionFacts& f = facts[size_t(t)];
         const PositionShare x = position_share(sa, sb, rho, t, f, ga, gb, nb);
-        total += x.fourth + absorb(s, x.x, sa, sb, ga, gb, f.after, f.h_cx);
+        total += x.fourth + absorb(s, f.own, x.x, sa, sb, ga, gb, f.after, f.h_cx);
       }
       out[size_t(o)] = total;
     }
