@@ -63,7 +63,7 @@ constexpr double kPolynomialMultiplyAddBudget = 6e9;
 constexpr double kPolynomialCoefficientBudget = 2.5e7;
 // The same for a one-block attention LM written out a position at a time, for one of a pair's
 // inner products (attention_block_moments.h; dim 8, 2 heads, 256 tokens: 4 positions take
-// 1.1·10¹¹, about 30 s of one core).
+// 1.1·10¹¹).
 constexpr double kAttentionBlockMultiplyAddBudget = 3e11;
 constexpr double kAttentionBlockCoefficientBudget = 2e8;
 
