@@ -259,7 +259,8 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
         return score;
       }
       why += cat("; one position at a time, the attention block would take ", cost.multiply_adds, " multiply-adds and hold ",
-                 cost.held, " coefficients (budget ", kAttentionBlockMultiplyAddBudget, ", ", kAttentionBlockCoefficientBudget, ")");
+                 cost.held, " coefficients (budget ", kAttentionBlockMultiplyAddBudget, ", ", kAttentionBlockCoefficientBudget,
+                 "; fewer positions cost less: --positions)");
     }
   }
   if (reference) throw UsageError(cat("tensor similarity: --diff of deep networks needs the exact sum; ", why));
