@@ -569,8 +569,14 @@ void check_pair(const PolynomialView& a, const PolynomialView& b, int64_t variab
   for (double s : {0.9, 0.6}) {
     const HermiteExpansion ea = hermite_expansion(a, s, &basis), eb = hermite_expansion(b, s, &basis);
     for (const auto& [x, y, ex, ey] : {std::tuple{&a, &b, &ea, &eb}, std::tuple{&b, &b, &eb, &eb}}) {
+      int64_t calls = 0, last = 0, total = 0;  // the progress it reports: every class, in order
       const std::vector<double> whole = per_class(hermite_output_inner(*ex, *ey), ex->classes),
-                                paired = attention_block_class_inner(*x, *y, s);
+                                paired = attention_block_class_inner(*x, *y, s, [&](int64_t done, int64_t of) {
+                                  CHECK(done == last + 1);
+                                  ++calls, last = done, total = of;
+                                });
+      CHECK(calls == ex->classes);
+      CHECK(total == ex->classes);
       REQUIRE(whole.size() == paired.size());
       double largest = 0;
       for (double v : whole) largest = std::max(largest, std::abs(v));

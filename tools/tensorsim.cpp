@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/tensor_similarity.h"
@@ -149,7 +150,15 @@ int run_pair(const cli::Args& a) {
   if (o.metric == "data" && !one_layer)
     throw UsageError(cat(pair, ": the data metric is a closed form of one bilinear layer; these networks are deeper"));
 
+  // A long exact route shows its progress: one bar for each inner product it computes.
+  std::optional<cli::ProgressBar> bar;
+  std::string stage;
+  o.progress = [&](const std::string& what, double share) {
+    if (what != stage) bar.reset(), bar.emplace(cat("tensorsim ", what), 100, "%"), stage = what;
+    bar->update(int64_t(share * 100), share, "");
+  };
   const TensorSimScore score = defined(pair, naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, o, ref); }));
+  bar.reset();
   const std::string compared = reference ? cat("A - ", a.text("diff"), " vs B") : "A vs B";
   std::printf("tensor similarity of %s: %s [%s: %s]\n", compared.c_str(), fixed(score.total).c_str(), score.kind.c_str(),
               score.method.c_str());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <mutex>
 
 #include "analysis/similarity/canonical_pairing.h"
 #include "analysis/similarity/polynomial_moments.h"
@@ -597,14 +598,19 @@ AttentionBlockCost attention_block_cost(const PolynomialView& a, const Polynomia
   const double per_ot = ma * ma * mb * Db * Db + ma * Da * Da * mb * mb + ma * mb * Da * Db * (Da + Db);
   const double earlier = std::max(0.0, T - 1);
   c.multiply_adds = T * per_t + earlier * per_u + classes * (earlier * per_ou + T * per_ot);
-  // Held: the positions' Grams, and for each u its facts (truncations, G_u, θ, H·C_X, C).
-  c.held = T * (Da * Da * p10 + ma * Da * p7 + 2 * ma * ma * mb * mb) +
+  // Held: every position's Grams, each u's facts (truncations, G_u, θ, H·C_X, C), and while a
+  // position's Grams are made, its base polynomials (counted once, so that the route chosen does
+  // not depend on the thread count; each thread making a position's Grams holds its own).
+  const double grams = (Da * Da + ma * Da + ma * ma) * (Db * Db + mb * Db + mb * mb);
+  const double base_polynomials = Da * Da * p10 + ma * Da * p7 + ma * ma * p4 + Db * Db * p10 + mb * Db * p7 + mb * mb * p4;
+  c.held = T * grams + base_polynomials +
            earlier * ((pairs_a + pairs_b) * p2 * p3 + ma * ma * mb * mb + heads_a * heads_a * heads_b * heads_b * p2 * p2 +
                       2 * ma * mb * Da * Db);
   return c;
 }
 
-std::vector<double> attention_block_class_inner(const PolynomialView& a, const PolynomialView& b, double input_std) {
+std::vector<double> attention_block_class_inner(const PolynomialView& a, const PolynomialView& b, double input_std,
+                                                const std::function<void(int64_t, int64_t)>& progress) {
   check(input_std > 0 && std::isfinite(input_std), "attention block moments: the input's standard deviation must be positive, got ",
         input_std);
   check(single_attention_block(a) && single_attention_block(b), "attention block moments: ", a.arch, " or ", b.arch,
@@ -637,6 +643,8 @@ std::vector<double> attention_block_class_inner(const PolynomialView& a, const P
     for (int64_t u = begin; u < end; ++u) facts[size_t(u)] = position_facts(sa, sb, rho, u, after[size_t(u)], basis);
   });
   std::vector<double> out(size_t(sa.classes));
+  std::mutex reporting;
+  int64_t done = 0;
   parallel_for(sa.classes, 1, [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) {
       const Matrix64 &ga = sa.G[size_t(o)], &gb = sb.G[size_t(o)];
@@ -650,6 +658,10 @@ std::vector<double> attention_block_class_inner(const PolynomialView& a, const P
         total += x.fourth + absorb(s, f.own, x.x, sa, sb, ga, gb, f.after, f.h_cx);
       }
       out[size_t(o)] = total;
+      if (progress) {
+        const std::lock_guard<std::mutex> lock(reporting);
+        progress(++done, sa.classes);
+      }
     }
   });
   return out;

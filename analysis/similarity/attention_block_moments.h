@@ -29,6 +29,7 @@
 // the result is per class, summed over positions.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/matrix64.h"
@@ -55,6 +56,9 @@ AttentionBlockCost attention_block_cost(const PolynomialView& a, const Polynomia
 // Each side is written in the variables of its own embedding, at most its width a position
 // however many tokens there are, the two paired by their canonical correlations
 // (canonical_pairing.h).
-std::vector<double> attention_block_class_inner(const PolynomialView& a, const PolynomialView& b, double input_std);
+// `progress`, when given, hears (classes done, classes) after each class (from one thread at a
+// time): the classes are the route's unit of work, each the same cost.
+std::vector<double> attention_block_class_inner(const PolynomialView& a, const PolynomialView& b, double input_std,
+                                                const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace adjoint

@@ -87,11 +87,12 @@ const std::vector<double>& MomentCache::hermite_self(const Model& model, const P
 }
 
 const std::vector<double>& MomentCache::attention_block_self(const Model& model, const PolynomialView& view,
-                                                            double input_std) {
+                                                            double input_std,
+                                                            const std::function<void(int64_t, int64_t)>& progress) {
   const Key key{&model, view.positions, input_std};
   auto it = attention_block_self_.find(key);
   if (it == attention_block_self_.end())
-    it = attention_block_self_.emplace(key, attention_block_class_inner(view, view, input_std)).first;
+    it = attention_block_self_.emplace(key, attention_block_class_inner(view, view, input_std, progress)).first;
   return it->second;
 }
 
@@ -236,15 +237,19 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
       AttentionBlockCost cost = attention_block_cost(va, vb);
       if (reference) cost.multiply_adds *= 4;  // a·b, r·b, a·r and r·r
       if (cost.multiply_adds <= kAttentionBlockMultiplyAddBudget && cost.held <= kAttentionBlockCoefficientBudget) {
-        auto inner = [&](const PolynomialView& x, const PolynomialView& y) {
-          return attention_block_class_inner(x, y, o.input_std);
+        auto reporter = [&](const char* what) -> std::function<void(int64_t, int64_t)> {
+          if (!o.progress) return {};
+          return [&o, what](int64_t done, int64_t total) { o.progress(what, double(done) / double(total)); };
         };
-        std::vector<double> ab = inner(va, vb);
-        std::vector<double> aa = cache_.attention_block_self(a, va, o.input_std);
-        const std::vector<double> bb = cache_.attention_block_self(b, vb, o.input_std);
+        auto inner = [&](const PolynomialView& x, const PolynomialView& y, const char* what) {
+          return attention_block_class_inner(x, y, o.input_std, reporter(what));
+        };
+        std::vector<double> ab = inner(va, vb, "<A|B>");
+        std::vector<double> aa = cache_.attention_block_self(a, va, o.input_std, reporter("<A|A>"));
+        const std::vector<double> bb = cache_.attention_block_self(b, vb, o.input_std, reporter("<B|B>"));
         if (reference) {  // as above
-          const std::vector<double> ar = inner(va, vr), rr = inner(vr, vr);
-          ab = minus(ab, inner(vr, vb));
+          const std::vector<double> ar = inner(va, vr, "<A|R>"), rr = inner(vr, vr, "<R|R>");
+          ab = minus(ab, inner(vr, vb, "<R|B>"));
           for (size_t k = 0; k < aa.size(); ++k) aa[k] += rr[k] - 2 * ar[k];
         }
         const DeepSimilarity exact = similarity_from_inner(ab, aa, bb, vb.steps.back().weight.size(0));
