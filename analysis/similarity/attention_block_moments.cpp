@@ -162,7 +162,7 @@ Side prepare(const PolynomialView& v, double input_std, const Matrix64& read) {
 //   V = E[(S_mᵀĜS_m') S'_nc], V2 = E[S_ma (S'_nᵀĜ'S'_n')].
 // Rows and columns flatten (m, a) as m·(d+1) + a and (m, m') as m·M + m'. The fourth moment
 // W = E[(S_mᵀĜS_m')(S'_nᵀĜ'S'_n')] is never held: it enters the outputs only through
-// Σ_t ⟨g22_t, W_t⟩, so each position's share of it is contracted as it arises (PairTerms).
+// Σ_t ⟨g22_t, W_t⟩, so each position's share of it is contracted as it arises (position_share, absorb).
 // mu, mu_b and C do not depend on the output.
 struct Moments {
   Matrix64 mu, mu_b, A, B, C, V, V2;
