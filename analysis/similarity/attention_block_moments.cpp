@@ -399,8 +399,8 @@ Matrix64 fourth_moment_form(const Matrix64& folded, const std::vector<Poly>& kk_
 }
 
 PositionFacts position_facts(const Side& a, const Side& b, const std::vector<double>& rho, int64_t u,
-                             const Matrix64& after, const std::vector<std::vector<int>>& basis) {
-  PositionFacts f{{}, {}, {}, {}, after, {}};
+                             Matrix64 after, const std::vector<std::vector<int>>& basis) {
+  PositionFacts f{{}, {}, {}, {}, std::move(after), {}};
   f.own.mu = Matrix64(a.M, a.D1()), f.own.mu_b = Matrix64(b.M, b.D1());
   const std::vector<Poly> &xa = a.X_hermite[size_t(u)], &xb = b.X_hermite[size_t(u)];
   for (int64_t i = 0; i < a.M * a.D1(); ++i) f.own.mu.data[size_t(i)] = xa[size_t(i)].coefficients[0];
@@ -411,8 +411,8 @@ PositionFacts position_facts(const Side& a, const Side& b, const std::vector<dou
   for (const Poly& p : b.kappa_pairs[size_t(u)]) kk_b.push_back(at_degree(to_hermite(p), 4));
   f.truncated_a = truncated_products(kk_a, basis);
   f.truncated_b = truncated_products(kk_b, basis);
-  f.theta = fourth_moment_form(fold_onto_pairs(after, a, b), kk_a, kk_b, a, b, basis, rho);
-  f.h_cx = matmul(cross_pair_weights(after, a.M, b.M), blocks_as_rows(f.own.C, a.M, b.M, a.D1(), b.D1()));
+  f.theta = fourth_moment_form(fold_onto_pairs(f.after, a, b), kk_a, kk_b, a, b, basis, rho);
+  f.h_cx = matmul(cross_pair_weights(f.after, a.M, b.M), blocks_as_rows(f.own.C, a.M, b.M, a.D1(), b.D1()));
   return f;
 }
 
@@ -640,7 +640,7 @@ std::vector<double> attention_block_class_inner(const PolynomialView& a, const P
   const int64_t nb = int64_t(basis.size());
   std::vector<PositionFacts> facts(after.size());
   parallel_for(int64_t(after.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t u = begin; u < end; ++u) facts[size_t(u)] = position_facts(sa, sb, rho, u, after[size_t(u)], basis);
+    for (int64_t u = begin; u < end; ++u) facts[size_t(u)] = position_facts(sa, sb, rho, u, std::move(after[size_t(u)]), basis);
   });
   std::vector<double> out(size_t(sa.classes));
   std::mutex reporting;

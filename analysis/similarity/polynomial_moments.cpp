@@ -595,41 +595,6 @@ DensePolynomial hermite_times(const DensePolynomial& p, const std::vector<int>& 
   return out;
 }
 
-std::vector<double> hermite_inner_pairs(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b,
-                                        const std::vector<double>& correlation) {
-  check(a.size() == b.size(), "polynomial moments: ", a.size(), " and ", b.size(), " polynomials taken in pairs");
-  std::vector<double> out(a.size());
-  std::map<std::pair<int64_t, int>, std::vector<double>> norms;  // by (variables, degree): the weights α!·ρ^α
-  std::vector<double> pa, pb;
-  for (size_t k = 0; k < a.size(); ++k) {
-    const DensePolynomial &p = a[k], &q = b[k];
-    check(p.variables == q.variables, "polynomial moments: an inner product of polynomials in ", p.variables, " and ",
-          q.variables, " variables");
-    check(correlation.empty() || int64_t(correlation.size()) == p.variables, "polynomial moments: ", correlation.size(),
-          " correlations for polynomials in ", p.variables, " variables");
-    const int c = std::min(p.degree, q.degree);
-    const Sizes& S = sizes_for(p.variables, std::max(p.degree, q.degree));
-    const int64_t width = S.at(p.variables, c);
-    std::vector<double>& w = norms[{p.variables, c}];
-    if (w.empty()) {
-      w.resize(size_t(width));
-      hermite_norms(S, w.data(), c, p.variables, 1.0, correlation.empty() ? nullptr : correlation.data());
-    }
-    // Both read at the common degree (E[p·q] has no terms above it).
-    auto at_common = [&](const DensePolynomial& r, std::vector<double>& buffer) -> const double* {
-      if (r.degree == c) return r.coefficients.data();
-      buffer.assign(size_t(width), 0.0);
-      add_into(S, buffer.data(), c, r.coefficients.data(), r.degree, r.variables, 1.0);
-      return buffer.data();
-    };
-    const double *x = at_common(p, pa), *y = at_common(q, pb);
-    double sum = 0;
-    for (int64_t i = 0; i < width; ++i) sum += w[size_t(i)] * x[i] * y[i];
-    out[k] = sum;
-  }
-  return out;
-}
-
 DensePolynomial to_hermite(DensePolynomial p) {
   hermite_in_place(sizes_for(p.variables, p.degree), p.coefficients.data(), p.degree, p.variables);
   return p;

@@ -106,8 +106,5 @@ DensePolynomial hermite_times(const DensePolynomial& p, const std::vector<int>& 
 std::vector<std::vector<int>> layout_exponents(int64_t variables, int degree);
 // p laid out at another degree: wider, or truncated to the monomials of degree ≤ `degree`.
 DensePolynomial at_degree(const DensePolynomial& p, int degree);
-// E[a_k·b_k] for each k: the Gram matrix's diagonal alone, in one pass over the coefficients.
-std::vector<double> hermite_inner_pairs(const std::vector<DensePolynomial>& a, const std::vector<DensePolynomial>& b,
-                                        const std::vector<double>& correlation = {});
 
 }  // namespace adjoint
