@@ -240,15 +240,17 @@ Tensor load_image_files(const std::vector<std::string>& files, const LoadedModel
   return x;
 }
 
-Examples load_examples(const DataSource& data, const std::string& split, int64_t count) {
+Examples load_examples(const DataSource& data, const std::string& split, int64_t count,
+                       std::optional<uint64_t> shuffle_seed) {
   if (split != "test" && split != "train") throw UsageError(cat("option --split expects test or train, got '", split, "'"));
   const std::shared_ptr<const Dataset>& set = split == "test" ? data.test : data.train;
   check(set && set->size() > 0, data.spec, ": the ", split, " split is empty");
   const int64_t n = count > 0 ? std::min(count, set->size()) : set->size();
   LoaderOptions o;
   o.batch_size = std::min<int64_t>(n, 256);
-  o.shuffle = false;    // the first n examples, in the data set's order
-  o.prefetch = false;
+  o.shuffle = shuffle_seed.has_value();  // else the first n examples, in the data set's order
+  o.seed = shuffle_seed.value_or(0);
+  o.prefetch = true;  // the next batch decodes while this one is copied
   o.transforms = data.eval_transforms();
   Loader loader(set, o);
   Shape shape = loader.example_shape();

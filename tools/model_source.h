@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,11 +63,13 @@ void check_model_input(const LoadedModel& m, const Tensor& x, const std::string&
 Tensor load_image_files(const std::vector<std::string>& files, const LoadedModel& m);
 
 // The first `count` examples (0: all) of a data set's split ("test" or "train"),
-// normalised as for evaluation, with their labels.
+// normalised as for evaluation, with their labels; with a shuffle seed, the first of the
+// split in the Loader's order for that seed (epoch 0), decoded on the loader's threads.
 struct Examples {
   Tensor inputs;
   std::vector<int64_t> labels;
 };
-Examples load_examples(const DataSource& data, const std::string& split, int64_t count);
+Examples load_examples(const DataSource& data, const std::string& split, int64_t count,
+                       std::optional<uint64_t> shuffle_seed = std::nullopt);
 
 }  // namespace adjoint
