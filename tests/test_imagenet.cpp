@@ -233,3 +233,58 @@ TEST_CASE("imagenet: a folder of exactly 1000 classes is named by ImageNet's cla
   CHECK(names[0] == "tench");
   CHECK(class_name(names, 1) == "goldfish");
 }
+
+TEST_CASE("imagenet: stb decodes PIL's JPEGs within a few levels of libjpeg (measured)") {
+  for (const char* name : {"a_q75", "a_q90", "b_q90"}) {
+    INFO("JPEG ", std::string(name));
+    const Tensor file = golden("jpeg", std::string(name) + ".jpeg");
+    const Tensor pil = golden("jpeg", std::string(name) + ".pixels");
+    std::vector<uint8_t> bytes(size_t(file.numel()));
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(file.data()[i]);
+    const DecodedImage stb = decode_image_bytes(bytes.data(), bytes.size(), name, 3);
+    REQUIRE(stb.height == pil.size(0));
+    REQUIRE(stb.width == pil.size(1));
+    double worst = 0, total = 0;
+    for (int64_t i = 0; i < pil.numel(); ++i) {
+      const double d = std::abs(double(stb.pixels[size_t(i)]) - double(pil.data()[i]));
+      worst = std::max(worst, d), total += d;
+    }
+    // The same through an evaluation transform (shorter side 40, centre 32, normalised).
+    EvalPreset preset = eval_preset(kDefaultEvalPreset);
+    preset.resize = 40, preset.crop = 32;
+    std::vector<uint8_t> pil_bytes(size_t(pil.numel()));
+    for (size_t i = 0; i < pil_bytes.size(); ++i) pil_bytes[i] = uint8_t(pil.data()[i]);
+    std::vector<float> ours(3 * 32 * 32), theirs(3 * 32 * 32);
+    preprocess_image(stb.pixels.data(), stb.height, stb.width, preset, ours.data(), name);
+    preprocess_image(pil_bytes.data(), stb.height, stb.width, preset, theirs.data(), name);
+    double worst_input = 0, total_input = 0;
+    for (size_t i = 0; i < ours.size(); ++i) {
+      const double d = std::abs(double(ours[i]) - double(theirs[i])) / preset.std[i / (32 * 32)];
+      worst_input = std::max(worst_input, d), total_input += d;
+    }
+    const double mean = total / double(pil.numel()), mean_input = total_input / double(ours.size());
+    MESSAGE(std::string(name), ": stb vs libjpeg (PIL) pixels: max ", worst, ", mean ", mean,
+            " levels; normalised input after resize and crop: max ", worst_input, ", mean ", mean_input);
+    CHECK(mean < 0.5);
+    CHECK(worst <= 8);
+    CHECK(mean_input < 0.01);
+  }
+}
+
+TEST_CASE("bench data: the loader's wait beside the model's compute, prefetching and not") {
+  const adjoint::testing::CommandOutcome neither = adjoint::testing::run_adjoint({"bench", "data"});
+  CHECK(neither.code == 2);
+  CHECK(adjoint::testing::contains(neither.err, "give --imagenet ROOT or --data SPEC"));
+  TempDir dir;
+  for (int c = 0; c < 2; ++c) {
+    fs::create_directories(dir.path() / "test" / cat("class", c));
+    for (int k = 0; k < 3; ++k) write_png(dir.file(cat("test/class", c, "/", k, ".png")), hashed_pixels(uint32_t(c * 3 + k), 40, 36), 40, 36);
+  }
+  const adjoint::testing::CommandOutcome run = adjoint::testing::run_adjoint(
+      {"--threads", "1", "bench", "data", "--data", "images:" + dir.path().string() + ":32", "--only", "resnet18",
+       "--batch", "2", "--steps", "2"});
+  REQUIRE_MESSAGE(run.code == 0, run.err);
+  CHECK(adjoint::testing::contains(run.out, "decode and transform alone:"));
+  CHECK(adjoint::testing::contains(run.out, "prefetch "));
+  CHECK(adjoint::testing::contains(run.out, "no prefetch "));
+}
