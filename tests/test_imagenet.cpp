@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "engine/autograd.h"
 #include "engine/data/image_folder.h"
 #include "engine/data/imagenet.h"
 #include "engine/data/open.h"
 #include "engine/data/resample.h"
 #include "engine/error.h"
+#include "engine/io/safetensors.h"
 #include "engine/random.h"
+#include "models/model.h"
 #include "ops/reference/reference.h"
 #include "tests/support.h"
 
@@ -287,4 +290,47 @@ TEST_CASE("bench data: the loader's wait beside the model's compute, prefetching
   CHECK(adjoint::testing::contains(run.out, "decode and transform alone:"));
   CHECK(adjoint::testing::contains(run.out, "prefetch "));
   CHECK(adjoint::testing::contains(run.out, "no prefetch "));
+}
+
+TEST_CASE("imagenet: --preset puts image files through the preset's transform and names ImageNet's classes") {
+  TempDir dir;
+  ModelConfig c;
+  c.arch = "bilinear_mlp";
+  c.hidden = 4;
+  c.num_classes = 1000;
+  c.in_channels = 3;
+  c.image_size = 224;
+  Generator gen(3);
+  const std::shared_ptr<Model> model = make_model(c, gen);
+  model->train(false);
+  write_safetensors(dir.file("w.safetensors"), model->state_dict());
+  const int64_t h = 300, w = 257;
+  write_png(dir.file("photo.png"), hashed_pixels(12, h, w), h, w);
+  const adjoint::testing::CommandOutcome run = adjoint::testing::run_adjoint(
+      {"predict", "--model", "bilinear_mlp", "--hidden", "4", "--weights", dir.file("w.safetensors"), "--preset",
+       "pvt_v2", "--out", dir.file("p"), dir.file("photo.png")});
+  REQUIRE_MESSAGE(run.code == 0, run.err);
+  // The logits are the model's on the preset's tensor of the file.
+  const EvalPreset& preset = eval_preset("pvt_v2");
+  std::vector<float> x(3 * 224 * 224);
+  const DecodedImage image = load_image_bytes(dir.file("photo.png"), 3);
+  preprocess_image(image.pixels.data(), h, w, preset, x.data(), "photo");
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (x[i] - preset.mean[i / (224 * 224)]) / preset.std[i / (224 * 224)];
+  Tensor expected;
+  {
+    NoGrad off;
+    expected = model->forward(Tensor::from_vector({1, 3, 224, 224}, x)).contiguous();
+  }
+  const Tensor logits = read_safetensors(dir.file("p.safetensors")).tensors.at("logits");
+  check_close(logits, expected, 1e-5, 1e-5, "predict --preset pvt_v2");
+  const int64_t best = std::max_element(expected.data(), expected.data() + 1000) - expected.data();
+  CHECK(adjoint::testing::contains(run.out, cat("class ", best, " (", imagenet_class_names()[size_t(best)], ")")));
+  // A preset whose crop is not the model's input size is refused, naming both.
+  c.image_size = 32;
+  write_safetensors(dir.file("w32.safetensors"), make_model(c, gen)->state_dict());
+  const adjoint::testing::CommandOutcome bad = adjoint::testing::run_adjoint(
+      {"predict", "--model", "bilinear_mlp", "--hidden", "4", "--image-size", "32", "--weights",
+       dir.file("w32.safetensors"), "--preset", "resnet50_v2", dir.file("photo.png")});
+  CHECK(bad.code == 2);
+  CHECK(adjoint::testing::contains(bad.err, "--preset resnet50_v2: its 224x224 RGB crop does not fit bilinear_mlp"));
 }

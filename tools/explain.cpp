@@ -276,7 +276,7 @@ int run_explain(const cli::Args& a) {
   if (o.target == ReportOptions::Target::Label && in.labels.empty())
     throw UsageError("--target label needs images from a data set (--data)");
   o.normalisation = {in.mean, in.std};
-  o.class_names = class_names_if_known(a.has("data") ? a.text("data") : m.data_spec);
+  o.class_names = class_names_for(m, a.has("data") ? a.text("data") : m.data_spec);
   o.explain.range = input_range(a, in.mean, in.std);
   o.context = {{"model", model.config().arch}, {"inputs", in.source}, {"targets", target},
                {"methods", join(o.methods, ", ")}};
