@@ -334,3 +334,11 @@ TEST_CASE("imagenet: --preset puts image files through the preset's transform an
   CHECK(bad.code == 2);
   CHECK(adjoint::testing::contains(bad.err, "--preset resnet50_v2: its 224x224 RGB crop does not fit bilinear_mlp"));
 }
+
+TEST_CASE("imagenet: a thin strip that would resize to billions of pixels is refused, naming the file") {
+  const std::vector<uint8_t> strip(size_t(1 * 70000 * 3), 100);
+  std::vector<float> out(3 * 224 * 224);
+  CHECK_THROWS_WITH_AS(preprocess_image(strip.data(), 1, 70000, eval_preset("resnet50_v1"), out.data(), "strip.png"),
+                       doctest::Contains("strip.png: a 70000 × 1 image resized to 17920000 × 256 is over the limit"),
+                       Error);
+}

@@ -1,5 +1,6 @@
 #include "engine/data/imagenet.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -79,6 +80,10 @@ void preprocess_image(const uint8_t* rgb, int64_t height, int64_t width, const E
                       const std::string& what) {
   int64_t h = 0, w = 0;
   shorter_side_size(height, width, preset.resize, h, w);
+  // A thin strip (1 × 60000 pixels) would grow to billions of pixels; the decoder's limit.
+  constexpr int64_t max_pixels = int64_t(1) << 26;
+  check(h <= max_pixels / std::max<int64_t>(w, 1), what, ": a ", width, " × ", height, " image resized to ", w, " × ", h,
+        " is over the limit of ", max_pixels, " pixels");
   check(h >= preset.crop && w >= preset.crop, what, ": a ", width, " × ", height, " image resized to ", w, " × ", h,
         " is smaller than the ", preset.crop, "-pixel crop of preset ", preset.name);
   std::vector<uint8_t> resized;
