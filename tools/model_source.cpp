@@ -278,7 +278,7 @@ Examples load_examples(const DataSource& data, const std::string& split, int64_t
   o.batch_size = std::min<int64_t>(n, 256);
   o.shuffle = shuffle_seed.has_value();  // else the first n examples, in the data set's order
   o.seed = shuffle_seed.value_or(0);
-  o.prefetch = true;  // the next batch decodes while this one is copied
+  o.prefetch = false;  // batches are built here, each decoded in parallel
   o.transforms = data.eval_transforms();
   Loader loader(set, o);
   Shape shape = loader.example_shape();

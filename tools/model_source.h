@@ -71,7 +71,7 @@ std::vector<std::string> class_names_for(const LoadedModel& m, const std::string
 
 // The first `count` examples (0: all) of a data set's split ("test" or "train"),
 // normalised as for evaluation, with their labels; with a shuffle seed, the first of the
-// split in the Loader's order for that seed (epoch 0), decoded on the loader's threads.
+// split in the Loader's order for that seed (epoch 0).
 struct Examples {
   Tensor inputs;
   std::vector<int64_t> labels;
