@@ -325,6 +325,12 @@ TEST_CASE("imagenet: --preset puts image files through the preset's transform an
   check_close(logits, expected, 1e-5, 1e-5, "predict --preset pvt_v2");
   const int64_t best = std::max_element(expected.data(), expected.data() + 1000) - expected.data();
   CHECK(adjoint::testing::contains(run.out, cat("class ", best, " (", imagenet_class_names()[size_t(best)], ")")));
+  // A data set's transform is its spec's: --preset beside --data is refused.
+  const adjoint::testing::CommandOutcome both = adjoint::testing::run_adjoint(
+      {"explain", "--model", "bilinear_mlp", "--hidden", "4", "--weights", dir.file("w.safetensors"), "--preset",
+       "pvt_v2", "--data", "imagenet:" + dir.path().string()});
+  CHECK(both.code == 2);
+  CHECK(adjoint::testing::contains(both.err, "--preset applies to image files; a data set names its own"));
   // A preset whose crop is not the model's input size is refused, naming both.
   c.image_size = 32;
   write_safetensors(dir.file("w32.safetensors"), make_model(c, gen)->state_dict());

@@ -152,6 +152,8 @@ Inputs load_inputs(const cli::Args& a, const LoadedModel& m, bool evaluate) {
     return in;
   }
   const std::string spec = a.has("data") ? a.text("data") : m.data_spec;
+  if (a.has("preset"))  // a data set's transform is its spec's (imagenet:ROOT:PRESET), never silently another
+    throw UsageError("--preset applies to image files; a data set names its own (e.g. --data imagenet:ROOT:resnet50_v2)");
   if (spec.empty())
     throw UsageError(evaluate ? "--evaluate: the model names no data set; give --data SPEC"
                               : "give images to explain: --image FILES, --input FILE.safetensors or --data SPEC");
