@@ -224,7 +224,8 @@ TEST_CASE("imagenet: --data imagenet:ROOT reads ROOT/val/<wnid>/*.JPEG in sorted
   CHECK(class_names_of("imagenet:/no/such/root")[0] == "tench");
   CHECK_THROWS_WITH_AS(open_data("imagenet:" + root, DataSplits::TrainAndTest), doctest::Contains("/train is missing"),
                        Error);
-  CHECK_THROWS_WITH_AS(open_data("imagenet:" + root + ":nosuch"), doctest::Contains("unknown preset"), UsageError);
+  CHECK_THROWS_WITH_AS(open_data("imagenet:" + root + ":nosuch"),
+                       doctest::Contains(":nosuch: unknown preset 'nosuch'; known: resnet18_v1"), UsageError);
   CHECK_THROWS_WITH_AS(open_data("imagenet:" + root + "/nothing"), doctest::Contains("no such folder"), Error);
 }
 

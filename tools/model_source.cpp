@@ -187,7 +187,11 @@ LoadedModel load_model(const cli::Args& a) {
     load_state_dict(*m.model, weights.tensors, a.text("weights"));
   }
   if (a.has("preset")) {  // image files through a pretrained model's evaluation transform
-    m.preset = &eval_preset(a.text("preset"));
+    try {
+      m.preset = &eval_preset(a.text("preset"));
+    } catch (const UsageError& e) {
+      throw UsageError(cat("option --preset: ", e.what()));
+    }
     m.mean.assign(m.preset->mean.begin(), m.preset->mean.end());
     m.std.assign(m.preset->std.begin(), m.preset->std.end());
     const ModelConfig& c = m.model->config();

@@ -130,7 +130,13 @@ DataSource open_image_folders(const std::string& spec, const std::vector<std::st
 // trains. Labels are positions among the sorted wnids, the order of the pretrained heads.
 DataSource open_imagenet(const std::string& spec, const std::vector<std::string>& p, bool with_train) {
   expect_parts(spec, p, 2, 1, "imagenet:ROOT[:PRESET]");
-  const EvalPreset& preset = eval_preset(p.size() == 3 ? p[2] : kDefaultEvalPreset);
+  const EvalPreset* found = nullptr;
+  try {
+    found = &eval_preset(p.size() == 3 ? p[2] : kDefaultEvalPreset);
+  } catch (const UsageError& e) {
+    throw UsageError(cat("--data ", spec, ": ", e.what()));
+  }
+  const EvalPreset& preset = *found;
   DataSource d;
   auto val = std::make_shared<ImageFolder>(p[1] + "/val", preset);
   d.test = val;
