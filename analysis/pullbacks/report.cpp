@@ -338,7 +338,7 @@ std::string max_sensitivity_note(const ReportRun& run) {
   return join_notes(run.expensive_note(),
                     cat(run.max_sensitivity.samples, " samples in an L-inf ball of radius ",
                         run.options.metric_settings.sensitivity_radius,
-                        run.options.metric_settings.sensitivity_radius_absolute ? "" : " of the range"));
+                        run.options.metric_settings.sensitivity_radius_absolute ? " in input units" : " of the range"));
 }
 
 // -- random logit: explains every image again for another class
@@ -352,7 +352,7 @@ std::string random_logit_note(const ReportRun& run) {
                          : cat("the other class drawn from the model's ", run.classes, " with seed ", run.random_logit_seed);
 }
 
-// -- faithfulness correlation: probed on random feature subsets set to 0
+// -- faithfulness correlation: probed on random feature subsets (or patches) set to the baseline
 void probe_faithfulness_correlation_step(const ReportRun& run, ReportBatch& batch) {
   batch.faithfulness_correlation = probe_faithfulness_correlation(
       run.classifier, batch.x, batch.targets, from_example(run.faithfulness_correlation, batch.first));
@@ -367,7 +367,7 @@ std::string faithfulness_correlation_note(const ReportRun& run) {
                           : cat(o.subsets, " random subsets of 10% of the features, set to ", o.baseline);
 }
 
-// -- faithfulness estimate: probed on the patches of an 8x8 grid set to 0
+// -- faithfulness estimate: probed on the patches of a grid set to the baseline
 void probe_faithfulness_estimate_step(const ReportRun& run, ReportBatch& batch) {
   batch.faithfulness_estimate = probe_faithfulness_estimate(run.classifier, batch.x, batch.targets, run.faithfulness_estimate);
 }
@@ -375,7 +375,7 @@ std::optional<MetricResult> score_faithfulness_estimate(const ReportRun&, const 
                                                         const MethodMaps& maps) {
   return faithfulness_estimate(batch.faithfulness_estimate, maps.attr);
 }
-// "8x8 grid of 4-pixel patches": the patch metrics' grid.
+// The patch metrics' grid, e.g. "4x4 grid of 56-pixel patches (3136 pixels a step)".
 std::string grid_text(const ReportRun& run, int64_t side) {
   return cat((run.height + side - 1) / side, "x", (run.width + side - 1) / side, " grid of ", side, "-pixel patches (",
              side * side, " pixels a step)");
