@@ -29,6 +29,7 @@
 #include "ops/matmul.h"
 #include "tools/cli.h"
 #include "tools/html_report.h"
+#include "tools/bench_data.h"
 #include "tools/bench_explain.h"
 #include "tools/bench_models.h"
 #include "tools/bench_scaling.h"
@@ -199,6 +200,7 @@ struct NamedBenchmark {
 const NamedBenchmark kBenchmarks[] = {
     {"models", run_bench_models},
     {"explain", run_bench_explain},
+    {"data", run_bench_data},
     {"tensorsim", run_bench_tensorsim},
     {"stitch", run_bench_stitch},
     {"scaling", run_bench_scaling},
@@ -286,10 +288,13 @@ const cli::Registration bench_command({
         "ResNet-18 at width 1/4 on 1x28x28, batch 128, median of 5 runs of 10 steps (--only, --block,\n"
         "--steps, --clock). Compare with PyTorch:\n"
         "  adjoint --threads N bench stitch --out ours.json && /usr/bin/python3 tools/bench_stitch_torch.py --threads N --ours ours.json\n"
+        "adjoint bench data: ms per image the model waits for its images (Loader::next()) beside its forward\n"
+        "pass, with the loader prefetching and not, and decoding alone (--imagenet ROOT or --data SPEC; --only\n"
+        "ARCH, default resnet50; --batch, default 8; --steps).\n"
         "adjoint bench scaling: training samples/s and a stitch sweep's wall time over mpirun -n 1, 2, 4 (ranks x\n"
         "threads = cores, oversubscribed beyond the cores) against one process on every core; efficiency and the\n"
         "bytes each rank sends per training step (--steps, --quick; needs mpirun).",
-    .arguments = "[models|explain|tensorsim|stitch|scaling]",
+    .arguments = "[models|explain|tensorsim|stitch|scaling|data]",
     .options = {{"quick", "", "a few seconds: batch 8, 3 runs, fewer matmul shapes", ""},
                 {"only", "KIND", "conv or matmul (default: both); tensorsim: closed (the closed forms alone)", ""},
                 {"batch", "N", "images per conv batch (8 with --quick)", "64"},
@@ -297,6 +302,8 @@ const cli::Registration bench_command({
                 {"out", "FILE", "also write the results: JSON if FILE ends in .json, else CSV", ""},
                 {"clock", "KIND", "wall, or cpu: process CPU time, steady on a busy machine (--threads 1 only)",
                  "wall"},
+                {"imagenet", "ROOT", "data: an ImageNet folder (ROOT/val/<wnid>/*.JPEG)", ""},
+                {"data", "SPEC", "data: any image data set instead of --imagenet", ""},
                 {"checkpoint", "FILE", "explain: time this checkpoint's model instead of the three defaults", ""},
                 {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""},
                 {"tolerance", "X", "tensorsim: Monte Carlo runs until its error is below X", "0.001"},

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "analysis/pullbacks/protocol.h"
 #include "analysis/pullbacks/randomisation.h"
 #include "analysis/stitching/stitched_model.h"
 #include "analysis/pullbacks/report.h"
@@ -151,18 +152,25 @@ Inputs load_inputs(const cli::Args& a, const LoadedModel& m, bool evaluate) {
     return in;
   }
   const std::string spec = a.has("data") ? a.text("data") : m.data_spec;
+  if (a.has("preset"))  // a data set's transform is its spec's (imagenet:ROOT:PRESET), never silently another
+    throw UsageError("--preset applies to image files; a data set names its own (e.g. --data imagenet:ROOT:resnet50_v2)");
   if (spec.empty())
     throw UsageError(evaluate ? "--evaluate: the model names no data set; give --data SPEC"
                               : "give images to explain: --image FILES, --input FILE.safetensors or --data SPEC");
   DataSource data = open_data(spec, a.text("split") == "train" ? DataSplits::TrainAndTest : DataSplits::TestOnly);
   check(data.images, "explain: ", spec, " is not an image data set");
-  const int64_t count = a.has("count") ? at_least(a, "count", 1) : evaluate ? 1000 : 8;
-  Examples ex = load_examples(data, a.text("split"), count);
+  // --evaluate follows the protocol of the images' size (analysis/pullbacks/protocol.h).
+  const Shape shape = transformed_shape(data.eval_transforms(), data.test->shape());
+  const EvaluationProtocol protocol = evaluation_protocol(shape[1], shape[2]);
+  const int64_t count = a.has("count") ? at_least(a, "count", 1) : evaluate ? protocol.images : 8;
+  const std::optional<uint64_t> shuffle = evaluate ? protocol.shuffle_seed : std::nullopt;
+  Examples ex = load_examples(data, a.text("split"), count, shuffle);
   in.x = ex.inputs;
   in.labels = ex.labels;
   in.mean = data.mean;
   in.std = data.std;
-  in.source = cat(spec, " (", a.text("split"), ", first ", ex.labels.size(), ")");
+  in.source = cat(spec, " (", a.text("split"), ", first ", ex.labels.size(),
+                  shuffle ? cat(" shuffled with seed ", *shuffle) : std::string(), ")");
   return in;
 }
 
@@ -261,10 +269,16 @@ int run_explain(const cli::Args& a) {
 
   const Inputs in = load_inputs(a, m, evaluate);
   check_model_input(m, in.x, in.source);
+  if (evaluate) {  // the constants of the images' size; the options given still win
+    const EvaluationProtocol protocol = evaluation_protocol(in.x.size(2), in.x.size(3));
+    o.metric_settings = protocol.metrics;
+    if (!a.has("batch")) o.batch_size = protocol.batch;
+    if (!a.has("perturbations")) o.perturbations = protocol.perturbations;
+  }
   if (o.target == ReportOptions::Target::Label && in.labels.empty())
     throw UsageError("--target label needs images from a data set (--data)");
   o.normalisation = {in.mean, in.std};
-  o.class_names = class_names_if_known(a.has("data") ? a.text("data") : m.data_spec);
+  o.class_names = class_names_for(m, a.has("data") ? a.text("data") : m.data_spec);
   o.explain.range = input_range(a, in.mean, in.std);
   o.context = {{"model", model.config().arch}, {"inputs", in.source}, {"targets", target},
                {"methods", join(o.methods, ", ")}};
@@ -336,6 +350,9 @@ const cli::Registration explain_command({
         "direction of each metric; every method is scored on the same perturbations.\n"
         "--evaluate: all methods x all metrics on the first --count (1000) test images of the checkpoint's\n"
         "data set, writing the tables and the pictures of the first 8 images; prints a time estimate first.\n"
+        "Its images, batches and metric constants are the protocol of the images' size: at 224 x 224 the\n"
+        "published ImageNet one (1000 images shuffled with seed 314, batches of 50, infidelity patches 112\n"
+        "and 56 of U(-1,1) noise, 5 each, 56-pixel patches elsewhere, random logit seed 42).\n"
         "Each batch of --evaluate is a cell, OUT/cells/images_<a>-<b>.json, written when finished: a rerun\n"
         "reuses the cells made with the same model, images and options (refusing others; --overwrite remakes\n"
         "them), and under `mpirun -n K adjoint explain --evaluate` the cells are shared out over the K\n"
@@ -372,11 +389,11 @@ const cli::Registration explain_command({
         {"seed", "N", "SmoothGrad noise and the metrics' draws", "0"},
         {"range", "LO,HI", "input range (default: [0, 1] through the normalisation)", ""},
         {"metrics", "LIST", cat("metrics, or none (default: all but ", spoken_list(metric_names_where(not_by_default)), ")"), ""},
-        {"perturbations", "N", "infidelity perturbations per image, half per patch size", "50"},
+        {"perturbations", "N", "infidelity perturbations per image, half per patch size (--evaluate at 224: 10)", "50"},
         {"expensive-count", "N", cat(join(metric_names_where(expensive), ", "), " on the first N images ",
                                      "(default: all; 100 with --evaluate)"), ""},
         {"randomisation-layers", "N", "layers re-initialised by randomisation (0: all)", "0"},
-        {"batch", "N", "images per explanation call", "32"},
+        {"batch", "N", "images per explanation call (--evaluate: its protocol's, 50 at 224 pixels)", "32"},
         {"examples", "N", "pictures for the first N images (default: all; 8 with --evaluate)", ""},
         {"no-attributions", "", "do not write attributions_<method>.safetensors", ""},
         {"evaluate", "", "the full table on --count test images of a data set", ""},

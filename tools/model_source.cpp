@@ -7,6 +7,7 @@
 
 #include "analysis/stitching/stitched_model.h"
 #include "engine/data/image_folder.h"
+#include "engine/data/imagenet.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
@@ -50,6 +51,8 @@ std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSp
       {"image-size", "N", "input size of --model", "224"},
       {"mean", "LIST", "per-channel normalisation mean for images", ""},
       {"std", "LIST", "per-channel normalisation std for images", ""},
+      {"preset", "NAME", "image files through a pretrained model's evaluation transform and statistics (resnet50_v1, "
+                         "resnet50_v2, vgg11_bn_v1, vit_b_16_v1, pvt_v2, ...; docs/methods.md §1.6)", ""},
   };
   own.insert(own.begin(), source.begin(), source.end());
   return with_model_options(std::move(own));
@@ -183,6 +186,20 @@ LoadedModel load_model(const cli::Args& a) {
       if (!name.ends_with("num_batches_tracked")) require_floating_point(weights, name, a.text("weights"));
     load_state_dict(*m.model, weights.tensors, a.text("weights"));
   }
+  if (a.has("preset")) {  // image files through a pretrained model's evaluation transform
+    try {
+      m.preset = &eval_preset(a.text("preset"));
+    } catch (const UsageError& e) {
+      throw UsageError(cat("option --preset: ", e.what()));
+    }
+    m.mean.assign(m.preset->mean.begin(), m.preset->mean.end());
+    m.std.assign(m.preset->std.begin(), m.preset->std.end());
+    const ModelConfig& c = m.model->config();
+    if (c.in_channels != 3 || c.image_size != m.preset->crop)
+      throw UsageError(cat("option --preset ", m.preset->name, ": its ", m.preset->crop, "x", m.preset->crop,
+                           " RGB crop does not fit ", c.arch, "'s ", c.in_channels, "x", c.image_size, "x",
+                           c.image_size, " input"));
+  }
   if (a.has("mean")) m.mean = parse_floats(a.text("mean"), "mean");
   if (a.has("std")) m.std = parse_floats(a.text("std"), "std");
   const std::string problem = normalisation_problem(m, "--mean", "--std");
@@ -225,7 +242,15 @@ Tensor load_image_files(const std::vector<std::string>& files, const LoadedModel
   const ModelConfig& c = m.model->config();
   const int64_t C = c.in_channels, S = c.image_size;
   Tensor x = Tensor::empty({int64_t(files.size()), C, S, S});
-  for (size_t i = 0; i < files.size(); ++i) load_image(files[i], C, S, S, x.data() + int64_t(i) * C * S * S);
+  for (size_t i = 0; i < files.size(); ++i) {
+    float* out = x.data() + int64_t(i) * C * S * S;
+    if (m.preset == nullptr) {
+      load_image(files[i], C, S, S, out);
+      continue;
+    }
+    const DecodedImage image = load_image_bytes(files[i], 3);
+    preprocess_image(image.pixels.data(), image.height, image.width, *m.preset, out, files[i]);
+  }
   if (!m.mean.empty()) {
     float* p = x.data();
     for (int64_t n = 0; n < x.size(0); ++n)
@@ -240,15 +265,24 @@ Tensor load_image_files(const std::vector<std::string>& files, const LoadedModel
   return x;
 }
 
-Examples load_examples(const DataSource& data, const std::string& split, int64_t count) {
+std::vector<std::string> class_names_for(const LoadedModel& m, const std::string& data_spec) {
+  std::vector<std::string> names = class_names_if_known(data_spec);
+  if (names.empty() && m.preset != nullptr && m.model->config().num_classes == int64_t(imagenet_class_names().size()))
+    names = imagenet_class_names();
+  return names;
+}
+
+Examples load_examples(const DataSource& data, const std::string& split, int64_t count,
+                       std::optional<uint64_t> shuffle_seed) {
   if (split != "test" && split != "train") throw UsageError(cat("option --split expects test or train, got '", split, "'"));
   const std::shared_ptr<const Dataset>& set = split == "test" ? data.test : data.train;
   check(set && set->size() > 0, data.spec, ": the ", split, " split is empty");
   const int64_t n = count > 0 ? std::min(count, set->size()) : set->size();
   LoaderOptions o;
   o.batch_size = std::min<int64_t>(n, 256);
-  o.shuffle = false;    // the first n examples, in the data set's order
-  o.prefetch = false;
+  o.shuffle = shuffle_seed.has_value();  // else the first n examples, in the data set's order
+  o.seed = shuffle_seed.value_or(0);
+  o.prefetch = false;  // batches are built here, each decoded in parallel
   o.transforms = data.eval_transforms();
   Loader loader(set, o);
   Shape shape = loader.example_shape();

@@ -10,9 +10,11 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/data/imagenet.h"
 #include "engine/data/open.h"
 #include "engine/tensor.h"
 #include "models/model.h"
@@ -39,6 +41,7 @@ struct LoadedModel {
   std::vector<float> mean, std;  // per-channel normalisation (empty: none known)
   std::string data_spec;         // the data set a checkpoint was trained on (empty: unknown)
   std::string origin;            // "checkpoint FILE" or "weights FILE", for messages
+  const EvalPreset* preset = nullptr;  // --preset: image files through its transform
 };
 
 // Reads --checkpoint, --stitch, or --model/--weights/--classes/--in-channels/--image-size;
@@ -57,16 +60,23 @@ Tensor load_input_tensor(const std::string& path, const std::string& tensor = ""
 // the shape it expects, before any layer fails with a message about its own weights.
 void check_model_input(const LoadedModel& m, const Tensor& x, const std::string& source);
 
-// Image files decoded to the model's channels and size (values in [0, 1]), then
-// normalised with m.mean/m.std when known: (N, C, S, S).
+// Image files decoded to the model's channels and size (values in [0, 1]; with --preset
+// through its resize and centre crop), then normalised with m.mean/m.std when known:
+// (N, C, S, S).
 Tensor load_image_files(const std::vector<std::string>& files, const LoadedModel& m);
 
+// The class names of a data set's spec; without one, ImageNet's for a model of 1000
+// classes whose images come through a --preset (the presets are ImageNet-1k weights').
+std::vector<std::string> class_names_for(const LoadedModel& m, const std::string& data_spec);
+
 // The first `count` examples (0: all) of a data set's split ("test" or "train"),
-// normalised as for evaluation, with their labels.
+// normalised as for evaluation, with their labels; with a shuffle seed, the first of the
+// split in the Loader's order for that seed (epoch 0).
 struct Examples {
   Tensor inputs;
   std::vector<int64_t> labels;
 };
-Examples load_examples(const DataSource& data, const std::string& split, int64_t count);
+Examples load_examples(const DataSource& data, const std::string& split, int64_t count,
+                       std::optional<uint64_t> shuffle_seed = std::nullopt);
 
 }  // namespace adjoint

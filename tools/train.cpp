@@ -413,7 +413,7 @@ int run_predict(const cli::Args& a) {
     logits = m.model->forward(x).contiguous();
   }
   const std::string out = a.text("out");
-  const std::vector<std::string> names = class_names_if_known(m.data_spec);  // "class 9 (ankle boot)"
+  const std::vector<std::string> names = class_names_for(m, m.data_spec);  // "class 9 (ankle boot)"
   // Both files are written to temporaries and renamed only when both are complete, so
   // that a failure leaves neither half of the output.
   AtomicFile tensor_file(out + ".safetensors", "predict");

@@ -125,15 +125,29 @@ NoisePatch infidelity_perturbation(const InfidelityOptions& options, InputRange 
                                   {static_cast<uint64_t>(options.first_example + example), static_cast<uint64_t>(k)});
   const int64_t top = randint(height - h + 1, gen);
   const int64_t left = randint(width - w + 1, gen);
-  return {{top, left, h, w}, uniform({channels, h, w}, range.lo, range.hi, gen)};
+  const InputRange noise = options.noise.value_or(range);
+  return {{top, left, h, w}, uniform({channels, h, w}, noise.lo, noise.hi, gen)};
 }
 
-// The `size` features (flat indices of one example) of subset s: a partial Fisher–Yates
-// shuffle driven by the example's keyed generator.
-std::vector<int64_t> feature_subset(const FaithfulnessCorrelationOptions& options, int64_t features, int64_t example,
+// The features (flat indices of one example of shape `one`) of subset s: a partial
+// Fisher–Yates shuffle driven by the example's keyed generator, or with a patch size the
+// elements of one square patch (all channels) at a random position.
+std::vector<int64_t> feature_subset(const FaithfulnessCorrelationOptions& options, const Shape& one, int64_t example,
                                     int64_t s) {
   Generator gen = keyed_generator(options.seed, RandomStream::faithfulness_correlation,
                                   {static_cast<uint64_t>(options.first_example + example), static_cast<uint64_t>(s)});
+  if (options.patch_size > 0) {
+    const int64_t channels = one[0], height = one[1], width = one[2];
+    const int64_t h = std::min(options.patch_size, height), w = std::min(options.patch_size, width);
+    const int64_t top = randint(height - h + 1, gen), left = randint(width - w + 1, gen);
+    std::vector<int64_t> index;
+    index.reserve(static_cast<size_t>(channels * h * w));
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t y = top; y < top + h; ++y)
+        for (int64_t x = left; x < left + w; ++x) index.push_back((c * height + y) * width + x);
+    return index;
+  }
+  const int64_t features = numel(one);
   std::vector<int64_t> index(static_cast<size_t>(features));
   std::iota(index.begin(), index.end(), int64_t{0});
   for (int64_t i = 0; i < options.subset_size; ++i) std::swap(index[i], index[i + randint(features - i, gen)]);
@@ -378,7 +392,10 @@ FaithfulnessCorrelationProbe probe_faithfulness_correlation(const Classifier& mo
   const Tensor xc = dense(x);
   const int64_t n = xc.size(0), d = numel(example_shape(xc.shape()));
   check(options.subsets >= 2, metric, ": needs at least 2 subsets for a correlation, got ", options.subsets);
-  if (options.subset_size == 0) {
+  if (options.patch_size > 0) {
+    check_images(metric, xc.shape());
+    options.subset_size = xc.size(1) * std::min(options.patch_size, xc.size(2)) * std::min(options.patch_size, xc.size(3));
+  } else if (options.subset_size == 0) {
     check(options.subset_fraction > 0 && options.subset_fraction <= 1, metric, ": subset_fraction ",
           options.subset_fraction, " is outside (0, 1]");
     options.subset_size = std::clamp<int64_t>(std::llround(options.subset_fraction * static_cast<double>(d)), 1, d);
@@ -395,7 +412,7 @@ FaithfulnessCorrelationProbe probe_faithfulness_correlation(const Classifier& mo
       [&](int64_t j, float* dst) {
         const int64_t i = j / subsets;
         std::copy(px + i * d, px + (i + 1) * d, dst);
-        for (int64_t f : feature_subset(options, d, i, j % subsets)) dst[f] = options.baseline;
+        for (int64_t f : feature_subset(options, example_shape(xc.shape()), i, j % subsets)) dst[f] = options.baseline;
       });
   FaithfulnessCorrelationProbe probe{xc.shape(), options, std::vector<double>(perturbed.size())};
   for (size_t j = 0; j < perturbed.size(); ++j)
@@ -413,7 +430,8 @@ MetricResult faithfulness_correlation(const FaithfulnessCorrelationProbe& probe,
   for_each_example(n, [&](int64_t i) {
     std::vector<double> sums(static_cast<size_t>(subsets));
     for (int64_t s = 0; s < subsets; ++s)
-      for (int64_t f : feature_subset(probe.options, d, i, s)) sums[static_cast<size_t>(s)] += pa[i * d + f];
+      for (int64_t f : feature_subset(probe.options, example_shape(probe.shape), i, s))
+        sums[static_cast<size_t>(s)] += pa[i * d + f];
     const double* drops = probe.output_drops.data() + i * subsets;
     values[static_cast<size_t>(i)] = pearson(sums, std::span<const double>(drops, static_cast<size_t>(subsets)));
   });

@@ -25,6 +25,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,9 @@ struct SamplingOptions {
 struct InfidelityOptions : SamplingOptions {
   std::vector<int64_t> patch_sizes;  // side lengths; empty: {H/2, H/4} (at least 1)
   int64_t samples_per_size = 5;      // perturbations per patch size (docs/methods.md default 5)
+  // The noise's interval; unset: the input range. Quantus's "uniform" baseline, which the
+  // published ImageNet protocol used, is U(−1, 1) whatever the range.
+  std::optional<InputRange> noise;
 };
 
 // The model's response to every perturbation of every example, for scoring any number of
@@ -135,10 +139,14 @@ int64_t random_other_class(int64_t target, int64_t num_classes, uint64_t seed, i
 // Pearson correlation between Σ_{i∈S} attr_i and f_c(x) − f_c(x with S set to baseline).
 // Quantus draws 100 subsets of 224 features for 224×224 maps; we default to 50 subsets
 // of 10% of the features, which scales with the input size.
+// With patch_size > 0 a subset is instead one square patch of that side at a uniformly
+// random position, every channel of it (images (N, C, H, W) only); subset_size is then
+// the patch's C·side² features.
 struct FaithfulnessCorrelationOptions : SamplingOptions {
   int64_t subsets = 50;
   double subset_fraction = 0.1;  // of the features per example, when subset_size is 0
   int64_t subset_size = 0;       // features per subset (overrides subset_fraction)
+  int64_t patch_size = 0;        // > 0: each subset a random square patch of this side
   float baseline = 0.0f;
 };
 struct FaithfulnessCorrelationProbe {

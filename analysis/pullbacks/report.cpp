@@ -88,17 +88,21 @@ Tensor sum_channels(const Tensor& attr) {
 
 bool is_ascent(const std::string& method) { return method == "pullback_ascent" || method == "gradient_ascent"; }
 
-// Defaults of the metrics as the report runs them (analysis/pullbacks/metrics.h).
-constexpr int64_t kSensitivitySamples = 10;
-constexpr int64_t kFaithfulnessSubsets = 50;
-constexpr int64_t kMonotonicitySamples = 10;
+// The side of the patch metrics' grid: the settings', else ⌈H/8⌉ (the metrics' default).
+int64_t patch_side(const MetricSettings& s, int64_t height) { return s.patch_side > 0 ? s.patch_side : (height + 7) / 8; }
 
-int64_t patch_count(int64_t height, int64_t width) {
-  const int64_t side = (height + 7) / 8;  // ceil(H/8): the metrics' default patch side
+int64_t patch_count(const MetricSettings& s, int64_t height, int64_t width) {
+  const int64_t side = patch_side(s, height);
   return ((height + side - 1) / side) * ((width + side - 1) / side);
 }
 
-int64_t samples_per_size(int64_t perturbations) { return std::max<int64_t>(1, (perturbations + 1) / 2); }
+// Infidelity's patch sizes: the settings', else two (H/2 and H/4).
+int64_t patch_sizes(const MetricSettings& s) { return s.infidelity_patches.empty() ? 2 : int64_t(s.infidelity_patches.size()); }
+
+// The perturbations per image shared evenly over the patch sizes, rounded up.
+int64_t samples_per_size(int64_t perturbations, int64_t sizes) {
+  return std::max<int64_t>(1, (perturbations + sizes - 1) / sizes);
+}
 
 }  // namespace
 
@@ -234,9 +238,11 @@ struct ReportRun {
   // The metrics' settings, seeded by options.metric_seed (first_example is set per batch).
   InfidelityOptions infidelity{};
   FaithfulnessCorrelationOptions faithfulness_correlation{};
+  FaithfulnessEstimateOptions faithfulness_estimate{};
   MonotonicityOptions monotonicity{};
   MaxSensitivityOptions max_sensitivity{};
   RandomisationOptions randomisation{};
+  uint64_t random_logit_seed = 0;
   // Focus: mosaics drawn once from the whole set (its prepare step), and how.
   Mosaics mosaics{};
   std::string focus_note{};
@@ -313,8 +319,12 @@ std::optional<MetricResult> score_infidelity(const ReportRun&, const ReportBatch
 }
 std::string infidelity_note(const ReportRun& run) {
   const int64_t each = run.infidelity.samples_per_size;
-  return cat(2 * each, " perturbations per image, the same for every method: ", "uniform-noise patches of side ",
-             std::max<int64_t>(1, run.height / 2), " and ", std::max<int64_t>(1, run.height / 4), ", ", each, " each");
+  std::string sides;
+  for (int64_t side : run.infidelity.patch_sizes) sides += cat(sides.empty() ? "" : " and ", side);
+  const std::optional<InputRange>& noise = run.infidelity.noise;
+  return cat(run.infidelity.patch_sizes.size() * size_t(each), " perturbations per image, the same for every method: ",
+             noise ? cat("U(", noise->lo, ", ", noise->hi, ")") : std::string("uniform"), "-noise patches of side ",
+             sides, ", ", each, " each");
 }
 
 // -- max-sensitivity: explains the expensive images again under noise
@@ -326,20 +336,23 @@ std::optional<MetricResult> score_max_sensitivity(const ReportRun& run, const Re
 }
 std::string max_sensitivity_note(const ReportRun& run) {
   return join_notes(run.expensive_note(),
-                    cat(kSensitivitySamples, " samples in an L-inf ball of radius 0.02 of the range"));
+                    cat(run.max_sensitivity.samples, " samples in an L-inf ball of radius ",
+                        run.options.metric_settings.sensitivity_radius,
+                        run.options.metric_settings.sensitivity_radius_absolute ? " in input units" : " of the range"));
 }
 
 // -- random logit: explains every image again for another class
 std::optional<MetricResult> score_random_logit(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps) {
   if (run.classes < 2) return std::nullopt;
-  return random_logit(maps.explainer, batch.x, batch.targets, run.classes, {run.options.metric_seed, batch.first},
+  return random_logit(maps.explainer, batch.x, batch.targets, run.classes, {run.random_logit_seed, batch.first},
                       maps.attr);
 }
 std::string random_logit_note(const ReportRun& run) {
-  return run.classes < 2 ? "not computed: the model has one class" : "";
+  return run.classes < 2 ? "not computed: the model has one class"
+                         : cat("the other class drawn from the model's ", run.classes, " with seed ", run.random_logit_seed);
 }
 
-// -- faithfulness correlation: probed on random feature subsets set to 0
+// -- faithfulness correlation: probed on random feature subsets (or patches) set to the baseline
 void probe_faithfulness_correlation_step(const ReportRun& run, ReportBatch& batch) {
   batch.faithfulness_correlation = probe_faithfulness_correlation(
       run.classifier, batch.x, batch.targets, from_example(run.faithfulness_correlation, batch.first));
@@ -348,19 +361,28 @@ std::optional<MetricResult> score_faithfulness_correlation(const ReportRun&, con
                                                            const MethodMaps& maps) {
   return faithfulness_correlation(batch.faithfulness_correlation, maps.attr);
 }
-std::string faithfulness_correlation_note(const ReportRun&) {
-  return cat(kFaithfulnessSubsets, " random subsets of 10% of the features, set to 0");
+std::string faithfulness_correlation_note(const ReportRun& run) {
+  const FaithfulnessCorrelationOptions& o = run.faithfulness_correlation;
+  return o.patch_size > 0 ? cat(o.subsets, " random square patches of side ", o.patch_size, ", set to ", o.baseline)
+                          : cat(o.subsets, " random subsets of 10% of the features, set to ", o.baseline);
 }
 
-// -- faithfulness estimate: probed on the patches of an 8x8 grid set to 0
+// -- faithfulness estimate: probed on the patches of a grid set to the baseline
 void probe_faithfulness_estimate_step(const ReportRun& run, ReportBatch& batch) {
-  batch.faithfulness_estimate = probe_faithfulness_estimate(run.classifier, batch.x, batch.targets);
+  batch.faithfulness_estimate = probe_faithfulness_estimate(run.classifier, batch.x, batch.targets, run.faithfulness_estimate);
 }
 std::optional<MetricResult> score_faithfulness_estimate(const ReportRun&, const ReportBatch& batch,
                                                         const MethodMaps& maps) {
   return faithfulness_estimate(batch.faithfulness_estimate, maps.attr);
 }
-std::string faithfulness_estimate_note(const ReportRun&) { return "8x8 grid of patches set to 0"; }
+// The patch metrics' grid, e.g. "4x4 grid of 56-pixel patches (3136 pixels a step)".
+std::string grid_text(const ReportRun& run, int64_t side) {
+  return cat((run.height + side - 1) / side, "x", (run.width + side - 1) / side, " grid of ", side, "-pixel patches (",
+             side * side, " pixels a step)");
+}
+std::string faithfulness_estimate_note(const ReportRun& run) {
+  return cat(grid_text(run, run.faithfulness_estimate.patch_size), " set to ", run.faithfulness_estimate.baseline);
+}
 
 // -- monotonicity correlation: probed on the expensive images' noised patches
 void probe_monotonicity_step(const ReportRun& run, ReportBatch& batch) {
@@ -373,7 +395,8 @@ std::optional<MetricResult> score_monotonicity(const ReportRun&, const ReportBat
   return monotonicity_correlation(batch.monotonicity, maps.attr_expensive);
 }
 std::string monotonicity_note(const ReportRun& run) {
-  return join_notes(run.expensive_note(), cat("8x8 grid of patches, ", kMonotonicitySamples, " noise samples each"));
+  return join_notes(run.expensive_note(),
+                    cat(grid_text(run, run.monotonicity.patch_size), ", ", run.monotonicity.samples, " noise samples each"));
 }
 
 // -- sparseness and complexity: of the pixel maps (channels summed)
@@ -450,7 +473,8 @@ const std::vector<ReportMetric>& report_metrics() {
        .probe = probe_infidelity_step,
        .score = score_infidelity,
        .probe_passes = [](const BatchCounts& c) {
-         return double(c.images * 2 * samples_per_size(c.options.perturbations)) * kForward;
+         const int64_t sizes = patch_sizes(c.options.metric_settings);
+         return double(c.images * sizes * samples_per_size(c.options.perturbations, sizes)) * kForward;
        },
        .note = infidelity_note},
       {.info = metric_info("max_sensitivity"),
@@ -458,7 +482,9 @@ const std::vector<ReportMetric>& report_metrics() {
        .by_default = true,
        .help = "how much the map changes under small input noise",
        .score = score_max_sensitivity,
-       .explanations = [](const BatchCounts& c) { return double(c.expensive * kSensitivitySamples); },
+       .explanations = [](const BatchCounts& c) {
+         return double(c.expensive * c.options.metric_settings.sensitivity_samples);
+       },
        .note = max_sensitivity_note},
       {.info = metric_info("random_logit"),
        .by_default = true,
@@ -471,7 +497,9 @@ const std::vector<ReportMetric>& report_metrics() {
        .help = "how the attribution of random feature subsets follows the logit drop when they are removed",
        .probe = probe_faithfulness_correlation_step,
        .score = score_faithfulness_correlation,
-       .probe_passes = [](const BatchCounts& c) { return double(c.images * kFaithfulnessSubsets) * kForward; },
+       .probe_passes = [](const BatchCounts& c) {
+         return double(c.images * c.options.metric_settings.faithfulness_subsets) * kForward;
+       },
        .note = faithfulness_correlation_note},
       {.info = metric_info("faithfulness_estimate"),
        .by_default = true,
@@ -487,7 +515,7 @@ const std::vector<ReportMetric>& report_metrics() {
        .probe = probe_monotonicity_step,
        .score = score_monotonicity,
        .probe_passes = [](const BatchCounts& c) {
-         return double(c.expensive * kMonotonicitySamples) * c.patches * kForward;
+         return double(c.expensive * c.options.metric_settings.monotonicity_samples) * c.patches * kForward;
        },
        .note = monotonicity_note},
       {.info = metric_info("sparseness"),
@@ -635,7 +663,7 @@ double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64
   const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
   const MetricList metrics = metric_rows(resolve_metrics(o.metrics));
   const int64_t E = expensive_images(o, images);
-  const double patches = double(patch_count(height, width));
+  const double patches = double(patch_count(o.metric_settings, height, width));
   const int64_t batch = std::max<int64_t>(1, o.batch_size), randomised = randomised_layers(o, layers);
   // Batch by batch, as explain_report spends it.
   double cost = 0;
@@ -717,14 +745,27 @@ void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labe
   run.layers = int64_t(layers_top_down(run.model).size());
   run.randomised = randomised_layers(o, run.layers);
 
+  const MetricSettings& s = o.metric_settings;
   run.infidelity.seed = o.metric_seed;
-  run.infidelity.samples_per_size = samples_per_size(o.perturbations);
+  run.infidelity.patch_sizes = s.infidelity_patches;
+  if (run.infidelity.patch_sizes.empty())
+    run.infidelity.patch_sizes = {std::max<int64_t>(1, run.height / 2), std::max<int64_t>(1, run.height / 4)};
+  run.infidelity.samples_per_size = samples_per_size(o.perturbations, int64_t(run.infidelity.patch_sizes.size()));
+  run.infidelity.noise = s.infidelity_noise;
   run.faithfulness_correlation.seed = o.metric_seed;
-  run.faithfulness_correlation.subsets = kFaithfulnessSubsets;
+  run.faithfulness_correlation.subsets = s.faithfulness_subsets;
+  run.faithfulness_correlation.patch_size = s.faithfulness_patch;
+  run.faithfulness_correlation.baseline = s.baseline;
+  run.faithfulness_estimate.patch_size = patch_side(s, run.height);
+  run.faithfulness_estimate.baseline = s.baseline;
   run.monotonicity.seed = o.metric_seed;
-  run.monotonicity.samples = kMonotonicitySamples;
+  run.monotonicity.samples = s.monotonicity_samples;
+  run.monotonicity.patch_size = patch_side(s, run.height);
   run.max_sensitivity.seed = o.metric_seed;
-  run.max_sensitivity.samples = kSensitivitySamples;
+  run.max_sensitivity.samples = s.sensitivity_samples;
+  // The metric takes its radius as a share of the range's width.
+  run.max_sensitivity.radius = s.sensitivity_radius_absolute ? s.sensitivity_radius / run.range().width() : s.sensitivity_radius;
+  run.random_logit_seed = s.random_logit_seed.value_or(o.metric_seed);
   run.randomisation.seed = 42 + o.metric_seed;
   run.randomisation.max_layers = o.randomisation_layers;
   for (const ReportMetric* m : metrics)
@@ -842,6 +883,7 @@ MetricTable metric_table(const ReportRun& run, const std::vector<std::string>& m
   table.context.emplace_back("images", cat(run.images));
   table.context.emplace_back("input range", cat("[", run.range().lo, ", ", run.range().hi, "]"));
   table.context.emplace_back("metric seed", cat(run.options.metric_seed));
+  table.context.emplace_back("metric settings", describe(run.options.metric_settings));
   for (const ReportMetric* m : metrics) {
     const int64_t images = m->on_mosaics ? run.mosaic_count() : m->expensive ? run.expensive : run.images;
     table.metrics.push_back({m->info, images, m->note ? m->note(run) : "", m->on_mosaics ? "mosaics" : "images"});
@@ -915,6 +957,7 @@ const RecordEntry kRecordEntries[] = {
     {"target", [](const ReportOptions& o, int64_t) { return target_name(o); }},
     {"batch", [](const ReportOptions& o, int64_t) { return cat(o.batch_size); }},
     {"perturbations", [](const ReportOptions& o, int64_t) { return cat(o.perturbations); }},
+    {"metric-settings", [](const ReportOptions& o, int64_t) { return describe(o.metric_settings); }},
     {"expensive-count", [](const ReportOptions& o, int64_t n) { return cat(expensive_images(o, n)); }},
     {"randomisation-layers", [](const ReportOptions& o, int64_t) { return cat(o.randomisation_layers); }},
     {"seed", [](const ReportOptions& o, int64_t) { return cat(o.metric_seed, " explain ", o.explain.seed); }},
@@ -1120,7 +1163,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);
-  const BatchWork work{run, metrics, methods, pictures, scale, double(patch_count(run.height, run.width))};
+  const BatchWork work{run, metrics, methods, pictures, scale, double(patch_count(o.metric_settings, run.height, run.width))};
   const bool keep_attributions = !o.out_dir.empty() && o.write_attributions;
   CellScores scores;  // method → metric → values
   std::map<std::string, Tensor> all_attributions, all_counterfactuals;

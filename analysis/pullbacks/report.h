@@ -24,6 +24,7 @@
 #include "analysis/common/provenance.h"
 #include "analysis/pullbacks/explain.h"
 #include "analysis/pullbacks/metrics.h"
+#include "analysis/pullbacks/protocol.h"
 #include "models/model.h"
 
 namespace adjoint {
@@ -134,7 +135,8 @@ struct ReportOptions {
   int64_t target_class = 0;  // for Target::Fixed
 
   int64_t batch_size = 32;       // images per explanation call
-  int64_t perturbations = 50;    // infidelity perturbations per image, split over the patch sizes {H/2, H/4}
+  int64_t perturbations = 50;    // infidelity perturbations per image, split over the patch sizes
+  MetricSettings metric_settings;  // the metrics' constants (analysis/pullbacks/protocol.h)
   int64_t expensive_count = 0;   // expensive metrics on the first N images (0: all)
   int64_t randomisation_layers = 0;  // layers re-initialised top-down (0: all)
   uint64_t metric_seed = 0;

@@ -65,6 +65,11 @@ ImageFolder::ImageFolder(const std::string& root, int64_t channels, int64_t heig
   check(!files_.empty(), root, ": no .png/.jpg/.jpeg/.bmp images in any class folder");
 }
 
+ImageFolder::ImageFolder(const std::string& root, const EvalPreset& preset)
+    : ImageFolder(root, 3, preset.crop, preset.crop) {
+  preset_ = &preset;
+}
+
 const std::string& ImageFolder::file(int64_t index) const {
   check_index(index);
   return files_[static_cast<size_t>(index)];
@@ -137,8 +142,7 @@ std::vector<uint8_t> read_bytes(const std::string& path) {
 
 }  // namespace
 
-void decode_image(const uint8_t* bytes, size_t size, const std::string& path, int64_t channels, int64_t height,
-                  int64_t width, float* out) {
+DecodedImage decode_image_bytes(const uint8_t* bytes, size_t size, const std::string& path, int64_t channels) {
   const ImageFormat* format = nullptr;
   for (const ImageFormat& f : kImageFormats)
     if (std::string_view(reinterpret_cast<const char*>(bytes), size).starts_with(f.magic)) format = &f;
@@ -158,14 +162,27 @@ void decode_image(const uint8_t* bytes, size_t size, const std::string& path, in
   std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
       stbi_load_from_memory(bytes, static_cast<int>(size), &w, &h, &n, static_cast<int>(channels)), stbi_image_free);
   check(pixels != nullptr, path, ": cannot decode ", what, " (", stbi_failure_reason(), ")");
+  DecodedImage image{h, w, channels, {}};
+  image.pixels.assign(pixels.get(), pixels.get() + int64_t(w) * h * channels);
+  return image;
+}
+
+DecodedImage load_image_bytes(const std::string& path, int64_t channels) {
+  const std::vector<uint8_t> bytes = read_bytes(path);
+  return decode_image_bytes(bytes.data(), bytes.size(), path, channels);
+}
+
+void decode_image(const uint8_t* bytes, size_t size, const std::string& path, int64_t channels, int64_t height,
+                  int64_t width, float* out) {
+  const DecodedImage image = decode_image_bytes(bytes, size, path, channels);
   // Interleaved (H, W, C) bytes → planar (C, H, W) floats in [0, 1].
-  const int64_t plane = int64_t(w) * h;
-  const bool same_size = h == height && w == width;
+  const int64_t plane = image.width * image.height;
+  const bool same_size = image.height == height && image.width == width;
   std::vector<float> scratch(same_size ? 0 : static_cast<size_t>(channels * plane));
   float* planar = same_size ? out : scratch.data();
   for (int64_t c = 0; c < channels; ++c)
-    for (int64_t i = 0; i < plane; ++i) planar[c * plane + i] = static_cast<float>(pixels.get()[i * channels + c]) / 255.0f;
-  if (!same_size) resize_bilinear(planar, channels, h, w, out, height, width);
+    for (int64_t i = 0; i < plane; ++i) planar[c * plane + i] = static_cast<float>(image.pixels[size_t(i * channels + c)]) / 255.0f;
+  if (!same_size) resize_bilinear(planar, channels, image.height, image.width, out, height, width);
 }
 
 void load_image(const std::string& path, int64_t channels, int64_t height, int64_t width, float* out) {
@@ -174,7 +191,12 @@ void load_image(const std::string& path, int64_t channels, int64_t height, int64
 }
 
 void ImageFolder::get(int64_t index, float* input, int64_t* targets) const {
-  load_image(file(index), channels_, height_, width_, input);
+  if (preset_ != nullptr) {
+    const DecodedImage image = load_image_bytes(file(index), 3);
+    preprocess_image(image.pixels.data(), image.height, image.width, *preset_, input, file(index));
+  } else {
+    load_image(file(index), channels_, height_, width_, input);
+  }
   targets[0] = labels_[static_cast<size_t>(index)];
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
+#include "engine/data/imagenet.h"
 
 namespace adjoint {
 
@@ -25,9 +26,21 @@ void load_image(const std::string& path, int64_t channels, int64_t height, int64
 void decode_image(const uint8_t* bytes, size_t size, const std::string& path, int64_t channels, int64_t height,
                   int64_t width, float* out);
 
+// Decodes one image file to interleaved (height, width, channels) bytes, the channel count
+// converted as stb does (grey repeated, alpha dropped). Errors name the file, as load_image's.
+struct DecodedImage {
+  int64_t height = 0, width = 0, channels = 0;
+  std::vector<uint8_t> pixels;
+};
+DecodedImage decode_image_bytes(const uint8_t* bytes, size_t size, const std::string& path, int64_t channels);
+DecodedImage load_image_bytes(const std::string& path, int64_t channels);
+
 class ImageFolder : public Dataset {
 public:
   ImageFolder(const std::string& root, int64_t channels, int64_t height, int64_t width);
+  // RGB images through a preset's evaluation transform (engine/data/imagenet.h): every
+  // example is (3, crop, crop) in [0, 1], whatever the file's size.
+  ImageFolder(const std::string& root, const EvalPreset& preset);
 
   std::string name() const override { return "image-folder:" + root_; }
   int64_t size() const override { return static_cast<int64_t>(files_.size()); }
@@ -43,6 +56,7 @@ public:
 private:
   std::string root_;
   int64_t channels_, height_, width_;
+  const EvalPreset* preset_ = nullptr;  // null: a plain bilinear resize to height × width
   std::vector<std::string> classes_;
   std::vector<std::string> files_;
   std::vector<int64_t> labels_;

@@ -6,6 +6,7 @@
 #include "engine/data/cifar.h"
 #include "engine/data/idx.h"
 #include "engine/data/image_folder.h"
+#include "engine/data/imagenet.h"
 #include "engine/data/synthetic.h"
 #include "engine/data/variants.h"
 #include "engine/error.h"
@@ -125,6 +126,50 @@ DataSource open_image_folders(const std::string& spec, const std::vector<std::st
   return d;
 }
 
+// ImageNet's layout: ROOT/val/<wnid>/*.JPEG, and ROOT/train/<wnid>/... when a command
+// trains. Labels are positions among the sorted wnids, the order of the pretrained heads.
+DataSource open_imagenet(const std::string& spec, const std::vector<std::string>& p, bool with_train) {
+  expect_parts(spec, p, 2, 1, "imagenet:ROOT[:PRESET]");
+  const EvalPreset* found = nullptr;
+  try {
+    found = &eval_preset(p.size() == 3 ? p[2] : kDefaultEvalPreset);
+  } catch (const UsageError& e) {
+    throw UsageError(cat("--data ", spec, ": ", e.what()));
+  }
+  const EvalPreset& preset = *found;
+  DataSource d;
+  auto val = std::make_shared<ImageFolder>(p[1] + "/val", preset);
+  d.test = val;
+  d.train = val;
+  if (with_train) {
+    std::error_code error;
+    if (!std::filesystem::is_directory(p[1] + "/train", error))
+      throw Error(cat("--data ", spec, ": ", p[1], "/train is missing; this command trains, and ImageNet's training "
+                      "images go there (ROOT/train/<wnid>/*.JPEG)"));
+    auto train = std::make_shared<ImageFolder>(p[1] + "/train", preset);
+    check_same_classes(spec, *train, *val);
+    d.train = train;
+  }
+  d.mean.assign(preset.mean.begin(), preset.mean.end());
+  d.std.assign(preset.std.begin(), preset.std.end());
+  d.images = true;
+  return d;
+}
+
+// The human-readable names where the folder holds ImageNet-1k's 1000 classes (or is not
+// there to read); the folder names (wnids) for a folder of other classes, since the names'
+// list is by label, not by wnid, and a subset's labels are not ImageNet's.
+std::vector<std::string> imagenet_names(const std::vector<std::string>& p) {
+  std::vector<std::string> wnids;
+  std::error_code error;
+  if (p.size() < 2 || !std::filesystem::is_directory(p[1] + "/val", error)) return imagenet_class_names();
+  for (const auto& entry : std::filesystem::directory_iterator(p[1] + "/val", error))
+    if (entry.is_directory(error)) wnids.push_back(entry.path().filename().string());
+  if (wnids.size() == imagenet_class_names().size()) return imagenet_class_names();
+  std::sort(wnids.begin(), wnids.end());
+  return wnids;
+}
+
 DataSource open_modular_addition(const std::string& spec, const std::vector<std::string>& p, bool) {
   expect_parts(spec, p, 1, 1, "modadd[:P]");
   const int64_t modulus = p.size() == 2 ? positive(spec, p[1], "P") : 113;
@@ -211,6 +256,7 @@ const std::vector<DataFamily>& data_families() {
          std::sort(names.begin(), names.end());
          return names;
        }},
+      {"imagenet", "imagenet:ROOT[:PRESET]", open_imagenet, imagenet_names},
       {"modadd", "modadd[:P]", open_modular_addition, no_class_names},
       {"text", "text:FILE[:LEN]", open_text, no_class_names},
       {"fortunes", "fortunes[:LEN[:FOLDER]]", open_fortunes, no_class_names},

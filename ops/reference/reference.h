@@ -29,6 +29,7 @@
 //   embedding.cpp    embedding lookup
 //   loss.cpp         cross-entropy, mean squared error
 //   values.cpp       Values from and to the engine's tensors
+//   resample.cpp     PIL's 8-bit image resize (engine/data/resample.h)
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "engine/tensor.h"
 #include "engine/transport.h"
 #include "ops/activation.h"
+#include "engine/data/resample.h"
 #include "ops/conv.h"
 
 namespace adjoint::reference {
@@ -229,5 +231,10 @@ Values cross_entropy_backward(double u, const Values& logits, const std::vector<
 // mean((a − b)²), and its cotangents u·2(a − b)/n, −u·2(a − b)/n.
 double mse_forward(const Values& a, const Values& b);
 ProductGrads mse_backward(double u, const Values& a, const Values& b);
+
+// PIL's resize of an interleaved (h, w, channels) byte image to (out_h, out_w, channels):
+// rows first, then columns, each output a fixed-point sum over its whole input axis.
+std::vector<uint8_t> resample_uint8(const std::vector<uint8_t>& in, int64_t h, int64_t w, int64_t channels,
+                                    int64_t out_h, int64_t out_w, ResampleFilter filter);
 
 }  // namespace adjoint::reference
