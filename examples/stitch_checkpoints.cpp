@@ -18,7 +18,7 @@
 #include "engine/autograd.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
-#include "tools/model_source.h"
+#include "models/model_source.h"
 
 using namespace adjoint;
 

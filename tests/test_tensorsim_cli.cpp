@@ -14,9 +14,9 @@
 #include "engine/io/safetensors.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"
+#include "models/model_source.h"
 #include "models/training.h"
 #include "tests/support.h"
-#include "tools/model_source.h"
 
 using namespace adjoint;
 using adjoint::testing::CommandOutcome;

@@ -17,10 +17,10 @@
 #include "engine/io/files.h"
 #include "engine/io/json.h"
 #include "models/checkpoint.h"
+#include "models/model_source.h"
 #include "models/training.h"
 #include "tools/cli.h"
 #include "tools/html_report.h"
-#include "tools/model_source.h"
 #include "tools/progress.h"
 
 namespace adjoint {

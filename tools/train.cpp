@@ -21,12 +21,12 @@
 #include "engine/io/safetensors.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"
+#include "models/model_source.h"
 #include "models/training.h"
 #include "ops/layout.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
 #include "tools/html_report.h"
-#include "tools/model_source.h"
 #include "tools/progress.h"
 
 namespace adjoint {

@@ -1,4 +1,4 @@
-#include "tools/model_source.h"
+#include "models/model_source.h"
 
 #include <cmath>
 
