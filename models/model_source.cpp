@@ -1,11 +1,8 @@
 #include "models/model_source.h"
 
-#include <cmath>
-
 #include <algorithm>
 #include <cmath>
 
-#include "analysis/stitching/stitched_model.h"
 #include "engine/data/image_folder.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
@@ -13,66 +10,6 @@
 #include "models/checkpoint.h"
 
 namespace adjoint {
-
-const std::vector<cli::OptionSpec>& model_options() {
-  static const std::vector<cli::OptionSpec> options = {
-      {"model", "NAME", "resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom, bilinear_mlp, bilinear_lm",
-       ""},
-      {"width", "X", "channel multiplier (ResNet, VGG)", "1"},
-      {"imagenet-stem", "", "ResNet: 7x7 stride-2 stem + max-pool; VGG: ImageNet classifier", ""},
-      {"patch", "N", "ViT patch size", "4"},
-      {"pool", "KIND", "ViT head: token (class token) or avg (mean of patch tokens, timm's global_pool='avg')",
-       "token"},
-      {"dim", "N", "ViT / bilinear LM width, bilinear MLP embedding width (0: the model's default / none)", "0"},
-      {"depth", "N", "ViT / bilinear LM blocks; bilinear MLP residual blocks (0: the model's default)", "0"},
-      {"heads", "N", "attention heads (0: the model's default)", "0"},
-      {"hidden", "N", "bilinear MLP hidden width", "256"},
-      {"attention", "KIND", "bilinear LM attention: softmax or bilinear", "softmax"},
-      {"mlp-ratio", "N", "ViT / bilinear LM MLP hidden width as a multiple of the width", "4"},
-      {"residual-scale", "X", "bilinear LM and deep bilinear MLP: x + X·block(x)", "1"},
-  };
-  return options;
-}
-
-std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own) {
-  own.insert(own.begin(), model_options().begin(), model_options().end());
-  return own;
-}
-
-std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSpec> own) {
-  static const std::vector<cli::OptionSpec> source = {
-      {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
-      {"stitch", "FILE", "a stitch written by adjoint stitch: its front and end checkpoints (relative paths: to the "
-                         "stitch file's folder; their content must be the checkpoints it was trained with) joined by it", ""},
-      {"weights", "FILE", "a state dict for --model", ""},
-      {"classes", "N", "classes of --model", "1000"},
-      {"in-channels", "N", "input channels of --model", "3"},
-      {"image-size", "N", "input size of --model", "224"},
-      {"mean", "LIST", "per-channel normalisation mean for images", ""},
-      {"std", "LIST", "per-channel normalisation std for images", ""},
-  };
-  own.insert(own.begin(), source.begin(), source.end());
-  return with_model_options(std::move(own));
-}
-
-ModelConfig model_config(const cli::Args& a) {
-  ModelConfig c;
-  c.arch = a.text("model");
-  c.width = a.number("width");
-  c.small_stem = !a.flag("imagenet-stem");
-  c.patch = a.integer("patch");
-  c.pool = a.text("pool");
-  c.dim = a.integer("dim");
-  c.depth = a.integer("depth");
-  c.heads = a.integer("heads");
-  c.hidden = a.integer("hidden");
-  c.attention = a.text("attention");
-  c.mlp_ratio = a.integer("mlp-ratio");
-  c.residual_scale = a.number("residual-scale");
-  if (c.mlp_ratio < 1) throw UsageError(cat("--mlp-ratio must be at least 1, got ", c.mlp_ratio));
-  if (!std::isfinite(c.residual_scale)) throw UsageError(cat("--residual-scale must be a finite number, got ", c.residual_scale));
-  return c;
-}
 
 std::vector<float> parse_floats(const std::string& text, const char* option) {
   std::vector<float> out;
@@ -93,10 +30,6 @@ std::vector<float> parse_floats(const std::string& text, const char* option) {
   return out;
 }
 
-namespace {
-// The first value of m.mean that is not finite or of m.std that is not positive and
-// finite, described with the names given ("--std value 0 is not a positive number"); ""
-// when all are fine.
 std::string normalisation_problem(const LoadedModel& m, const char* mean_name, const char* std_name) {
   for (float v : m.mean)
     if (!std::isfinite(v)) return cat(mean_name, " value ", v, " is not a finite number");
@@ -105,7 +38,6 @@ std::string normalisation_problem(const LoadedModel& m, const char* mean_name, c
       return cat(std_name, " value ", v, " is not a positive number (images are divided by it)");
   return "";
 }
-}  // namespace
 
 LoadedModel load_checkpoint_model(const std::string& path) {
   LoadedModel m;
@@ -126,67 +58,15 @@ LoadedModel load_checkpoint_model(const std::string& path) {
   return m;
 }
 
-LoadedModel load_stitched_model(const std::string& path) {
-  const StitchFile file = read_stitch_file(path);
-  // Each model from its path (relative ones: to the stitch file's folder), and only when its
-  // content is the checkpoint's the stitch was trained between.
-  const auto load = [&](const std::string& checkpoint, const std::string& hash, const char* role) {
-    const std::string resolved = stitch_checkpoint_path(file, checkpoint);
-    LoadedModel m;
-    try {
-      m = load_checkpoint_model(resolved);
-    } catch (const Error& e) {
-      throw Error(cat("stitch file ", path, ": its ", role, " model: ", e.what()));
-    }
-    check(!hash.empty(), "stitch file ", path, " records no content hash of its ", role, " model ", resolved,
-          ", so it cannot tell that model from another; make it again with adjoint stitch --overwrite");
-    const std::string found = file_hash(resolved);
-    check(found == hash, "stitch file ", path, ": its ", role, " model ", resolved, " is not the checkpoint it was trained "
-          "with (content hash ", found, ", the stitch records ", hash, ")");
-    return std::make_pair(resolved, m);
-  };
-  const auto [front_path, front] = load(file.front, file.front_hash, "front");
-  const auto [end_path, end] = load(file.end, file.end_hash, "end");
-  const ModelConfig& c = front.model->config();
-  const StitchPair pair({front_path, front.model, front.mean, front.std}, file.front_block,
-                        {end_path, end.model, end.mean, end.std}, file.end_block,
-                        {c.in_channels, c.image_size, c.image_size});
+LoadedModel load_weights_model(const ModelConfig& config, const std::string& weights_path) {
   LoadedModel m;
-  m.model = stitched_model(pair, file);
-  m.mean = front.mean;  // the stitched model's inputs are the front model's
-  m.std = front.std;
-  m.data_spec = front.data_spec;
-  m.origin = cat("stitch ", path, ": ", pair.shapes().where);
-  return m;
-}
-
-LoadedModel load_model(const cli::Args& a) {
-  LoadedModel m;
-  if (a.has("stitch")) {
-    if (a.has("checkpoint") || a.has("weights"))
-      throw UsageError("give either --stitch or --checkpoint or --model with --weights, one of them");
-    m = load_stitched_model(a.text("stitch"));
-  } else if (a.has("checkpoint")) {
-    if (a.has("weights")) throw UsageError("give either --checkpoint or --model with --weights, not both");
-    m = load_checkpoint_model(a.text("checkpoint"));
-  } else {
-    if (!a.has("model") || !a.has("weights")) throw UsageError("give --checkpoint FILE, or --model NAME with --weights FILE");
-    ModelConfig c = model_config(a);
-    c.num_classes = a.integer("classes");
-    c.in_channels = a.integer("in-channels");
-    c.image_size = a.integer("image-size");
-    Generator gen(0);
-    m.model = make_model(c, gen);
-    m.origin = "weights " + a.text("weights");
-    const SafetensorsFile weights = read_safetensors(a.text("weights"));
-    for (const auto& [name, t] : weights.tensors)  // torch stores BatchNorm's counter as I64
-      if (!name.ends_with("num_batches_tracked")) require_floating_point(weights, name, a.text("weights"));
-    load_state_dict(*m.model, weights.tensors, a.text("weights"));
-  }
-  if (a.has("mean")) m.mean = parse_floats(a.text("mean"), "mean");
-  if (a.has("std")) m.std = parse_floats(a.text("std"), "std");
-  const std::string problem = normalisation_problem(m, "--mean", "--std");
-  if (!problem.empty()) throw UsageError(cat("option ", problem));
+  Generator gen(0);
+  m.model = make_model(config, gen);
+  m.origin = "weights " + weights_path;
+  const SafetensorsFile weights = read_safetensors(weights_path);
+  for (const auto& [name, t] : weights.tensors)  // torch stores BatchNorm's counter as I64
+    if (!name.ends_with("num_batches_tracked")) require_floating_point(weights, name, weights_path);
+  load_state_dict(*m.model, weights.tensors, weights_path);
   m.model->train(false);
   return m;
 }

@@ -16,6 +16,7 @@
 #include "tools/cli.h"
 #include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
 #include "tools/html_report.h"
+#include "tools/model_options.h"
 #include "tools/progress.h"
 
 namespace adjoint {

@@ -27,6 +27,7 @@
 #include "tools/attack_options.h"
 #include "tools/cli.h"
 #include "tools/html_report.h"
+#include "tools/model_options.h"
 #include "tools/progress.h"
 
 namespace adjoint {
