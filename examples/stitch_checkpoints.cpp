@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/common/robustness.h"
 #include "analysis/stitching/pair.h"
 #include "analysis/stitching/stitched_model.h"
 #include "analysis/stitching/train.h"
