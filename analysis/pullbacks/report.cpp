@@ -527,12 +527,6 @@ const ReportMetric* find_report_metric(const std::string& name) {
 
 // ---- names -------------------------------------------------------------------------------
 
-std::vector<std::string> report_metric_names() {
-  std::vector<std::string> names;
-  for (const ReportMetric& m : report_metrics()) names.push_back(m.info.name);
-  return names;
-}
-
 std::vector<std::string> resolve_metrics(const std::vector<std::string>& names) {
   const std::vector<ReportMetric>& table = report_metrics();
   std::vector<bool> chosen(table.size(), false);
