@@ -70,7 +70,7 @@ std::string table_markdown(const MetricTable& table);
 // ---- the metric table ---------------------------------------------------------------------
 
 struct ReportOptions;
-// What the metrics' steps work on (defined in report.cpp): the whole run (the model, the
+// What the metrics' steps work on (defined in report_run.h): the whole run (the model, the
 // images and their targets, the metrics' settings), one batch of images with its probes,
 // one method's maps of a batch, and what a batch's cost depends on.
 struct ReportRun;
