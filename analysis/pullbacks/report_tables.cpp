@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "engine/io/csv.h"
 #include "engine/io/json.h"
+#include "engine/io/table.h"
 
 namespace adjoint {
 
@@ -15,24 +17,10 @@ namespace {
 // Numbers for JSON, where NaN and infinity have no spelling: null.
 Json json_number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-// Markdown cells cannot hold a bare '|'.
-std::string md_cell(const std::string& s) {
-  std::string out;
-  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
-  return out;
-}
-
 }  // namespace
 
 std::string number(double v) {
-  if (std::isnan(v)) return "nan";
+  if (!std::isfinite(v)) return csv_number(v);
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
@@ -49,18 +37,18 @@ const MetricRow* MetricTable::find(const std::string& method, const std::string&
 std::string direction_arrow(const MetricInfo& info) { return info.higher_is_better ? "↑" : "↓"; }
 
 std::string table_csv(const MetricTable& t) {
-  std::string out = "method,metric,direction,higher_is_better,mean,std,ci_low,ci_high,count,undefined,images,note\n";
+  Table out{{"method", "metric", "direction", "higher_is_better", "mean", "std", "ci_low", "ci_high", "count", "undefined",
+             "images", "note"}};
   for (const MetricColumn& col : t.metrics)
     for (const std::string& method : t.methods) {
       const MetricRow* r = t.find(method, col.info.name);
       if (!r) continue;
       const Summary& s = r->summary;
-      out += cat(csv_field(method), ",", col.info.name, ",", col.info.direction(), ",",
-                 col.info.higher_is_better ? "true" : "false", ",", number(s.mean), ",", number(s.std), ",",
-                 number(s.ci_low), ",", number(s.ci_high), ",", s.count, ",", s.undefined, ",", col.images, ",",
-                 csv_field(col.note), "\n");
+      out.add_row({method, col.info.name, col.info.direction(), col.info.higher_is_better ? "true" : "false",
+                   number(s.mean), number(s.std), number(s.ci_low), number(s.ci_high), cat(s.count), cat(s.undefined),
+                   cat(col.images), col.note});
     }
-  return out;
+  return out.csv();
 }
 
 std::string table_json(const MetricTable& t) {
@@ -120,36 +108,40 @@ std::string table_markdown(const MetricTable& t) {
   }
 
   out += "## Summary\n\nMean over images; ↑ higher is better, ↓ lower is better; the best method of each metric in bold.\n\n";
-  out += "| method |";
-  for (const MetricColumn& col : t.metrics) out += cat(" ", col.info.name, " ", direction_arrow(col.info), " |");
-  out += "\n|---|";
-  for (size_t i = 0; i < t.metrics.size(); ++i) out += "---:|";
-  out += "\n";
+  Table summary{{"method"}};
+  summary.align = {Align::Left};
+  for (const MetricColumn& col : t.metrics) {
+    summary.header.push_back(cat(col.info.name, " ", direction_arrow(col.info)));
+    summary.align.push_back(Align::Right);
+  }
   for (const std::string& method : t.methods) {
-    out += cat("| ", md_cell(method), " |");
+    std::vector<std::string> row = {method};
     for (const MetricColumn& col : t.metrics) {
       const MetricRow* r = t.find(method, col.info.name);
       const std::string v = r ? number(r->summary.mean) : "—";
       const auto b = best.find(col.info.name);
-      out += b != best.end() && b->second == method ? cat(" **", v, "** |") : cat(" ", v, " |");
+      row.push_back(b != best.end() && b->second == method ? cat("**", v, "**") : v);
     }
-    out += "\n";
+    summary.add_row(row);
   }
+  out += summary.markdown();
 
   for (const MetricColumn& col : t.metrics) {
     out += cat("\n## ", col.info.name, " ", direction_arrow(col.info), " (", col.info.direction(), ")\n\n",
                col.info.description, ". ", col.images, " ", col.unit, col.note.empty() ? "" : "; " + col.note, ".\n\n");
-    out += cat("| method | mean ± std | ", ci, "% CI | n | undefined |\n|---|---:|---:|---:|---:|\n");
+    Table rows{{"method", "mean ± std", cat(ci, "% CI"), "n", "undefined"}};
+    rows.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right};
     for (const std::string& method : t.methods) {
       const MetricRow* r = t.find(method, col.info.name);
       if (!r) {
-        out += cat("| ", md_cell(method), " | — | — | 0 | — |\n");
+        rows.add_row({method, "—", "—", "0", "—"});
         continue;
       }
       const Summary& s = r->summary;
-      out += cat("| ", md_cell(method), " | ", number(s.mean), " ± ", number(s.std), " | [", number(s.ci_low), ", ",
-                 number(s.ci_high), "] | ", s.count, " | ", s.undefined, " |\n");
+      rows.add_row({method, cat(number(s.mean), " ± ", number(s.std)),
+                    cat("[", number(s.ci_low), ", ", number(s.ci_high), "]"), cat(s.count), cat(s.undefined)});
     }
+    out += rows.markdown();
   }
   return out;
 }
