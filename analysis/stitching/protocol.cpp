@@ -84,10 +84,6 @@ const ProtocolRule& protocol(const std::string& name) {
   throw UsageError(cat("unknown stitching protocol '", name, "'; protocols: ", names));
 }
 
-// A value that was not measured (NaN: a standard cell's IRI columns, rAuA not asked for) is
-// an empty cell rather than a number.
-std::string measured(double v, int digits) { return std::isnan(v) ? "" : fixed(v, digits); }
-
 // One column of the results tables: its CSV header and value, its Markdown header and value.
 struct TableColumn {
   const char* csv;
