@@ -18,6 +18,7 @@
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/safetensors.h"
+#include "engine/io/table.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"
 #include "models/model_source.h"
@@ -419,23 +420,22 @@ int run_predict(const cli::Args& a) {
   // that a failure leaves neither half of the output.
   AtomicFile tensor_file(out + ".safetensors", "predict");
   write_safetensors(tensor_file, {{"logits", logits}}, {{"model", m.model->config().arch}});
-  std::string csv = "index,predicted";
+  Table csv{{"index", "predicted"}};
   const int64_t n = logits.size(0), k = logits.numel() / std::max<int64_t>(n, 1);
-  for (int64_t j = 0; j < k; ++j) csv += cat(",logit_", j);
-  csv += "\n";
+  for (int64_t j = 0; j < k; ++j) csv.header.push_back(cat("logit_", j));
   for (int64_t i = 0; i < n; ++i) {
     const float* row = logits.data() + i * k;
     int64_t best = 0;
     for (int64_t j = 1; j < k; ++j)
       if (row[j] > row[best]) best = j;
-    csv += cat(i, ",", best);
-    for (int64_t j = 0; j < k; ++j) csv += cat(",", csv_number(row[j]));
-    csv += "\n";
+    std::vector<std::string> cells = {cat(i), cat(best)};
+    for (int64_t j = 0; j < k; ++j) cells.push_back(csv_number(row[j]));
+    csv.add_row(cells);
     const std::string name = best < int64_t(names.size()) ? cat(" (", names[size_t(best)], ")") : "";
     std::printf("%lld: class %lld%s (logit %.4f)\n", (long long)i, (long long)best, name.c_str(), row[best]);
   }
   AtomicFile csv_file(out + ".csv", "predict");
-  csv_file.write(csv);
+  csv_file.write(csv.csv());
   csv_file.commit();
   tensor_file.commit();
   std::printf("wrote %s.safetensors and %s.csv\n", out.c_str(), out.c_str());
