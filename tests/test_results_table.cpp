@@ -81,4 +81,9 @@ TEST_CASE("results table: a row of the wrong width is refused; a CSV file reads 
   CHECK(cut.rows.size() == 1);
   CHECK(cut.rows_left_out == 1);
   CHECK_THROWS_WITH_AS(read_csv_table(dir.file("missing.csv")), doctest::Contains("missing.csv"), Error);
+  // A file's row may be short: every format still writes it, JSON with null for the missing cell.
+  write_file_atomic(dir.file("ragged.csv"), "a,b\n1\n");
+  const Table ragged = read_csv_table(dir.file("ragged.csv"));
+  CHECK(to_json(ragged.json()) == R"([{"a":1,"b":null}])");
+  CHECK(ragged.csv() == "a,b\n1\n");
 }

@@ -70,7 +70,7 @@ Json Table::json() const {
   Json out = Json::array();
   for (const auto& row : rows) {
     Json object = Json::object();
-    for (size_t i = 0; i < header.size(); ++i) object[header[i]] = json_cell(row[i]);
+    for (size_t i = 0; i < header.size(); ++i) object[header[i]] = i < row.size() ? json_cell(row[i]) : Json();
     out.push_back(object);
   }
   return out;
