@@ -106,10 +106,11 @@ void product(GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t 
   sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// Work below which a product is not worth splitting (flops): about 100 µs of one core.
+// Work below which a product is not worth splitting (flops): too little to pay for handing
+// it to other threads.
 constexpr double kSplitFlops = 1.6e7;
-// Target panel extent. Narrower panels repack the other operand more often and lose
-// 5-10% of sgemm's rate (measured: 256 wide vs 512 wide at K=576..4608).
+// Target panel extent. Narrower panels repack the other operand more often and lose part
+// of sgemm's rate (docs/benchmarks.md).
 constexpr int64_t kPanel = 512;
 // No panel narrower than this (the packing of the other operand would dominate).
 constexpr int64_t kMinPanel = 128;

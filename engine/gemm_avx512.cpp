@@ -23,8 +23,8 @@ constexpr int64_t kMr = kAvx512PanelRows;
 constexpr int64_t kNr = 32;
 // Blocks: op(B) kKc × kNc (about 1 MiB, in L2 or L3), op(A) kMc × kKc (240 KiB, in L2),
 // a panel of op(B) kKc × kNr (32 KiB, in L1 while kMc / kMr panels of A pass over it).
-// Measured on a Zen 5 core over the shapes of ResNet's and VGG's convolutions: kKc = 256
-// beat 192 and 384 (by 5-40%), and a 12-row tile beat a 14-row one.
+// kKc and the 12-row tile were chosen on the shapes of ResNet's and VGG's convolutions
+// (docs/benchmarks.md).
 constexpr int64_t kKc = kAvx512DepthBlock;
 constexpr int64_t kMc = 240;
 constexpr int64_t kNc = 1024;

@@ -47,9 +47,9 @@ std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
 
 // A training step frees and allocates the same activations, step after step. glibc hands
 // freed blocks back to the system (above its adaptive mmap threshold, and the free top of
-// the heap above its trim threshold), so every step faulted them in again and the kernel
-// zeroed each page: about a tenth of a ResNet-18 step was spent in clear_page. Freed memory
-// stays in the process instead (blocks up to glibc's largest mmap threshold, 32 MiB, come
+// the heap above its trim threshold), so every step would fault them in again and the
+// kernel would zero each page (what that cost: docs/benchmarks.md). Freed memory stays in
+// the process instead (blocks up to glibc's largest mmap threshold, 32 MiB, come
 // from the heap; the heap is never trimmed), which PyTorch gets from its caching allocator
 // on GPUs. The resident set then stays at the peak of live tensors. A user's own malloc
 // settings (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, GLIBC_TUNABLES) are left alone:

@@ -16,7 +16,8 @@
 //
 // Use it inside a parallel_for body, around loops that are compute-bound in cache (GELU's
 // erf and exp, the soft gates); memory-bound loops gain nothing from it. Measure before
-// adding a call: the Winograd transforms, compiled this way, ran no faster.
+// adding a call (`adjoint bench`): a loop that waits on memory, such as the Winograd
+// transforms, gains nothing.
 #pragma once
 #include <algorithm>
 #include <atomic>

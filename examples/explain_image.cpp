@@ -17,8 +17,8 @@
 #include "analysis/pullbacks/explain.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
+#include "models/model_source.h"
 #include "ops/layout.h"
-#include "tools/model_source.h"
 
 using namespace adjoint;
 

@@ -12,13 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "analysis/common/robustness.h"
 #include "analysis/stitching/pair.h"
 #include "analysis/stitching/stitched_model.h"
 #include "analysis/stitching/train.h"
 #include "engine/autograd.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
-#include "tools/model_source.h"
+#include "models/model_source.h"
 
 using namespace adjoint;
 

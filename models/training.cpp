@@ -11,6 +11,7 @@
 
 #include "engine/autograd.h"
 #include "engine/io/csv.h"
+#include "engine/io/table.h"
 #include "engine/data/loader.h"
 #include "engine/distributed.h"
 #include "engine/error.h"
@@ -77,14 +78,9 @@ Schedule make_schedule(const TrainOptions& o, int64_t total_steps) {
   return s;
 }
 
-std::string csv_header() {
-  return "epoch,step,train_loss,train_accuracy,test_loss,test_accuracy,seconds,samples_per_second,lr\n";
-}
-
-std::string csv_row(const EpochRecord& r) {
-  return cat(r.epoch, ",", r.step, ",", csv_number(r.train_loss), ",", csv_number(r.train_accuracy), ",",
-             csv_number(r.test_loss), ",", csv_number(r.test_accuracy), ",", csv_number(r.seconds), ",",
-             csv_number(r.samples_per_second), ",", csv_number(r.lr), "\n");
+std::vector<std::string> csv_row(const EpochRecord& r) {
+  return {cat(r.epoch), cat(r.step), csv_number(r.train_loss), csv_number(r.train_accuracy), csv_number(r.test_loss),
+          csv_number(r.test_accuracy), csv_number(r.seconds), csv_number(r.samples_per_second), csv_number(r.lr)};
 }
 
 Json record_json(const EpochRecord& r) {
@@ -103,10 +99,11 @@ Json record_json(const EpochRecord& r) {
 
 // The log files of a run: every record so far, rewritten atomically after each epoch.
 void write_logs(const std::string& dir, const std::vector<EpochRecord>& records) {
-  std::string csv = csv_header();
+  Table csv{{"epoch", "step", "train_loss", "train_accuracy", "test_loss", "test_accuracy", "seconds",
+             "samples_per_second", "lr"}};
   Json json = Json::array();
-  for (const auto& r : records) csv += csv_row(r), json.push_back(record_json(r));
-  write_file_atomic(dir + "/log.csv", csv);
+  for (const auto& r : records) csv.add_row(csv_row(r)), json.push_back(record_json(r));
+  write_file_atomic(dir + "/log.csv", csv.csv());
   write_file_atomic(dir + "/log.json", to_json(json, 2) + "\n");
 }
 

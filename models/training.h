@@ -3,7 +3,7 @@
 // and a per-epoch log. Display is the caller's: progress arrives through a callback.
 //
 // What a step does is a step function: classification (here), PGD adversarial training
-// (analysis/stitching/robustness.h) and stitch training (analysis/stitching/train.h) are three step
+// (analysis/common/robustness.h) and stitch training (analysis/stitching/train.h) are three step
 // functions of one loop. run_steps is that loop's core (schedule, batch, zeroed gradients,
 // step function, optimizer); train() wraps it in epochs, evaluation, checkpoints and logs.
 #pragma once

@@ -38,8 +38,8 @@ public:
 
 private:
   // The MLP half of the block, h + mlp(norm2(h)): token by token, so at inference it runs
-  // on chunks of 1024 tokens, fc1's output staying in cache through GELU and fc2 (on
-  // ViT-Tiny's batch of 4160 tokens the MLP ran 5% faster, the inference step 2.7%).
+  // on chunks of 1024 tokens, fc1's output staying in cache through GELU and fc2
+  // (docs/benchmarks.md).
   Tensor with_mlp(const Tensor& h) const {
     return rowwise_in_chunks(h, 1024, [this](const Tensor& t) {
       return fc2->forward(gelu(fc1->forward(norm2->forward(t))), t);

@@ -31,10 +31,9 @@ constexpr int64_t kGrain = 1 << 14;
 float normal_pdf(float z) { return fast_exp(-0.5f * z * z) * static_cast<float>(0.5 * M_2_SQRTPI * M_SQRT1_2); }
 float logistic(float z) { return 1.0f / (1.0f + fast_exp(-z)); }
 
-// Φ, evaluated once or twice per element of every GELU and every soft gate. std::erfc
-// costs ~30 ns a call, five times this function, and its loops do not vectorise: GELU
-// took a quarter of a ViT training step and the soft pullback of a small ResNet was
-// markedly slower than its gradient. This is a rational approximation of erf on [−4, 4]
+// Φ, evaluated once or twice per element of every GELU and every soft gate, so its cost
+// is a large share of a ViT step and of every soft pullback. std::erfc is a libm call
+// whose loops do not vectorise (what it cost: docs/benchmarks.md). This is a rational approximation of erf on [−4, 4]
 // (the coefficients of Eigen's generic_fast_erf_float; beyond ±4 erf is ±1 in float32):
 // no branch and no libm call, so the loop vectorises. |error| < 3e-7 in Φ, which is as
 // close as float32 resolves a gate near 1.
@@ -71,7 +70,7 @@ struct ReluRule {
   // Derivative and gate are both the step [z > 0]. The ReLU selects rather than
   // multiplies by it: a closed gate passes 0 even for an infinite or NaN cotangent (as
   // PyTorch's threshold_backward does), and the select, unlike 0/1 · w, lets the compiler
-  // vectorise the loop (4x faster backward).
+  // vectorise the loop.
   static float times_derivative(float z, float w) { return z > 0 ? w : 0.0f; }
   static float times_gate(float z, float w) { return times_derivative(z, w); }
   static float soft_gate(float s) { return fast_normal_cdf(s); }

@@ -57,7 +57,7 @@ Tensor pattern(const float* q, const HeadLayout& lq, const float* k, const HeadL
         const int64_t visible = causal ? std::min<int64_t>(S, r % T + 1) : S;
         const float peak = lane_max(row, visible);
         for (int64_t j = 0; j < visible; ++j) row[j] = fast_exp(row[j] - peak);
-        // In lanes: one running sum, an add at a time, took most of this loop's time.
+        // In lanes: a single running sum would wait on each add.
         const float inv = float(1.0 / lane_sum(visible, [row](int64_t j) { return row[j]; }));
         for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
         std::fill(row + visible, row + S, 0.0f);

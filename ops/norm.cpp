@@ -200,7 +200,7 @@ public:
               continue;
             }
             // With g = γ·u: dx = (1/σ)·(g − mean(g) − x̂·mean(g·x̂)), means over the row. The
-            // sums run in lanes: a running double sum, an add at a time, took most of the time.
+            // sums run in lanes: a single running double sum would wait on each add.
             const auto [sg, sgx] = lane_sums(
                 D, [&](int64_t j) { return gamma[j] * ur[j]; },
                 [&](int64_t j) { return gamma[j] * ur[j] * ((xr[j] - mu) * is); });

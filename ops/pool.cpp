@@ -134,8 +134,8 @@ class MaxPoolNode : public Node {
   // cotangent spread over its window with weights softmax(window/τ), shifted by the window's
   // maximum for range (top). Per row of outputs, kernel tap by kernel tap, each a pass along
   // the row (tap (i, j) of output ow reads input (oh·sh − ph + i, ow·sw − pw + j) when
-  // inside). These loops vectorise; a window at a time, with a libm exp, they took a tenth of
-  // VGG-11's soft pullback. A window's weights are summed in row-major order.
+  // inside). These loops vectorise, where a window at a time with a libm exp would not. A
+  // window's weights are summed in row-major order.
   void spread(const float* xp, int64_t q, const float* du, float tau, float* dp) const {
     const int64_t OW = g_.OW, W = g_.W, out_plane = g_.OH * OW;
     std::vector<float> weights(static_cast<size_t>(g_.kh * g_.kw * OW)), top(static_cast<size_t>(OW)),
@@ -190,9 +190,8 @@ class MaxPoolNode : public Node {
   // the same order. Every input lies in exactly one window, so the windows' taps are first
   // copied apart (tap t of window k to e[t·windows + k], k over all windows of the planes); the
   // exp, the window sums and the scales are then plain loops over every window at once,
-  // which vectorise whatever the map's width, and the products go back tap by tap. Row by
-  // row, with each window's maximum spread over its inputs, 8- and 4-wide maps made loops of
-  // a few elements (256 channels at 8×8, batch 16: 1.8 ms, now 0.7 ms on a Zen 5 core).
+  // which vectorise whatever the map's width, and the products go back tap by tap (row by
+  // row, 8- and 4-wide maps would make loops of a few elements; docs/benchmarks.md).
   void spread_tiled(const float* x, int64_t q0, int64_t q1, const float* du, float tau, float* d) const {
     const int64_t OW = g_.OW, W = g_.W, kh = g_.kh, kw = g_.kw, taps = kh * kw;
     const int64_t out_plane = g_.OH * OW, in_plane = g_.H * W;

@@ -766,7 +766,7 @@ TEST_CASE("polynomial moments: the Gram matrix of correlated variables by hand (
 }
 
 TEST_CASE("attention block moments: independent LMs of 4 positions × 7 tokens against Monte Carlo") {
-  // The size issue 27 measured (dim 8, 2 heads): 28 input variables, beyond the whole-network route.
+  // dim 8, 2 heads (analysis/results/tensor_similarity.md): 28 input variables, beyond the whole-network route.
   ModelConfig c = lm_config(7, 4, 8, 2);
   SUBCASE("independent") {
     const PolynomialView a = random_lm(c, 501, 1.0f), b = random_lm(c, 502, 1.0f);

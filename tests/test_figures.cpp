@@ -66,7 +66,7 @@ uint32_t png_dimension(const std::string& png, size_t at) {
 
 TEST_CASE("figures: round ticks are multiples of 1, 2 or 5 × 10^k inside the range") {
   CHECK(nice_ticks(0, 1) == std::vector<double>{0, 0.2, 0.4, 0.6000000000000001, 0.8, 1});
-  const std::vector<double> close = nice_ticks(0.97, 1.0);  // a range the old fixed scale showed as one colour
+  const std::vector<double> close = nice_ticks(0.97, 1.0);  // a narrow range: each tick its own colour
   REQUIRE(close.size() == 4);
   CHECK(close.front() == doctest::Approx(0.97));
   CHECK(close.back() == doctest::Approx(1.0));

@@ -194,7 +194,7 @@ TEST_CASE("metrics: infidelity is 0 for the gradient of a linear model and posit
   set_num_threads(threads);
   CHECK(one_thread == probe.output_drops);
 
-  options.samples_per_size = 25;  // the issue's ≥ 50 perturbations per image
+  options.samples_per_size = 25;  // ≥ 50 perturbations per image (docs/methods.md §1.4)
   CHECK(probe_infidelity(model, x, kTargets, range, options).output_drops.size() == size_t(kN * 50));
 }
 

@@ -19,7 +19,7 @@
 #include "engine/random.h"
 #include "models/model.h"
 #include "tests/support.h"
-#include "tools/model_source.h"
+#include "models/model_source.h"
 
 using namespace adjoint;
 using adjoint::testing::grey_resnet18;

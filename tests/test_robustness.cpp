@@ -1,4 +1,4 @@
-// PGD attacks, PGD adversarial training and rAuA (analysis/stitching/robustness.h): the attack stays
+// PGD attacks, PGD adversarial training and rAuA (analysis/common/robustness.h): the attack stays
 // in its ε-set and in [0, 1] and raises the loss; its L∞ and L2 steps match PyTorch on the
 // tiny stitching model; an adversarial step is a classification step on the attacked
 // batch; adversarial runs resume bit for bit; AuA is the trapezoid; bad options are one line.
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "analysis/stitching/robustness.h"
+#include "analysis/common/robustness.h"
 #include "analysis/stitching/protocol.h"
 #include "analysis/stitching/train.h"
 #include "engine/autograd.h"
@@ -210,7 +210,7 @@ TEST_CASE("PGD training: one step is a classification step on the batch attacked
   // classification step on the normalised attacked batch in train mode.
   const Endpoint view{"reference", reference, data.mean, data.std};
   reference->train(false);
-  const Tensor attacked_raw = pgd_attack(classifier_of(view), raw_pixels(view, batch.inputs), batch.labels, pgd);
+  const Tensor attacked_raw = pgd_attack(classifier_of(view), raw_pixels(batch.inputs, view.mean, view.std, view.name), batch.labels, pgd);
   reference->train(true);
   Batch attacked = batch;
   {

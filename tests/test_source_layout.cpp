@@ -1,6 +1,7 @@
-// The layout rule of analysis/README.md, checked on the source tree: the three analysis
-// modules (pullbacks, stitching, similarity) never include one another; what they share
-// lives in analysis/common/, which includes none of them.
+// The layout rules, checked on the source tree: the three analysis modules (pullbacks,
+// stitching, similarity) never include one another, and what they share lives in
+// analysis/common/, which includes none of them (analysis/README.md); nothing in engine/,
+// ops/, models/, analysis/ or examples/ includes the command line (tools/).
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -72,6 +73,36 @@ TEST_CASE("layout: the include scan sees a crossing include") {
   }
   CHECK(included_analysis_folders(probe) == std::set<std::string>{"stitching", "common"});
   fs::remove(probe);
+}
+
+// Whether a line of C++ includes a header under tools/ (the command line).
+bool includes_tools(const std::string& line) {
+  static const std::regex include(R"re(^\s*#\s*include\s*[<"]tools/)re");
+  return std::regex_search(line, include);
+}
+
+TEST_CASE("layout: nothing below the command line includes tools/") {
+  // engine/, ops/, models/, analysis/ and examples/ are the library and its readers; the
+  // command line (tools/) is built on them and never the other way round.
+  size_t checked = 0;
+  for (const char* folder : {"engine", "ops", "models", "analysis", "examples"})
+    for (const fs::path& file : sources_under(kRoot / folder)) {
+      std::ifstream in(file);
+      std::string line;
+      for (int64_t number = 1; std::getline(in, line); ++number) {
+        INFO(file.string(), ":", number, ": ", line);
+        CHECK_FALSE(includes_tools(line));
+      }
+      ++checked;
+    }
+  CHECK(checked > 100);
+}
+
+TEST_CASE("layout: the tools/ scan sees an include of tools/") {
+  CHECK(includes_tools("#include \"tools/cli.h\""));
+  CHECK(includes_tools("  #  include <tools/progress.h>"));
+  CHECK_FALSE(includes_tools("#include \"models/model_source.h\""));
+  CHECK_FALSE(includes_tools("// tools/cli.h parses the options"));
 }
 
 TEST_CASE("layout: no file of the repository cites material a clone does not have") {

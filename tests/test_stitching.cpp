@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "analysis/common/robustness.h"
 #include "analysis/stitching/layer.h"
 #include "analysis/stitching/objectives.h"
 #include "analysis/stitching/pair.h"

@@ -14,9 +14,9 @@
 #include "engine/io/safetensors.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"
+#include "models/model_source.h"
 #include "models/training.h"
 #include "tests/support.h"
-#include "tools/model_source.h"
 
 using namespace adjoint;
 using adjoint::testing::CommandOutcome;
@@ -158,7 +158,7 @@ std::string save_model(const adjoint::testing::TempDir& dir, const std::string& 
 
 }  // namespace
 
-TEST_CASE("tensorsim command: the defects of issue 27 stay fixed") {
+TEST_CASE("tensorsim command: routes, refusals and what its tables say") {
   adjoint::testing::TempDir dir;
   SUBCASE("bilinear_mlp --depth 1 is compared by the closed form") {
     const std::string a = save_model(dir, "d1a", 6, 1, 1), b = save_model(dir, "d1b", 6, 1, 2);

@@ -1,7 +1,7 @@
 #include "tools/attack_options.h"
 
 #include "engine/error.h"
-#include "tools/model_source.h"
+#include "models/model_source.h"
 
 namespace adjoint {
 

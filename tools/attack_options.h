@@ -1,10 +1,10 @@
 // The PGD attack's command-line options, shared by `adjoint train --adversarial pgd`,
-// `adjoint eval --pgd-eps LIST` and `adjoint stitch --raua-eps LIST` (analysis/stitching/robustness.h).
+// `adjoint eval --pgd-eps LIST` and `adjoint stitch --raua-eps LIST` (analysis/common/robustness.h).
 // ε itself is each command's own (one value to train at, a grid to evaluate on).
 #pragma once
 #include <vector>
 
-#include "analysis/stitching/robustness.h"
+#include "analysis/common/robustness.h"
 #include "tools/cli.h"
 
 namespace adjoint {
@@ -16,7 +16,7 @@ std::vector<cli::OptionSpec> with_attack_options(std::vector<cli::OptionSpec> op
 // throws UsageError naming the option at fault.
 PgdOptions attack_options(const cli::Args& args, float eps, uint64_t seed);
 
-// The ε grid of option `name` ("0,0.025,0.05"), checked (analysis/stitching/robustness.h).
+// The ε grid of option `name` ("0,0.025,0.05"), checked (analysis/common/robustness.h).
 std::vector<float> eps_grid(const cli::Args& args, const char* name);
 
 }  // namespace adjoint

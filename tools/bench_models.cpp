@@ -1,6 +1,7 @@
 // `adjoint bench models`: samples/s of a training step (forward, cross-entropy, backward,
-// SGD update) and of inference for the models of the issue, batch 64 of 32×32×3 images
-// (the bilinear LM: batch 32 of 64 tokens), and the peak memory of each model's training
+// SGD update) and of inference for five models (ResNet-18, VGG-11 and VGG-16 with BatchNorm,
+// ViT-Tiny, the bilinear LM), batch 64 of 32×32×3 images (the bilinear LM: batch 32 of 64
+// tokens), and the peak memory of each model's training
 // step (tensor storage and resident set). tools/bench_models_torch.py runs the same models in PyTorch and prints
 // both with the ratio.
 //

@@ -26,14 +26,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "engine/data/idx.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
+#include "engine/io/table.h"
 #include "models/checkpoint.h"
 #include "models/model.h"
 
@@ -58,13 +57,6 @@ struct Measured {
   bool oversubscribed;
   double train_samples_per_second, stitch_seconds;
 };
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The command line that starts `adjoint ARGS` in `layout`.
 std::string command_line(const Layout& layout, const std::string& args) {
@@ -110,15 +102,9 @@ std::string write_images(const std::string& dir) {
 
 // Samples per second over the training steps of a run (the last epoch record of log.json).
 double samples_per_second(const std::string& run) {
-  const Json log = parse_json(read_all(run + "/log.json"));
+  const Json log = parse_json(read_text_file(run + "/log.json"));
   check(log.size() > 0, "bench scaling: ", run, "/log.json has no epoch record");
   return log.as_array().back().find("samples_per_second")->as_number();
-}
-
-std::string fixed(double v, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
 }
 
 }  // namespace
@@ -204,11 +190,12 @@ int run_bench_scaling(const cli::Args& args) {
                                                         {"results", results}}),
                                      2) + "\n");
     } else {
-      std::string csv = "layout,ranks,threads,oversubscribed,train_samples_per_second,stitch_seconds,bytes_per_rank_per_step\n";
+      Table table{{"layout", "ranks", "threads", "oversubscribed", "train_samples_per_second", "stitch_seconds",
+                   "bytes_per_rank_per_step"}};
       for (const Measured& m : rows)
-        csv += cat(m.layout.name(), ",", m.layout.ranks, ",", m.layout.threads, ",", m.oversubscribed ? 1 : 0, ",",
-                   fixed(m.train_samples_per_second, 2), ",", fixed(m.stitch_seconds, 3), ",", row_bytes, "\n");
-      write_file_atomic(out, csv);
+        table.add_row({m.layout.name(), cat(m.layout.ranks), cat(m.layout.threads), m.oversubscribed ? "1" : "0",
+                       fixed(m.train_samples_per_second, 2), fixed(m.stitch_seconds, 3), cat(row_bytes)});
+      write_file_atomic(out, table.csv());
     }
     std::printf("wrote %s\n", out.c_str());
   }

@@ -1,5 +1,5 @@
-// `adjoint bench stitch`: the two inner loops of invariance-aware stitching (issue #13,
-// docs/methods.md §2), timed through the analysis code itself on a fixed pair of untrained
+// `adjoint bench stitch`: the two inner loops of invariance-aware stitching
+// (docs/methods.md §2), timed through the analysis code itself on a fixed pair of untrained
 // models (the cost does not depend on the weights):
 //
 //   iri    find_iris (analysis/stitching/iri.h) on one batch: front model A up to block i,

@@ -13,10 +13,11 @@
 #include "engine/distributed.h"
 #include "engine/error.h"
 #include "engine/threads.h"
+#include "models/model_source.h"
 #include "tools/cli.h"
 #include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
 #include "tools/html_report.h"
-#include "tools/model_source.h"
+#include "tools/model_options.h"
 #include "tools/progress.h"
 
 namespace adjoint {

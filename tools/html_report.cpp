@@ -21,28 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "html report: cannot read ", path);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
-// One CSV line split into fields; a quoted field may hold commas and doubled quotes.
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> fields(1);
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    const char ch = line[i];
-    if (quoted && ch == '"' && i + 1 < line.size() && line[i + 1] == '"') fields.back() += '"', ++i;
-    else if (ch == '"') quoted = !quoted;
-    else if (ch == ',' && !quoted) fields.emplace_back();
-    else if (ch != '\r') fields.back() += ch;
-  }
-  return fields;
-}
-
 // The CPU's name as the kernel reports it.
 std::string cpu_name() {
   std::ifstream in("/proc/cpuinfo");
@@ -101,7 +79,7 @@ bool ends_with(const std::string& text, const std::string& end) {
 
 std::string data_uri(const std::string& path) {
   const std::string type = ends_with(path, ".svg") ? "image/svg+xml" : "image/png";
-  return "data:" + type + ";base64," + base64(read_bytes(path));
+  return "data:" + type + ";base64," + base64(read_text_file(path));
 }
 
 // `path` as a link from a page in `dir`: relative to it when inside it.
@@ -122,22 +100,6 @@ figcaption{font-size:.85em;color:#555})";
 
 }  // namespace
 
-std::string escape_html(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char ch : text) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
-
 std::string base64(const std::string& bytes) {
   static const char* digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
@@ -152,17 +114,11 @@ std::string base64(const std::string& bytes) {
 }
 
 ReportTable csv_table(const std::string& path, const std::string& caption, size_t max_rows) {
-  std::ifstream in(path);
-  check(in.good(), "html report: cannot read the table ", path);
-  ReportTable table{caption, {}, {}, 0};
-  std::string line;
-  if (std::getline(in, line)) table.header = csv_fields(line);
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    if (table.rows.size() < max_rows) table.rows.push_back(csv_fields(line));
-    else ++table.rows_left_out;
+  try {
+    return ReportTable{read_csv_table(path, max_rows), caption};
+  } catch (const Error& e) {
+    throw Error(cat("html report: ", e.what()));
   }
-  return table;
 }
 
 namespace {
@@ -174,7 +130,7 @@ std::string scalar_text(const Json& v) {
 
 // An array of objects as a table, its columns the keys in the order first met.
 ReportTable object_rows(const std::string& caption, const Json::Array& items, size_t max_rows) {
-  ReportTable table{caption, {}, {}, 0};
+  ReportTable table{{}, caption};
   for (const Json& item : items)
     for (const auto& [key, value] : item.as_object())
       if (std::find(table.header.begin(), table.header.end(), key) == table.header.end()) table.header.push_back(key);
@@ -206,14 +162,14 @@ std::vector<ReportTable> json_tables(const std::string& path, size_t max_rows) {
   const std::string name = fs::path(path).filename().string();
   Json doc;
   try {
-    doc = parse_json(read_bytes(path));
+    doc = parse_json(read_text_file(path));
   } catch (const Error& e) {
     throw Error(cat("html report: ", path, ": ", e.what()));
   }
   std::vector<ReportTable> tables;
   if (all_objects(doc)) return {object_rows(name, doc.as_array(), max_rows)};
   if (!doc.is_object()) return tables;
-  ReportTable settings{name + ": settings", {"key", "value"}, {}, 0};
+  ReportTable settings{{{"key", "value"}}, name + ": settings"};
   for (const auto& [key, value] : doc.as_object()) {
     if (all_objects(value)) tables.push_back(object_rows(name + ": " + key, value.as_array(), max_rows));
     else if (!value.is_array() && !value.is_object()) settings.rows.push_back({key, scalar_text(value)});
@@ -293,15 +249,7 @@ std::string html_page(const Args& args, const HtmlReport& report, const std::str
   html += "</table>\n";
 
   for (const ReportTable& t : report.tables) {
-    html += "<h2>" + escape_html(t.caption) + "</h2>\n<table>\n<tr>";
-    for (const std::string& h : t.header) html += "<th>" + escape_html(h) + "</th>";
-    html += "</tr>\n";
-    for (const auto& row : t.rows) {
-      html += "<tr>";
-      for (const std::string& cell : row) html += "<td>" + escape_html(cell) + "</td>";
-      html += "</tr>\n";
-    }
-    html += "</table>\n";
+    html += "<h2>" + escape_html(t.caption) + "</h2>\n" + t.html();
     if (t.rows_left_out > 0) html += "<p>(" + std::to_string(t.rows_left_out) + " more rows in the file)</p>\n";
   }
 

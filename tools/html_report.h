@@ -13,15 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "engine/io/table.h"
 #include "tools/cli.h"
 
 namespace adjoint::cli {
 
-struct ReportTable {
+// A table of the page: a results table (engine/io/table.h; rows_left_out: the rows of its
+// file not shown, a long table is cut) under its caption.
+struct ReportTable : Table {
   std::string caption;
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
-  size_t rows_left_out = 0;  // rows of the file not shown (a long table is cut)
 };
 
 struct HtmlReport {
@@ -63,8 +63,6 @@ void write_html_report(const std::string& dir, const Args& args, const HtmlRepor
 // FILE without its extension + ".html", beside it.
 void write_html_report_for_file(const std::string& file, const Args& args, const HtmlReport& report);
 
-// Text with &, <, >, " and ' replaced by entities.
-std::string escape_html(const std::string& text);
 // RFC 4648 base64 of bytes.
 std::string base64(const std::string& bytes);
 

@@ -11,10 +11,10 @@
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "models/checkpoint.h"
+#include "models/model_source.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
 #include "tools/html_report.h"
-#include "tools/model_source.h"
 
 namespace adjoint {
 namespace {

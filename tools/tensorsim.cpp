@@ -15,12 +15,14 @@
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
+#include "engine/io/csv.h"
 #include "engine/io/json.h"
+#include "engine/io/table.h"
 #include "models/checkpoint.h"
+#include "models/model_source.h"
 #include "models/training.h"
 #include "tools/cli.h"
 #include "tools/html_report.h"
-#include "tools/model_source.h"
 #include "tools/progress.h"
 
 namespace adjoint {
@@ -94,16 +96,9 @@ InputDistribution data_distribution(const Examples& ex) {
   return input_distribution(rows);
 }
 
-std::string fixed(double v, int digits = 4) {
-  if (!std::isfinite(v)) return "undefined (zero norm)";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-// A CSV value at full precision (17 significant digits: the double round-trips); empty when unknown.
+// A CSV value at full precision (17 significant digits: the double round-trips).
 std::string full(double v) {
-  if (std::isnan(v)) return "undefined";
+  if (!std::isfinite(v)) return csv_number(v);
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
@@ -113,10 +108,10 @@ Json number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 
 // One row of tensorsim.csv: a cosine, with the raw inner product and both norms behind it
 // when known, and what was compared.
-std::string csv_row(const std::string& measure, double value, double ab, double aa, double bb, bool raw,
-                    const std::string& compared) {
-  return cat(measure, ",", full(value), ",", raw ? full(ab) : "", ",", raw ? full(std::sqrt(aa)) : "", ",",
-             raw ? full(std::sqrt(bb)) : "", ",", compared, "\n");
+std::vector<std::string> csv_row(const std::string& measure, double value, double ab, double aa, double bb, bool raw,
+                                 const std::string& compared) {
+  return {measure, full(value), raw ? full(ab) : "", raw ? full(std::sqrt(aa)) : "", raw ? full(std::sqrt(bb)) : "",
+          compared};
 }
 
 // The score, or an error where it is undefined (a network whose outputs have zero norm): the
@@ -160,7 +155,7 @@ int run_pair(const cli::Args& a) {
   const TensorSimScore score = defined(pair, naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, o, ref); }));
   bar.reset();
   const std::string compared = reference ? cat("A - ", a.text("diff"), " vs B") : "A vs B";
-  std::printf("tensor similarity of %s: %s [%s: %s]\n", compared.c_str(), fixed(score.total).c_str(), score.kind.c_str(),
+  std::printf("tensor similarity of %s: %s [%s: %s]\n", compared.c_str(), fixed(score.total, 4).c_str(), score.kind.c_str(),
               score.method.c_str());
   std::printf("  <A|B> = %.6g, |A| = %.6g, |B| = %.6g\n", score.inner_ab, std::sqrt(score.inner_aa),
               std::sqrt(score.inner_bb));
@@ -169,14 +164,15 @@ int run_pair(const cli::Args& a) {
                          {"inner_ab", score.inner_ab}, {"norm_a", std::sqrt(score.inner_aa)},
                          {"norm_b", std::sqrt(score.inner_bb)}});
   if (reference) json["diff_reference"] = a.text("diff");
-  std::string md = cat("# Tensor similarity\n\nA = `", files[0], "`, B = `", files[1], "`",
-                       reference ? cat(", compared as (A − `", a.text("diff"), "`) against B") : "",
-                       "\n\n| measure | value | ⟨A|B⟩ | ‖A‖ | ‖B‖ |\n|---|---:|---:|---:|---:|\n",
-                       "| tensor similarity (", score.kind, ": ", score.method, ") | ", fixed(score.total), " | ", score.inner_ab, " | ",
-                       std::sqrt(score.inner_aa), " | ", std::sqrt(score.inner_bb), " |\n");
-  std::string csv = cat("measure,value,inner_product,norm_a,norm_b,compared\n",
-                        csv_row("tensor_similarity", score.total, score.inner_ab, score.inner_aa, score.inner_bb, true, compared),
-                         "method,", score.kind, ",,,,\n");
+  const std::string md_title = cat("# Tensor similarity\n\nA = `", files[0], "`, B = `", files[1], "`",
+                                   reference ? cat(", compared as (A − `", a.text("diff"), "`) against B") : "", "\n\n");
+  Table md{{"measure", "value", "⟨A|B⟩", "‖A‖", "‖B‖"}};
+  md.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right};
+  md.add_row({cat("tensor similarity (", score.kind, ": ", score.method, ")"), fixed(score.total, 4), cat(score.inner_ab),
+              cat(std::sqrt(score.inner_aa)), cat(std::sqrt(score.inner_bb))});
+  Table csv{{"measure", "value", "inner_product", "norm_a", "norm_b", "compared"}};
+  csv.add_row(csv_row("tensor_similarity", score.total, score.inner_ab, score.inner_aa, score.inner_bb, true, compared));
+  csv.add_row({"method", score.kind, "", "", "", ""});
   std::optional<MonteCarloSimilarity> mc;
   if (a.integer("check-mc") != 0) {
     mc = naming(pair, [&] {
@@ -188,10 +184,11 @@ int run_pair(const cli::Args& a) {
                 score.kind.c_str(), fixed(score.total, 6).c_str(), off);
     json["monte_carlo"] = Json(Json::Object{{"samples", Json(mc->samples)}, {"tensor_similarity", number(mc->similarity)},
                                             {"standard_error", number(mc->similarity_se)}});
-    csv += cat("monte_carlo_samples,", mc->samples, ",,,,\n", csv_row("monte_carlo_similarity", mc->similarity, 0, 0, 0, false, compared),
-               csv_row("monte_carlo_standard_error", mc->similarity_se, 0, 0, 0, false, compared));
-    md += cat("| Monte Carlo, ", mc->samples, " samples (± s.e.) | ", fixed(mc->similarity), " ± ", fixed(mc->similarity_se),
-              " | | | |\n");
+    csv.add_row({"monte_carlo_samples", cat(mc->samples), "", "", "", ""});
+    csv.add_row(csv_row("monte_carlo_similarity", mc->similarity, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("monte_carlo_standard_error", mc->similarity_se, 0, 0, 0, false, compared));
+    md.add_row({cat("Monte Carlo, ", mc->samples, " samples (± s.e.)"),
+                cat(fixed(mc->similarity, 4), " ± ", fixed(mc->similarity_se, 4)), "", "", ""});
   }
 
   if (one_layer) {  // the other metrics beside the chosen one
@@ -203,11 +200,11 @@ int run_pair(const cli::Args& a) {
       other.metric = m.name;
       if (std::string(m.name) != "gaussian") other.input_std = 1.0;
       const TensorSimScore s = naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, other, ref); });
-      line += cat(line.empty() ? "" : ", ", m.name, " ", fixed(s.total));
+      line += cat(line.empty() ? "" : ", ", m.name, " ", fixed(s.total, 4));
       others[m.name] = number(s.total);
-      csv += csv_row(cat("tensor_similarity_", m.name), s.total, s.inner_ab, s.inner_aa, s.inner_bb, true, compared);
-      md += cat("| tensor similarity (", s.method, ") | ", fixed(s.total), " | ", s.inner_ab, " | ", std::sqrt(s.inner_aa),
-                " | ", std::sqrt(s.inner_bb), " |\n");
+      csv.add_row(csv_row(cat("tensor_similarity_", m.name), s.total, s.inner_ab, s.inner_aa, s.inner_bb, true, compared));
+      md.add_row({cat("tensor similarity (", s.method, ")"), fixed(s.total, 4), cat(s.inner_ab), cat(std::sqrt(s.inner_aa)),
+                  cat(std::sqrt(s.inner_bb))});
     }
     if (!o.data) line += cat(line.empty() ? "" : ", ", "data: not computed (--no-baselines reads no data)");
     std::printf("  other metrics: %s\n", line.c_str());
@@ -223,12 +220,10 @@ int run_pair(const cli::Args& a) {
       std::printf(" %zu:%s", k, std::isfinite(v) ? fixed(v, 3).c_str() : "undefined (zero norm)");
       slices.push_back(number(v));
       const bool raw = k < score.slice_ab.size();
-      csv += csv_row(cat("slice_", k), v, raw ? score.slice_ab[k] : 0, raw ? score.slice_aa[k] : 0,
-                     raw ? score.slice_bb[k] : 0, raw, compared);
-      md += cat("| ", slice_label(k), " | ", fixed(v), " | ",
-                raw ? cat(score.slice_ab[k], " | ", std::sqrt(score.slice_aa[k]), " | ", std::sqrt(score.slice_bb[k]))
-                    : std::string(" | | "),
-                " |\n");
+      csv.add_row(csv_row(cat("slice_", k), v, raw ? score.slice_ab[k] : 0, raw ? score.slice_aa[k] : 0,
+                          raw ? score.slice_bb[k] : 0, raw, compared));
+      md.add_row({slice_label(k), fixed(v, 4), raw ? cat(score.slice_ab[k]) : "", raw ? cat(std::sqrt(score.slice_aa[k])) : "",
+                  raw ? cat(std::sqrt(score.slice_bb[k])) : ""});
     }
     std::printf("\n");
     json["slices"] = slices;
@@ -238,9 +233,9 @@ int run_pair(const cli::Args& a) {
       for (size_t k = 0; k < mc->slices.size(); ++k) {
         std::printf(" %zu:%s±%s", k, fixed(mc->slices[k], 3).c_str(), fixed(mc->slice_se[k], 3).c_str());
         mc_slices.push_back(number(mc->slices[k])), mc_se.push_back(number(mc->slice_se[k]));
-        csv += csv_row(cat("monte_carlo_slice_", k), mc->slices[k], 0, 0, 0, false, compared) +
-               csv_row(cat("monte_carlo_slice_", k, "_standard_error"), mc->slice_se[k], 0, 0, 0, false, compared);
-        md += cat("| Monte Carlo slice ", k, " | ", fixed(mc->slices[k]), " ± ", fixed(mc->slice_se[k]), " | | | |\n");
+        csv.add_row(csv_row(cat("monte_carlo_slice_", k), mc->slices[k], 0, 0, 0, false, compared));
+        csv.add_row(csv_row(cat("monte_carlo_slice_", k, "_standard_error"), mc->slice_se[k], 0, 0, 0, false, compared));
+        md.add_row({cat("Monte Carlo slice ", k), cat(fixed(mc->slices[k], 4), " ± ", fixed(mc->slice_se[k], 4)), "", "", ""});
       }
       std::printf("\n");
       json["monte_carlo"]["slices"] = mc_slices;
@@ -256,13 +251,13 @@ int run_pair(const cli::Args& a) {
       if (!b.not_applicable.empty()) {
         std::printf("  %-20s left out: %s\n", b.name.c_str(), b.not_applicable.c_str());
         skipped[b.name] = b.not_applicable;
-        md += cat("| ", b.name, " | left out: ", b.not_applicable, " | | | |\n");
+        md.add_row({b.name, cat("left out: ", b.not_applicable), "", "", ""});
         continue;
       }
-      std::printf("  %-20s %s  (%s)\n", b.name.c_str(), fixed(b.value).c_str(), b.summary.c_str());
+      std::printf("  %-20s %s  (%s)\n", b.name.c_str(), fixed(b.value, 4).c_str(), b.summary.c_str());
       base[b.name] = number(b.value);
-      csv += csv_row(b.name, b.value, 0, 0, 0, false, between);
-      md += cat("| ", b.name, reference ? " (A vs B)" : "", " | ", fixed(b.value), " | | | |\n");
+      csv.add_row(csv_row(b.name, b.value, 0, 0, 0, false, between));
+      md.add_row({cat(b.name, reference ? " (A vs B)" : ""), fixed(b.value, 4), "", "", ""});
     }
     json["baselines"] = base;
     json["baselines_compare"] = between;
@@ -272,9 +267,9 @@ int run_pair(const cli::Args& a) {
   if (a.has("out")) {
     const std::string out = a.text("out");
     fs::create_directories(out);
-    write_file_atomic(out + "/tensorsim.csv", csv);
+    write_file_atomic(out + "/tensorsim.csv", csv.csv());
     write_file_atomic(out + "/tensorsim.json", to_json(json, 2) + "\n");
-    write_file_atomic(out + "/tensorsim.md", md);
+    write_file_atomic(out + "/tensorsim.md", md_title + md.markdown());
     std::printf("wrote %s/tensorsim.{csv,json,md}\n", out.c_str());
     cli::write_html_report(out, a, cli::folder_report(out, cat("adjoint tensorsim: ", pair, ", ", score.method)));
   }
@@ -381,17 +376,13 @@ int run_run(const cli::Args& a) {
   if (distributed::rank() != 0) return 0;  // every rank took part in the evaluations; rank 0 writes
 
   fs::create_directories(out);
-  std::string csv = "step,test_loss,test_accuracy,tensor_similarity_to_last,cka_logits_to_last\n";
-  std::string md = cat("# Tensor similarity over a run\n\nRun `", dir, "`, ", K, " checkpoints, compared with the last (step ",
-                       labels.back(), ") by ", method, "; accuracy on ",
-                       a.integer("count") ? cat("the first ", a.integer("count")) : std::string("all"),
-                       " test examples.\n\n| step | test loss | test accuracy | tensor similarity to last | CKA of logits to last |\n"
-                       "|---:|---:|---:|---:|---:|\n");
+  Table csv{{"step", "test_loss", "test_accuracy", "tensor_similarity_to_last", "cka_logits_to_last"}};
+  Table md{{"step", "test loss", "test accuracy", "tensor similarity to last", "CKA of logits to last"}};
+  md.align.assign(5, Align::Right);
   Json rows = Json::array(), matrix = Json::array();
   for (size_t i = 0; i < K; ++i) {
-    csv += cat(labels[i], ",", full(loss[i]), ",", full(accuracy[i]), ",", full(to_last[i]), ",", full(cka_logits[i]), "\n");
-    md += cat("| ", labels[i], " | ", fixed(loss[i]), " | ", fixed(accuracy[i]), " | ", fixed(to_last[i]), " | ",
-              fixed(cka_logits[i]), " |\n");
+    csv.add_row({labels[i], full(loss[i]), full(accuracy[i]), full(to_last[i]), full(cka_logits[i])});
+    md.add_row({labels[i], fixed(loss[i], 4), fixed(accuracy[i], 4), fixed(to_last[i], 4), fixed(cka_logits[i], 4)});
     rows.push_back(Json(Json::Object{{"step", steps[i]}, {"test_loss", number(loss[i])}, {"test_accuracy", number(accuracy[i])},
                                      {"tensor_similarity_to_last", number(to_last[i])},
                                      {"cka_logits_to_last", number(cka_logits[i])}}));
@@ -399,17 +390,20 @@ int run_run(const cli::Args& a) {
     for (size_t j = 0; j < K; ++j) row.push_back(number(pairwise[i * K + j]));
     matrix.push_back(row);
   }
-  std::string pair_csv = "step";
-  for (const std::string& l : labels) pair_csv += "," + l;
-  pair_csv += "\n";
+  Table pair_csv{{"step"}};
+  pair_csv.header.insert(pair_csv.header.end(), labels.begin(), labels.end());
   for (size_t i = 0; i < K; ++i) {
-    pair_csv += labels[i];
-    for (size_t j = 0; j < K; ++j) pair_csv += cat(",", full(pairwise[i * K + j]));
-    pair_csv += "\n";
+    std::vector<std::string> row = {labels[i]};
+    for (size_t j = 0; j < K; ++j) row.push_back(full(pairwise[i * K + j]));
+    pair_csv.add_row(row);
   }
-  write_file_atomic(out + "/run_similarity.csv", csv);
-  write_file_atomic(out + "/pairwise_similarity.csv", pair_csv);
-  write_file_atomic(out + "/run_similarity.md", md);
+  write_file_atomic(out + "/run_similarity.csv", csv.csv());
+  write_file_atomic(out + "/pairwise_similarity.csv", pair_csv.csv());
+  write_file_atomic(out + "/run_similarity.md",
+                    cat("# Tensor similarity over a run\n\nRun `", dir, "`, ", K, " checkpoints, compared with the last (step ",
+                        labels.back(), ") by ", method, "; accuracy on ",
+                        a.integer("count") ? cat("the first ", a.integer("count")) : std::string("all"),
+                        " test examples.\n\n", md.markdown()));
   write_file_atomic(out + "/run_similarity.json",
                     to_json(Json(Json::Object{{"run", dir}, {"method", method},
                                               {"checkpoints", rows}, {"pairwise", matrix}}), 2) + "\n");
@@ -428,7 +422,7 @@ int run_run(const cli::Args& a) {
                 .image);
   std::printf("%zu checkpoints; similarity of the first to the last %s; wrote %s/run_similarity.{csv,json,md}, "
               "pairwise_similarity.{csv,png}, similarity_over_steps.png\n",
-              K, fixed(to_last.front()).c_str(), out.c_str());
+              K, fixed(to_last.front(), 4).c_str(), out.c_str());
   cli::write_html_report(out, a, cli::folder_report(out, cat("adjoint tensorsim --run ", dir, ": ", method)));
   return 0;
 }

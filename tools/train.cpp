@@ -9,8 +9,7 @@
 #include <map>
 
 #include "analysis/common/figure.h"
-#include "analysis/stitching/robustness.h"
-#include "analysis/stitching/pair.h"
+#include "analysis/common/robustness.h"
 #include "engine/autograd.h"
 #include "engine/io/csv.h"
 #include "engine/data/loader.h"
@@ -19,14 +18,16 @@
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/safetensors.h"
+#include "engine/io/table.h"
 #include "engine/threads.h"
 #include "models/checkpoint.h"
+#include "models/model_source.h"
 #include "models/training.h"
 #include "ops/layout.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
 #include "tools/html_report.h"
-#include "tools/model_source.h"
+#include "tools/model_options.h"
 #include "tools/progress.h"
 
 namespace adjoint {
@@ -287,7 +288,7 @@ const cli::Registration train_command({
 
 // The first `count` test images as raw pixels in [0, 1] (the pipeline's normalisation
 // undone) with their labels.
-std::pair<Tensor, std::vector<int64_t>> raw_test_images(const Endpoint& e, const DataSource& data, int64_t count) {
+std::pair<Tensor, std::vector<int64_t>> raw_test_images(const std::string& who, const DataSource& data, int64_t count) {
   const int64_t n = std::min(count, data.test->size());
   Loader loader(data.test, LoaderOptions{256, false, false, false, 0, data.eval_transforms()});
   std::vector<Tensor> parts;
@@ -295,7 +296,7 @@ std::pair<Tensor, std::vector<int64_t>> raw_test_images(const Endpoint& e, const
   for (int64_t b = 0; int64_t(labels.size()) < n; ++b) {
     const Batch batch = loader.batch(0, b);
     const int64_t take = std::min(batch.size(), n - int64_t(labels.size()));
-    parts.push_back(select_rows(raw_pixels(e, batch.inputs), 0, take));
+    parts.push_back(slice(raw_pixels(batch.inputs, data.mean, data.std, who), 0, 0, take).contiguous());
     labels.insert(labels.end(), batch.labels.begin(), batch.labels.begin() + take);
   }
   return {concat(parts, 0), labels};
@@ -309,15 +310,16 @@ void print_robust_accuracy(const cli::Args& a, const Checkpoint& ck, Model& mode
   const int64_t count = a.integer("pgd-images");
   if (count < 1) throw UsageError(cat("option --pgd-images must be at least 1, got ", count));
   check(data.images, "eval --pgd-eps: ", data.spec, " is not an image data set");
-  const Endpoint e{ck.path, std::shared_ptr<Model>(std::shared_ptr<Model>(), &model), data.mean, data.std};
+  const std::string who = "PGD: " + ck.path;
   model.train(false);
-  const auto [raw, labels] = raw_test_images(e, data, count);
+  const auto [raw, labels] = raw_test_images(who, data, count);
   std::printf("PGD %s, %lld steps, step %s, %s start, on the first %lld test images:\n", attack.norm.c_str(),
               (long long)attack.steps, attack.step_size > 0 ? cat(attack.step_size).c_str() : "2.5·ε/steps",
               attack.random_start ? "random" : "clean", (long long)labels.size());
   std::fflush(stdout);
   const std::vector<double> accuracy = robust_accuracy(
-      [&](const Tensor& x) { return model.forward(e.input(x)); }, raw, labels, grid, attack, batch);
+      [&](const Tensor& x) { return model.forward(normalise_pixels(x, data.mean, data.std, who)); }, raw, labels, grid,
+      attack, batch);
   for (size_t k = 0; k < grid.size(); ++k)
     std::printf("  eps %-8g robust accuracy %.2f%%\n", grid[k], 100 * accuracy[k]);
   const double area = area_under_accuracy(grid, accuracy);
@@ -418,23 +420,22 @@ int run_predict(const cli::Args& a) {
   // that a failure leaves neither half of the output.
   AtomicFile tensor_file(out + ".safetensors", "predict");
   write_safetensors(tensor_file, {{"logits", logits}}, {{"model", m.model->config().arch}});
-  std::string csv = "index,predicted";
+  Table csv{{"index", "predicted"}};
   const int64_t n = logits.size(0), k = logits.numel() / std::max<int64_t>(n, 1);
-  for (int64_t j = 0; j < k; ++j) csv += cat(",logit_", j);
-  csv += "\n";
+  for (int64_t j = 0; j < k; ++j) csv.header.push_back(cat("logit_", j));
   for (int64_t i = 0; i < n; ++i) {
     const float* row = logits.data() + i * k;
     int64_t best = 0;
     for (int64_t j = 1; j < k; ++j)
       if (row[j] > row[best]) best = j;
-    csv += cat(i, ",", best);
-    for (int64_t j = 0; j < k; ++j) csv += cat(",", csv_number(row[j]));
-    csv += "\n";
+    std::vector<std::string> cells = {cat(i), cat(best)};
+    for (int64_t j = 0; j < k; ++j) cells.push_back(csv_number(row[j]));
+    csv.add_row(cells);
     const std::string name = best < int64_t(names.size()) ? cat(" (", names[size_t(best)], ")") : "";
     std::printf("%lld: class %lld%s (logit %.4f)\n", (long long)i, (long long)best, name.c_str(), row[best]);
   }
   AtomicFile csv_file(out + ".csv", "predict");
-  csv_file.write(csv);
+  csv_file.write(csv.csv());
   csv_file.commit();
   tensor_file.commit();
   std::printf("wrote %s.safetensors and %s.csv\n", out.c_str(), out.c_str());

@@ -94,11 +94,6 @@ void Image::set(int64_t x, int64_t y, Rgb c) {
   pixels[i + 2] = c.b;
 }
 
-void Image::paste(const Image& tile, int64_t x, int64_t y) {
-  for (int64_t ty = 0; ty < tile.height; ++ty)
-    for (int64_t tx = 0; tx < tile.width; ++tx) set(x + tx, y + ty, tile.at(tx, ty));
-}
-
 float Normalisation::denormalise(float value, int64_t channel) const {
   const float m = mean.empty() ? 0.0f : mean[size_t(channel) % mean.size()];
   const float s = std.empty() ? 1.0f : std[size_t(channel) % std.size()];

@@ -33,8 +33,6 @@ struct Image {
   Image(int64_t width, int64_t height, Rgb fill = {255, 255, 255});
   Rgb at(int64_t x, int64_t y) const;
   void set(int64_t x, int64_t y, Rgb colour);
-  // Copies `tile` with its top-left corner at (x, y), cut at the borders.
-  void paste(const Image& tile, int64_t x, int64_t y);
 };
 
 // The per-channel normalisation of the model's inputs, to show them as they were before

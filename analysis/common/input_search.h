@@ -3,7 +3,7 @@
 //
 //   IRIs             minimise ‖A_i(x′) − A_i(x)‖/‖A_i(x)‖ (analysis/stitching/iri.h)
 //   pullback ascent  minimise −(target logit) under a soft pullback (analysis/pullbacks/explain.h)
-//   PGD              minimise −CE(x′, y) inside an ε-set around x (analysis/stitching/robustness.h)
+//   PGD              minimise −CE(x′, y) inside an ε-set around x (analysis/common/robustness.h)
 //
 // Maximising is minimising the negated loss. The step rules (a table in the .cpp):
 //

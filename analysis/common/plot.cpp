@@ -39,23 +39,6 @@ Image line_chart(const std::string& title, const std::string& x_label, const std
   return Figure(chart).pixels();
 }
 
-Image matrix_heatmap(const std::string& title, const std::vector<double>& values, int64_t rows, int64_t cols,
-                     const std::vector<std::string>& labels, double scale, int64_t /*cell: chosen by the figure*/) {
-  check(int64_t(values.size()) == rows * cols, "matrix_heatmap: ", values.size(), " values for ", rows, "×", cols);
-  check(scale > 0 && std::isfinite(scale), "matrix_heatmap: the colour scale must be positive, got ", scale);
-  // The labels name the rows and the columns alike (a square matrix); missing ones are indices.
-  const auto axis = [&](int64_t n) {
-    std::vector<std::string> out;
-    for (int64_t i = 0; i < n; ++i) out.push_back(i < int64_t(labels.size()) ? labels[size_t(i)] : std::to_string(i));
-    return out;
-  };
-  HeatMap map{.title = title, .x_label = "", .y_label = "", .rows = rows, .cols = cols, .values = values,
-              .row_labels = axis(rows), .col_labels = axis(cols), .lo = -scale, .hi = scale,
-              .scale = ColourScale::Diverging, .range_note = cat("scale fixed at -", scale, " to +", scale),
-              .print_values = false};
-  return Figure(map).pixels();
-}
-
 HeatmapFigure data_scaled_heatmap(const std::string& title, const std::vector<double>& values, int64_t rows,
                                   int64_t cols, const std::vector<std::string>& labels, const std::string& axis,
                                   const std::string& measure, int64_t cell) {

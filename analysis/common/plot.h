@@ -27,12 +27,6 @@ Image line_chart(const std::string& title, const std::string& x_label, const std
                  const std::vector<double>& x, const std::vector<PlotSeries>& series, bool log_x, double y_min,
                  double y_max);
 
-// An n×m matrix (row-major) as coloured cells on the diverging scale ±scale (blue < 0 <
-// red), with a title, row/column labels, and a colour bar that says the scale is fixed.
-// `cell` is no longer used: the figure sizes its cells.
-Image matrix_heatmap(const std::string& title, const std::vector<double>& values, int64_t rows, int64_t cols,
-                     const std::vector<std::string>& labels, double scale, int64_t cell);
-
 // A rows×rows matrix (row-major) as a heat-map scaled to its data: white at its smallest
 // finite value to red at its largest (grey: not finite), a colour bar at the right with five
 // tick values, the rows and columns named by `axis` and the bar by `measure`. The layout is

@@ -17,7 +17,7 @@
 #include "analysis/pullbacks/focus.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
-#include "tools/model_source.h"
+#include "models/model_source.h"
 
 using namespace adjoint;
 

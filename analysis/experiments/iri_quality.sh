@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which IRI search reaches good IRIs (median relative distance ≤ 0.05, docs/methods.md §2.3)
 # at the blocks of a VGG-11-BN that still hold a spatial map, and what the invariance-aware
-# score of a same-bias and a cross-bias pair is once it does (issue 26, §4).
+# score of a same-bias and a cross-bias pair is once it does (analysis/results/iri_quality.csv).
 #
 #   analysis/experiments/iri_quality.sh OUT [SEED]
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The exact route for one-block attention LMs against Monte Carlo and the recursion, on trained
-# models of the size issue 27 measured (analysis/results/tensor_similarity.md, "Exact
+# models of the size analysis/results/tensor_similarity.md reports ("Exact
 # similarity of one-block LMs"): two bilinear-attention LMs (dim 8, 2 heads, bilinear MLP of
 # 32, byte tokens: vocabulary 256) trained 300 steps on `fortunes:16` from seeds 0 and 1, then
 # compared over 2 and 4 positions at input std 1 and 1/16 (the one-hot tokens' norm), each

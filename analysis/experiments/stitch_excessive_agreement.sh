@@ -18,9 +18,8 @@
 # points: a stitch that reads the garment through A gains nothing from the patch; one that
 # learnt the patch gains up to what the garment leaves. OUT/stitch_excessive_agreement.{csv,md}.
 #
-# Every protocol's stitch trains for the same 200 steps (--steps; the tables committed before
-# issue 26 were made with --epochs 3, a twentieth of those steps for the control and
-# invariance stitches).
+# Every protocol's stitch trains for the same 200 steps (--steps), so that the protocols are
+# compared at equal step budgets.
 #
 # Sizes: 3 models and 24 cells per seed; about 10 minutes a seed on 2 cores.
 set -euo pipefail

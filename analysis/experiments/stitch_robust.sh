@@ -16,9 +16,8 @@
 # OUT/stitch_robust.{csv,md} gather every seed (mean over seeds [smallest, largest]).
 #
 # Sizes: a PGD model costs about 4.3 standard ones; two seeds take about an hour on 2 cores.
-# Every protocol's stitch trains for the same 200 steps (--steps; the tables committed before
-# issue 26 were made with --epochs 3, a twentieth of those steps for the control and
-# invariance stitches). Every finished model and cell is kept, so a rerun continues.
+# Every protocol's stitch trains for the same 200 steps (--steps), so that the protocols are
+# compared at equal step budgets. Every finished model and cell is kept, so a rerun continues.
 set -euo pipefail
 out=${1:?usage: stitch_robust.sh OUT [SEEDS] [EPOCHS]}
 seeds=${2:-0 1}

@@ -24,7 +24,7 @@
 # Through the environment, for the studies (defaults in brackets): FAMILY [vgg; resnet, vit:
 # stitching_lib.sh], BLOCKS [3,7], PAIRS [C1:C2:same S1:S2:same C1:S1:cross S1:C1:cross],
 # IRI_IMAGES [256], IRI_OPTS [--iri-steps 300] and TEST_IMAGES [0: all], e.g. the
-# spatial-block study of issue 26 §4:
+# spatial-block study (analysis/results/stitch_spatial.md):
 #   BLOCKS=3,4 IRI_IMAGES=128 IRI_OPTS="--iri-rule adam --iri-transport soft_pullback --iri-steps 1000" \
 #   PAIRS="C1:C2:same C2:C1:same S1:S2:same S2:S1:same C1:S1:cross S1:C1:cross" stitch_shortcut.sh OUT
 #

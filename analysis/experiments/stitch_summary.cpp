@@ -15,13 +15,13 @@
 
 #include "analysis/common/figure.h"
 #include "engine/error.h"
-#include "tools/html_report.h"
+#include "engine/io/table.h"
 
 using namespace adjoint;
 
 int main(int argc, char** argv) try {
   check(argc == 4, "usage: stitch_summary GATHERED.csv OUT_STEM TITLE");
-  const cli::ReportTable table = cli::csv_table(argv[1], "", size_t(-1));
+  const Table table = read_csv_table(argv[1]);
   const auto column = [&](const std::string& name) {
     const auto at = std::find(table.header.begin(), table.header.end(), name);
     check(at != table.header.end(), argv[1], ": no column ", name);

@@ -71,7 +71,7 @@ std::string table_markdown(const MetricTable& table);
 // ---- the metric table ---------------------------------------------------------------------
 
 struct ReportOptions;
-// What the metrics' steps work on (defined in report.cpp): the whole run (the model, the
+// What the metrics' steps work on (defined in report_run.h): the whole run (the model, the
 // images and their targets, the metrics' settings), one batch of images with its probes,
 // one method's maps of a batch, and what a batch's cost depends on.
 struct ReportRun;
@@ -113,9 +113,6 @@ const ReportMetric* find_report_metric(const std::string& name);
 
 // ---- names -------------------------------------------------------------------------------
 
-// The metric names a report accepts: the catalogue's (analysis/pullbacks/metrics.h), in its order.
-// The aliases of report_metrics() are accepted too ("randomisation").
-std::vector<std::string> report_metric_names();
 // Checked names: a UsageError listing the known ones for an unknown name or a repeat.
 std::vector<std::string> resolve_metrics(const std::vector<std::string>& names);
 std::vector<std::string> resolve_methods(const std::vector<std::string>& names);
@@ -126,7 +123,7 @@ bool is_expensive_metric(const std::string& metric);
 
 struct ReportOptions {
   std::vector<std::string> methods;  // explanation methods; empty: all of explanation_methods()
-  std::vector<std::string> metrics;  // metric names (report_metric_names()); empty: none
+  std::vector<std::string> metrics;  // metric names (report_metrics(), aliases too); empty: none
   ExplainOptions explain;            // temperatures, ascent, SmoothGrad, IG, Grad-CAM, range, seed
 
   // Targets: the predicted class, or one class for every image, or the data's labels.

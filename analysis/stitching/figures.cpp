@@ -10,18 +10,12 @@
 #include "analysis/stitching/protocol.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
+#include "engine/io/table.h"
 #include "ops/layout.h"
 
 namespace adjoint {
 
 namespace {
-
-std::string three_decimals(double v) {
-  if (!std::isfinite(v)) return "";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.3f", v);
-  return text;
-}
 
 // One objective × protocol: the blocks along each axis, in increasing order, and the scores.
 struct LayerMap {
@@ -71,25 +65,16 @@ void write_layer_maps(const std::string& dir, const std::string& title, const st
   for (const auto& [objective, protocol] : kinds) {
     const LayerMap m = layer_map(by_kind.at({objective, protocol}));
     const std::string stem = cat(dir, "/layer_map_", objective, "_", protocol);
-    std::string csv = "front_block";
-    md += cat("\n## ", objective, ", ", protocol, "\n\n| front \\ end |");
-    for (const std::string& name : m.col_names) csv += "," + name, md += " " + name + " |";
-    csv += "\n";
-    md += "\n|---|";
-    for (size_t c = 0; c < m.cols.size(); ++c) md += "---|";
-    md += "\n";
+    Table table{{"front_block"}};
+    table.header.insert(table.header.end(), m.col_names.begin(), m.col_names.end());
     for (size_t r = 0; r < m.rows.size(); ++r) {
-      csv += m.row_names[r];
-      md += "| " + m.row_names[r] + " |";
-      for (size_t c = 0; c < m.cols.size(); ++c) {
-        const std::string v = three_decimals(m.score[r * m.cols.size() + c]);
-        csv += "," + v;
-        md += " " + v + " |";
-      }
-      csv += "\n";
-      md += "\n";
+      std::vector<std::string> row = {m.row_names[r]};
+      for (size_t c = 0; c < m.cols.size(); ++c) row.push_back(measured(m.score[r * m.cols.size() + c], 3));
+      table.add_row(row);
     }
-    write_file_atomic(stem + ".csv", csv);
+    write_file_atomic(stem + ".csv", table.csv());
+    table.header[0] = "front \\ end";
+    md += cat("\n## ", objective, ", ", protocol, "\n\n", table.markdown());
     const auto [lo, hi] = colour_range(m.score);
     Figure(HeatMap{.title = cat(title, ": ", objective, ", ", protocol, " stitch, relative score"),
                    .x_label = "end model's block (into)",
@@ -124,7 +109,7 @@ void write_iri_grid(const std::string& path, const std::string& title, const Ten
     columns.push_back({cat("image ", i),
                        {{picture(targets, i), "x (target)"},
                         {picture(starts, i), "x0 (start)"},
-                        {picture(iris, i), cat("x' dist ", three_decimals(distance[size_t(i)]))}}});
+                        {picture(iris, i), cat("x' dist ", measured(distance[size_t(i)], 3))}}});
   // The grid as PNG at `path` and as SVG beside it.
   const Figure grid(ImageGrid{title, columns});
   write_file_atomic(path, grid.png());

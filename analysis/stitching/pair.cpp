@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "analysis/common/robustness.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "ops/elementwise.h"
@@ -27,19 +28,7 @@ Shape example_shape(const Tensor& batch) { return Shape(batch.shape().begin() + 
 
 }  // namespace
 
-Tensor Endpoint::input(const Tensor& raw) const {
-  if (mean.empty() && std.empty()) return raw;
-  check(raw.dim() == 4, "stitch: ", name, " normalises images (N, C, H, W), got ", raw.shape());
-  const int64_t C = raw.size(1);
-  std::vector<float> shift(static_cast<size_t>(C)), scale(static_cast<size_t>(C));
-  for (int64_t c = 0; c < C; ++c) {
-    shift[size_t(c)] = mean.empty() ? 0.0f : mean[size_t(c) % mean.size()];
-    scale[size_t(c)] = std.empty() ? 1.0f : 1.0f / std[size_t(c) % std.size()];
-  }
-  const Tensor m = broadcast_to(Tensor::from_vector({1, C, 1, 1}, shift), raw.shape());
-  const Tensor s = broadcast_to(Tensor::from_vector({1, C, 1, 1}, scale), raw.shape());
-  return (raw - m) * s;
-}
+Tensor Endpoint::input(const Tensor& raw) const { return normalise_pixels(raw, mean, std, "stitch: " + name); }
 
 StitchPair::StitchPair(Endpoint front, size_t front_block, Endpoint end, size_t end_block, const Shape& input_example)
     : front_(std::move(front)), end_(std::move(end)), front_block_(front_block), end_block_(end_block) {

@@ -4,9 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "analysis/stitching/stitched_model.h"
 #include "analysis/stitching/figures.h"
@@ -17,6 +15,7 @@
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
+#include "engine/io/table.h"
 
 namespace adjoint {
 
@@ -85,20 +84,6 @@ const ProtocolRule& protocol(const std::string& name) {
   throw UsageError(cat("unknown stitching protocol '", name, "'; protocols: ", names));
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::string fixed(double v, int digits) {
-  if (!std::isfinite(v)) return "";
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
-}
-
 // One column of the results tables: its CSV header and value, its Markdown header and value.
 struct TableColumn {
   const char* csv;
@@ -107,7 +92,7 @@ struct TableColumn {
   std::string (*md_value)(const StitchCell&);
 };
 
-std::string percent(double share, int digits) { return std::isfinite(share) ? fixed(100 * share, digits) + "%" : ""; }
+std::string percent(double share, int digits) { return std::isnan(share) ? "" : fixed(100 * share, digits) + "%"; }
 std::string poor_flag(const StitchCell& c) { return c.has_iris() ? (c.iri_poor ? "POOR" : "ok") : ""; }
 
 const TableColumn kColumns[] = {
@@ -122,61 +107,54 @@ const TableColumn kColumns[] = {
     {"train_images", "images", [](const StitchCell& c) { return cat(c.train_images); },
      [](const StitchCell& c) { return cat(c.train_images); }},
     {"steps", "steps", [](const StitchCell& c) { return cat(c.steps); }, [](const StitchCell& c) { return cat(c.steps); }},
-    {"final_loss", nullptr, [](const StitchCell& c) { return fixed(c.final_loss, 6); }, nullptr},
-    {"stitched_accuracy", "stitched acc.", [](const StitchCell& c) { return fixed(c.stitched_accuracy, 4); },
+    {"final_loss", nullptr, [](const StitchCell& c) { return measured(c.final_loss, 6); }, nullptr},
+    {"stitched_accuracy", "stitched acc.", [](const StitchCell& c) { return measured(c.stitched_accuracy, 4); },
      [](const StitchCell& c) { return percent(c.stitched_accuracy, 2); }},
-    {"end_accuracy", "end acc.", [](const StitchCell& c) { return fixed(c.end_accuracy, 4); },
+    {"end_accuracy", "end acc.", [](const StitchCell& c) { return measured(c.end_accuracy, 4); },
      [](const StitchCell& c) { return percent(c.end_accuracy, 2); }},
-    {"relative_score", "relative", [](const StitchCell& c) { return fixed(c.relative_score, 4); },
-     [](const StitchCell& c) { return fixed(c.relative_score, 3); }},
-    {"iri_median_distance", "IRI dist. median", [](const StitchCell& c) { return fixed(c.iri_median, 4); },
-     [](const StitchCell& c) { return fixed(c.iri_median, 4); }},
-    {"iri_p90_distance", "IRI dist. p90", [](const StitchCell& c) { return fixed(c.iri_p90, 4); },
-     [](const StitchCell& c) { return fixed(c.iri_p90, 4); }},
-    {"iri_share_below_0.05", "IRIs < 0.05", [](const StitchCell& c) { return fixed(c.iri_share_below, 4); },
+    {"relative_score", "relative", [](const StitchCell& c) { return measured(c.relative_score, 4); },
+     [](const StitchCell& c) { return measured(c.relative_score, 3); }},
+    {"iri_median_distance", "IRI dist. median", [](const StitchCell& c) { return measured(c.iri_median, 4); },
+     [](const StitchCell& c) { return measured(c.iri_median, 4); }},
+    {"iri_p90_distance", "IRI dist. p90", [](const StitchCell& c) { return measured(c.iri_p90, 4); },
+     [](const StitchCell& c) { return measured(c.iri_p90, 4); }},
+    {"iri_share_below_0.05", "IRIs < 0.05", [](const StitchCell& c) { return measured(c.iri_share_below, 4); },
      [](const StitchCell& c) { return percent(c.iri_share_below, 1); }},
     {"iri_poor", "IRI set", poor_flag, poor_flag},
-    {"end_agrees_on_iris", "B says y(x) on IRIs", [](const StitchCell& c) { return fixed(c.end_agrees_on_iris, 4); },
+    {"end_agrees_on_iris", "B says y(x) on IRIs", [](const StitchCell& c) { return measured(c.end_agrees_on_iris, 4); },
      [](const StitchCell& c) { return percent(c.end_agrees_on_iris, 1); }},
     {"end_agrees_with_starts_on_iris", "B says y(x₀) on IRIs",
-     [](const StitchCell& c) { return fixed(c.end_agrees_with_starts_on_iris, 4); },
+     [](const StitchCell& c) { return measured(c.end_agrees_with_starts_on_iris, 4); },
      [](const StitchCell& c) { return percent(c.end_agrees_with_starts_on_iris, 1); }},
-    {"raua", "rAuA", [](const StitchCell& c) { return fixed(c.raua, 4); }, [](const StitchCell& c) { return fixed(c.raua, 3); }},
+    {"raua", "rAuA", [](const StitchCell& c) { return measured(c.raua, 4); }, [](const StitchCell& c) { return measured(c.raua, 3); }},
 };
 
 // results.csv, results.json and results.md for the finished cells, and their layer maps.
 // `test_specs` are the further test sets every cell was scored on: two columns each.
 void write_tables(const std::string& dir, const Endpoint& front, const Endpoint& end, const std::string& data_spec,
                   const std::vector<std::string>& test_specs, const std::vector<StitchCell>& cells) {
-  std::string csv, md_head = "|", md_rule = "|";
+  Table csv, md;
   for (const TableColumn& column : kColumns) {
-    csv += cat(csv.empty() ? "" : ",", column.csv);
-    if (column.md) md_head += cat(" ", column.md, " |"), md_rule += "---|";
+    csv.header.push_back(column.csv);
+    if (column.md) md.header.push_back(column.md);
   }
   for (const std::string& spec : test_specs) {
-    csv += cat(",stitched_accuracy[", spec, "],end_accuracy[", spec, "]");
-    md_head += cat(" stitched acc. on ", spec, " | end acc. on ", spec, " |");
-    md_rule += "---|---|";
+    csv.header.insert(csv.header.end(), {cat("stitched_accuracy[", spec, "]"), cat("end_accuracy[", spec, "]")});
+    md.header.insert(md.header.end(), {cat("stitched acc. on ", spec), cat("end acc. on ", spec)});
   }
-  csv += "\n";
-  std::string md = cat("# Stitching ", front.name, " into ", end.name, " on ", data_spec,
-                       "\n\nAccuracies on the test set of ", data_spec, "; relative score = stitched / end (higher: more similar). "
-                       "Invariance rows: the IRI set's relative distances (POOR: median not below 0.05) and the share of "
-                       "the front model's IRIs x′ the end model labels y(x) (the image imitated) and y(x₀) (the start).\n\n",
-                       md_head, "\n", md_rule, "\n");
   Json rows = Json::array();
   for (const StitchCell& c : cells) {
-    std::string line, md_line = "|";
+    std::vector<std::string> line, md_line;
     for (const TableColumn& column : kColumns) {
-      line += cat(line.empty() ? "" : ",", column.csv_value(c));
-      if (column.md) md_line += cat(" ", column.md_value(c), " |");
+      line.push_back(column.csv_value(c));
+      if (column.md) md_line.push_back(column.md_value(c));
     }
     for (const TestSetScore& t : c.test_sets) {
-      line += cat(",", fixed(t.stitched_accuracy, 4), ",", fixed(t.end_accuracy, 4));
-      md_line += cat(" ", percent(t.stitched_accuracy, 2), " | ", percent(t.end_accuracy, 2), " |");
+      line.insert(line.end(), {measured(t.stitched_accuracy, 4), measured(t.end_accuracy, 4)});
+      md_line.insert(md_line.end(), {percent(t.stitched_accuracy, 2), percent(t.end_accuracy, 2)});
     }
-    csv += line + "\n";
-    md += md_line + "\n";
+    csv.add_row(line);
+    md.add_row(md_line);
     rows.push_back(cell_to_json(c));
   }
   Json all = Json::object();
@@ -189,8 +167,12 @@ void write_tables(const std::string& dir, const Endpoint& front, const Endpoint&
   fs::create_directories(dir);
   AtomicFile csv_file(dir + "/results.csv", "stitch"), md_file(dir + "/results.md", "stitch"),
       json_file(dir + "/results.json", "stitch");
-  csv_file.write(csv);
-  md_file.write(md);
+  csv_file.write(csv.csv());
+  md_file.write(cat("# Stitching ", front.name, " into ", end.name, " on ", data_spec,
+                    "\n\nAccuracies on the test set of ", data_spec, "; relative score = stitched / end (higher: more similar). "
+                    "Invariance rows: the IRI set's relative distances (POOR: median not below 0.05) and the share of "
+                    "the front model's IRIs x′ the end model labels y(x) (the image imitated) and y(x₀) (the start).\n\n",
+                    md.markdown()));
   json_file.write(to_json(all, 2) + "\n");
   csv_file.commit();
   md_file.commit();
@@ -448,7 +430,7 @@ const IriSet& SweepRun::iris(size_t block) {
 bool SweepRun::read_back(StitchCell& c, const StitchPair& pair, const std::string& cell_path,
                          const std::string& stitch_path) {
   if (!fs::exists(cell_path)) return false;
-  StitchCell done = read_cell_text(read_text(cell_path), cell_path);
+  StitchCell done = read_cell_text(read_text_file(cell_path), cell_path);
   if (!may_reuse("stitch", cell_path, done.made, c.made, o_.overwrite, log_)) return false;
   if (!scored_on(done, extra_tests_)) {  // asked for other test sets than when it ran
     const StitchFile file = read_stitch_parameters(stitch_path);

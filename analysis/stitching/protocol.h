@@ -44,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include "analysis/stitching/robustness.h"
+#include "analysis/common/robustness.h"
 #include "analysis/stitching/iri.h"
 #include "analysis/stitching/records.h"
 #include "analysis/stitching/train.h"

@@ -1,12 +1,16 @@
 #include "analysis/stitching/records.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
+#include "engine/io/table.h"
 
 namespace adjoint {
+
+std::string measured(double v, int digits) { return std::isnan(v) ? "" : fixed(v, digits); }
 
 namespace {
 

@@ -35,6 +35,11 @@ struct TestSetScore {
   double stitched_accuracy = 0, end_accuracy = 0;
 };
 
+// A value of the sweep's tables: one that was not measured (NaN: a standard cell's IRI
+// columns, rAuA not asked for, a layer-map cell not swept) is an empty cell; any other is
+// fixed(v, digits) (engine/io/table.h).
+std::string measured(double v, int digits);
+
 // One finished cell of the sweep (analysis/stitching/protocol.h). The IRI columns are
 // filled on invariance cells alone; elsewhere they are NaN (empty in the tables).
 struct StitchCell {

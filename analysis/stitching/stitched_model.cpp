@@ -84,4 +84,38 @@ std::shared_ptr<StitchedModel> stitched_model(const StitchPair& pair, const Stit
   return std::make_shared<StitchedModel>(pair, load_stitch(pair, file));
 }
 
+LoadedModel load_stitched_model(const std::string& path) {
+  const StitchFile file = read_stitch_file(path);
+  // Each model from its path (relative ones: to the stitch file's folder), and only when its
+  // content is the checkpoint's the stitch was trained between.
+  const auto load = [&](const std::string& checkpoint, const std::string& hash, const char* role) {
+    const std::string resolved = stitch_checkpoint_path(file, checkpoint);
+    LoadedModel m;
+    try {
+      m = load_checkpoint_model(resolved);
+    } catch (const Error& e) {
+      throw Error(cat("stitch file ", path, ": its ", role, " model: ", e.what()));
+    }
+    check(!hash.empty(), "stitch file ", path, " records no content hash of its ", role, " model ", resolved,
+          ", so it cannot tell that model from another; make it again with adjoint stitch --overwrite");
+    const std::string found = file_hash(resolved);
+    check(found == hash, "stitch file ", path, ": its ", role, " model ", resolved, " is not the checkpoint it was trained "
+          "with (content hash ", found, ", the stitch records ", hash, ")");
+    return std::make_pair(resolved, m);
+  };
+  const auto [front_path, front] = load(file.front, file.front_hash, "front");
+  const auto [end_path, end] = load(file.end, file.end_hash, "end");
+  const ModelConfig& c = front.model->config();
+  const StitchPair pair({front_path, front.model, front.mean, front.std}, file.front_block,
+                        {end_path, end.model, end.mean, end.std}, file.end_block,
+                        {c.in_channels, c.image_size, c.image_size});
+  LoadedModel m;
+  m.model = stitched_model(pair, file);
+  m.mean = front.mean;  // the stitched model's inputs are the front model's
+  m.std = front.std;
+  m.data_spec = front.data_spec;
+  m.origin = cat("stitch ", path, ": ", pair.shapes().where);
+  return m;
+}
+
 }  // namespace adjoint

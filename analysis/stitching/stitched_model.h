@@ -25,6 +25,7 @@
 #include "analysis/stitching/pair.h"
 #include "analysis/stitching/records.h"
 #include "models/model.h"
+#include "models/model_source.h"
 
 namespace adjoint {
 
@@ -53,5 +54,9 @@ std::string stitch_checkpoint_path(const StitchFile& file, const std::string& ch
 std::shared_ptr<Stitch> load_stitch(const StitchPair& pair, const StitchFile& file);
 // The stitched model of `pair` with the parameters of `file` (load_stitch).
 std::shared_ptr<StitchedModel> stitched_model(const StitchPair& pair, const StitchFile& file);
+
+// A stitch written by `adjoint stitch`, ready to run: the front and end checkpoints its
+// metadata names, joined at its blocks; inputs normalised as the front's.
+LoadedModel load_stitched_model(const std::string& path);
 
 }  // namespace adjoint

@@ -144,22 +144,4 @@ int64_t stitch_steps(const StitchTrainOptions& o, int64_t examples) {
   return o.epochs * ((examples + o.batch - 1) / o.batch);
 }
 
-double accuracy(const std::function<Tensor(const Tensor&)>& logits, const Tensor& raw,
-                const std::vector<int64_t>& labels, int64_t batch) {
-  const int64_t N = raw.defined() ? raw.size(0) : 0;
-  check(N > 0 && int64_t(labels.size()) == N, "accuracy: ", N, " images and ", labels.size(), " labels");
-  NoGrad off;
-  int64_t correct = 0;
-  for (int64_t begin = 0; begin < N; begin += batch) {
-    const int64_t end = std::min(N, begin + batch);
-    const Tensor out = logits(select_rows(raw, begin, end)).contiguous();
-    const int64_t C = out.size(1);
-    for (int64_t n = 0; n < end - begin; ++n) {
-      const float* row = out.data() + n * C;
-      correct += (std::max_element(row, row + C) - row) == labels[size_t(begin + n)];
-    }
-  }
-  return double(correct) / double(N);
-}
-
 }  // namespace adjoint

@@ -59,8 +59,4 @@ StitchTrainResult train_stitch(Stitch& stitch, const StitchPair& pair, const Sti
                                const StitchTrainOptions& options,
                                const std::function<void(int64_t, int64_t, double)>& progress = {});
 
-// The share of `raw` images whose arg-max logit under `logits` equals the label, in batches.
-double accuracy(const std::function<Tensor(const Tensor&)>& logits, const Tensor& raw,
-                const std::vector<int64_t>& labels, int64_t batch = 256);
-
 }  // namespace adjoint

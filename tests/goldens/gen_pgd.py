@@ -1,8 +1,8 @@
-"""Golden PGD adversarial examples (analysis/stitching/robustness.h) on the tiny end model "B" of
+"""Golden PGD adversarial examples (analysis/common/robustness.h) on the tiny end model "B" of
 gen_stitch.py (VGG-11-BN at width 1/32 on 1x16x16 inputs, normalised by (0.5, 0.25)).
 
 From the clean images (no random start) a few steps of each norm, written out with the
-formulas of analysis/stitching/robustness.cpp and analysis/common/input_search.cpp:
+formulas of analysis/common/robustness.cpp and analysis/common/input_search.cpp:
   linf  x <- x + a*sign(g); x <- c + clamp(x - c, -eps, eps); x <- clamp(x, 0, 1)
   l2    x <- x + (a/||g||)*g per example; d = x - c scaled to ||d|| = eps when longer;
         x <- clamp(x, 0, 1)

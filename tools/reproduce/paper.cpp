@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "engine/error.h"
-#include "tools/html_report.h"
+#include "engine/io/table.h"
 
 namespace adjoint::reproduce {
 
@@ -77,7 +77,7 @@ double CsvRows::number(const std::string& name, const std::vector<std::pair<std:
 
 CsvRows read_csv(const std::string& path) {
   if (!std::filesystem::exists(path)) throw Error(cat("reproduce: the result file ", path, " is missing"));
-  const cli::ReportTable t = cli::csv_table(path, "", size_t(-1));
+  const Table t = read_csv_table(path);
   return CsvRows{t.header, t.rows, path};
 }
 

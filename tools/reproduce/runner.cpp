@@ -8,13 +8,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
+#include "engine/io/table.h"
 #include "engine/threads.h"
 #include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
 #include "tools/progress.h"
@@ -30,14 +29,6 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
     text.replace(at, from.size(), to);
   return text;
-}
-
-std::string read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "";
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Runs `words` through the command dispatcher in this process, stdout and stderr into `log`.
@@ -68,12 +59,6 @@ int run_in_process(const std::vector<std::string>& words, const std::string& log
   ::close(saved_err);
   set_num_threads(threads_before);  // this process's own, as before the part
   return code;
-}
-
-std::string fixed3(double v) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.3f", v);
-  return buffer;
 }
 
 }  // namespace
@@ -129,7 +114,7 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
   for (const Part& p : parts) {
     PartOutcome outcome{p.name};
     const std::string record_path = parts_dir + "/" + p.name + "/" + kRecordName;
-    const std::string text = read_whole(record_path);
+    const std::string text = fs::exists(record_path) ? read_text_file(record_path) : "";
     if (!text.empty()) {
       std::string made_by, made_at;
       int made_threads = 0;
@@ -216,16 +201,16 @@ ClaimOutcome judge(const Claim& claim, const std::string& parts_dir, int seeds) 
   double sum = 0;
   for (double v : out.values) sum += v;
   out.mean = sum / double(out.values.size());
-  out.ours = seeds > 1 ? cat(fixed3(out.mean), " [", fixed3(out.lo), ", ", fixed3(out.hi), "] over ", seeds, " seeds")
-                       : cat(fixed3(out.mean), " (1 seed)");
+  out.ours = seeds > 1 ? cat(fixed(out.mean, 3), " [", fixed(out.lo, 3), ", ", fixed(out.hi, 3), "] over ", seeds, " seeds")
+                       : cat(fixed(out.mean, 3), " (1 seed)");
   const bool at_least = claim.bound.side == Bound::AtLeast;
   int failing = 0;
   for (double v : out.values) failing += at_least ? v < claim.bound.value : v > claim.bound.value;
   out.holds = failing == 0;
   if (!out.holds)
     out.why = cat(failing, " of ", seeds, " seed", seeds > 1 ? "s give" : " gives", " ", at_least ? "below " : "above ",
-                  fixed3(claim.bound.value), ", the bound at which the claim holds (",
-                  at_least ? "worst " : "worst ", fixed3(at_least ? out.lo : out.hi), ")");
+                  fixed(claim.bound.value, 3), ", the bound at which the claim holds (",
+                  at_least ? "worst " : "worst ", fixed(at_least ? out.lo : out.hi, 3), ")");
   return out;
 }
 
@@ -235,7 +220,7 @@ cli::ReportTable claims_table(const Paper& paper, const std::string& parts_dir, 
   table.header = {"claim", "paper", "ours (what)", "ours", "holds here", "why not"};
   for (const Claim& c : paper.claims) {
     const ClaimOutcome o = judge(c, parts_dir, seeds);
-    const std::string bound = cat(c.bound.side == Bound::AtLeast ? "≥ " : "≤ ", fixed3(c.bound.value));
+    const std::string bound = cat(c.bound.side == Bound::AtLeast ? "≥ " : "≤ ", fixed(c.bound.value, 3));
     table.rows.push_back({c.text, c.paper_figure, cat(c.ours, " (holds at ", bound, ")"), o.ours,
                           o.ours == "not measured" ? "not measured" : o.holds ? "holds" : "does not hold", o.why});
   }
@@ -264,13 +249,13 @@ void write_page(const Paper& paper, const RunOptions& o, const std::vector<PartO
   double total = 0;
   const std::vector<Part> defined = select_parts(paper.parts(o.scale, o.seeds), o.only);
   for (size_t i = 0; i < parts.size() && i < defined.size(); ++i) {
-    part_table.rows.push_back({parts[i].name, command_line(defined[i]), fixed3(parts[i].seconds),
+    part_table.rows.push_back({parts[i].name, command_line(defined[i]), fixed(parts[i].seconds, 3),
                                parts[i].skipped ? "finished before" : "ran"});
     total += parts[i].seconds;
     const std::string page = parts_dir + "/" + parts[i].name + "/index.html";
     if (fs::exists(page)) report.files.push_back(page);
   }
-  part_table.rows.push_back({"all parts", "", fixed3(total), ""});
+  part_table.rows.push_back({"all parts", "", fixed(total, 3), ""});
   report.tables.push_back(part_table);
   cli::write_html_report(o.out_dir, args, report);
 }

@@ -3,7 +3,7 @@
 // rAuA (docs/methods.md §2.4).
 //
 // Attacks live in raw pixel space, images in [0, 1]: ε is in pixel units whatever the
-// model's input normalisation, which the classifier applies itself (Endpoint::input). PGD
+// model's input normalisation, which the classifier applies itself (normalise_pixels). PGD
 // maximises the cross-entropy of the true label from the clean image x (or a random point
 // of the ε-set around it) with `steps` steps of the input-space optimiser
 // (analysis/common/input_search.h), each followed by the projection back onto the ε-set and the
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "analysis/stitching/pair.h"
+#include "engine/tensor.h"
 #include "models/training.h"
 
 namespace adjoint {
@@ -53,9 +53,18 @@ Tensor pgd_attack(const RawClassifier& logits, const Tensor& raw, const std::vec
 // The cross-entropy of every example (N values, recorded): the loss PGD ascends.
 Tensor per_example_cross_entropy(const Tensor& logits, const std::vector<int64_t>& labels);
 
-// Raw images from a batch the data pipeline normalised for `e` ((x·std + mean) per
-// channel: the inverse of Endpoint::input).
-Tensor raw_pixels(const Endpoint& e, const Tensor& normalised);
+// (raw − mean) / std per channel (empty: none), recorded so that gradients reach the raw
+// pixels. `who` begins the message that refuses images not shaped (N, C, H, W).
+Tensor normalise_pixels(const Tensor& raw, const std::vector<float>& mean, const std::vector<float>& std,
+                        const std::string& who);
+// Raw images from a batch the data pipeline normalised ((x·std + mean) per channel: the
+// inverse of normalise_pixels); `who` as there.
+Tensor raw_pixels(const Tensor& normalised, const std::vector<float>& mean, const std::vector<float>& std,
+                  const std::string& who);
+
+// The share of `raw` images whose arg-max logit under `logits` equals the label, in batches.
+double accuracy(const std::function<Tensor(const Tensor&)>& logits, const Tensor& raw,
+                const std::vector<int64_t>& labels, int64_t batch = 256);
 
 // PGD adversarial training (Madry et al.): every batch is attacked under `pgd` and the
 // classification step runs on the attacked batch. The model is in eval mode while it is

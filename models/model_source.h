@@ -1,10 +1,10 @@
-// Where a command's model and inputs come from: shared by `predict` (tools/train.cpp) and
-// `explain` (tools/explain.cpp), so both read the same options the same way.
+// A model ready to run, and the inputs it takes, from files: what `predict` and `explain`
+// (through tools/model_options.h), the examples and the experiment programs load.
 //
-//   the model   --checkpoint FILE, --stitch FILE (a stitched model: analysis/stitching/stitched_model.h),
-//               or --model NAME --weights FILE (a torchvision/timm-named state dict) with
-//               --classes/--in-channels/--image-size
-//   the inputs  --input X.safetensors [--tensor NAME] (taken as already normalised), or
+//   the model   a checkpoint written by `adjoint train`, or a state dict with
+//               torchvision/timm names for a model the config describes (a stitched
+//               model: load_stitched_model in analysis/stitching/stitched_model.h)
+//   the inputs  one tensor of a safetensors file (taken as already normalised), or
 //               image files decoded to the model's size and normalised with the model's
 //               statistics, or examples of a data set (normalised as in training)
 #pragma once
@@ -18,19 +18,8 @@
 #include "engine/data/open.h"
 #include "engine/tensor.h"
 #include "models/model.h"
-#include "tools/cli.h"
 
 namespace adjoint {
-
-// Model-shape options (--model, --width, --patch, ...) shared by train, predict and explain.
-const std::vector<cli::OptionSpec>& model_options();
-// `own` with the model-shape options in front.
-std::vector<cli::OptionSpec> with_model_options(std::vector<cli::OptionSpec> own);
-// `own` with the model-shape options and the options load_model reads (--checkpoint,
-// --weights, --classes, --in-channels, --image-size, --mean, --std) in front.
-std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSpec> own);
-// The config the model-shape options describe (data-dependent fields left at defaults).
-ModelConfig model_config(const cli::Args& args);
 
 // "0.5,0.25" → {0.5, 0.25}; a UsageError naming `option` otherwise.
 std::vector<float> parse_floats(const std::string& text, const char* option);
@@ -44,14 +33,16 @@ struct LoadedModel {
   const EvalPreset* preset = nullptr;  // --preset: image files through its transform
 };
 
-// Reads --checkpoint, --stitch, or --model/--weights/--classes/--in-channels/--image-size;
-// then --mean/--std when the command has them and they are given.
-LoadedModel load_model(const cli::Args& args);
+// The first value of m.mean that is not finite or of m.std that is not positive and
+// finite, described with the names given ("--std value 0 is not a positive number"); ""
+// when all are fine.
+std::string normalisation_problem(const LoadedModel& m, const char* mean_name, const char* std_name);
+
 // A checkpoint written by `adjoint train`, in eval mode, with its normalisation and data set.
 LoadedModel load_checkpoint_model(const std::string& path);
-// A stitch written by `adjoint stitch` (analysis/stitching/stitched_model.h): the front and end
-// checkpoints its metadata names, joined at its blocks; inputs normalised as the front's.
-LoadedModel load_stitched_model(const std::string& path);
+// The model `config` describes (classes, channels and image size included) with the state
+// dict of the safetensors file `weights_path`, in eval mode; no normalisation known.
+LoadedModel load_weights_model(const ModelConfig& config, const std::string& weights_path);
 
 // One tensor of a safetensors file: `tensor` names it, or the file must hold exactly one.
 Tensor load_input_tensor(const std::string& path, const std::string& tensor = "");

@@ -1,15 +1,15 @@
-#include "analysis/stitching/robustness.h"
+#include "analysis/common/robustness.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "analysis/common/input_search.h"
-#include "analysis/stitching/train.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
 #include "ops/elementwise.h"
+#include "ops/layout.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
 
@@ -162,9 +162,25 @@ Tensor pgd_attack(const RawClassifier& logits, const Tensor& raw, const std::vec
   return attack(logits, raw, labels, o, gen);
 }
 
-Tensor raw_pixels(const Endpoint& e, const Tensor& normalised) {
-  if (e.mean.empty() && e.std.empty()) return normalised.contiguous();
-  check(normalised.dim() == 4, "PGD: ", e.name, " normalises images (N, C, H, W), got ", normalised.shape());
+Tensor normalise_pixels(const Tensor& raw, const std::vector<float>& mean, const std::vector<float>& std,
+                        const std::string& who) {
+  if (mean.empty() && std.empty()) return raw;
+  check(raw.dim() == 4, who, " normalises images (N, C, H, W), got ", raw.shape());
+  const int64_t C = raw.size(1);
+  std::vector<float> shift(static_cast<size_t>(C)), scale(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    shift[size_t(c)] = mean.empty() ? 0.0f : mean[size_t(c) % mean.size()];
+    scale[size_t(c)] = std.empty() ? 1.0f : 1.0f / std[size_t(c) % std.size()];
+  }
+  const Tensor m = broadcast_to(Tensor::from_vector({1, C, 1, 1}, shift), raw.shape());
+  const Tensor s = broadcast_to(Tensor::from_vector({1, C, 1, 1}, scale), raw.shape());
+  return (raw - m) * s;
+}
+
+Tensor raw_pixels(const Tensor& normalised, const std::vector<float>& mean, const std::vector<float>& std,
+                  const std::string& who) {
+  if (mean.empty() && std.empty()) return normalised.contiguous();
+  check(normalised.dim() == 4, who, " normalises images (N, C, H, W), got ", normalised.shape());
   const Tensor x = normalised.contiguous();
   const int64_t C = x.size(1), plane = x.size(2) * x.size(3);
   Tensor raw = Tensor::empty(x.shape());
@@ -172,9 +188,9 @@ Tensor raw_pixels(const Endpoint& e, const Tensor& normalised) {
   float* pr = raw.data();
   for (int64_t i = 0; i < x.numel(); ++i) {
     const size_t c = size_t((i / plane) % C);
-    const float mean = e.mean.empty() ? 0.0f : e.mean[c % e.mean.size()];
-    const float std = e.std.empty() ? 1.0f : e.std[c % e.std.size()];
-    pr[i] = px[i] * std + mean;
+    const float shift = mean.empty() ? 0.0f : mean[c % mean.size()];
+    const float scale = std.empty() ? 1.0f : std[c % std.size()];
+    pr[i] = px[i] * scale + shift;
   }
   return raw;
 }
@@ -195,22 +211,40 @@ TrainingStep adversarial_training_step(const TrainOptions& options, const PgdOpt
     check(batch.inputs.dim() == 4 && int64_t(batch.labels.size()) == batch.size(),
           "--adversarial pgd: expects an image classifier's batches (N, C, H, W) with one label each, got ",
           batch.inputs.shape(), " with ", batch.labels.size(), " labels");
-    // A non-owning handle: the model outlives the step.
-    const Endpoint view{"the model being trained", std::shared_ptr<Model>(std::shared_ptr<Model>(), &model), mean, std};
+    const std::string who = "PGD: the model being trained";
+    const auto input = [&](const Tensor& raw) { return normalise_pixels(raw, mean, std, who); };
     Batch attacked = batch;
     {
       ModeGuard eval(model, false);
       // Each step's random start has its own counters: a resumed run draws it again.
       Generator gen;
       gen.set_state(pgd.seed ^ 0x5067645f61747461ull, uint64_t(step) << 40);
-      const Tensor adversarial = attack([&](const Tensor& raw) { return model.forward(view.input(raw)); },
-                                        raw_pixels(view, batch.inputs), batch.labels, pgd, gen);
+      const Tensor adversarial = attack([&](const Tensor& raw) { return model.forward(input(raw)); },
+                                        raw_pixels(batch.inputs, mean, std, who), batch.labels, pgd, gen);
       NoGrad off;
-      attacked.inputs = view.input(adversarial).contiguous();
+      attacked.inputs = input(adversarial).contiguous();
     }
     return classify.run(model, attacked, step);
   };
   return t;
+}
+
+double accuracy(const std::function<Tensor(const Tensor&)>& logits, const Tensor& raw,
+                const std::vector<int64_t>& labels, int64_t batch) {
+  const int64_t N = raw.defined() ? raw.size(0) : 0;
+  check(N > 0 && int64_t(labels.size()) == N, "accuracy: ", N, " images and ", labels.size(), " labels");
+  NoGrad off;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < N; begin += batch) {
+    const int64_t end = std::min(N, begin + batch);
+    const Tensor out = logits(slice(raw, 0, begin, end).contiguous()).contiguous();
+    const int64_t C = out.size(1);
+    for (int64_t n = 0; n < end - begin; ++n) {
+      const float* row = out.data() + n * C;
+      correct += (std::max_element(row, row + C) - row) == labels[size_t(begin + n)];
+    }
+  }
+  return double(correct) / double(N);
 }
 
 std::vector<double> robust_accuracy(const RawClassifier& logits, const Tensor& raw, const std::vector<int64_t>& labels,
@@ -228,7 +262,7 @@ std::vector<double> robust_accuracy(const RawClassifier& logits, const Tensor& r
     for (int64_t begin = 0; begin < N; begin += batch) {
       const int64_t end = std::min(N, begin + batch);
       const std::vector<int64_t> part(labels.begin() + begin, labels.begin() + end);
-      const Tensor a = attack(logits, select_rows(raw, begin, end), part, o, gen);
+      const Tensor a = attack(logits, slice(raw, 0, begin, end).contiguous(), part, o, gen);
       std::copy(a.data(), a.data() + a.numel(), attacked.data() + begin * per);
     }
     out.push_back(accuracy(logits, attacked, labels, batch));

@@ -3,7 +3,7 @@
 # the same perturbations (same --seed) on the same images, one `adjoint explain` run per τ,
 # gathered into OUT/tau_sweep.csv and OUT/tau_sweep.md.
 #
-#   analysis/results/tau_sweep.sh CHECKPOINT OUT [COUNT] [TAUS]
+#   analysis/experiments/tau_sweep.sh CHECKPOINT OUT [COUNT] [TAUS]
 #
 # COUNT test images (default 200; max-sensitivity on the first 100), TAUS a space-separated
 # list (default "0.1 0.2 0.4 0.6 1 2"). A gradient run on the same images is the reference
