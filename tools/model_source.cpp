@@ -11,6 +11,7 @@
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
 #include "models/checkpoint.h"
+#include "models/weights_file.h"
 
 namespace adjoint {
 
@@ -44,7 +45,8 @@ std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSp
       {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
       {"stitch", "FILE", "a stitch written by adjoint stitch: its front and end checkpoints (relative paths: to the "
                          "stitch file's folder; their content must be the checkpoints it was trained with) joined by it", ""},
-      {"weights", "FILE", "a state dict for --model", ""},
+      {"weights", "FILE", "a state dict for --model: safetensors, or a torch.save file (read without running it)", ""},
+      {"weights-key", "KEY", "--weights: the entry of a saved dict that holds the state dict (e.g. model)", ""},
       {"classes", "N", "classes of --model", "1000"},
       {"in-channels", "N", "input channels of --model", "3"},
       {"image-size", "N", "input size of --model", "224"},
@@ -178,10 +180,7 @@ LoadedModel load_model(const cli::Args& a) {
     Generator gen(0);
     m.model = make_model(c, gen);
     m.origin = "weights " + a.text("weights");
-    const SafetensorsFile weights = read_safetensors(a.text("weights"));
-    for (const auto& [name, t] : weights.tensors)  // torch stores BatchNorm's counter as I64
-      if (!name.ends_with("num_batches_tracked")) require_floating_point(weights, name, a.text("weights"));
-    load_state_dict(*m.model, weights.tensors, a.text("weights"));
+    load_weights_file(*m.model, a.text("weights"), a.has("weights-key") ? a.text("weights-key") : "");
   }
   if (a.has("mean")) m.mean = parse_floats(a.text("mean"), "mean");
   if (a.has("std")) m.std = parse_floats(a.text("std"), "std");
