@@ -170,3 +170,27 @@ TEST_CASE("torch weights: tampered and unsupported files are refused in one line
   }
   CHECK(!fs::exists(dir.file("p.safetensors")));
 }
+
+TEST_CASE("torch weights: --weights-key in a safetensors file takes the tensors under KEY.") {
+  TempDir dir;
+  const Tensor w = random_tensor({2, 3}, 5);
+  write_safetensors(dir.file("ck.safetensors"), {{"model.module.fc.weight", w}, {"optim.fc.weight", random_tensor({2, 3}, 6)}});
+  const SafetensorsFile file = read_state_dict(dir.file("ck.safetensors"), "model");
+  REQUIRE(file.tensors.size() == 1);
+  check_close(file.tensors.at("fc.weight"), w, 0, 0, "model.module.fc.weight");  // both prefixes dropped
+  CHECK_THROWS_WITH_AS(read_state_dict(dir.file("ck.safetensors"), "ema"),
+                       doctest::Contains("none of its 2 tensors is named 'ema.*' (--weights-key ema)"), Error);
+}
+
+TEST_CASE("torch weights: vit_b_32 and vit_l_16 take torchvision's patch sizes whatever --patch says") {
+  for (const auto& [arch, patch] : {std::pair<std::string, int64_t>{"vit_b_32", 32}, {"vit_l_16", 16}}) {
+    ModelConfig c;
+    c.arch = arch, c.dim = 8, c.depth = 1, c.heads = 2, c.patch = 4, c.image_size = 64, c.num_classes = 3;
+    Generator gen(2);
+    auto model = make_model(c, gen);
+    CHECK(model->config().patch == patch);
+    CHECK(model->state_dict().at("pos_embed").shape() == Shape{1, (64 / patch) * (64 / patch) + 1, 8});
+    CHECK(model->forward(random_tensor({1, 3, 64, 64}, 3)).shape() == Shape{1, 3});
+    CHECK(!model->facts().weight_file_names.empty());
+  }
+}
