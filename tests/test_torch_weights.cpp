@@ -167,6 +167,10 @@ TEST_CASE("torch weights: tampered and unsupported files are refused in one line
     check_fails(run(command, dir.file("truncated.pth")), 1,
                 "zip archive " + dir.file("truncated.pth") + ": no end of central directory record");
     check_fails(run(command, pth("legacy.pth")), 1, "written in PyTorch's legacy format (before 1.6)");
+    check_fails(run(command, pth("view_beyond_storage.pth")), 1,
+                "tensor 'w': size [4, 4], stride [5, 1] and offset 0 reach element 18 of storage '0', which holds 16");
+    check_fails(run(command, pth("expanded.pth")), 1,
+                "tensor 'w': size [1000, 3] has 3000 elements, more than the 3 its storage '0' holds");
   }
   CHECK(!fs::exists(dir.file("p.safetensors")));
 }

@@ -387,8 +387,9 @@ private:
   void persistent_id(size_t at) {
     const Value* id = pop("BINPERSID");
     const std::vector<Value*>& a = id->items;
-    const bool storage = id->kind == Value::Kind::Tuple && a.size() == 5 && a[0]->kind != Value::Kind::Tuple &&
-                         (a[0]->kind == Value::Kind::String || a[0]->kind == Value::Kind::Bytes) && a[0]->text == "storage";
+    const bool storage = id->kind == Value::Kind::Tuple && a.size() == 5 &&
+                         (a[0]->kind == Value::Kind::String || a[0]->kind == Value::Kind::Bytes) &&
+                         a[0]->text == "storage";
     if (!storage) fail(at, "a persistent id other than ('storage', class, key, location, count)");
     if (a[1]->kind != Value::Kind::Global || a[1]->callable != Callable::Storage)
       fail(at, "a storage whose class is not a typed storage of real numbers");
@@ -434,6 +435,11 @@ public:
     const std::vector<unsigned char>& bytes = load(storage, element, at);
     const int64_t numel = checked_numel(t.size);
     if (numel < 0) throw Error(cat(at, "size ", t.size, " is negative or overflows"));
+    // A view may repeat elements (a stride of 0), but no parameter or buffer does; refusing
+    // such views also bounds what is allocated by the file's size.
+    if (numel > storage.numel)
+      throw Error(cat(at, "size ", t.size, " has ", numel, " elements, more than the ", storage.numel,
+                      " its storage '", storage.text, "' holds (a view repeating elements, not a parameter)"));
     if (t.offset < 0) throw Error(cat(at, "storage offset ", t.offset, " is negative"));
     // The last element the view reaches must lie inside the storage.
     int64_t last = t.offset;

@@ -11,7 +11,8 @@ Beside the four models, files that exercise the reader: float16/bfloat16 storage
 views and storage offsets, a state dict saved as parameters under "module." inside a dict,
 deflated entries, a big-endian byte order, zip64 records; and tampered files that must be
 refused: a pickle calling os.system, a whole pickled module, a storage shorter than its
-tensor, the legacy (pre-1.6) format.
+tensor, strides reaching past the storage, a view repeating elements, the legacy (pre-1.6)
+format.
 Run: /usr/bin/python3 tests/goldens/gen_pth.py
 """
 import collections
@@ -84,13 +85,19 @@ def models():
     return out
 
 
+def entry(name):
+    """A zip entry dated as torch.save dates its own, so that the files are reproducible."""
+    return zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+
+
 def rewrite_zip(source, target, change_entry=lambda name, data: data, extra=(), compression=zipfile.ZIP_STORED):
     """Copies a zip archive entry by entry, each through change_entry, adding `extra`."""
-    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", compression) as zout:
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w") as zout:
         for info in zin.infolist():
-            zout.writestr(info.filename, change_entry(info.filename, zin.read(info.filename)))
+            zout.writestr(entry(info.filename), change_entry(info.filename, zin.read(info.filename)),
+                          compress_type=compression)
         for name, data in extra:
-            zout.writestr(name, data)
+            zout.writestr(entry(name), data, compress_type=compression)
 
 
 def big_endian(name, data):
@@ -114,12 +121,13 @@ def write_zip64(source, target):
 def torch_like_zip(target, pickle_bytes):
     """A torch.save-shaped archive around a hand-written pickle."""
     with zipfile.ZipFile(target, "w") as z:
-        z.writestr("archive/data.pkl", pickle_bytes)
-        z.writestr("archive/version", "3\n")
+        z.writestr(entry("archive/data.pkl"), pickle_bytes)
+        z.writestr(entry("archive/version"), "3\n")
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
+    torch.manual_seed(0)  # the pickled module's initialisation
     fixtures = {}
     gen = seeded(38)
     for name, (model, size) in models().items():
@@ -174,6 +182,16 @@ def main():
     rewrite_zip(small, data, lambda name, d: d[:32] if name.endswith("/data/0") else d)
     with open(small, "wb") as f:
         f.write(data.getvalue())
+    # A pickle whose strides reach past its storage: (4, 4) with stride (5, 1) on 16 elements.
+    beyond = os.path.join(OUT, "view_beyond_storage.pth")
+    torch.save({"w": torch.randn(4, 4, generator=gen)}, beyond)
+    data = io.BytesIO()
+    rewrite_zip(beyond, data, lambda name, d: d.replace(b"K\x04K\x01\x86", b"K\x05K\x01\x86", 1)
+                if name.endswith("data.pkl") else d)
+    with open(beyond, "wb") as f:
+        f.write(data.getvalue())
+    # A view repeating its storage's 3 elements a thousand times (stride 0).
+    torch.save({"w": torch.randn(3, generator=gen).expand(1000, 3)}, os.path.join(OUT, "expanded.pth"))
     torch.save({"w": torch.randn(2, 2, generator=gen)}, os.path.join(OUT, "legacy.pth"),
                _use_new_zipfile_serialization=False)
 
