@@ -7,7 +7,7 @@
 //                       strides, each storage a persistent id ("storage", its typed class,
 //                       its key, its device, its element count)
 //   <name>/data/<key>   each storage's bytes
-//   <name>/byteorder    "little" or "big" (absent before PyTorch 1.13's successors: little)
+//   <name>/byteorder    "little" or "big" (PyTorch 1.13 writes none: little)
 //   <name>/version      the format's version
 //
 // A pickle is a program: loading one with Python's pickle may call any function it names.
