@@ -162,6 +162,8 @@ TEST_CASE("torch weights: tampered and unsupported files are refused in one line
     check_fails(run(command, pth("module.pth")), 1,
                 "holds a pickled object of class torch.nn.modules.linear.Linear, not a state dict (a whole model "
                 "saved with torch.save(model)?); save model.state_dict() instead");
+    check_fails(run(command, pth("torchscript.pth")), 1,
+                "is a TorchScript archive (torch.jit.save), not a state dict; save model.state_dict()");
     check_fails(run(command, pth("short_storage.pth")), 1,
                 "tensor 'w': storage '0' holds 32 bytes, fewer than its 16 elements of F32 need");
     check_fails(run(command, dir.file("truncated.pth")), 1,

@@ -534,6 +534,12 @@ SafetensorsFile read_torch_state_dict(const std::string& path, const std::string
   const std::string where = cat("torch file ", path, ": ");
   const ZipArchive zip(path);
 
+  // TorchScript's archives hold a data.pkl too, of a scripted module.
+  for (const ZipArchive::Entry& entry : zip.entries())
+    if (entry.name.ends_with("/constants.pkl"))
+      throw Error(cat(where, "is a TorchScript archive (torch.jit.save), not a state dict; save "
+                             "model.state_dict() with torch.save and load that"));
+
   // The archive's folder: the one holding data.pkl.
   std::string prefix;
   for (const ZipArchive::Entry& entry : zip.entries()) {
@@ -543,13 +549,7 @@ SafetensorsFile read_torch_state_dict(const std::string& path, const std::string
       break;
     }
   }
-  if (prefix.empty()) {
-    for (const ZipArchive::Entry& entry : zip.entries())
-      if (entry.name.ends_with("/constants.pkl"))
-        throw Error(cat(where, "is a TorchScript archive (torch.jit.save), not a state dict; save "
-                               "model.state_dict() with torch.save and load that"));
-    throw Error(cat(where, "a zip archive without <name>/data.pkl, so not one torch.save wrote"));
-  }
+  if (prefix.empty()) throw Error(cat(where, "a zip archive without <name>/data.pkl, so not one torch.save wrote"));
 
   bool big_endian = false;
   if (const ZipArchive::Entry* order = zip.find(prefix + "byteorder")) {

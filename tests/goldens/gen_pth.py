@@ -10,7 +10,7 @@ vit_b_16's patch size at a small width and depth. Logits are computed in float64
 Beside the four models, files that exercise the reader: float16/bfloat16 storages, strided
 views and storage offsets, a state dict saved as parameters under "module." inside a dict,
 deflated entries, a big-endian byte order, zip64 records; and tampered files that must be
-refused: a pickle calling os.system, a whole pickled module, a storage shorter than its
+refused: a pickle calling os.system, a whole pickled module, a TorchScript archive, a storage shorter than its
 tensor, strides reaching past the storage, a view repeating elements, the legacy (pre-1.6)
 format.
 Run: /usr/bin/python3 tests/goldens/gen_pth.py
@@ -176,6 +176,7 @@ def main():
     torch_like_zip(os.path.join(OUT, "os_system.pth"),
                    b"\x80\x02cos\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03.")
     torch.save(torch.nn.Linear(2, 2), os.path.join(OUT, "module.pth"))
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), os.path.join(OUT, "torchscript.pth"))
     small = os.path.join(OUT, "short_storage.pth")
     torch.save({"w": torch.randn(4, 4, generator=gen)}, small)
     data = io.BytesIO()
@@ -192,6 +193,7 @@ def main():
         f.write(data.getvalue())
     # A view repeating its storage's 3 elements a thousand times (stride 0).
     torch.save({"w": torch.randn(3, generator=gen).expand(1000, 3)}, os.path.join(OUT, "expanded.pth"))
+    # The legacy format keys storages by object id, so this one file differs from run to run.
     torch.save({"w": torch.randn(2, 2, generator=gen)}, os.path.join(OUT, "legacy.pth"),
                _use_new_zipfile_serialization=False)
 
