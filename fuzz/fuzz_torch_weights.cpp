@@ -53,10 +53,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!file.starts_with("PK")) {
     std::vector<std::pair<std::string, std::string>> entries = {{"archive/data.pkl", file},
                                                                 {"archive/byteorder", "little"}};
-    for (int key = 0; key < 4; ++key) entries.emplace_back("archive/data/" + std::to_string(key), std::string(256, char(0x3f)));
+    for (int key = 0; key < 4; ++key)
+      entries.emplace_back("archive/data/" + std::to_string(key), std::string(256, char(0x3f)));
     file = zip(entries);
   }
-  const std::string path = adjoint::fuzz::write_input(reinterpret_cast<const uint8_t*>(file.data()), file.size(), "input.pth");
+  const auto* bytes = reinterpret_cast<const uint8_t*>(file.data());
+  const std::string path = adjoint::fuzz::write_input(bytes, file.size(), "input.pth");
   for (const char* key : {"", "model"}) {
     try {
       adjoint::read_state_dict(path, key);

@@ -1,9 +1,9 @@
 // VGG-11/13/16/19, with or without BatchNorm, with torchvision's parameter names
 // (features.<i>, classifier.<i>). The ImageNet classifier is adaptive-pool 7×7 + three
 // linear layers with dropout, 4096 wide at width 1 (the width multiplier scales it with the
-// channels, so a narrow VGG keeps torchvision's structure at a fraction of its size); the small-image classifier (config.small_stem) drops the
-// last max-pool so 28×28 and 32×32 inputs keep a spatial map, then global average pool +
-// one linear layer (classifier.0).
+// channels, so a narrow VGG keeps torchvision's structure at a fraction of its size); the
+// small-image classifier (config.small_stem) drops the last max-pool so 28×28 and 32×32
+// inputs keep a spatial map, then global average pool + one linear layer (classifier.0).
 // Blocks: "features.<i>" per conv unit (conv[, bn], relu[, following max-pool]), "head".
 #include <cmath>
 

@@ -180,7 +180,8 @@ TEST_CASE("torch weights: tampered and unsupported files are refused in one line
 TEST_CASE("torch weights: --weights-key in a safetensors file takes the tensors under KEY.") {
   TempDir dir;
   const Tensor w = random_tensor({2, 3}, 5);
-  write_safetensors(dir.file("ck.safetensors"), {{"model.module.fc.weight", w}, {"optim.fc.weight", random_tensor({2, 3}, 6)}});
+  write_safetensors(dir.file("ck.safetensors"),
+                    {{"model.module.fc.weight", w}, {"optim.fc.weight", random_tensor({2, 3}, 6)}});
   const SafetensorsFile file = read_state_dict(dir.file("ck.safetensors"), "model");
   REQUIRE(file.tensors.size() == 1);
   check_close(file.tensors.at("fc.weight"), w, 0, 0, "model.module.fc.weight");  // both prefixes dropped

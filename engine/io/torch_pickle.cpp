@@ -472,7 +472,7 @@ public:
       }
     }
     if (big_endian_)
-      for (size_t i = 0; i < raw.size(); i += size_t(element)) std::reverse(raw.begin() + long(i), raw.begin() + long(i) + element);
+      for (auto it = raw.begin(); it != raw.end(); it += element) std::reverse(it, it + element);
     Tensor out = Tensor::empty(t.size);
     convert_to_float(storage.dtype, raw.data(), out.data(), size_t(numel));
     return out;

@@ -34,7 +34,9 @@ constexpr size_t kEndBytes = 22, kCentralBytes = 46, kLocalBytes = 30, kZip64End
 constexpr uint64_t kMaxDeflateRatio = 1032;
 
 uint16_t u16(const unsigned char* p) { return uint16_t(p[0] | p[1] << 8); }
-uint32_t u32(const unsigned char* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+uint32_t u32(const unsigned char* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
 uint64_t u64(const unsigned char* p) { return uint64_t(u32(p)) | uint64_t(u32(p + 4)) << 32; }
 
 }  // namespace
@@ -186,11 +188,12 @@ std::vector<unsigned char> ZipArchive::read(const Entry& entry) const {
     stream.next_in = packed.data();
     stream.next_out = data.data();
     int status = Z_OK;
-    // zlib counts in 32-bit chunks; feed it at most 1 GiB at a time.
+    // zlib counts in 32 bits; feed it at most 1 GiB at a time.
+    constexpr size_t kChunk = size_t(1) << 30;
     size_t in_left = packed.size(), out_left = data.size();
     while (status == Z_OK) {
-      if (stream.avail_in == 0) stream.avail_in = uInt(std::min<size_t>(in_left, size_t(1) << 30)), in_left -= stream.avail_in;
-      if (stream.avail_out == 0) stream.avail_out = uInt(std::min<size_t>(out_left, size_t(1) << 30)), out_left -= stream.avail_out;
+      if (stream.avail_in == 0) stream.avail_in = uInt(std::min(in_left, kChunk)), in_left -= stream.avail_in;
+      if (stream.avail_out == 0) stream.avail_out = uInt(std::min(out_left, kChunk)), out_left -= stream.avail_out;
       status = inflate(&stream, Z_NO_FLUSH);  // Z_BUF_ERROR: no progress possible (input ran out)
     }
     const uint64_t produced = stream.total_out;
