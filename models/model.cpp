@@ -123,7 +123,8 @@ void Model::set_with_next(std::function<Tensor(const Tensor&)> both) {
 
 std::vector<std::string> model_names() {
   return {"resnet18", "resnet34", "resnet50", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn",
-          "vgg19", "vgg19_bn", "vit_tiny", "vit_small", "vit_base", "vit_custom", "bilinear_mlp", "bilinear_lm"};
+          "vgg19", "vgg19_bn", "vit_tiny", "vit_small", "vit_base", "vit_custom", "vit_b_16", "vit_b_32", "vit_l_16",
+          "bilinear_mlp", "bilinear_lm"};
 }
 
 std::shared_ptr<Model> make_model(const ModelConfig& config, Generator& gen) {

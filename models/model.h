@@ -19,6 +19,7 @@ namespace adjoint {
 // Everything needed to rebuild a model: saved in checkpoints as string metadata.
 struct ModelConfig {
   std::string arch = "resnet18";  // resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom,
+                                  // vit_b_16|b_32|l_16 (torchvision's),
                                   // bilinear_mlp, bilinear_lm
   int64_t num_classes = 10;
   int64_t in_channels = 3;
@@ -51,6 +52,10 @@ struct Block {
   std::function<Tensor(const Tensor&)> with_next;
 };
 
+// Renames (ECMAScript regex over a whole name, its replacement with $1 for the first group),
+// tried in order; the first that matches a name renames it.
+using NameRules = std::vector<std::pair<std::string, std::string>>;
+
 // What a model says about itself, so that code outside models/ asks the model instead of
 // testing its architecture's name. Each family sets these in its constructor.
 struct ModelFacts {
@@ -65,6 +70,10 @@ struct ModelFacts {
   // train with from scratch at the default learning rates (a ViT diverges under SGD at 0.1
   // within its first hundred steps, as transformers without warm-up do; AdamW at 1e-3 trains it).
   std::string default_optimizer = "sgd";
+  // Names in the weight files the family is published with that differ from the model's
+  // own (torchvision's ViT names for a model built with timm's), as rules mapping a file's
+  // name to the model's. Names no rule matches are taken as they are.
+  NameRules weight_file_names{};
 };
 
 class Model : public Module {

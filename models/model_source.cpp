@@ -9,6 +9,7 @@
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
 #include "models/checkpoint.h"
+#include "models/weights_file.h"
 
 namespace adjoint {
 
@@ -59,15 +60,13 @@ LoadedModel load_checkpoint_model(const std::string& path) {
   return m;
 }
 
-LoadedModel load_weights_model(const ModelConfig& config, const std::string& weights_path) {
+LoadedModel load_weights_model(const ModelConfig& config, const std::string& weights_path,
+                               const std::string& weights_key) {
   LoadedModel m;
   Generator gen(0);
   m.model = make_model(config, gen);
   m.origin = "weights " + weights_path;
-  const SafetensorsFile weights = read_safetensors(weights_path);
-  for (const auto& [name, t] : weights.tensors)  // torch stores BatchNorm's counter as I64
-    if (!name.ends_with("num_batches_tracked")) require_floating_point(weights, name, weights_path);
-  load_state_dict(*m.model, weights.tensors, weights_path);
+  load_weights_file(*m.model, weights_path, weights_key);
   m.model->train(false);
   return m;
 }

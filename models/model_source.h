@@ -41,8 +41,10 @@ std::string normalisation_problem(const LoadedModel& m, const char* mean_name, c
 // A checkpoint written by `adjoint train`, in eval mode, with its normalisation and data set.
 LoadedModel load_checkpoint_model(const std::string& path);
 // The model `config` describes (classes, channels and image size included) with the state
-// dict of the safetensors file `weights_path`, in eval mode; no normalisation known.
-LoadedModel load_weights_model(const ModelConfig& config, const std::string& weights_path);
+// dict of the weights file `weights_path` (safetensors or torch.save's archive; `weights_key`
+// names a state dict nested in it), in eval mode; no normalisation known.
+LoadedModel load_weights_model(const ModelConfig& config, const std::string& weights_path,
+                               const std::string& weights_key = "");
 
 // One tensor of a safetensors file: `tensor` names it, or the file must hold exactly one.
 Tensor load_input_tensor(const std::string& path, const std::string& tensor = "");

@@ -1,8 +1,9 @@
 // VGG-11/13/16/19, with or without BatchNorm, with torchvision's parameter names
 // (features.<i>, classifier.<i>). The ImageNet classifier is adaptive-pool 7×7 + three
-// linear layers with dropout; the small-image classifier (config.small_stem) drops the
-// last max-pool so 28×28 and 32×32 inputs keep a spatial map, then global average pool +
-// one linear layer (classifier.0).
+// linear layers with dropout, 4096 wide at width 1 (the width multiplier scales it with the
+// channels, so a narrow VGG keeps torchvision's structure at a fraction of its size); the
+// small-image classifier (config.small_stem) drops the last max-pool so 28×28 and 32×32
+// inputs keep a spatial map, then global average pool + one linear layer (classifier.0).
 // Blocks: "features.<i>" per conv unit (conv[, bn], relu[, following max-pool]), "head".
 #include <cmath>
 
@@ -71,9 +72,10 @@ public:
       add_block("head", [fc](const Tensor& x) { return fc->forward(flatten(adaptive_avg_pool2d(x, 1, 1), 1)); });
       return;
     }
-    auto fc0 = classifier->register_module("0", std::make_shared<Linear>(in * 49, 4096, true, gen));
-    auto fc3 = classifier->register_module("3", std::make_shared<Linear>(4096, 4096, true, gen));
-    auto fc6 = classifier->register_module("6", std::make_shared<Linear>(4096, config.num_classes, true, gen));
+    const int64_t hidden = std::max<int64_t>(1, std::lround(4096.0 * config.width));
+    auto fc0 = classifier->register_module("0", std::make_shared<Linear>(in * 49, hidden, true, gen));
+    auto fc3 = classifier->register_module("3", std::make_shared<Linear>(hidden, hidden, true, gen));
+    auto fc6 = classifier->register_module("6", std::make_shared<Linear>(hidden, config.num_classes, true, gen));
     auto dropout_gen = std::make_shared<Generator>(gen.seed() ^ 0x5eedull);
     set_facts({.gradcam_block = "", .has_dropout = true});
     const Module* self = this;

@@ -1,6 +1,7 @@
 // Vision Transformer with timm's parameter names (patch_embed.proj, cls_token,
-// pos_embed, blocks.<i>.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2, norm, head):
-// patch embedding, class token, learned position embeddings, pre-LN blocks with GELU
+// pos_embed, blocks.<i>.norm1/attn.qkv/attn.proj/norm2/mlp.fc1/mlp.fc2, norm, head); the
+// torchvision's sizes (vit_b_16, vit_b_32, vit_l_16) read weight files in torchvision's
+// names too (ModelFacts::weight_file_names). Patch embedding, class token, learned position embeddings, pre-LN blocks with GELU
 // MLPs, any patch size that divides the image.
 // Blocks: "patch_embed" (tokens + class token + positions), "blocks.<i>", "head".
 // The head pools as timm does: pool "token" takes the class token after the final `norm`;
@@ -51,13 +52,35 @@ private:
   std::shared_ptr<Linear> fc1, fc2;
 };
 
+// torchvision's names for the same parameters (VisionTransformer: conv_proj, class_token,
+// encoder.pos_embedding, encoder.layers.encoder_layer_<i>, encoder.ln, heads.head). Its MLP
+// is an nn.Sequential (mlp.0, mlp.3) since torchvision 0.14, mlp.linear_1/linear_2 before.
+NameRules torchvision_vit_names() {
+  const std::string layer = R"(^encoder\.layers\.encoder_layer_(\d+)\.)";
+  return {
+      {R"(^conv_proj\.)", "patch_embed.proj."},
+      {R"(^class_token$)", "cls_token"},
+      {R"(^encoder\.pos_embedding$)", "pos_embed"},
+      {layer + R"(ln_1\.)", "blocks.$1.norm1."},
+      {layer + R"(self_attention\.in_proj_weight$)", "blocks.$1.attn.qkv.weight"},
+      {layer + R"(self_attention\.in_proj_bias$)", "blocks.$1.attn.qkv.bias"},
+      {layer + R"(self_attention\.out_proj\.)", "blocks.$1.attn.proj."},
+      {layer + R"(ln_2\.)", "blocks.$1.norm2."},
+      {layer + R"(mlp\.(?:0|linear_1)\.)", "blocks.$1.mlp.fc1."},
+      {layer + R"(mlp\.(?:3|linear_2)\.)", "blocks.$1.mlp.fc2."},
+      {R"(^encoder\.ln\.)", "norm."},
+      {R"(^heads\.head\.)", "head."},
+  };
+}
+
 class Vit : public Model {
 public:
   PolynomialView polynomial_view(int64_t) const override {
     throw Error(cat(config().arch, ": blocks.0.norm1 is a LayerNorm (and blocks.0.attn softmax attention, the MLP a "
                     "GELU), which is not polynomial; tensor similarity compares bilinear models"));
   }
-  Vit(const ModelConfig& config, int64_t dim, int64_t depth, int64_t heads, Generator& gen) : Model(config) {
+  Vit(const ModelConfig& config, int64_t dim, int64_t depth, int64_t heads, bool torchvision_names, Generator& gen)
+      : Model(config) {
     const int64_t p = config.patch, side = config.image_size;
     check(p > 0 && side % p == 0, "vit: patch size ", p, " does not divide the image size ", side);
     const int64_t tokens = (side / p) * (side / p) + 1;
@@ -100,26 +123,43 @@ public:
     // tokens of its output is zero (analysis/pullbacks/explain.h).
     set_facts({.gradcam_block = depth >= 2 ? cat("blocks.", depth - 2) : std::string("patch_embed"),
                .has_dropout = false,
-               .default_optimizer = "adamw"});
+               .default_optimizer = "adamw",
+               .weight_file_names = torchvision_names ? torchvision_vit_names() : NameRules{}});
   }
 };
 
 }  // namespace
 
-std::shared_ptr<Model> make_vit(const ModelConfig& config, Generator& gen) {
-  int64_t dim = 0, depth = 12, heads = 0;
-  if (config.arch == "vit_tiny") dim = 192, heads = 3;
-  else if (config.arch == "vit_small") dim = 384, heads = 6;
-  else if (config.arch == "vit_base") dim = 768, heads = 12;
-  else if (config.arch != "vit_custom")
-    throw UsageError(cat("unknown ViT '", config.arch, "' (vit_tiny, vit_small, vit_base, vit_custom)"));
-  if (config.dim > 0) dim = config.dim;
-  if (config.depth > 0) depth = config.depth;
-  if (config.heads > 0) heads = config.heads;
+std::shared_ptr<Model> make_vit(const ModelConfig& requested, Generator& gen) {
+  // timm's sizes take their patch from the config; torchvision's fix theirs and their files
+  // use torchvision's names.
+  struct Size {
+    const char* arch;
+    int64_t dim, depth, heads, patch;  // 0: from the config
+    bool torchvision;
+  };
+  static constexpr Size kSizes[] = {
+      {"vit_tiny", 192, 12, 3, 0, false},     {"vit_small", 384, 12, 6, 0, false},
+      {"vit_base", 768, 12, 12, 0, false},    {"vit_custom", 0, 12, 0, 0, false},
+      {"vit_b_16", 768, 12, 12, 16, true},    {"vit_b_32", 768, 12, 12, 32, true},
+      {"vit_l_16", 1024, 24, 16, 16, true},
+  };
+  const Size* size = nullptr;
+  std::string known;
+  for (const Size& s : kSizes) {
+    if (requested.arch == s.arch) size = &s;
+    known += (known.empty() ? "" : ", ") + std::string(s.arch);
+  }
+  if (size == nullptr) throw UsageError(cat("unknown ViT '", requested.arch, "' (", known, ")"));
+  ModelConfig config = requested;
+  if (size->patch > 0) config.patch = size->patch;
+  const int64_t dim = config.dim > 0 ? config.dim : size->dim;
+  const int64_t depth = config.depth > 0 ? config.depth : size->depth;
+  const int64_t heads = config.heads > 0 ? config.heads : size->heads;
   if (config.pool != "token" && config.pool != "avg")
     throw UsageError(cat("vit: pool must be token or avg, got '", config.pool, "'"));
   check(dim > 0 && heads > 0, "vit_custom needs dim and heads (got dim ", dim, ", heads ", heads, ")");
-  return std::make_shared<Vit>(config, dim, depth, heads, gen);
+  return std::make_shared<Vit>(config, dim, depth, heads, size->torchvision, gen);
 }
 
 }  // namespace adjoint

@@ -9,7 +9,8 @@ namespace adjoint {
 
 const std::vector<cli::OptionSpec>& model_options() {
   static const std::vector<cli::OptionSpec> options = {
-      {"model", "NAME", "resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom, bilinear_mlp, bilinear_lm",
+      {"model", "NAME", "resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom, vit_b_16|b_32|l_16, bilinear_mlp, "
+       "bilinear_lm",
        ""},
       {"width", "X", "channel multiplier (ResNet, VGG)", "1"},
       {"imagenet-stem", "", "ResNet: 7x7 stride-2 stem + max-pool; VGG: ImageNet classifier", ""},
@@ -37,7 +38,8 @@ std::vector<cli::OptionSpec> with_model_source_options(std::vector<cli::OptionSp
       {"checkpoint", "FILE", "a checkpoint written by adjoint train", ""},
       {"stitch", "FILE", "a stitch written by adjoint stitch: its front and end checkpoints (relative paths: to the "
                          "stitch file's folder; their content must be the checkpoints it was trained with) joined by it", ""},
-      {"weights", "FILE", "a state dict for --model", ""},
+      {"weights", "FILE", "a state dict for --model: safetensors, or a torch.save file (read without running it)", ""},
+      {"weights-key", "KEY", "--weights: the entry of a saved dict that holds the state dict (e.g. model)", ""},
       {"classes", "N", "classes of --model", "1000"},
       {"in-channels", "N", "input channels of --model", "3"},
       {"image-size", "N", "input size of --model", "224"},
@@ -84,7 +86,7 @@ LoadedModel load_model(const cli::Args& a) {
     c.num_classes = a.integer("classes");
     c.in_channels = a.integer("in-channels");
     c.image_size = a.integer("image-size");
-    m = load_weights_model(c, a.text("weights"));
+    m = load_weights_model(c, a.text("weights"), a.has("weights-key") ? a.text("weights-key") : "");
   }
   if (a.has("preset")) {  // image files through a pretrained model's evaluation transform
     try {

@@ -347,6 +347,18 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
   file.commit();
 }
 
+int64_t dtype_size(const std::string& dtype) {
+  const Dtype* found = find_dtype(dtype);
+  return found ? found->size : 0;
+}
+
+void convert_to_float(const std::string& dtype, const unsigned char* src, float* dst, size_t count) {
+  const Dtype* found = find_dtype(dtype);
+  check(found != nullptr, "convert_to_float: unknown dtype '", dtype, "' (supported: ", supported_dtypes(), ")");
+  if (found->convert == nullptr) std::memcpy(dst, src, count * sizeof(float));
+  else found->convert(src, dst, count);
+}
+
 void require_floating_point(const SafetensorsFile& file, const std::string& name, const std::string& path) {
   auto it = file.dtypes.find(name);
   if (it == file.dtypes.end()) return;  // built in memory, not read

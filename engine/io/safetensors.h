@@ -16,6 +16,13 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;  // the "__metadata__" string map
 };
 
+// Bytes per element of a dtype as safetensors names it ("F32", "F16", "BF16", "I64", ...);
+// 0 for a name it does not know.
+int64_t dtype_size(const std::string& dtype);
+// Converts `count` little-endian elements of `dtype` (a name dtype_size knows) at `src`,
+// which need not be aligned, to float32.
+void convert_to_float(const std::string& dtype, const unsigned char* src, float* dst, size_t count);
+
 // Throws Error naming the file and the tensor at fault for a missing, truncated or
 // malformed file.
 SafetensorsFile read_safetensors(const std::string& path);

@@ -1,0 +1,48 @@
+#include "engine/io/state_dict_file.h"
+
+#include "engine/error.h"
+#include "engine/io/torch_pickle.h"
+
+namespace adjoint {
+
+namespace {
+
+// `file` with only the names that start with `prefix` kept,
+// that prefix dropped.
+SafetensorsFile drop_prefix(SafetensorsFile file, const std::string& prefix) {
+  SafetensorsFile out;
+  out.metadata = std::move(file.metadata);
+  for (auto& [name, tensor] : file.tensors) {
+    if (!name.starts_with(prefix)) continue;
+    const std::string own = name.substr(prefix.size());
+    out.tensors.emplace(own, std::move(tensor));
+    out.dtypes.emplace(own, file.dtypes[name]);
+  }
+  return out;
+}
+
+}  // namespace
+
+SafetensorsFile read_state_dict(const std::string& path, const std::string& key) {
+  SafetensorsFile file;
+  if (is_torch_zip_file(path)) {
+    file = read_torch_state_dict(path, key);
+  } else if (is_legacy_torch_file(path)) {
+    throw Error(cat("torch file ", path, ": written in PyTorch's legacy format (before 1.6), which is not read; "
+                    "load it in PyTorch and save it again with torch.save(state_dict, FILE)"));
+  } else {
+    file = read_safetensors(path);
+    if (!key.empty()) {
+      const size_t before = file.tensors.size();
+      file = drop_prefix(std::move(file), key + ".");
+      if (file.tensors.empty())
+        throw Error(cat(path, ": none of its ", before, " tensors is named '", key, ".*' (--weights-key ", key, ")"));
+    }
+  }
+  bool wrapped = !file.tensors.empty();
+  for (const auto& [name, tensor] : file.tensors) wrapped = wrapped && name.starts_with("module.");
+  if (wrapped) file = drop_prefix(std::move(file), "module.");
+  return file;
+}
+
+}  // namespace adjoint
