@@ -200,7 +200,7 @@ TEST_CASE("pvt: a few AdamW steps lower the loss on a two-class task") {
   CHECK(losses.back() < 0.5f * losses.front());
 }
 
-TEST_CASE("pvt: adjoint train and explain run on a tiny PVT-v2") {
+TEST_CASE("pvt: adjoint train, explain and stitch run on a tiny PVT-v2") {
   TempDir dir;
   Generator gen(7);
   for (const std::string split : {"train", "test"})
@@ -227,4 +227,22 @@ TEST_CASE("pvt: adjoint train and explain run on a tiny PVT-v2") {
                    "gradient,pullback,soft_pullback,gradcam", "--metrics", "none", "--out", dir.file("explain")});
   REQUIRE_MESSAGE(explained.code == 0, explained.err);
   CHECK(std::filesystem::exists(dir.file("explain/index.html")));
+
+  // Its blocks' maps join a ResNet's both ways, as two CNNs' would.
+  const CommandOutcome resnet = run_adjoint({"train", "--model", "resnet18", "--width", "0.0625", "--data", data,
+                                             "--batch", "4", "--epochs", "1", "--out", dir.file("resnet")});
+  REQUIRE_MESSAGE(resnet.code == 0, resnet.err);
+  const CommandOutcome stitched = run_adjoint(
+      {"stitch", "--front", checkpoint, "--end", dir.file("resnet/checkpoint.safetensors"), "--pairs",
+       "stages.1.blocks.0:layer2.0,stages.3.blocks.0:layer4.0", "--train-images", "8", "--epochs", "1", "--batch", "4",
+       "--objectives", "hlm", "--protocol", "standard", "--iri-images", "0", "--test-images", "8", "--out",
+       dir.file("stitch")});
+  REQUIRE_MESSAGE(stitched.code == 0, stitched.err);
+  CHECK(std::filesystem::exists(dir.file("stitch/results.csv")));
+  const CommandOutcome back = run_adjoint(
+      {"stitch", "--front", dir.file("resnet/checkpoint.safetensors"), "--end", checkpoint, "--pairs",
+       "layer2.1:stages.2.downsample", "--train-images", "8", "--epochs", "1", "--batch", "4", "--objectives", "hlm",
+       "--protocol", "standard", "--iri-images", "0", "--test-images", "8", "--out", dir.file("stitch_back")});
+  REQUIRE_MESSAGE(back.code == 0, back.err);
+  CHECK(std::filesystem::exists(dir.file("stitch_back/results.csv")));
 }
