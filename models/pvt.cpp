@@ -30,6 +30,7 @@
 #include "models/model.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
+#include "ops/depthwise_conv.h"
 #include "ops/layout.h"
 #include "ops/reduce.h"
 
@@ -132,9 +133,13 @@ public:
     dwconv = register_module("dwconv", conv(hidden, hidden, 3, 1, 1, hidden, gen));
     fc2 = register_module("fc2", std::make_shared<Linear>(hidden, dim, true, gen));
   }
+  // The convolution reads the hidden tokens as their map in place (channels last), as
+  // timm's dwconv reads them after a transpose to (B, C, H, W).
   Tensor forward(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
-    const Tensor hidden = map_tokens(dwconv->forward(tokens_map(fc1->forward(tokens), H, W)));
-    return fc2->forward(gelu(hidden), residual);
+    const Tensor hidden = fc1->forward(tokens);
+    const int64_t B = hidden.size(0), C = hidden.size(2);
+    const Tensor mixed = depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias);
+    return fc2->forward(gelu(reshape(mixed, {B, H * W, C})), residual);
   }
 
 private:
