@@ -14,8 +14,9 @@ namespace adjoint {
 
 namespace {
 
-// Channels per task of the weight gradient: a task's partial sums stay in registers and L1.
-constexpr int64_t kChannelBlock = 64;
+// Output rows per partial sum of the weight gradient: a partial (k²+1 rows of C) is written
+// once per chunk, so chunks of a few rows keep the partials small beside the data they sum.
+constexpr int64_t kRowsPerChunk = 4;
 
 struct Extents {
   int64_t B, H, W, C, k;
@@ -76,8 +77,11 @@ public:
       out[0] = Tensor::empty({e_.B, e_.H, e_.W, e_.C});
       convolve(e_, pu, flipped_taps_.data(), nullptr, out[0].data());
     }
-    if (needs[1]) out[1] = weight_gradient(pu);
-    if (has_bias_ && needs[2]) out[2] = bias_gradient(pu);
+    if (needs[1] || (has_bias_ && needs[2])) {
+      auto [dw, db] = weight_and_bias_gradients(pu);
+      if (needs[1]) out[1] = dw;
+      if (has_bias_ && needs[2]) out[2] = db;
+    }
     return out;
   }
   void release() override {
@@ -86,49 +90,59 @@ public:
   }
 
 private:
-  // dweight[c][0][i][j] = Σ_{b,h,w} u[b][h][w][c] · x[b][h + i − p][w + j − p][c]: one task
-  // per tap and block of channels, summing over positions in order.
-  Tensor weight_gradient(const float* pu) const {
-    const int64_t k = e_.k, p = k / 2, C = e_.C, blocks = (C + kChannelBlock - 1) / kChannelBlock;
+  // dweight[c][0][i][j] = Σ_{b,h,w} u[b][h][w][c] · x[b][h + i − p][w + j − p][c] and
+  // dbias[c] = Σ_{b,h,w} u[b][h][w][c], with weight and bias gradients as a pair of Tensors.
+  // Each chunk of kRowsPerChunk output rows sums its positions into a partial of every tap
+  // (the rows it reads stay in cache across the taps); the partials are then added in chunk
+  // order. The chunks do not depend on the thread count, so neither do the bits.
+  std::pair<Tensor, Tensor> weight_and_bias_gradients(const float* pu) const {
+    const int64_t k = e_.k, p = k / 2, C = e_.C, rows = e_.B * e_.H, row = e_.W * C;
+    const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk, width = (k * k + 1) * C;
     const float* px = x_.data();
-    Tensor g = Tensor::empty({C, 1, k, k});
-    float* pg = g.data();
-    parallel_for(k * k * blocks, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> partial(size_t(chunks * width), 0.0f);
+    parallel_for(chunks, 1, [&](int64_t q0, int64_t q1) {
       run_widest([&] {
-        for (int64_t t = t0; t < t1; ++t) {
-          const int64_t tap = t / blocks, c0 = (t % blocks) * kChannelBlock, c1 = std::min(C, c0 + kChannelBlock);
-          const int64_t i = tap / k, j = tap % k;
-          float sum[kChannelBlock] = {};
-          for (int64_t b = 0; b < e_.B; ++b)
-            for (int64_t h = std::max<int64_t>(0, p - i); h < std::min<int64_t>(e_.H, e_.H + p - i); ++h)
-              for (int64_t w = std::max<int64_t>(0, p - j); w < std::min<int64_t>(e_.W, e_.W + p - j); ++w) {
-                const float* __restrict uu = pu + ((b * e_.H + h) * e_.W + w) * C;
-                const float* __restrict xx = px + ((b * e_.H + h + i - p) * e_.W + w + j - p) * C;
-                for (int64_t c = c0; c < c1; ++c) sum[c - c0] += uu[c] * xx[c];
+        for (int64_t q = q0; q < q1; ++q) {
+          float* __restrict acc = partial.data() + q * width;
+          for (int64_t r = q * kRowsPerChunk; r < std::min(rows, (q + 1) * kRowsPerChunk); ++r) {
+            const int64_t b = r / e_.H, h = r % e_.H;
+            const float* __restrict u_row = pu + r * row;
+            float* __restrict bias_acc = acc + k * k * C;
+            for (int64_t w = 0; w < e_.W; ++w)
+              for (int64_t c = 0; c < C; ++c) bias_acc[c] += u_row[w * C + c];
+            for (int64_t i = 0; i < k; ++i) {
+              const int64_t hi = h + i - p;
+              if (hi < 0 || hi >= e_.H) continue;
+              const float* __restrict x_row = px + (b * e_.H + hi) * row;
+              for (int64_t j = 0; j < k; ++j) {
+                float* __restrict tap = acc + (i * k + j) * C;
+                const int64_t w0 = std::max<int64_t>(0, p - j), w1 = std::min<int64_t>(e_.W, e_.W + p - j);
+                for (int64_t w = w0; w < w1; ++w) {
+                  const float* __restrict uu = u_row + w * C;
+                  const float* __restrict xx = x_row + (w + j - p) * C;
+                  for (int64_t c = 0; c < C; ++c) tap[c] += uu[c] * xx[c];
+                }
               }
-          for (int64_t c = c0; c < c1; ++c) pg[c * k * k + tap] = sum[c - c0];
+            }
+          }
         }
       });
     });
-    return g;
-  }
-  // dbias[c] = Σ_{b,h,w} u[b][h][w][c], positions in order, one task per block of channels.
-  Tensor bias_gradient(const float* pu) const {
-    const int64_t C = e_.C, positions = e_.B * e_.H * e_.W;
-    Tensor g = Tensor::zeros({C});
-    float* pg = g.data();
-    parallel_for((C + kChannelBlock - 1) / kChannelBlock, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t blk = b0; blk < b1; ++blk) {
-        const int64_t c0 = blk * kChannelBlock, c1 = std::min(C, c0 + kChannelBlock);
-        for (int64_t q = 0; q < positions; ++q)
-          for (int64_t c = c0; c < c1; ++c) pg[c] += pu[q * C + c];
-      }
+    std::vector<float> total(size_t(width), 0.0f);
+    parallel_for(width, 1024, [&](int64_t a, int64_t z) {
+      for (int64_t q = 0; q < chunks; ++q)
+        for (int64_t t = a; t < z; ++t) total[size_t(t)] += partial[size_t(q * width + t)];
     });
-    return g;
+    Tensor dw = Tensor::empty({C, 1, k, k}), db = Tensor::empty({C});
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t t = 0; t < k * k; ++t) dw.data()[c * k * k + t] = total[size_t(t * C + c)];
+      db.data()[c] = total[size_t(k * k * C + c)];
+    }
+    return {dw, db};
   }
 
   Extents e_;
-  Tensor x_;  // the input, kept when the weight needs a gradient
+  Tensor x_;  // the input, kept when the weight or bias needs a gradient
   std::vector<float> flipped_taps_;
   bool has_bias_;
 };
@@ -153,8 +167,9 @@ Tensor depthwise_conv2d_channels_last(const Tensor& x_in, const Tensor& weight, 
   if (bias.defined()) inputs.push_back(bias);
   if (needs_grad(inputs)) {
     const bool weight_needs = needs_grad({weight}), x_needs = needs_grad({x});
+    const bool bias_needs = bias.defined() && needs_grad({bias});
     attach(y,
-           std::make_shared<DepthwiseConvNode>(e, weight_needs ? x : Tensor(),
+           std::make_shared<DepthwiseConvNode>(e, weight_needs || bias_needs ? x : Tensor(),
                                                x_needs ? taps_of(weight, C, e.k, true) : std::vector<float>{},
                                                bias.defined()),
            inputs);
