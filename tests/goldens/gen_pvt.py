@@ -12,6 +12,7 @@ surrogates whose forward value is the network's own and whose backward applies t
     the attention's output with its pattern detached (A, or A recomputed at τ), through V,
     LayerNorm with its mean and deviation detached.
 Run: /usr/bin/python3 tests/goldens/gen_pvt.py
+Import pvt_v2 from here for a PyTorch PVT-v2 of any variant (the benchmark peer).
 """
 import math
 
@@ -21,8 +22,16 @@ import torch.nn.functional as F
 
 from fixture_io import save, seeded
 
-HEADS, REDUCTION, MLP_RATIOS = (1, 2, 5, 8), (8, 4, 2, 1), (8, 8, 4, 4)
-HEAD_WIDTH, DEPTH, CLASSES, IMAGE, CHANNELS = 4, 2, 10, 64, 1
+HEADS, REDUCTION = (1, 2, 5, 8), (8, 4, 2, 1)
+# timm's variants: (dims, depths, MLP ratios).
+VARIANTS = {
+    "pvt_v2_b0": ((32, 64, 160, 256), (2, 2, 2, 2), (8, 8, 4, 4)),
+    "pvt_v2_b1": ((64, 128, 320, 512), (2, 2, 2, 2), (8, 8, 4, 4)),
+    "pvt_v2_b2": ((64, 128, 320, 512), (3, 4, 6, 3), (8, 8, 4, 4)),
+    "pvt_v2_b3": ((64, 128, 320, 512), (3, 4, 18, 3), (8, 8, 4, 4)),
+    "pvt_v2_b4": ((64, 128, 320, 512), (3, 8, 27, 3), (8, 8, 4, 4)),
+    "pvt_v2_b5": ((64, 128, 320, 512), (3, 6, 40, 3), (4, 4, 4, 4)),
+}
 
 
 class Rule:
@@ -119,10 +128,10 @@ class Block(nn.Module):
 
 
 class Stage(nn.Module):
-    def __init__(self, i, cin, dim):
+    def __init__(self, i, cin, dim, depth, mlp_ratio):
         super().__init__()
         self.downsample = OverlapPatchEmbed(3, 2, cin, dim) if i > 0 else None
-        self.blocks = nn.ModuleList(Block(dim, HEADS[i], REDUCTION[i], MLP_RATIOS[i]) for _ in range(DEPTH))
+        self.blocks = nn.ModuleList(Block(dim, HEADS[i], REDUCTION[i], mlp_ratio) for _ in range(depth))
         self.norm = nn.LayerNorm(dim, eps=1e-6)
 
     def forward(self, m, rule):
@@ -136,11 +145,11 @@ class Stage(nn.Module):
 
 
 class PvtV2(nn.Module):
-    def __init__(self, cin, dims):
+    def __init__(self, cin, classes, dims, depths, mlp_ratios):
         super().__init__()
         self.patch_embed = OverlapPatchEmbed(7, 4, cin, dims[0])
-        self.stages = nn.ModuleList(Stage(i, dims[max(i - 1, 0)], dims[i]) for i in range(4))
-        self.head = nn.Linear(dims[-1], CLASSES)
+        self.stages = nn.ModuleList(Stage(i, dims[max(i - 1, 0)], dims[i], depths[i], mlp_ratios[i]) for i in range(4))
+        self.head = nn.Linear(dims[-1], classes)
 
     def forward(self, x, rule=Rule()):
         m = self.patch_embed(x, rule)
@@ -149,31 +158,46 @@ class PvtV2(nn.Module):
         return self.head(m.mean((2, 3)))
 
 
-torch.manual_seed(37)
-model = PvtV2(CHANNELS, [h * HEAD_WIDTH for h in HEADS]).eval()
-with torch.no_grad():  # norms away from the identity, so that a misplaced γ or β shows
-    for name, p in model.named_parameters():
-        if "norm" in name:
-            p.copy_((1.0 + 0.2 * (torch.rand(p.shape) - 0.5)) if name.endswith("weight") else 0.1 * torch.randn(p.shape))
+def pvt_v2(variant, classes=1000, in_channels=3, width=1.0, depth=0):
+    """A variant as models/pvt.cpp's make_pvt builds it: `width` scales each head's width,
+    `depth` (when set) is every stage's block count. Importable: the PyTorch peer's model."""
+    dims, depths, mlp_ratios = VARIANTS[variant]
+    dims = [h * max(1, math.floor(d // h * width + 0.5)) for d, h in zip(dims, HEADS)]  # as std::lround
+    return PvtV2(in_channels, classes, dims, [depth or d for d in depths], mlp_ratios)
 
-x = (torch.rand(2, CHANNELS, IMAGE, IMAGE, generator=seeded(64)) * 2 - 1).requires_grad_()
-out = {"input": x, "logits": model(x)}
-target = 3
-u = torch.zeros(2, CLASSES)
-u[:, target] = 1
-out["target"] = torch.tensor([float(target)])
-# The gradient also reaches the weights of each kind of layer (a grouped convolution's
-# among them); the pullbacks are checked at the input.
-checked = ["patch_embed.proj.weight", "stages.0.blocks.1.mlp.dwconv.weight", "stages.1.blocks.0.attn.sr.weight",
-           "stages.2.downsample.norm.weight", "stages.3.blocks.0.attn.kv.weight", "stages.3.norm.bias"]
-params = dict(model.named_parameters())
-for label, rule in [("gradient", Rule()), ("pullback", Rule("pullback")),
-                    ("soft_hot", Rule("soft", tau_gelu=0.5, tau_attention=2.0))]:
-    y = model(x, rule)
-    (out[label],) = torch.autograd.grad(y, x, u, retain_graph=True)
-    if label == "gradient":
-        for name, g in zip(checked, torch.autograd.grad(y, [params[n] for n in checked], u)):
-            out["gradient." + name] = g
-for name, p in model.state_dict().items():
-    out["weights." + name] = p
-save("pvt", out, {"config": f"pvt_v2_b0 width {HEAD_WIDTH / 32} depth {DEPTH} image {IMAGE} channels {CHANNELS}, soft_hot: gelu 0.5, attention 2"})
+
+def main():
+    classes, channels, image, width, depth = 10, 1, 64, 0.125, 2
+    torch.manual_seed(37)
+    model = pvt_v2("pvt_v2_b0", classes, channels, width, depth).eval()
+    with torch.no_grad():  # norms away from the identity, so that a misplaced γ or β shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_((1.0 + 0.2 * (torch.rand(p.shape) - 0.5)) if name.endswith("weight") else 0.1 * torch.randn(p.shape))
+
+    x = (torch.rand(2, channels, image, image, generator=seeded(64)) * 2 - 1).requires_grad_()
+    out = {"input": x, "logits": model(x)}
+    target = 3
+    u = torch.zeros(2, classes)
+    u[:, target] = 1
+    out["target"] = torch.tensor([float(target)])
+    # The gradient also reaches the weights of each kind of layer (a grouped convolution's
+    # among them); the pullbacks are checked at the input.
+    checked = ["patch_embed.proj.weight", "stages.0.blocks.1.mlp.dwconv.weight", "stages.1.blocks.0.attn.sr.weight",
+               "stages.2.downsample.norm.weight", "stages.3.blocks.0.attn.kv.weight", "stages.3.norm.bias"]
+    params = dict(model.named_parameters())
+    for label, rule in [("gradient", Rule()), ("pullback", Rule("pullback")),
+                        ("soft_hot", Rule("soft", tau_gelu=0.5, tau_attention=2.0))]:
+        y = model(x, rule)
+        (out[label],) = torch.autograd.grad(y, x, u, retain_graph=True)
+        if label == "gradient":
+            for name, g in zip(checked, torch.autograd.grad(y, [params[n] for n in checked], u)):
+                out["gradient." + name] = g
+    for name, p in model.state_dict().items():
+        out["weights." + name] = p
+    save("pvt", out, {"config": f"pvt_v2_b0 width {width} depth {depth}, {channels}x{image}x{image} images, "
+                                "soft_hot: gelu 0.5, attention 2"})
+
+
+if __name__ == "__main__":
+    main()
