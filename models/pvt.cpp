@@ -224,6 +224,9 @@ std::shared_ptr<Model> make_pvt(const ModelConfig& config, Generator& gen) {
   if (!(config.width > 0 && std::isfinite(config.width)))
     throw UsageError(cat(config.arch, ": width multiplier must be positive, got ", config.width));
   if (config.depth < 0) throw UsageError(cat(config.arch, ": depth must be 0 (the variant's) or positive, got ", config.depth));
+  if (config.dim != 0 || config.heads != 0)
+    throw UsageError(cat(config.arch, ": dim and heads are fixed per stage (1, 2, 5, 8 heads); --width scales each ",
+                         "head's width, --depth sets every stage's block count"));
   std::vector<int64_t> dims, depths = sizes->depths;
   for (size_t i = 0; i < sizes->dims.size(); ++i) {
     const int64_t head_width = std::max<int64_t>(1, std::lround(double(sizes->dims[i] / kHeads[i]) * config.width));

@@ -174,6 +174,8 @@ TEST_CASE("pvt: variants, reduced configs and bad inputs") {
   CHECK_THROWS_WITH_AS(make_model(c, gen), doctest::Contains("unknown PVT-v2 'pvt_v2_b9' (pvt_v2_b0, "), UsageError);
   c = golden_config(), c.width = -1;
   CHECK_THROWS_WITH_AS(make_model(c, gen), doctest::Contains("width multiplier must be positive"), UsageError);
+  c = golden_config(), c.heads = 4;
+  CHECK_THROWS_WITH_AS(make_model(c, gen), doctest::Contains("dim and heads are fixed per stage"), UsageError);
   auto model = golden_pvt();
   NoGrad off;
   CHECK_THROWS_WITH_AS(model->forward(Tensor::zeros({1, 1, 16, 16})),
