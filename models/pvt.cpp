@@ -25,6 +25,7 @@
 // head width, so heads still divide it) and `depth`, when set, is every stage's block count.
 #include <cmath>
 
+#include "engine/autograd.h"
 #include "engine/error.h"
 #include "models/layers.h"
 #include "models/model.h"
@@ -135,14 +136,29 @@ public:
   }
   // The convolution reads the hidden tokens as their map in place (channels last), as
   // timm's dwconv reads them after a transpose to (B, C, H, W).
+  //
+  // At inference it runs image by image: the hidden layer is eight times the tokens'
+  // width, and a whole batch's (8 images of 56×56×512 in the first stage of b1 at 224
+  // pixels) is a fresh buffer beyond what the allocator keeps for reuse, so each of its
+  // three intermediates would be mapped, page-faulted and unmapped again every call. The
+  // results are the same. Recording a graph, it is one call: backward keeps them anyway.
   Tensor forward(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
+    const int64_t B = tokens.size(0);
+    if (grad_enabled() || B == 1) return forward_images(tokens, H, W, residual);
+    std::vector<Tensor> images;
+    for (int64_t b = 0; b < B; ++b)
+      images.push_back(forward_images(slice(tokens, 0, b, b + 1), H, W, slice(residual, 0, b, b + 1)));
+    return concat(images, 0);
+  }
+
+private:
+  Tensor forward_images(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
     const Tensor hidden = fc1->forward(tokens);
     const int64_t B = hidden.size(0), C = hidden.size(2);
     const Tensor mixed = depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias);
     return fc2->forward(gelu(reshape(mixed, {B, H * W, C})), residual);
   }
 
-private:
   std::shared_ptr<Linear> fc1, fc2;
   std::shared_ptr<Conv2d> dwconv;
 };
