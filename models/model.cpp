@@ -124,7 +124,7 @@ void Model::set_with_next(std::function<Tensor(const Tensor&)> both) {
 std::vector<std::string> model_names() {
   return {"resnet18", "resnet34", "resnet50", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn",
           "vgg19", "vgg19_bn", "vit_tiny", "vit_small", "vit_base", "vit_custom", "vit_b_16", "vit_b_32", "vit_l_16",
-          "bilinear_mlp", "bilinear_lm"};
+          "bilinear_mlp", "bilinear_lm", "pvt_v2_b0", "pvt_v2_b1", "pvt_v2_b2", "pvt_v2_b3", "pvt_v2_b4", "pvt_v2_b5"};
 }
 
 std::shared_ptr<Model> make_model(const ModelConfig& config, Generator& gen) {
@@ -139,6 +139,7 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, Generator& gen) {
   if (a.rfind("vgg", 0) == 0) return make_vgg(config, gen);
   if (a.rfind("vit", 0) == 0) return make_vit(config, gen);
   if (a.rfind("bilinear", 0) == 0) return make_bilinear(config, gen);
+  if (a.rfind("pvt_v2", 0) == 0) return make_pvt(config, gen);
   std::string names;
   for (const auto& n : model_names()) names += " " + n;
   throw UsageError(cat("unknown model '", a, "'; known:", names));

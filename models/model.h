@@ -20,14 +20,15 @@ namespace adjoint {
 struct ModelConfig {
   std::string arch = "resnet18";  // resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom,
                                   // vit_b_16|b_32|l_16 (torchvision's),
-                                  // bilinear_mlp, bilinear_lm
+                                  // bilinear_mlp, bilinear_lm, pvt_v2_b0…b5
   int64_t num_classes = 10;
   int64_t in_channels = 3;
   int64_t image_size = 32;
   bool small_stem = true;       // ResNet: 3×3 stride-1 stem, no max-pool; VGG: small classifier
-  double width = 1.0;           // channel multiplier (ResNet, VGG)
+  double width = 1.0;           // channel multiplier (ResNet, VGG; PVT: of each head's width)
   int64_t patch = 4;            // ViT
-  int64_t dim = 0, depth = 0, heads = 0;  // ViT / bilinear LM (0 = the arch's default)
+  int64_t dim = 0, depth = 0, heads = 0;  // ViT / bilinear LM (0 = the arch's default);
+                                          // PVT: depth is every stage's block count
   int64_t mlp_ratio = 4;
   std::string pool = "token";   // ViT: "token" (class token, then norm) or "avg" (timm's
                                 // global_pool='avg': mean of the patch tokens, then fc_norm)
@@ -118,10 +119,11 @@ std::shared_ptr<Model> make_model(const ModelConfig& config, Generator& gen);
 // The architectures make_model knows, for --help and error messages.
 std::vector<std::string> model_names();
 
-// Factories per family (models/resnet.cpp, vgg.cpp, vit.cpp, bilinear.cpp).
+// Factories per family (models/resnet.cpp, vgg.cpp, vit.cpp, bilinear.cpp, pvt.cpp).
 std::shared_ptr<Model> make_resnet(const ModelConfig& config, Generator& gen);
 std::shared_ptr<Model> make_vgg(const ModelConfig& config, Generator& gen);
 std::shared_ptr<Model> make_vit(const ModelConfig& config, Generator& gen);
 std::shared_ptr<Model> make_bilinear(const ModelConfig& config, Generator& gen);
+std::shared_ptr<Model> make_pvt(const ModelConfig& config, Generator& gen);
 
 }  // namespace adjoint

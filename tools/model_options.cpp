@@ -9,7 +9,7 @@ namespace adjoint {
 
 const std::vector<cli::OptionSpec>& model_options() {
   static const std::vector<cli::OptionSpec> options = {
-      {"model", "NAME", "resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom, vit_b_16|b_32|l_16, bilinear_mlp, "
+      {"model", "NAME", "resnet18|34|50, vgg11|13|16|19[_bn], vit_tiny|small|base|custom, vit_b_16|b_32|l_16, pvt_v2_b0..b5, bilinear_mlp, "
        "bilinear_lm",
        ""},
       {"width", "X", "channel multiplier (ResNet, VGG)", "1"},

@@ -1,0 +1,180 @@
+#include "ops/depthwise_conv.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/threads.h"
+#include "engine/vectorize.h"
+
+namespace adjoint {
+
+namespace {
+
+// Output rows per partial sum of the weight gradient: a partial (k²+1 rows of C) is written
+// once per chunk, so chunks of a few rows keep the partials small beside the data they sum.
+constexpr int64_t kRowsPerChunk = 4;
+
+struct Extents {
+  int64_t B, H, W, C, k;
+};
+
+// The kernel as k·k taps of C weights each, tap (i, j) at (i·k + j)·C, so that a tap's
+// weights lie along the channels as the map's values do. `flipped` reverses the taps: the
+// kernel of the input gradient.
+std::vector<float> taps_of(const Tensor& weight, int64_t C, int64_t k, bool flipped) {
+  const Tensor w = weight.contiguous();
+  const float* pw = w.data();
+  std::vector<float> taps(size_t(k * k * C));
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t t = 0; t < k * k; ++t) taps[size_t((flipped ? k * k - 1 - t : t) * C + c)] = pw[c * k * k + t];
+  return taps;
+}
+
+// y = bias + the depth-wise convolution of x with `taps`, one output row (b, h) a task.
+void convolve(const Extents& e, const float* x, const float* taps, const float* bias, float* y) {
+  const int64_t p = e.k / 2, row = e.W * e.C;
+  parallel_for(e.B * e.H, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(row * e.k * e.k, 1)),
+               [&](int64_t r0, int64_t r1) {
+    run_widest([&] {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t b = r / e.H, h = r % e.H;
+        float* __restrict out = y + r * row;
+        for (int64_t w = 0; w < e.W; ++w)
+          for (int64_t c = 0; c < e.C; ++c) out[w * e.C + c] = bias ? bias[c] : 0.0f;
+        for (int64_t i = 0; i < e.k; ++i) {
+          const int64_t hi = h + i - p;
+          if (hi < 0 || hi >= e.H) continue;
+          const float* __restrict in_row = x + (b * e.H + hi) * row;
+          for (int64_t j = 0; j < e.k; ++j) {
+            const float* __restrict tap = taps + (i * e.k + j) * e.C;
+            const int64_t w0 = std::max<int64_t>(0, p - j), w1 = std::min<int64_t>(e.W, e.W + p - j);
+            for (int64_t w = w0; w < w1; ++w) {
+              const float* __restrict in = in_row + (w + j - p) * e.C;
+              float* __restrict o = out + w * e.C;
+              for (int64_t c = 0; c < e.C; ++c) o[c] += in[c] * tap[c];
+            }
+          }
+        }
+      }
+    });
+  });
+}
+
+class DepthwiseConvNode : public Node {
+public:
+  DepthwiseConvNode(Extents e, Tensor x, std::vector<float> flipped_taps, bool has_bias)
+      : e_(e), x_(std::move(x)), flipped_taps_(std::move(flipped_taps)), has_bias_(has_bias) {}
+  std::string name() const override { return "depthwise_conv2d_channels_last"; }
+  std::vector<Tensor> vjp(const Tensor& cotangent, const Transport&) override {
+    const Tensor u = cotangent.contiguous();
+    const float* pu = u.data();
+    std::vector<Tensor> out(has_bias_ ? 3 : 2);
+    if (needs[0]) {
+      out[0] = Tensor::empty({e_.B, e_.H, e_.W, e_.C});
+      convolve(e_, pu, flipped_taps_.data(), nullptr, out[0].data());
+    }
+    if (needs[1] || (has_bias_ && needs[2])) {
+      auto [dw, db] = weight_and_bias_gradients(pu);
+      if (needs[1]) out[1] = dw;
+      if (has_bias_ && needs[2]) out[2] = db;
+    }
+    return out;
+  }
+  void release() override {
+    x_ = Tensor();
+    flipped_taps_.clear();
+  }
+
+private:
+  // dweight[c][0][i][j] = Σ_{b,h,w} u[b][h][w][c] · x[b][h + i − p][w + j − p][c] and
+  // dbias[c] = Σ_{b,h,w} u[b][h][w][c], with weight and bias gradients as a pair of Tensors.
+  // Each chunk of kRowsPerChunk output rows sums its positions into a partial of every tap
+  // (the rows it reads stay in cache across the taps); the partials are then added in chunk
+  // order. The chunks do not depend on the thread count, so neither do the bits.
+  std::pair<Tensor, Tensor> weight_and_bias_gradients(const float* pu) const {
+    const int64_t k = e_.k, p = k / 2, C = e_.C, rows = e_.B * e_.H, row = e_.W * C;
+    const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk, width = (k * k + 1) * C;
+    const float* px = x_.data();
+    std::vector<float> partial(size_t(chunks * width), 0.0f);
+    parallel_for(chunks, 1, [&](int64_t q0, int64_t q1) {
+      run_widest([&] {
+        for (int64_t q = q0; q < q1; ++q) {
+          float* __restrict acc = partial.data() + q * width;
+          for (int64_t r = q * kRowsPerChunk; r < std::min(rows, (q + 1) * kRowsPerChunk); ++r) {
+            const int64_t b = r / e_.H, h = r % e_.H;
+            const float* __restrict u_row = pu + r * row;
+            float* __restrict bias_acc = acc + k * k * C;
+            for (int64_t w = 0; w < e_.W; ++w)
+              for (int64_t c = 0; c < C; ++c) bias_acc[c] += u_row[w * C + c];
+            for (int64_t i = 0; i < k; ++i) {
+              const int64_t hi = h + i - p;
+              if (hi < 0 || hi >= e_.H) continue;
+              const float* __restrict x_row = px + (b * e_.H + hi) * row;
+              for (int64_t j = 0; j < k; ++j) {
+                float* __restrict tap = acc + (i * k + j) * C;
+                const int64_t w0 = std::max<int64_t>(0, p - j), w1 = std::min<int64_t>(e_.W, e_.W + p - j);
+                for (int64_t w = w0; w < w1; ++w) {
+                  const float* __restrict uu = u_row + w * C;
+                  const float* __restrict xx = x_row + (w + j - p) * C;
+                  for (int64_t c = 0; c < C; ++c) tap[c] += uu[c] * xx[c];
+                }
+              }
+            }
+          }
+        }
+      });
+    });
+    std::vector<float> total(size_t(width), 0.0f);
+    parallel_for(width, 1024, [&](int64_t a, int64_t z) {
+      for (int64_t q = 0; q < chunks; ++q)
+        for (int64_t t = a; t < z; ++t) total[size_t(t)] += partial[size_t(q * width + t)];
+    });
+    Tensor dw = Tensor::empty({C, 1, k, k}), db = Tensor::empty({C});
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t t = 0; t < k * k; ++t) dw.data()[c * k * k + t] = total[size_t(t * C + c)];
+      db.data()[c] = total[size_t(k * k * C + c)];
+    }
+    return {dw, db};
+  }
+
+  Extents e_;
+  Tensor x_;  // the input, kept when the weight or bias needs a gradient
+  std::vector<float> flipped_taps_;
+  bool has_bias_;
+};
+
+}  // namespace
+
+Tensor depthwise_conv2d_channels_last(const Tensor& x_in, const Tensor& weight, const Tensor& bias_in) {
+  check(x_in.dim() == 4, "depthwise_conv2d_channels_last: x must be (B, H, W, C), got ", x_in.shape());
+  const int64_t C = x_in.size(3);
+  check(weight.dim() == 4 && weight.size(0) == C && weight.size(1) == 1 && weight.size(2) == weight.size(3) &&
+            weight.size(2) % 2 == 1,
+        "depthwise_conv2d_channels_last: weight must be (", C, ", 1, k, k) with k odd for x ", x_in.shape(), ", got ",
+        weight.shape());
+  if (bias_in.defined())
+    check(bias_in.shape() == Shape{C}, "depthwise_conv2d_channels_last: bias must be (", C, "), got ", bias_in.shape());
+  const Extents e{x_in.size(0), x_in.size(1), x_in.size(2), C, weight.size(2)};
+  const Tensor x = x_in.contiguous();
+  const Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
+  Tensor y = Tensor::empty(x.shape());
+  convolve(e, x.data(), taps_of(weight, C, e.k, false).data(), bias.defined() ? bias.data() : nullptr, y.data());
+  std::vector<Tensor> inputs = {x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  if (needs_grad(inputs)) {
+    const bool weight_needs = needs_grad({weight}), x_needs = needs_grad({x});
+    const bool bias_needs = bias.defined() && needs_grad({bias});
+    attach(y,
+           std::make_shared<DepthwiseConvNode>(e, weight_needs || bias_needs ? x : Tensor(),
+                                               x_needs ? taps_of(weight, C, e.k, true) : std::vector<float>{},
+                                               bias.defined()),
+           inputs);
+  }
+  return y;
+}
+
+}  // namespace adjoint

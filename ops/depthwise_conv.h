@@ -1,0 +1,21 @@
+// Depth-wise convolution on channels-last maps, the layout a transformer's tokens already
+// have: (B, H, W, C) is a (B, H·W, C) token tensor read as its map, with no copy. PVT-v2's
+// MLP runs one between two per-token linear layers; as conv2d with groups = C on (B, C, H, W)
+// it would need the tokens transposed there and back, and each group would be a GEMM of one
+// row, slower than the loop below, which runs along the contiguous channels.
+//
+// The kernel is k×k with k odd, stride 1 and zero padding k/2, so the map keeps its size:
+//   y[b][h][w][c] = bias[c] + Σ_{i,j} weight[c][0][i][j] · x[b][h + i − k/2][w + j − k/2][c].
+// It is affine in x: one rule serves every transport (the input's cotangent is the same
+// convolution of the output's cotangent with the kernel flipped).
+#pragma once
+#include "engine/tensor.h"
+
+namespace adjoint {
+
+// x (B, H, W, C), weight (C, 1, k, k) as torch's Conv2d(C, C, k, padding=k // 2, groups=C)
+// stores it, bias (C) or undefined → (B, H, W, C). Sums run over i, then j, in order: the
+// same bits at any thread count.
+Tensor depthwise_conv2d_channels_last(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+}  // namespace adjoint

@@ -1,0 +1,87 @@
+// The channels-last depth-wise convolution (ops/depthwise_conv.h) against the reference
+// conv2d with groups = channels on the same values laid out (B, C, H, W), under every
+// transport, by finite differences, and at one and two threads.
+#include <doctest/doctest.h>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/threads.h"
+#include "ops/depthwise_conv.h"
+#include "ops/layout.h"
+#include "ops/reference/reference.h"
+#include "tests/support.h"
+
+using namespace adjoint;
+using namespace adjoint::testing;
+namespace ref = adjoint::reference;
+
+namespace {
+
+Tensor channels_last(const Tensor& nchw) { return permute(nchw, {0, 2, 3, 1}).contiguous(); }
+Tensor channels_first(const Tensor& nhwc) { return permute(nhwc, {0, 3, 1, 2}).contiguous(); }
+
+std::vector<Transport> every_transport() {
+  Temperatures t;
+  t.relu = 0.4f, t.gelu = 0.7f, t.attention = 2.0f;
+  return {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(t), Transport::guided(),
+          Transport::deeplift()};
+}
+
+}  // namespace
+
+TEST_CASE("depthwise conv: forward and every transport match the reference grouped conv2d") {
+  struct Case {
+    int64_t B, C, H, W, k;
+  };
+  uint64_t seed = 900;
+  // Channels off the vector width, more than one block of 64 channels, a 5×5 kernel, a map
+  // smaller than the kernel.
+  for (const Case& c : {Case{2, 19, 5, 7, 3}, Case{1, 70, 4, 3, 5}, Case{2, 3, 1, 1, 3}, Case{1, 16, 6, 6, 1}}) {
+    INFO("B ", c.B, " C ", c.C, " H ", c.H, " W ", c.W, " k ", c.k);
+    const Tensor x = random_tensor({c.B, c.C, c.H, c.W}, seed++), w = random_tensor({c.C, 1, c.k, c.k}, seed++, -0.5f, 0.5f);
+    const Tensor b = random_tensor({c.C}, seed++), u = random_tensor({c.B, c.C, c.H, c.W}, seed++);
+    const ref::ConvShape s{c.B, c.C, c.H, c.W, c.C, c.k, c.k, Conv2dOptions::square(1, c.k / 2, 1, c.C)};
+    const ref::Values y_ref = ref::conv2d_forward(ref::values(x), ref::values(w), ref::values(b), s);
+    const ref::ConvGrads g_ref = ref::conv2d_backward(ref::values(u), ref::values(x), ref::values(w), s);
+    {
+      NoGrad off;
+      check_close(channels_first(depthwise_conv2d_channels_last(channels_last(x), w, b)),
+                  ref::to_tensor(x.shape(), y_ref), 1e-5, 1e-5, "forward");
+    }
+    const auto f = [](const std::vector<Tensor>& in) { return depthwise_conv2d_channels_last(in[0], in[1], in[2]); };
+    for (const Transport& t : every_transport()) {
+      INFO("transport ", to_string(t.kind));
+      const std::vector<Tensor> g = vjp(f, {channels_last(x), w, b}, channels_last(u), t);
+      check_close(channels_first(g[0]), ref::to_tensor(x.shape(), g_ref.dx), 1e-5, 1e-5, "input cotangent");
+      check_close(g[1], ref::to_tensor(w.shape(), g_ref.dw), 1e-4, 1e-4, "weight cotangent");
+      check_close(g[2], ref::to_tensor(b.shape(), g_ref.dbias), 1e-4, 1e-4, "bias cotangent");
+    }
+  }
+}
+
+TEST_CASE("depthwise conv: gradients agree with finite differences, without a bias too") {
+  const Tensor x = random_tensor({2, 4, 5, 6}, 31), w = random_tensor({6, 1, 3, 3}, 32), b = random_tensor({6}, 33);
+  check_gradients([](const Args& a) { return depthwise_conv2d_channels_last(a[0], a[1], a[2]); }, {x, w, b});
+  check_gradients([](const Args& a) { return depthwise_conv2d_channels_last(a[0], a[1]); }, {x, w});
+}
+
+TEST_CASE("depthwise conv: the same bits at one and two threads; bad shapes are named") {
+  const Tensor x = random_tensor({3, 9, 8, 130}, 41), w = random_tensor({130, 1, 3, 3}, 42), b = random_tensor({130}, 43);
+  const Tensor u = random_tensor({3, 9, 8, 130}, 44);
+  const auto run = [&](int threads) {
+    const int before = num_threads();
+    set_num_threads(threads);
+    const auto f = [](const std::vector<Tensor>& in) { return depthwise_conv2d_channels_last(in[0], in[1], in[2]); };
+    std::vector<Tensor> out = vjp(f, {x, w, b}, u, Transport::gradient());
+    NoGrad off;
+    out.push_back(depthwise_conv2d_channels_last(x, w, b));
+    set_num_threads(before);
+    return out;
+  };
+  const std::vector<Tensor> one = run(1), two = run(2);
+  for (size_t i = 0; i < one.size(); ++i) CHECK(one[i].to_vector() == two[i].to_vector());
+  CHECK_THROWS_WITH_AS(depthwise_conv2d_channels_last(x, random_tensor({130, 1, 2, 2}, 1)),
+                       doctest::Contains("weight must be (130, 1, k, k) with k odd"), Error);
+  CHECK_THROWS_WITH_AS(depthwise_conv2d_channels_last(x, w, random_tensor({3}, 1)),
+                       doctest::Contains("bias must be (130), got [3]"), Error);
+}
