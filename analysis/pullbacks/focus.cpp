@@ -131,4 +131,12 @@ MetricResult focus(const Mosaics& mosaics, const Tensor& attr) {
   return {metric_info("focus"), values};
 }
 
+std::vector<double> recognised_mosaics(const Mosaics& mosaics, const std::vector<int64_t>& predicted) {
+  check(predicted.size() == mosaics.targets.size(), "recognised_mosaics: ", predicted.size(), " predictions for ",
+        mosaics.targets.size(), " mosaics");
+  std::vector<double> out(predicted.size());
+  for (size_t m = 0; m < predicted.size(); ++m) out[m] = predicted[m] == mosaics.targets[m] ? 1.0 : 0.0;
+  return out;
+}
+
 }  // namespace adjoint

@@ -124,6 +124,13 @@ std::string table_csv(const MetricTable& t) {
                  number(s.ci_low), ",", number(s.ci_high), ",", s.count, ",", s.undefined, ",", col.images, ",",
                  csv_field(col.note), "\n");
     }
+  for (const ModelFigure& f : t.model_figures) {
+    const Summary& s = f.summary;
+    out += cat("model,", f.column.info.name, ",", f.column.info.direction(), ",",
+               f.column.info.higher_is_better ? "true" : "false", ",", number(s.mean), ",", number(s.std), ",",
+               number(s.ci_low), ",", number(s.ci_high), ",", s.count, ",", s.undefined, ",", f.column.images, ",",
+               csv_field(f.column.note), "\n");
+  }
   return out;
 }
 
@@ -159,6 +166,16 @@ std::string table_json(const MetricTable& t) {
                                                   {"count", s.count},
                                                   {"undefined", s.undefined}}));
     }
+  for (const ModelFigure& f : t.model_figures)
+    root["results"].push_back(Json(Json::Object{{"method", "model"},
+                                                {"metric", f.column.info.name},
+                                                {"description", f.column.info.description},
+                                                {"mean", json_number(f.summary.mean)},
+                                                {"std", json_number(f.summary.std)},
+                                                {"ci_low", json_number(f.summary.ci_low)},
+                                                {"ci_high", json_number(f.summary.ci_high)},
+                                                {"count", f.summary.count},
+                                                {"undefined", f.summary.undefined}}));
   return to_json(root, 2) + "\n";
 }
 
@@ -215,6 +232,12 @@ std::string table_markdown(const MetricTable& t) {
                  number(s.ci_high), "] | ", s.count, " | ", s.undefined, " |\n");
     }
   }
+  for (const ModelFigure& f : t.model_figures) {
+    const Summary& s = f.summary;
+    out += cat("\n## the model: ", f.column.info.name, "\n\n", f.column.info.description, ": ", number(s.mean), " ± ",
+               number(s.std), " (", ci, "% CI [", number(s.ci_low), ", ", number(s.ci_high), "]) over ", s.count, " ",
+               f.column.unit, ".\n");
+  }
   return out;
 }
 
@@ -239,6 +262,7 @@ struct ReportRun {
   RandomisationOptions randomisation{};
   // Focus: mosaics drawn once from the whole set (its prepare step), and how.
   Mosaics mosaics{};
+  std::vector<double> recognised{};  // per mosaic, 1 where the model's top class is its target
   std::string focus_note{};
 
   InputRange range() const { return options.explain.range; }
@@ -418,14 +442,14 @@ void prepare_focus(ReportRun& run) {
     // How often the model itself names the target class of a mosaic. Where it rarely does,
     // its logit for that class does not come from the target tiles, and a focus near 0.5 for
     // every method says the mosaics are not recognised, not that the methods fail to localise.
-    const int64_t count = run.mosaic_count();
-    const std::vector<int64_t> top = predicted_in_batches(run.model, run.mosaics.images, run.options.batch_size);
-    int64_t recognised = 0;
-    for (size_t i = 0; i < top.size(); ++i) recognised += top[i] == run.mosaics.targets[i];
+    run.recognised = recognised_mosaics(
+        run.mosaics, predicted_in_batches(run.model, run.mosaics.images, run.options.batch_size));
+    double recognised = 0;
+    for (double r : run.recognised) recognised += r;
     run.focus_note = cat(run.expensive, " mosaics of 2x2 downscaled images drawn from the ", run.images,
                          " images (tile classes: ", run.labels.empty() ? "the explained classes" : "the data's labels",
                          "); the model's top class is the mosaic's target class on ",
-                         std::round(1000.0 * double(recognised) / double(std::max<int64_t>(count, 1))) / 10.0,
+                         std::round(1000.0 * recognised / double(std::max<int64_t>(run.mosaic_count(), 1))) / 10.0,
                          "% of them");
   } catch (const Error& e) {
     run.focus_note = cat("not computed: ", e.what());
@@ -437,6 +461,12 @@ std::optional<MetricResult> score_focus(const ReportRun& run, const ReportBatch&
   return focus(part, maps.explainer(part.images, part.targets));
 }
 std::string focus_note(const ReportRun& run) { return run.focus_note; }
+std::optional<ModelFigure> focus_recognition(const ReportRun& run, double confidence) {
+  if (run.recognised.empty()) return std::nullopt;
+  const MetricInfo info{"focus_recognition", true,
+                        "share of the focus mosaics on which the model's top class is the target class"};
+  return ModelFigure{{info, run.mosaic_count(), "", "mosaics"}, summarize(run.recognised, confidence)};
+}
 
 }  // namespace
 
@@ -514,7 +544,8 @@ const std::vector<ReportMetric>& report_metrics() {
        .prepare = prepare_focus,
        .score = score_focus,
        .explanations = [](const BatchCounts& c) { return double(c.expensive); },  // one mosaic per expensive image
-       .note = focus_note},
+       .note = focus_note,
+       .model_figure = focus_recognition},
   };
   return table;
 }
@@ -850,6 +881,8 @@ MetricTable metric_table(const ReportRun& run, const std::vector<std::string>& m
       if (it == scores[method].end()) continue;
       table.rows.push_back({method, m->info.name, summarize(it->second, table.confidence)});
     }
+    if (m->model_figure)
+      if (std::optional<ModelFigure> f = m->model_figure(run, table.confidence)) table.model_figures.push_back(*f);
   }
   return table;
 }
