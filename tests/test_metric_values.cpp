@@ -13,6 +13,7 @@
 #include "analysis/pullbacks/metrics.h"
 #include "analysis/pullbacks/randomisation.h"
 #include "analysis/common/statistics.h"
+#include "engine/error.h"
 #include "models/layers.h"
 #include "tests/support.h"
 

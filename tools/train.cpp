@@ -237,7 +237,7 @@ const cli::Registration train_command({
         "Data sets: fashion-mnist[:FOLDER] (default), mnist:FOLDER, cifar10:FOLDER, images:ROOT[:SIZE],\n"
         "modadd[:P], text:FILE[:LEN]; an image data set may be followed by variants made in code:\n"
         "+classes:LIST, +backdoor:FRACTION:TARGET[:SIZE], +trigger:TARGET[:SIZE], +shortcut[:SIZE],\n"
-        "+shortcut-train[:SIZE], +invert (engine/data/variants.h).\n"
+        "+shortcut-train[:SIZE], +invert, +mosaics[:FRACTION] (engine/data/variants.h).\n"
         "Writes OUT/checkpoint.safetensors after every epoch and\n"
         "OUT/log.csv, OUT/log.json. --resume OUT/checkpoint.safetensors with the same options continues\n"
         "the run; the final weights equal an uninterrupted run's bit for bit (same seed and threads).\n"

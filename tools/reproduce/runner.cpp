@@ -242,6 +242,11 @@ std::string failing_seeds(const SeedValues& v, const Bound& bound, int seeds, co
              fixed3(bound.value), ", the bound at which ", what, " (worst ", fixed3(at_least ? v.lo : v.hi), ")");
 }
 
+// "≥ 0.800"
+std::string bound_text(const Bound& bound) {
+  return cat(bound.side == Bound::AtLeast ? "≥ " : "≤ ", fixed3(bound.value));
+}
+
 }  // namespace
 
 ClaimOutcome judge(const Claim& claim, const std::string& parts_dir, int seeds) {
@@ -275,11 +280,9 @@ cli::ReportTable claims_table(const Paper& paper, const std::string& parts_dir, 
   table.header = {"claim", "paper", "ours (what)", "ours", "holds here", "why not"};
   for (const Claim& c : paper.claims) {
     const ClaimOutcome o = judge(c, parts_dir, seeds);
-    const std::string bound = cat(c.bound.side == Bound::AtLeast ? "≥ " : "≤ ", fixed3(c.bound.value));
-    std::string what = cat(c.ours, " (holds at ", bound, ")"), ours = o.ours;
+    std::string what = cat(c.ours, " (holds at ", bound_text(c.bound), ")"), ours = o.ours;
     if (c.premise) {
-      what += cat("; premise: ", c.premise->ours, " (holds at ",
-                  c.premise->bound.side == Bound::AtLeast ? "≥ " : "≤ ", fixed3(c.premise->bound.value), ")");
+      what += cat("; premise: ", c.premise->ours, " (holds at ", bound_text(c.premise->bound), ")");
       if (!o.premise.empty()) ours += cat("; premise: ", o.premise);
     }
     const std::string verdict = o.ours == "not measured" ? "not measured"
