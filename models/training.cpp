@@ -323,7 +323,8 @@ std::vector<std::pair<std::string, std::string>> resume_keys(const TrainOptions&
                                                            {"train.weight-decay", exact(o.weight_decay)},
                                                            {"train.schedule", o.schedule},
                                                            {"train.warmup", std::to_string(o.warmup_steps)},
-                                                           {"train.label-smoothing", exact(o.label_smoothing)}};
+                                                           {"train.label-smoothing", exact(o.label_smoothing)},
+                                                           {"train.random-rescale", to_string(o.random_rescale)}};
   if (o.schedule == "step") {
     keys.emplace_back("train.step-every", std::to_string(o.step_every));
     keys.emplace_back("train.gamma", exact(o.gamma));
@@ -666,7 +667,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   check_options(o);
   const std::string checkpoint_path = o.out_dir.empty() ? "" : o.out_dir + "/checkpoint.safetensors";
   check_out_dir(o, checkpoint_path);
-  Loader loader(data.train, LoaderOptions{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment)});
+  Loader loader(data.train, LoaderOptions{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment, o.random_rescale)});
   const int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
   if (o.max_steps > 0) total = std::min(total, o.max_steps);

@@ -43,6 +43,9 @@ struct TrainOptions {
   // (engine/gradient_buckets.h); it changes the timing, never the weights.
   double bucket_mib = default_bucket_mib;
   bool augment = true;
+  // Each training image shrunk to a random fraction of its side in this range and placed at
+  // a random position (engine/data/rescale.h); [1, 1]: none.
+  RescaleRange random_rescale;
   uint64_t seed = 0;
   int64_t eval_limit = 0;  // evaluate on at most this many test examples (0: all)
   std::string out_dir;     // checkpoints and logs; empty: none written

@@ -281,6 +281,18 @@ TEST_CASE("explain report: focus says how often the model itself names the mosai
   CHECK_MESSAGE(contains(r.table.metrics[0].note, expected), r.table.metrics[0].note);
   CHECK(named > 0);
   CHECK(named < 12);
+  // The same share is the model's figure beside the methods' rows, in the table and its files.
+  REQUIRE(r.table.model_figures.size() == 1);
+  CHECK(r.table.model_figures[0].column.info.name == "focus_recognition");
+  CHECK(r.table.model_figures[0].summary.mean == doctest::Approx(double(named) / 12.0));
+  CHECK(r.table.model_figures[0].summary.count == 12);
+  const std::vector<std::string> csv = lines_of(read_text(dir.path() / "metrics.csv"));
+  REQUIRE(csv.size() == 3);
+  CHECK(csv[1].rfind("gradient,focus,", 0) == 0);
+  char mean[32];
+  std::snprintf(mean, sizeof mean, "%.4g", double(named) / 12.0);
+  CHECK_MESSAGE(csv[2].rfind(cat("model,focus_recognition,higher is better,true,", mean, ","), 0) == 0, csv[2]);
+  CHECK(contains(read_text(dir.path() / "metrics.md"), "## the model: focus_recognition"));
 }
 
 TEST_CASE("predict cli: a checkpoint of a named data set names its predicted classes") {

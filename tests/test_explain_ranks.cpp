@@ -102,7 +102,8 @@ TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same t
   const testing::ProgramRun first = adjoint_run(e.command + out, 0, e.dir);
   REQUIRE_MESSAGE(first.exit_code == 0, first.output);
   const std::map<std::string, std::string> reference = report_tables(out);
-  CHECK(lines_with(reference.at("metrics.csv"), "\n") == 1 + 3 * 10);  // every method × metric
+  // every method × metric, and the share of focus mosaics the model recognises
+  CHECK(lines_with(reference.at("metrics.csv"), "\n") == 1 + 3 * 10 + 1);
   CHECK(cell_files(out) == 6);
   CHECK(fs::exists(out + "/image_0002/sheet.png"));
   CHECK(!fs::exists(out + "/image_0003"));

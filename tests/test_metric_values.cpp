@@ -13,6 +13,7 @@
 #include "analysis/pullbacks/metrics.h"
 #include "analysis/pullbacks/randomisation.h"
 #include "analysis/common/statistics.h"
+#include "engine/error.h"
 #include "models/layers.h"
 #include "tests/support.h"
 
@@ -259,4 +260,18 @@ TEST_CASE("metric values: focus is the positive mass on the target tiles over al
   }
   for (double v : focus(mosaics, one_each).values) CHECK(v == doctest::Approx(0.75).epsilon(1e-9));
   for (double v : focus(mosaics, all).values) CHECK(v == doctest::Approx(4.0 / 6.0).epsilon(1e-9));
+}
+
+TEST_CASE("metric values: a mosaic is recognised where the model's top class is its target class") {
+  // Four mosaics by hand, targets 2, 0, 1, 2: predictions right on the first and the last, a
+  // tile's other class on the second and a class on no tile on the third: 2 of 4 recognised.
+  Mosaics mosaics;
+  mosaics.targets = {2, 0, 1, 2};
+  mosaics.target_tiles = {{true, true, false, false}, {true, false, true, false}, {false, true, true, false},
+                          {false, false, true, true}};
+  mosaics.sources = {{0, 1, 2, 3}, {4, 5, 6, 7}, {0, 2, 4, 6}, {1, 3, 5, 7}};
+  const std::vector<double> recognised = recognised_mosaics(mosaics, {2, 1, 7, 2});
+  CHECK(recognised == std::vector<double>{1, 0, 0, 1});
+  CHECK(summarize(recognised).mean == 0.5);
+  CHECK_THROWS_WITH_AS(recognised_mosaics(mosaics, {2, 0, 1}), doctest::Contains("3 predictions for 4 mosaics"), Error);
 }

@@ -324,3 +324,52 @@ TEST_CASE("reproduce: the page holds the claims table computed from the results,
   CHECK(contains(html, "data:image/svg+xml;base64,"));
   CHECK(fs::exists(out + "/figures/relative_score.png"));
 }
+
+TEST_CASE("reproduce: a focus claim is judged only where its premise holds, the models recognising the tiles") {
+  TempDir dir;
+  const std::string parts = dir.path().string() + "/parts";
+  const Paper& paper = find_paper("semantic-pullbacks");
+  const Claim& soft = claim_named(paper, "The soft pullback focuses on the explained class's tiles more than the gradient");
+  REQUIRE(soft.premise.has_value());
+  // One explain part's metrics.csv: the two methods' focus, and the model's recognition rate.
+  const auto write_metrics = [&](double soft_focus, double gradient_focus, double recognised) {
+    const std::string folder = parts + "/explain_resnet18_s0";
+    fs::create_directories(folder);
+    write_file_atomic(folder + "/metrics.csv",
+                      cat("method,metric,direction,higher_is_better,mean,std,ci_low,ci_high,count,undefined,images,note\n",
+                          "soft_pullback,focus,higher is better,true,", soft_focus, ",0,0,0,16,0,16,\n",
+                          "gradient,focus,higher is better,true,", gradient_focus, ",0,0,0,16,0,16,\n",
+                          "model,focus_recognition,higher is better,true,", recognised, ",0,0,0,16,0,16,\n"));
+  };
+  // Tiles recognised on 16% of mosaics: whatever the scores, the premise fails and says so.
+  write_metrics(0.7, 0.6, 0.16);
+  ClaimOutcome o = judge(soft, parts, 1);
+  CHECK_FALSE(o.holds);
+  CHECK_FALSE(o.premise_holds);
+  CHECK(o.mean == doctest::Approx(0.1));
+  CHECK(o.premise == "0.160 (1 seed)");
+  CHECK(contains(o.why, "its premise does not hold: the model recognises the mosaics' tiles"));
+  CHECK(contains(o.why, "below 0.800"));
+  // Recognised on 90%: the claim is judged, both ways.
+  write_metrics(0.7, 0.6, 0.9);
+  o = judge(soft, parts, 1);
+  CHECK(o.premise_holds);
+  CHECK(o.holds);
+  write_metrics(0.5, 0.6, 0.9);
+  o = judge(soft, parts, 1);
+  CHECK(o.premise_holds);
+  CHECK_FALSE(o.holds);
+  CHECK(contains(o.why, "1 of 1 seed gives below 0.000"));
+  // The table says which, with the premise's number beside ours.
+  write_metrics(0.7, 0.6, 0.16);
+  const cli::ReportTable table = claims_table(paper, parts, 1);
+  bool found = false;
+  for (const std::vector<std::string>& row : table.rows)
+    if (row[0] == soft.text) {
+      found = true;
+      CHECK(row[3] == "0.100 (1 seed); premise: 0.160 (1 seed)");
+      CHECK(row[4] == "premise does not hold");
+      CHECK(contains(row[2], "premise: share of the focus mosaics whose top class is the target class (holds at ≥ 0.800)"));
+    }
+  CHECK(found);
+}

@@ -3,6 +3,7 @@
 // errors for malformed variant specs.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <set>
@@ -156,4 +157,54 @@ TEST_CASE("data: TestOnly opens a data set without its training files") {
   CHECK(d.test->size() == 10);
   CHECK(d.train->shape() == Shape{1, 8, 8});
   CHECK(d.train->num_classes() == 10);
+}
+
+TEST_CASE("data variants: mosaics are focus's 2x2 mosaics of the image, one more of its class and two of two other classes") {
+  // 60 training images of 1×8×8 in 3 classes, image i every pixel (i + 1) / 100: a quadrant's
+  // downscaled tile is that constant, so each quadrant names the image it shows.
+  std::vector<float> pixels;
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < 60; ++i) {
+    pixels.insert(pixels.end(), 64, float(i + 1) / 100.0f);
+    labels.push_back(i % 3);
+  }
+  DataSource d;
+  d.spec = "in-memory";
+  d.train = std::make_shared<InMemoryDataset>("in-memory", Shape{1, 8, 8}, pixels, labels, 3);
+  d.test = d.train;
+  d.images = true;
+  apply_variant(d, "mosaics:0.5", d.spec);
+  CHECK(d.test->name() == "in-memory");  // the test set stays clean
+  int64_t mosaics = 0;
+  for (int64_t i = 0; i < 60; ++i) {
+    int64_t label = -1;
+    const std::vector<float> x = input_of(*d.train, i, &label);
+    CHECK(label == i % 3);
+    CHECK(input_of(*d.train, i, &label) == x);  // the same mosaic every time
+    if (!chosen_example(i, 0.5, 0x3A05A1C5)) {
+      CHECK(x == std::vector<float>(64, float(i + 1) / 100.0f));
+      continue;
+    }
+    ++mosaics;
+    std::multiset<int64_t> classes;
+    bool own = false;
+    for (int q = 0; q < 4; ++q) {
+      const int64_t top = q >= 2 ? 4 : 0, left = q % 2 ? 4 : 0;
+      const float value = x[size_t(top * 8 + left)];
+      for (int64_t y = 0; y < 4; ++y)
+        for (int64_t xx = 0; xx < 4; ++xx) REQUIRE(x[size_t((top + y) * 8 + left + xx)] == value);  // one image
+      const int64_t shown = std::lround(value * 100.0f) - 1;
+      REQUIRE(shown >= 0);
+      REQUIRE(shown < 60);
+      classes.insert(shown % 3);
+      own |= shown == i;
+    }
+    CHECK(own);
+    CHECK(classes.count(i % 3) == 2);
+    CHECK(std::set<int64_t>(classes.begin(), classes.end()).size() == 3);
+  }
+  CHECK(mosaics > 15);
+  CHECK(mosaics < 45);
+  CHECK_THROWS_WITH_AS(apply_variant(d, "mosaics:2", d.spec), doctest::Contains("FRACTION must be a number in [0, 1]"),
+                       UsageError);
 }

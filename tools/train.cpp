@@ -122,6 +122,10 @@ int run_train(const cli::Args& a) {
   if (!(o.bucket_mib > 0 && std::isfinite(o.bucket_mib)))
     throw UsageError(cat("option --bucket-mib must be a positive number of MiB, got ", o.bucket_mib));
   o.augment = !a.flag("no-augment");
+  if (a.has("random-rescale")) {
+    o.random_rescale = parse_rescale_range(a.text("random-rescale"));
+    if (!data.images) throw UsageError(cat("--random-rescale: ", data.spec, " is not an image data set"));
+  }
   o.seed = uint64_t(a.integer("seed"));
   o.eval_limit = quick && !a.has("eval-limit") ? 2000 : a.integer("eval-limit");
   o.out_dir = a.has("out") ? a.text("out") : "runs/" + config.arch;
@@ -234,7 +238,7 @@ const cli::Registration train_command({
         "Data sets: fashion-mnist[:FOLDER] (default), mnist:FOLDER, cifar10:FOLDER, images:ROOT[:SIZE],\n"
         "modadd[:P], text:FILE[:LEN]; an image data set may be followed by variants made in code:\n"
         "+classes:LIST, +backdoor:FRACTION:TARGET[:SIZE], +trigger:TARGET[:SIZE], +shortcut[:SIZE],\n"
-        "+shortcut-train[:SIZE], +invert (engine/data/variants.h).\n"
+        "+shortcut-train[:SIZE], +invert, +mosaics[:FRACTION] (engine/data/variants.h).\n"
         "Writes OUT/checkpoint.safetensors after every epoch and\n"
         "OUT/log.csv, OUT/log.json. --resume OUT/checkpoint.safetensors with the same options continues\n"
         "the run; the final weights equal an uninterrupted run's bit for bit (same seed and threads).\n"
@@ -266,6 +270,10 @@ const cli::Registration train_command({
         {"warmup", "N", "linear warm-up steps", "0"},
         {"label-smoothing", "X", "cross-entropy label smoothing", "0"},
         {"no-augment", "", "no random crop / flip on images", ""},
+        {"random-rescale", "LO,HI",
+         "also shrink each training image to a random fraction in [LO, HI] of its side, placed at a random position on "
+         "black (0.5,1: 14 to 28 pixels on Fashion-MNIST)",
+         ""},
         {"seed", "N", "initialisation, shuffling and augmentation", "0"},
         {"max-steps", "N", "stop after N steps in all (0: no limit)", "0"},
         {"eval-limit", "N", "evaluate on the first N test examples (0: all)", "0"},

@@ -4,24 +4,13 @@
 #include <limits>
 #include <map>
 
-#include "engine/data/transform.h"
+#include "engine/data/mosaic.h"
 #include "engine/error.h"
 #include "engine/threads.h"
 
 namespace adjoint {
 
 namespace {
-
-// Rows [top, bottom) and columns [left, right) of quadrant q of an H × W image.
-struct Quadrant {
-  int64_t top, bottom, left, right;
-};
-
-Quadrant quadrant(int q, int64_t height, int64_t width) {
-  const int64_t mid_y = height / 2, mid_x = width / 2;
-  const bool lower = q >= 2, righthand = q % 2 == 1;
-  return {lower ? mid_y : 0, lower ? height : mid_y, righthand ? mid_x : 0, righthand ? width : mid_x};
-}
 
 // One uniformly drawn element of a non-empty list.
 int64_t pick(const std::vector<int64_t>& items, Generator& gen) {
@@ -86,18 +75,11 @@ Mosaics make_mosaics(const Tensor& pool, const std::vector<int64_t>& labels, int
   out.images = Tensor::empty({count, channels, height, width});
   float* dst = out.images.data();
   parallel_for(count, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> tile;
-    for (int64_t m = b; m < e; ++m)
-      for (int q = 0; q < 4; ++q) {
-        const Quadrant r = quadrant(q, height, width);
-        const int64_t h = r.bottom - r.top, w = r.right - r.left;
-        tile.resize(static_cast<size_t>(channels * h * w));
-        resize_bilinear(src + out.sources[static_cast<size_t>(m)][static_cast<size_t>(q)] * d, channels, height, width,
-                        tile.data(), h, w);
-        for (int64_t c = 0; c < channels; ++c)
-          for (int64_t y = 0; y < h; ++y)
-            std::copy_n(tile.data() + (c * h + y) * w, w, dst + m * d + (c * height + r.top + y) * width + r.left);
-      }
+    for (int64_t m = b; m < e; ++m) {
+      std::array<const float*, 4> tiles;
+      for (size_t q = 0; q < 4; ++q) tiles[q] = src + out.sources[static_cast<size_t>(m)][q] * d;
+      compose_mosaic(tiles, channels, height, width, dst + m * d);
+    }
   });
   return out;
 }
@@ -116,7 +98,7 @@ MetricResult focus(const Mosaics& mosaics, const Tensor& attr) {
     for (int64_t m = b; m < e; ++m) {
       double in_target = 0, total = 0;
       for (int q = 0; q < 4; ++q) {
-        const Quadrant r = quadrant(q, height, width);
+        const MosaicQuadrant r = mosaic_quadrant(q, height, width);
         double mass = 0;
         for (int64_t c = 0; c < channels; ++c)
           for (int64_t y = r.top; y < r.bottom; ++y)
@@ -129,6 +111,14 @@ MetricResult focus(const Mosaics& mosaics, const Tensor& attr) {
     }
   });
   return {metric_info("focus"), values};
+}
+
+std::vector<double> recognised_mosaics(const Mosaics& mosaics, const std::vector<int64_t>& predicted) {
+  check(predicted.size() == mosaics.targets.size(), "recognised_mosaics: ", predicted.size(), " predictions for ",
+        mosaics.targets.size(), " mosaics");
+  std::vector<double> out(predicted.size());
+  for (size_t m = 0; m < predicted.size(); ++m) out[m] = predicted[m] == mosaics.targets[m] ? 1.0 : 0.0;
+  return out;
 }
 
 }  // namespace adjoint

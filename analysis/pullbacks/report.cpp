@@ -323,6 +323,8 @@ MetricTable metric_table(const ReportRun& run, const std::vector<std::string>& m
       if (it == scores[method].end()) continue;
       table.rows.push_back({method, m->info.name, summarize(it->second, table.confidence)});
     }
+    if (m->model_figure)
+      if (std::optional<ModelFigure> f = m->model_figure(run, table.confidence)) table.model_figures.push_back(*f);
   }
   return table;
 }

@@ -44,10 +44,18 @@ struct MetricRow {
   Summary summary;
 };
 
+// A figure of the model itself rather than of a method, measured beside a metric: the share
+// of the focus mosaics it recognises (analysis/pullbacks/focus.h), which focus presumes.
+struct ModelFigure {
+  MetricColumn column;
+  Summary summary;
+};
+
 struct MetricTable {
   std::vector<std::string> methods;   // row order
   std::vector<MetricColumn> metrics;  // column order
   std::vector<MetricRow> rows;        // one per method × metric that was computed
+  std::vector<ModelFigure> model_figures;  // after the methods' rows, their method "model"
   std::vector<std::pair<std::string, std::string>> context;  // model, data, images, seed, ...
   double confidence = 0.95;
   const MetricRow* find(const std::string& method, const std::string& metric) const;
@@ -57,7 +65,8 @@ struct MetricTable {
 std::string direction_arrow(const MetricInfo& info);
 
 // CSV: one line per method × metric with the direction, mean, std, confidence interval,
-// defined and undefined counts, images and note. NaN prints as "nan".
+// defined and undefined counts, images and note, then one per model figure with the method
+// "model". NaN prints as "nan".
 std::string table_csv(const MetricTable& table);
 // JSON: {"context", "confidence", "metrics": [{name, higher_is_better, direction,
 // description, images, note}], "results": [{method, metric, mean, std, ci_low, ci_high,
@@ -104,6 +113,8 @@ struct ReportMetric {
   double (*explanations)(const BatchCounts& counts) = nullptr;
   // How it was computed, for the table (null: nothing to say).
   std::string (*note)(const ReportRun& run) = nullptr;
+  // A figure of the model measured with the metric, for the table (null, or nothing: none).
+  std::optional<ModelFigure> (*model_figure)(const ReportRun& run, double confidence) = nullptr;
 };
 
 // Every metric of the catalogue (analysis/pullbacks/metrics.h), in its order: the table's columns.

@@ -178,14 +178,14 @@ void prepare_focus(ReportRun& run) {
     // How often the model itself names the target class of a mosaic. Where it rarely does,
     // its logit for that class does not come from the target tiles, and a focus near 0.5 for
     // every method says the mosaics are not recognised, not that the methods fail to localise.
-    const int64_t count = run.mosaic_count();
-    const std::vector<int64_t> top = predicted_in_batches(run.model, run.mosaics.images, run.options.batch_size);
-    int64_t recognised = 0;
-    for (size_t i = 0; i < top.size(); ++i) recognised += top[i] == run.mosaics.targets[i];
+    run.recognised = recognised_mosaics(
+        run.mosaics, predicted_in_batches(run.model, run.mosaics.images, run.options.batch_size));
+    double recognised = 0;
+    for (double r : run.recognised) recognised += r;
     run.focus_note = cat(run.expensive, " mosaics of 2x2 downscaled images drawn from the ", run.images,
                          " images (tile classes: ", run.labels.empty() ? "the explained classes" : "the data's labels",
                          "); the model's top class is the mosaic's target class on ",
-                         std::round(1000.0 * double(recognised) / double(std::max<int64_t>(count, 1))) / 10.0,
+                         std::round(1000.0 * recognised / double(std::max<int64_t>(run.mosaic_count(), 1))) / 10.0,
                          "% of them");
   } catch (const Error& e) {
     run.focus_note = cat("not computed: ", e.what());
@@ -197,6 +197,12 @@ std::optional<MetricResult> score_focus(const ReportRun& run, const ReportBatch&
   return focus(part, maps.explainer(part.images, part.targets));
 }
 std::string focus_note(const ReportRun& run) { return run.focus_note; }
+std::optional<ModelFigure> focus_recognition(const ReportRun& run, double confidence) {
+  if (run.recognised.empty()) return std::nullopt;
+  const MetricInfo info{"focus_recognition", true,
+                        "share of the focus mosaics on which the model's top class is the target class"};
+  return ModelFigure{{info, run.mosaic_count(), "", "mosaics"}, summarize(run.recognised, confidence)};
+}
 
 }  // namespace
 
@@ -279,7 +285,8 @@ const std::vector<ReportMetric>& report_metrics() {
        .prepare = prepare_focus,
        .score = score_focus,
        .explanations = [](const BatchCounts& c) { return double(c.expensive); },  // one mosaic per expensive image
-       .note = focus_note},
+       .note = focus_note,
+       .model_figure = focus_recognition},
   };
   return table;
 }

@@ -44,6 +44,7 @@ struct ReportRun {
   uint64_t random_logit_seed = 0;
   // Focus: mosaics drawn once from the whole set (its prepare step), and how.
   Mosaics mosaics{};
+  std::vector<double> recognised{};  // per mosaic, 1 where the model's top class is its target
   std::string focus_note{};
 
   InputRange range() const { return options.explain.range; }

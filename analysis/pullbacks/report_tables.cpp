@@ -48,6 +48,12 @@ std::string table_csv(const MetricTable& t) {
                    number(s.mean), number(s.std), number(s.ci_low), number(s.ci_high), cat(s.count), cat(s.undefined),
                    cat(col.images), col.note});
     }
+  for (const ModelFigure& f : t.model_figures) {
+    const Summary& s = f.summary;
+    out.add_row({"model", f.column.info.name, f.column.info.direction(), f.column.info.higher_is_better ? "true" : "false",
+                 number(s.mean), number(s.std), number(s.ci_low), number(s.ci_high), cat(s.count), cat(s.undefined),
+                 cat(f.column.images), f.column.note});
+  }
   return out.csv();
 }
 
@@ -83,6 +89,16 @@ std::string table_json(const MetricTable& t) {
                                                   {"count", s.count},
                                                   {"undefined", s.undefined}}));
     }
+  for (const ModelFigure& f : t.model_figures)
+    root["results"].push_back(Json(Json::Object{{"method", "model"},
+                                                {"metric", f.column.info.name},
+                                                {"description", f.column.info.description},
+                                                {"mean", json_number(f.summary.mean)},
+                                                {"std", json_number(f.summary.std)},
+                                                {"ci_low", json_number(f.summary.ci_low)},
+                                                {"ci_high", json_number(f.summary.ci_high)},
+                                                {"count", f.summary.count},
+                                                {"undefined", f.summary.undefined}}));
   return to_json(root, 2) + "\n";
 }
 
@@ -105,6 +121,12 @@ std::string table_markdown(const MetricTable& t) {
         best[col.info.name] = method;
       }
     }
+  }
+  for (const ModelFigure& f : t.model_figures) {
+    const Summary& s = f.summary;
+    out += cat("\n## the model: ", f.column.info.name, "\n\n", f.column.info.description, ": ", number(s.mean), " ± ",
+               number(s.std), " (", ci, "% CI [", number(s.ci_low), ", ", number(s.ci_high), "]) over ", s.count, " ",
+               f.column.unit, ".\n");
   }
 
   out += "## Summary\n\nMean over images; ↑ higher is better, ↓ lower is better; the best method of each metric in bold.\n\n";

@@ -51,13 +51,14 @@ void check_same_classes(const std::string& spec, const ImageFolder& train, const
 
 }  // namespace
 
-Transforms DataSource::train_transforms(bool augment) const {
+Transforms DataSource::train_transforms(bool augment, RescaleRange rescale) const {
   Transforms t;
   if (augment && images) {
     const Shape s = train->shape();
     t.push_back(std::make_shared<RandomCrop>(s[1], s[2], s[1] >= 32 ? 4 : 2));
     t.push_back(std::make_shared<RandomHorizontalFlip>(0.5f));
   }
+  if (rescale.active() && images) t.push_back(std::make_shared<RandomRescale>(rescale));
   if (!mean.empty()) t.push_back(std::make_shared<Normalize>(mean, std));
   return t;
 }

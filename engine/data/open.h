@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/data/dataset.h"
+#include "engine/data/rescale.h"
 #include "engine/data/transform.h"
 
 namespace adjoint {
@@ -23,9 +24,10 @@ struct DataSource {
   std::shared_ptr<const Dataset> train, test;
   std::vector<float> mean, std;            // normalisation (empty: none)
   bool images = false;                     // (C, H, W) examples
-  // Training augmentation (random crop with padding + flip for images) followed by
-  // normalisation, and normalisation alone for evaluation.
-  Transforms train_transforms(bool augment) const;
+  // Training augmentation (random crop with padding + flip for images, then the random
+  // rescaling of `rescale` where it is active) followed by normalisation, and normalisation
+  // alone for evaluation.
+  Transforms train_transforms(bool augment, RescaleRange rescale = {}) const;
   Transforms eval_transforms() const;
 };
 

@@ -1,10 +1,13 @@
 #include "engine/data/variants.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
+#include "engine/data/mosaic.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
+#include "engine/random.h"
 
 namespace adjoint {
 
@@ -98,6 +101,45 @@ ModifiedDataset::ChangeInput class_position_stamp(const Shape& chw, int64_t clas
   };
 }
 
+// Focus's mosaics as training images (docs/methods.md §1.4): a chosen example becomes the
+// 2×2 mosaic of its image and another image of its class on two random quadrants and an
+// image of each of two other classes on the other two; its label stays. Every draw is keyed
+// by the example's index, so an example is the same mosaic in every epoch, run and thread.
+ModifiedDataset::ChangeInput mosaic_of(const std::shared_ptr<const Dataset>& base, double fraction,
+                                       const VariantArgs& args) {
+  auto by_class = std::make_shared<std::vector<std::vector<int64_t>>>(size_t(base->num_classes()));
+  for (int64_t i = 0; i < base->size(); ++i) (*by_class)[size_t(base->label(i))].push_back(i);
+  int64_t present = 0;
+  for (const std::vector<int64_t>& members : *by_class) present += !members.empty();
+  if (present < 3) args.fail(cat("mosaics need images of three classes, the training set has ", present));
+  const Shape chw = base->shape();
+  constexpr uint64_t salt = 0x3A05A1C5;  // fixes which examples become mosaics, and of what
+  return [base, by_class, fraction, chw](int64_t index, int64_t label, float* input) {
+    if (!chosen_example(index, fraction, salt)) return;
+    const auto key = philox(salt, uint64_t(index));
+    Generator gen((uint64_t(key[0]) << 32) | key[1]);
+    const auto member = [&](int64_t c) {
+      const std::vector<int64_t>& m = (*by_class)[size_t(c)];
+      return m[size_t(randint(int64_t(m.size()), gen))];
+    };
+    std::vector<int64_t> others;  // the other classes with images
+    for (int64_t c = 0; c < int64_t(by_class->size()); ++c)
+      if (c != label && !(*by_class)[size_t(c)].empty()) others.push_back(c);
+    const int64_t first = randint(int64_t(others.size()), gen);
+    int64_t second = randint(int64_t(others.size()) - 1, gen);
+    if (second >= first) ++second;
+    const int64_t shown[3] = {member(label), member(others[size_t(first)]), member(others[size_t(second)])};
+    const int64_t d = numel(chw);
+    std::vector<float> images(size_t(4 * d));  // the example's own image, then the three drawn
+    std::copy(input, input + d, images.begin());
+    for (int k = 0; k < 3; ++k) base->get(shown[k], images.data() + (k + 1) * d);
+    const std::vector<int64_t> order = permutation(4, gen);  // the quadrant of each image
+    std::array<const float*, 4> tiles{};
+    for (size_t k = 0; k < 4; ++k) tiles[size_t(order[k])] = images.data() + int64_t(k) * d;
+    compose_mosaic(tiles, chw[0], chw[1], chw[2], input);
+  };
+}
+
 std::shared_ptr<const Dataset> modified(const std::shared_ptr<const Dataset>& base, const std::string& what,
                                         ModifiedDataset::Relabel relabel, ModifiedDataset::ChangeInput change) {
   return std::make_shared<ModifiedDataset>(base, cat(base->name(), "+", what), std::move(relabel), std::move(change));
@@ -188,6 +230,14 @@ const VariantRule kVariants[] = {
        const int64_t size = a.values.empty() ? 2 : a.integer(0, "SIZE", 1, d.train->shape()[1] - 2);
        d.train = modified(d.train, cat("shortcut-train:", size), {},
                           class_position_stamp(d.train->shape(), d.train->num_classes(), size, a));
+     }},
+    {"mosaics", "[FRACTION]", 0, 1,
+     "a FRACTION (default 0.5) of the training images become 2×2 mosaics as focus builds them: the image "
+     "and another of its class on two random quadrants, an image of each of two other classes on the others, "
+     "each downscaled into its quadrant; labels kept, the test set stays clean",
+     [](DataSource& d, const VariantArgs& a) {
+       const double fraction = a.values.empty() ? 0.5 : a.fraction(0, "FRACTION");
+       d.train = modified(d.train, cat("mosaics:", fraction), {}, mosaic_of(d.train, fraction, a));
      }},
     {"invert", "", 0, 0, "inverted intensities 1 − x in train and test (a cross-data pair)",
      [](DataSource& d, const VariantArgs&) {

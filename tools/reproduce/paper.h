@@ -5,6 +5,7 @@
 // one file per paper (tools/reproduce/<paper>.cpp) fills the table of papers.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,16 @@ struct Bound {
   double value = 0;
 };
 
+// What a claim presumes of the parts, judged per seed like the claim: where it fails, the
+// claim's number says nothing about the paper's claim, and the table says so rather than
+// that the claim does not hold (focus presumes models that recognise the mosaics' tiles).
+struct Premise {
+  std::string text;  // what is presumed, in one line
+  std::string ours;  // what the number is, in one line
+  std::function<double(const std::string& parts_dir, int seed)> value;
+  Bound bound;       // the premise holds where every seed's value is on this side
+};
+
 // One claim of a paper, judged per seed from the parts' result files.
 struct Claim {
   std::string text;          // the paper's claim in one line
@@ -43,6 +54,7 @@ struct Claim {
   // the file when a result is missing.
   std::function<double(const std::string& parts_dir, int seed)> value;
   Bound bound;  // the claim holds here when every seed's value is on this side of the bound
+  std::optional<Premise> premise;  // none: the claim presumes nothing it can measure
 };
 
 struct Paper {

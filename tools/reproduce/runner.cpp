@@ -180,20 +180,33 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
   return outcomes;
 }
 
-ClaimOutcome judge(const Claim& claim, const std::string& parts_dir, int seeds) {
-  ClaimOutcome out;
+namespace {
+
+// A number read per seed, summarised, and judged against a bound.
+struct SeedValues {
+  std::vector<double> values;
+  double mean = 0, lo = 0, hi = 0;
+  std::string ours;   // "mean [lo, hi] over N seeds", or "not measured"
+  std::string error;  // why it could not be read; empty when it was
+  int failing = 0;    // seeds on the wrong side of the bound
+};
+
+SeedValues read_seeds(const std::function<double(const std::string&, int)>& value, const Bound& bound,
+                      const std::string& parts_dir, int seeds) {
+  SeedValues out;
   try {
-    for (int s = 0; s < seeds; ++s) out.values.push_back(claim.value(parts_dir, s));
+    for (int s = 0; s < seeds; ++s) out.values.push_back(value(parts_dir, s));
   } catch (const Error& e) {
     out.ours = "not measured";
-    out.why = e.what();
+    out.error = e.what();
     out.values.clear();
     return out;
   }
   for (double v : out.values)
     if (!std::isfinite(v)) {
       out.ours = "not measured";
-      out.why = "a seed's value is not a finite number";
+      out.error = "a seed's value is not a finite number";
+      out.values.clear();
       return out;
     }
   out.lo = *std::min_element(out.values.begin(), out.values.end());
@@ -203,14 +216,46 @@ ClaimOutcome judge(const Claim& claim, const std::string& parts_dir, int seeds) 
   out.mean = sum / double(out.values.size());
   out.ours = seeds > 1 ? cat(fixed(out.mean, 3), " [", fixed(out.lo, 3), ", ", fixed(out.hi, 3), "] over ", seeds, " seeds")
                        : cat(fixed(out.mean, 3), " (1 seed)");
-  const bool at_least = claim.bound.side == Bound::AtLeast;
-  int failing = 0;
-  for (double v : out.values) failing += at_least ? v < claim.bound.value : v > claim.bound.value;
-  out.holds = failing == 0;
-  if (!out.holds)
-    out.why = cat(failing, " of ", seeds, " seed", seeds > 1 ? "s give" : " gives", " ", at_least ? "below " : "above ",
-                  fixed(claim.bound.value, 3), ", the bound at which the claim holds (",
-                  at_least ? "worst " : "worst ", fixed(at_least ? out.lo : out.hi, 3), ")");
+  for (double v : out.values) out.failing += bound.side == Bound::AtLeast ? v < bound.value : v > bound.value;
+  return out;
+}
+
+// "1 of 2 seeds give below 0.800, the bound at which ... (worst 0.160)".
+std::string failing_seeds(const SeedValues& v, const Bound& bound, int seeds, const char* what) {
+  const bool at_least = bound.side == Bound::AtLeast;
+  return cat(v.failing, " of ", seeds, " seed", seeds > 1 ? "s give" : " gives", " ", at_least ? "below " : "above ",
+             fixed(bound.value, 3), ", the bound at which ", what, " (worst ", fixed(at_least ? v.lo : v.hi, 3), ")");
+}
+
+// "≥ 0.800"
+std::string bound_text(const Bound& bound) {
+  return cat(bound.side == Bound::AtLeast ? "≥ " : "≤ ", fixed(bound.value, 3));
+}
+
+}  // namespace
+
+ClaimOutcome judge(const Claim& claim, const std::string& parts_dir, int seeds) {
+  ClaimOutcome out;
+  const SeedValues v = read_seeds(claim.value, claim.bound, parts_dir, seeds);
+  out.values = v.values;
+  out.mean = v.mean, out.lo = v.lo, out.hi = v.hi;
+  out.ours = v.ours;
+  if (!v.error.empty()) {
+    out.why = v.error;
+    return out;
+  }
+  if (claim.premise) {
+    const SeedValues p = read_seeds(claim.premise->value, claim.premise->bound, parts_dir, seeds);
+    out.premise = p.ours;
+    if (!p.error.empty() || p.failing > 0) {
+      out.premise_holds = false;
+      out.why = cat("its premise does not hold: ", claim.premise->text, "; ",
+                    p.error.empty() ? failing_seeds(p, claim.premise->bound, seeds, "it holds") : p.error);
+      return out;
+    }
+  }
+  out.holds = v.failing == 0;
+  if (!out.holds) out.why = failing_seeds(v, claim.bound, seeds, "the claim holds");
   return out;
 }
 
@@ -220,9 +265,16 @@ cli::ReportTable claims_table(const Paper& paper, const std::string& parts_dir, 
   table.header = {"claim", "paper", "ours (what)", "ours", "holds here", "why not"};
   for (const Claim& c : paper.claims) {
     const ClaimOutcome o = judge(c, parts_dir, seeds);
-    const std::string bound = cat(c.bound.side == Bound::AtLeast ? "≥ " : "≤ ", fixed(c.bound.value, 3));
-    table.rows.push_back({c.text, c.paper_figure, cat(c.ours, " (holds at ", bound, ")"), o.ours,
-                          o.ours == "not measured" ? "not measured" : o.holds ? "holds" : "does not hold", o.why});
+    std::string what = cat(c.ours, " (holds at ", bound_text(c.bound), ")"), ours = o.ours;
+    if (c.premise) {
+      what += cat("; premise: ", c.premise->ours, " (holds at ", bound_text(c.premise->bound), ")");
+      if (!o.premise.empty()) ours += cat("; premise: ", o.premise);
+    }
+    const std::string verdict = o.ours == "not measured" ? "not measured"
+                                : !o.premise_holds       ? "premise does not hold"
+                                : o.holds                ? "holds"
+                                                         : "does not hold";
+    table.rows.push_back({c.text, c.paper_figure, what, ours, verdict, o.why});
   }
   return table;
 }

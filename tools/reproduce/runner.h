@@ -57,12 +57,15 @@ struct ClaimOutcome {
   std::vector<double> values;  // one per seed
   double mean = 0, lo = 0, hi = 0;
   bool holds = false;
+  bool premise_holds = true;   // false where the claim's premise fails on a seed (then holds is false)
   std::string why;             // one sentence where it does not hold (or could not be read)
   std::string ours;            // "mean [lo, hi]" over the seeds, or "not measured"
+  std::string premise;         // the premise's number as `ours` is written; empty without a premise
 };
 ClaimOutcome judge(const Claim& claim, const std::string& parts_dir, int seeds);
 
-// The claims table of the page: claim, paper's figure, ours, holds here, why not.
+// The claims table of the page: claim, paper's figure, ours (with the premise's number where
+// the claim has one), holds here ("premise does not hold" where it fails), why not.
 cli::ReportTable claims_table(const Paper& paper, const std::string& parts_dir, int seeds);
 
 // DIR/index.html: the claims table, the summary figures, the parts with links to their pages.
