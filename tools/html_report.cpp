@@ -231,11 +231,11 @@ HtmlReport file_report(const std::string& path, const std::string& title) {
 
 namespace {
 
-// The regular files of a folder, by name.
+// The regular files of a folder, by name, but for dot files (the folder's .lock).
 std::vector<std::string> file_names(const std::string& dir) {
   std::vector<std::string> names;
   for (const fs::directory_entry& e : fs::directory_iterator(dir))
-    if (e.is_regular_file()) names.push_back(e.path().filename().string());
+    if (e.is_regular_file() && e.path().filename().string()[0] != '.') names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }

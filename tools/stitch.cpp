@@ -13,6 +13,7 @@
 #include "models/checkpoint.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
+#include "tools/folder_lock.h"
 #include "tools/html_report.h"
 #include "tools/model_source.h"
 
@@ -148,6 +149,7 @@ int run_stitch(const cli::Args& a) {
   const std::string spec = a.has("data") ? a.text("data") : front_data;
   if (spec.empty()) throw UsageError("stitch: the front checkpoint names no data set; give --data");
   const DataSource data = open_data(spec);
+  const auto lock = cli::lock_output_folder(o.out_dir);
   std::printf("adjoint stitch: %s → %s on %s, %zu stitch points × %zu objectives × %zu protocols; writing %s\n",
               front.name.c_str(), end.name.c_str(), spec.c_str(), o.points.size(), o.objectives.size(),
               o.protocols.size(), o.out_dir.c_str());

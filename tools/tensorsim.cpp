@@ -19,6 +19,7 @@
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tools/cli.h"
+#include "tools/folder_lock.h"
 #include "tools/html_report.h"
 #include "tools/model_source.h"
 #include "tools/progress.h"
@@ -271,7 +272,7 @@ int run_pair(const cli::Args& a) {
   }
   if (a.has("out")) {
     const std::string out = a.text("out");
-    fs::create_directories(out);
+    const auto lock = cli::lock_output_folder(out);
     write_file_atomic(out + "/tensorsim.csv", csv);
     write_file_atomic(out + "/tensorsim.json", to_json(json, 2) + "\n");
     write_file_atomic(out + "/tensorsim.md", md);
@@ -352,6 +353,7 @@ int run_run(const cli::Args& a) {
   const std::string out = a.has("out") ? a.text("out") : dir + "/tensorsim";
   TensorSimOptions o = options_from(a);
   const std::vector<std::string> files = run_checkpoints(dir);
+  const auto lock = cli::lock_output_folder(out);
   const size_t K = files.size();
   std::vector<LoadedCheckpoint> cks;
   for (const std::string& f : files) cks.push_back(load(f));

@@ -25,6 +25,7 @@
 #include "ops/layout.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
+#include "tools/folder_lock.h"
 #include "tools/html_report.h"
 #include "tools/model_source.h"
 #include "tools/progress.h"
@@ -131,6 +132,7 @@ int run_train(const cli::Args& a) {
   if (!o.resume.empty() && !o.continue_from.empty()) throw UsageError("give --resume or --continue-from, not both");
   o.overwrite = a.flag("overwrite");
   const TrainingStep step = training_step(a, o, data);
+  const auto lock = cli::lock_output_folder(o.out_dir);
 
   // Every rank trains; rank 0 alone speaks (and writes: models/training.cpp).
   const bool speaks = distributed::rank() == 0;
