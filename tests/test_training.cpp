@@ -338,14 +338,18 @@ TEST_CASE("training: --resume refuses a checkpoint of another optimizer, seed, b
   other.spec = "other-quadrants";
   refused(o, other, "the checkpoint was trained with --data quadrants, this run has --data other-quadrants");
 
-  // One momentum tensor removed; then all of them.
+  // One momentum tensor removed; then all of them. The checksum would refuse both files
+  // first; without it (a checkpoint from before checksums) the count of tensors does.
   const SafetensorsFile whole = read_safetensors(ck);
   std::map<std::string, Tensor> tensors = whole.tensors;
   tensors.erase("optim.momentum.fc.weight");
   write_safetensors(ck, tensors, whole.metadata);
+  refused(o, data, "its tensors do not match the crc32 its metadata records");
+  std::map<std::string, std::string> metadata = whole.metadata;
+  metadata.erase("tensors.crc32");
+  write_safetensors(ck, tensors, metadata);
   refused(o, data, "optimizer tensors but");
   std::erase_if(tensors, [](const auto& item) { return item.first.rfind("optim.", 0) == 0; });
-  std::map<std::string, std::string> metadata = whole.metadata;
   metadata.erase("train.optimizer_tensors");  // as a checkpoint from before that key was stored
   write_safetensors(ck, tensors, metadata);
   refused(o, data, "the checkpoint holds no optimizer state");

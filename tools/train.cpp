@@ -385,6 +385,10 @@ int run_info(const cli::Args& a) {
   std::printf("\n  blocks:");
   for (const auto& b : model->blocks()) std::printf(" %s", b.name.c_str());
   std::printf("\n  optimizer state: %zu tensors\n", ck.optimizer.size());
+  if (ck.checksum.empty())
+    std::printf("  tensors: no checksum recorded (a checkpoint from before they were), not checked\n");
+  else
+    std::printf("  tensors: crc32 %s, as recorded\n", ck.checksum.c_str());
   return 0;
 }
 
