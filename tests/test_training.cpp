@@ -317,6 +317,7 @@ TEST_CASE("training: --resume refuses a checkpoint of another optimizer, seed, b
   TrainOptions o = small_run(out);
   o.epochs = 2;
   o.max_steps = 2;
+  o.schedule = "constant";  // so that the resumed run may go on past --max-steps
   auto model = small_model(data);
   train(*model, data, o);
   o.max_steps = 0;
@@ -413,7 +414,7 @@ TEST_CASE("training: the train command refuses to overwrite a run and says 'resu
   testing::TempDir dir;
   const std::string out = dir.file("run");
   const std::vector<std::string> run = {"train", "--data", "modadd:11", "--model", "bilinear_mlp", "--hidden", "8",
-                                        "--epochs", "2", "--batch", "8", "--out", out};
+                                        "--epochs", "2", "--batch", "8", "--schedule", "constant", "--out", out};
   std::vector<std::string> first = run;
   first.insert(first.end(), {"--max-steps", "2"});
   REQUIRE(testing::run_adjoint(first).code == 0);
