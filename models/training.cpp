@@ -728,11 +728,16 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   meta["train.total_steps"] = std::to_string(total);            // where the schedule ends
   // The output folder is made by the first write, so that a run failing at its first
   // step leaves no empty folder behind.
+  // Every checkpoint holds the optimizer's state, so that a run resumes bit for bit from any
+  // of them, the kept ones included.
+  auto save_to = [&](const std::string& path, int64_t epochs_done) {
+    meta["train.optimizer_tensors"] = std::to_string(optimizer->state().size());
+    save_checkpoint(path, model, optimizer.get(), epochs_done, step, meta);
+  };
   auto save = [&](int64_t epochs_done) {
     if (o.out_dir.empty() || !writer) return;
     std::filesystem::create_directories(o.out_dir);
-    meta["train.optimizer_tensors"] = std::to_string(optimizer->state().size());
-    save_checkpoint(checkpoint_path, model, optimizer.get(), epochs_done, step, meta);
+    save_to(checkpoint_path, epochs_done);
   };
 
   const std::vector<int64_t> keep =
@@ -740,7 +745,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   if (!keep.empty() && !o.out_dir.empty() && writer) std::filesystem::create_directories(o.out_dir + "/checkpoints");
   auto keep_if_due = [&](int64_t epoch) {
     if (o.out_dir.empty() || !writer || !std::binary_search(keep.begin(), keep.end(), step)) return;
-    save_checkpoint(kept_checkpoint_path(o.out_dir, step), model, nullptr, epoch, step, meta);
+    save_to(kept_checkpoint_path(o.out_dir, step), epoch);
   };
 
   loader.seek(step / per_epoch, step % per_epoch);
