@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/io/json.h"
+#include "models/training.h"
 #include "tests/support.h"
 
 using namespace adjoint;
@@ -102,4 +103,18 @@ TEST_CASE("bench tensorsim: --clock and --out are honoured, --only closed skips 
   const auto& results = j.find("results")->as_array();
   REQUIRE(results.size() == 6);  // three cases, two metrics
   for (const Json& r : results) CHECK(r.find("ms_per_pair")->as_number() > 0);
+}
+
+TEST_CASE("bench explain: --only is honoured with --checkpoint: it must name the checkpoint's model") {
+  adjoint::testing::TempDir dir;
+  const std::string run = dir.file("run");
+  adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) { o.out_dir = run; });
+  const std::string ck = run + "/checkpoint.safetensors";
+  const CommandOutcome other = run_adjoint({"bench", "explain", "--checkpoint", ck, "--only", "resnet18", "--repeats", "1"});
+  CHECK(other.code == 2);
+  CHECK(contains(other.err, "bench explain: --only resnet18 leaves out the model of --checkpoint " + ck +
+                                " (bilinear_mlp); give --only bilinear_mlp, or leave --only out"));
+  const CommandOutcome unknown = run_adjoint({"bench", "explain", "--checkpoint", ck, "--only", "frobnet"});
+  CHECK(unknown.code == 2);
+  CHECK(contains(unknown.err, "--only frobnet leaves out the model of --checkpoint"));
 }

@@ -125,6 +125,11 @@ int run_bench_explain(const cli::Args& args) {
   std::vector<std::pair<std::string, std::shared_ptr<Model>>> models;
   if (args.has("checkpoint")) {
     Checkpoint ck = load_checkpoint(args.text("checkpoint"));
+    // --only chooses among the models timed; with a checkpoint that is its model alone.
+    if (args.has("only") && args.list("only") != std::vector<std::string>{ck.config.arch})
+      throw UsageError(cat("bench explain: --only ", args.text("only"), " leaves out the model of --checkpoint ",
+                           args.text("checkpoint"), " (", ck.config.arch, "); give --only ", ck.config.arch,
+                           ", or leave --only out"));
     models.emplace_back(ck.config.arch, model_from_checkpoint(ck));
   } else {
     const std::vector<std::string> known = {"resnet18", "vgg11_bn", "vit_tiny"};
