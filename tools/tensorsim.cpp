@@ -54,6 +54,13 @@ TensorSimOptions options_from(const cli::Args& a) {
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
   if (!(std::isfinite(o.input_std) && o.input_std > 0))
     throw UsageError(cat("--input-std must be a positive finite number, got ", o.input_std));
+  // --check-mc is checked here, before any score is computed, not after the score is printed.
+  constexpr int64_t kMaxMonteCarloSamples = 100'000'000;  // beyond it a pair takes hours
+  const int64_t samples = a.integer("check-mc");
+  if (samples != 0 && (samples < 2 || samples > kMaxMonteCarloSamples))
+    throw UsageError(cat("--check-mc expects 0 (none) or 2 to ", kMaxMonteCarloSamples, " samples, got ", samples));
+  if (samples != 0 && (o.metric != "gaussian" || !o.bias))
+    throw UsageError("--check-mc samples the Gaussian metric with the bias coordinate (drop --metric identity and --no-bias)");
   return o;
 }
 
