@@ -221,6 +221,27 @@ TEST_CASE("kept checkpoints: log:K with K far beyond the run's steps keeps every
   CHECK(checkpoint_steps("log:4", 1000) == std::vector<int64_t>{1, 10, 100, 1000});
 }
 
+TEST_CASE("provenance: a cell records the commit and the ridge; another ridge or commit is not reused") {
+  Endpoint a = stitch_fixture_model("A"), b = stitch_fixture_model("B");
+  a.checksum = "aaaaaaaaaaaaaaaa", b.checksum = "bbbbbbbbbbbbbbbb";
+  StitchSweepOptions o;
+  o.commit = "abc123";
+  const RecordSubject cell{RecordSubject::cell, 2, 3, "hlm", "standard"};
+  const RecordSubject stitch{RecordSubject::stitch, 2, 3, "hlm", "standard"};
+  const Provenance record = make_provenance(a, b, "mnist", o, cell);
+  CHECK(record.at("commit") == "abc123");
+  CHECK(record.at("ridge") == "1e-04");
+  CHECK(make_provenance(a, b, "mnist", o, stitch).at("ridge") == "1e-04");  // the stitch file too
+  StitchSweepOptions ridged = o;
+  ridged.ridge = 100;
+  CHECK(provenance_difference(record, make_provenance(a, b, "mnist", ridged, cell)) == "ridge was 1e-04, now 100");
+  CHECK(provenance_difference(make_provenance(a, b, "mnist", o, stitch), make_provenance(a, b, "mnist", ridged, stitch)) ==
+        "ridge was 1e-04, now 100");
+  StitchSweepOptions rebuilt = o;
+  rebuilt.commit = "def456";
+  CHECK(provenance_difference(record, make_provenance(a, b, "mnist", rebuilt, cell)) == "commit was abc123, now def456");
+}
+
 TEST_CASE("resume: a longer run on a cosine schedule is refused, since its schedule would end elsewhere") {
   const TempDir dir;
   const std::string out = dir.file("run");

@@ -13,6 +13,7 @@
 #include "models/checkpoint.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
+#include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
 #include "tools/folder_lock.h"
 #include "tools/html_report.h"
 #include "tools/model_source.h"
@@ -112,6 +113,7 @@ int run_stitch(const cli::Args& a) {
   o.objectives = distinct_list(a, "objectives");
   o.protocols = distinct_list(a, "protocol");
   o.out_dir = a.text("out");
+  o.commit = ADJOINT_COMMIT;
   o.overwrite = a.flag("overwrite");
   o.train_images = count_option(a, "train-images", 0, " (0: the whole training set)");
   o.iri_images = count_option(a, "iri-images", 0);
