@@ -5,6 +5,7 @@
 
 #include "engine/error.h"
 #include "engine/io/json.h"
+#include "models/checkpoint.h"
 #include "models/training.h"
 #include "tests/support.h"
 
@@ -105,16 +106,22 @@ TEST_CASE("bench tensorsim: --clock and --out are honoured, --only closed skips 
   for (const Json& r : results) CHECK(r.find("ms_per_pair")->as_number() > 0);
 }
 
-TEST_CASE("bench explain: --only is honoured with --checkpoint: it must name the checkpoint's model") {
+TEST_CASE("bench explain: --only is honoured with --checkpoint: the models it names, then the checkpoint's") {
   adjoint::testing::TempDir dir;
-  const std::string run = dir.file("run");
-  adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) { o.out_dir = run; });
-  const std::string ck = run + "/checkpoint.safetensors";
-  const CommandOutcome other = run_adjoint({"bench", "explain", "--checkpoint", ck, "--only", "resnet18", "--repeats", "1"});
-  CHECK(other.code == 2);
-  CHECK(contains(other.err, "bench explain: --only resnet18 leaves out the model of --checkpoint " + ck +
-                                " (bilinear_mlp); give --only bilinear_mlp, or leave --only out"));
+  ModelConfig c;
+  c.arch = "resnet18", c.width = 0.0625, c.in_channels = 1, c.image_size = 8, c.num_classes = 10;
+  Generator gen(0);
+  const std::string ck = dir.file("tiny.safetensors");
+  save_checkpoint(ck, *make_model(c, gen), nullptr, 0, 0);
   const CommandOutcome unknown = run_adjoint({"bench", "explain", "--checkpoint", ck, "--only", "frobnet"});
   CHECK(unknown.code == 2);
-  CHECK(contains(unknown.err, "--only frobnet leaves out the model of --checkpoint"));
+  CHECK(contains(unknown.err, "--only expects models among resnet18, vgg11_bn, vit_tiny; got 'frobnet'"));
+  const std::string out = dir.file("rows.json");
+  const CommandOutcome both = run_adjoint({"--threads", "1", "bench", "explain", "--checkpoint", ck, "--only", "vgg11_bn",
+                                           "--batch", "1", "--repeats", "1", "--out", out});
+  CAPTURE(both.err);
+  REQUIRE(both.code == 0);
+  CHECK(contains(both.out, "acceptance (soft pullback <= 1.2x gradient, pullback ascent K=5 <= 6x): vgg11_bn "));
+  CHECK(contains(both.out, " resnet18 "));  // the checkpoint's model after the one --only names
+  CHECK_FALSE(contains(both.out, "vit_tiny"));
 }

@@ -297,7 +297,7 @@ const cli::Registration bench_command({
                 {"out", "FILE", "also write the results: JSON if FILE ends in .json, else CSV", ""},
                 {"clock", "KIND", "wall, or cpu: process CPU time, steady on a busy machine (--threads 1 only)",
                  "wall"},
-                {"checkpoint", "FILE", "explain: time this checkpoint's model instead of the three defaults", ""},
+                {"checkpoint", "FILE", "explain: also time this checkpoint's model (alone without --only)", ""},
                 {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""},
                 {"tolerance", "X", "tensorsim: Monte Carlo runs until its error is below X", "0.001"},
                 {"max-samples", "N", "tensorsim: the most Monte-Carlo samples tried", "10000000"},
