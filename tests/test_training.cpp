@@ -410,6 +410,31 @@ TEST_CASE("files: a write interrupted by SIGINT or SIGTERM removes its temporary
   }
 }
 
+TEST_CASE("files: SIGINT removes every temporary open at the time, however many are open at once") {
+  // Threads write many files at once (the pictures of a report): each of them is removed,
+  // not only the first few, or they stay behind as empty *.tmp.PID files.
+  testing::TempDir dir;
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGINT, SIG_DFL);
+    std::vector<std::unique_ptr<AtomicFile>> files;
+    for (int i = 0; i < 100; ++i) {
+      files.push_back(std::make_unique<AtomicFile>(dir.file("picture_" + std::to_string(i) + ".png"), "test"));
+      files.back()->write("not yet flushed");
+    }
+    ::raise(SIGINT);
+    ::_exit(7);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
+  CAPTURE(left.size());
+  CHECK(left.empty());
+}
+
 TEST_CASE("training: the train command refuses to overwrite a run and says 'resumed from step N' on --resume") {
   testing::TempDir dir;
   const std::string out = dir.file("run");
