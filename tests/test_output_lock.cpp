@@ -68,6 +68,7 @@ TEST_CASE("output lock: stitch, tensorsim --run and reproduce refuse a held fold
     check_refused(r.code, r.err, out);
   };
   refused({"tensorsim", "--run", run, "--out", out});
+  refused({"tensorsim", checkpoint, checkpoint, "--out", out});
   refused({"stitch", "--front", checkpoint, "--end", checkpoint, "--blocks", "1", "--out", out});
   refused({"reproduce", "stitching", "--out", out});
   refused({"train", "--model", "bilinear_mlp", "--hidden", "8", "--data", "modadd:7", "--out", out});

@@ -139,6 +139,8 @@ int run_pair(const cli::Args& a) {
   const auto& files = a.positionals();
   if (files.size() != 2) throw UsageError("tensorsim: give two checkpoints (A B), or --run DIR");
   TensorSimOptions o = options_from(a);
+  // Held from the start, so that a second run into the folder refuses before its work.
+  const auto lock = a.has("out") ? cli::lock_output_folder(a.text("out")) : nullptr;
   const LoadedCheckpoint ca = load(files[0]), cb = load(files[1]);
   std::optional<LoadedCheckpoint> reference;
   if (a.has("diff")) reference = load(a.text("diff"));
@@ -279,7 +281,7 @@ int run_pair(const cli::Args& a) {
   }
   if (a.has("out")) {
     const std::string out = a.text("out");
-    const auto lock = cli::lock_output_folder(out);
+    fs::create_directories(out);
     write_file_atomic(out + "/tensorsim.csv", csv);
     write_file_atomic(out + "/tensorsim.json", to_json(json, 2) + "\n");
     write_file_atomic(out + "/tensorsim.md", md);
