@@ -1,6 +1,10 @@
 #include "models/checkpoint.h"
 
+#include <zlib.h>
+
 #include <cmath>
+#include <algorithm>
+#include <cstdio>
 #include <set>
 
 #include "engine/error.h"
@@ -10,6 +14,31 @@ namespace adjoint {
 
 namespace {
 constexpr const char* kFormat = "adjoint-checkpoint-1";
+constexpr const char* kChecksumKey = "tensors.crc32";
+
+// CRC-32 of the tensors as stored, in name order: each one's name, shape and float32 values.
+// It finds any damage up to 32 bits long (one flipped bit included), which the finite-value
+// check of load_state_dict misses when the damage leaves a number finite.
+std::string tensors_checksum(const std::map<std::string, Tensor>& tensors) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto add = [&crc](const void* bytes, size_t count) {
+    const auto* p = static_cast<const Bytef*>(bytes);
+    for (size_t done = 0; done < count;) {  // crc32 takes at most a uInt of bytes at a time
+      const uInt chunk = uInt(std::min<size_t>(count - done, size_t(1) << 30));
+      crc = crc32(crc, p + done, chunk);
+      done += chunk;
+    }
+  };
+  for (const auto& [name, t] : tensors) {
+    add(name.c_str(), name.size() + 1);
+    for (int64_t d : t.shape()) add(&d, sizeof d);
+    const Tensor values = t.contiguous();
+    add(values.data(), size_t(values.numel()) * sizeof(float));
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc & 0xffffffffUL));
+  return hex;
+}
 
 // Appends "label: a, b, c (+N more)" for a non-empty list.
 void list_names(std::string& out, const char* label, const std::vector<std::string>& names) {
@@ -78,6 +107,7 @@ void save_checkpoint(const std::string& path, const Model& model, const Optimize
   metadata["format"] = kFormat;
   metadata["epoch"] = std::to_string(epoch);
   metadata["step"] = std::to_string(step);
+  metadata[kChecksumKey] = tensors_checksum(tensors);
   write_safetensors(path, tensors, metadata);
 }
 
@@ -103,6 +133,12 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (file.metadata.count("train.batches_per_epoch"))
     c.batches_per_epoch = metadata_int(file.metadata, "train.batches_per_epoch", path);
   c.metadata = file.metadata;
+  if (auto recorded = file.metadata.find(kChecksumKey); recorded != file.metadata.end()) {
+    const std::string actual = tensors_checksum(file.tensors);
+    check(actual == recorded->second, "checkpoint ", path, ": its tensors do not match the crc32 its metadata records (",
+          recorded->second, ", the file's ", actual, "): the file is damaged or was edited");
+    c.checksum = actual;
+  }
   for (auto& [name, t] : file.tensors) {
     require_floating_point(file, name, path);
     if (name.rfind("model.", 0) == 0) c.model[name.substr(6)] = t;

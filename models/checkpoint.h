@@ -31,6 +31,9 @@ struct Checkpoint {
   // The run's batches per epoch (metadata "train.batches_per_epoch"); 0 where the file does
   // not say (checkpoints written before it was stored, or outside a training run).
   int64_t batches_per_epoch = 0;
+  // The CRC-32 of the tensors (metadata "tensors.crc32"), checked when the file was read;
+  // empty for a checkpoint written before it was recorded, which loads unchecked.
+  std::string checksum;
 };
 
 // Where a run stands after `step` optimizer steps, in the words training prints after each
@@ -43,8 +46,8 @@ std::string training_position(const Checkpoint& checkpoint);
 // Writes atomically (temporary file, then rename).
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer* optimizer,
                      int64_t epoch, int64_t step, std::map<std::string, std::string> extra_metadata = {});
-// Refuses a file that is not an adjoint checkpoint, is truncated or corrupted, naming the
-// path and what is wrong.
+// Refuses a file that is not an adjoint checkpoint, is truncated or corrupted (its tensors
+// against the checksum its metadata records), naming the path and what is wrong.
 Checkpoint load_checkpoint(const std::string& path);
 
 // Builds the model a checkpoint describes and loads its weights. Metadata that describes

@@ -361,6 +361,21 @@ void check_resumable(const Checkpoint& ck, const Model& model, const TrainOption
                     "from an uninterrupted one; use it as --weights of a new run instead"));
 }
 
+// Refuses a resume whose run ends at another step (--max-steps or --epochs changed) where
+// the schedule is shaped by the run's length: a cosine, or a step schedule in thirds of the
+// run. Its learning rates would follow another curve from the resumed step on, and the run
+// would match neither the first nor an uninterrupted longer one. Checkpoints from before the
+// end was stored are not checked.
+void check_schedule_end(const Checkpoint& ck, const TrainOptions& o, int64_t total) {
+  const bool shaped_by_length = o.schedule == "cosine" || (o.schedule == "step" && o.step_every == 0);
+  const auto saved = ck.metadata.find("train.total_steps");
+  if (!shaped_by_length || saved == ck.metadata.end() || saved->second == std::to_string(total)) return;
+  throw UsageError(cat("--resume ", o.resume, ": the checkpoint's run ends its ", o.schedule, " schedule at step ",
+                       saved->second, ", this run at step ", total,
+                       ", so the learning rate would change course; resume with the same --epochs and --max-steps, or "
+                       "start a longer run from it with --continue-from"));
+}
+
 // Refuses a checkpoint another optimizer wrote (--continue-from): its state (momentum or
 // Adam's moments) cannot carry over, and dropping it silently would hide that the new run
 // starts cold.
@@ -687,9 +702,10 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   if (!start.empty()) {
     const char* option = !o.resume.empty() ? "--resume " : "--continue-from ";
     Checkpoint ck = load_checkpoint(start);
-    if (!o.resume.empty())
+    if (!o.resume.empty()) {
       check_resumable(ck, model, o, data, training_step);
-    else
+      check_schedule_end(ck, o, total);
+    } else
       check_continuable(ck, model, o);
     load_state_dict(model, ck.model, start);
     optimizer->set_state(ck.optimizer);
@@ -707,13 +723,19 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
                                              {"train.batches_per_epoch", std::to_string(per_epoch)}};
   for (const auto& [key, value] : resume_keys(o, data, training_step)) meta[key] = value;
   meta["train.ranks"] = std::to_string(distributed::size());  // for the record: a resume may use others
+  meta["train.total_steps"] = std::to_string(total);            // where the schedule ends
   // The output folder is made by the first write, so that a run failing at its first
   // step leaves no empty folder behind.
+  // Every checkpoint holds the optimizer's state, so that a run resumes bit for bit from any
+  // of them, the kept ones included.
+  auto save_to = [&](const std::string& path, int64_t epochs_done) {
+    meta["train.optimizer_tensors"] = std::to_string(optimizer->state().size());
+    save_checkpoint(path, model, optimizer.get(), epochs_done, step, meta);
+  };
   auto save = [&](int64_t epochs_done) {
     if (o.out_dir.empty() || !writer) return;
     std::filesystem::create_directories(o.out_dir);
-    meta["train.optimizer_tensors"] = std::to_string(optimizer->state().size());
-    save_checkpoint(checkpoint_path, model, optimizer.get(), epochs_done, step, meta);
+    save_to(checkpoint_path, epochs_done);
   };
 
   const std::vector<int64_t> keep =
@@ -721,7 +743,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   if (!keep.empty() && !o.out_dir.empty() && writer) std::filesystem::create_directories(o.out_dir + "/checkpoints");
   auto keep_if_due = [&](int64_t epoch) {
     if (o.out_dir.empty() || !writer || !std::binary_search(keep.begin(), keep.end(), step)) return;
-    save_checkpoint(kept_checkpoint_path(o.out_dir, step), model, nullptr, epoch, step, meta);
+    save_to(kept_checkpoint_path(o.out_dir, step), epoch);
   };
 
   loader.seek(step / per_epoch, step % per_epoch);

@@ -51,7 +51,8 @@ struct TrainOptions {
   std::string out_dir;     // checkpoints and logs; empty: none written
   int64_t checkpoint_every = 0;  // also save every N steps (0: only at epoch ends)
   // Checkpoints kept for later analysis, in out_dir/checkpoints/step_<step>.safetensors:
-  // "every:N" or "log:K" (checkpoint_steps); empty: none.
+  // "every:N" or "log:K" (checkpoint_steps); empty: none. Each holds the optimizer's state,
+  // so a run may also be resumed from any of them.
   std::string keep_checkpoints;
   std::string resume;      // a checkpoint of this run to continue from
   std::string continue_from;  // another run's checkpoint to start from, on this run's data

@@ -6,7 +6,9 @@
 #include <stb/stb_image_write.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -81,6 +83,7 @@ TEST_CASE("bad inputs: NaN weights are refused by predict, eval and explain, nam
   Tensor head = f.tensors.at("model.head.weight").clone();
   head.data()[2] = NAN;
   f.tensors["model.head.weight"] = head;
+  f.metadata.erase("tensors.crc32");  // as a file from before checksums: the finite check is what is tested
   write_safetensors(ck, f.tensors, f.metadata);
   write_safetensors(dir.file("x.safetensors"), {{"x", Tensor::zeros({2, 10})}});
 
@@ -300,4 +303,44 @@ TEST_CASE("bad inputs: an image folder whose test classes differ from the train 
                        Error);
   fs::rename(dir.path() / "test/dogs", dir.path() / "test/dog");
   CHECK(open_data(spec).test->num_classes() == 2);
+}
+
+TEST_CASE("bad inputs: a checkpoint with one flipped exponent bit is refused in one line; info shows its checksum") {
+  TempDir dir;
+  const std::string ck = save_tiny_checkpoint(dir);
+  const CommandOutcome info = run_adjoint({"info", ck});
+  CAPTURE(info.err);
+  REQUIRE(info.code == 0);
+  CHECK(contains(info.out, "  tensors: crc32 "));
+  CHECK(contains(info.out, ", as recorded\n"));
+
+  // The top exponent bit of one weight: 0.1 becomes about 3·10³⁷, finite, so only the
+  // checksum can tell (a loss of 2e35 was reported with exit 0).
+  SafetensorsFile f = read_safetensors(ck);
+  Tensor& w = f.tensors.begin()->second;
+  uint32_t bits;
+  std::memcpy(&bits, w.data(), 4);
+  bits ^= 1u << 30;
+  std::memcpy(w.data(), &bits, 4);
+  REQUIRE(std::isfinite(w.data()[0]));
+  write_safetensors(ck, f.tensors, f.metadata);
+  const std::string message = "adjoint: error: checkpoint " + ck +
+                              ": its tensors do not match the crc32 its metadata records (";
+  for (const std::vector<std::string>& words : std::vector<std::vector<std::string>>{
+           {"info", ck}, {"eval", "--checkpoint", ck}, {"tensorsim", ck, ck}}) {
+    const CommandOutcome r = run_adjoint(words);
+    CAPTURE(words.front());
+    check_fails(r, 1, message);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+
+  // A checkpoint written before checksums were recorded still loads, and info says so.
+  const std::string old = save_tiny_checkpoint(dir, "old.safetensors");
+  SafetensorsFile o = read_safetensors(old);
+  o.metadata.erase("tensors.crc32");
+  write_safetensors(old, o.tensors, o.metadata);
+  const CommandOutcome old_info = run_adjoint({"info", old});
+  CAPTURE(old_info.err);
+  CHECK(old_info.code == 0);
+  CHECK(contains(old_info.out, "  tensors: no checksum recorded (a checkpoint from before they were), not checked\n"));
 }

@@ -5,6 +5,8 @@
 
 #include "engine/error.h"
 #include "engine/io/json.h"
+#include "models/checkpoint.h"
+#include "models/training.h"
 #include "tests/support.h"
 
 using namespace adjoint;
@@ -102,4 +104,24 @@ TEST_CASE("bench tensorsim: --clock and --out are honoured, --only closed skips 
   const auto& results = j.find("results")->as_array();
   REQUIRE(results.size() == 6);  // three cases, two metrics
   for (const Json& r : results) CHECK(r.find("ms_per_pair")->as_number() > 0);
+}
+
+TEST_CASE("bench explain: --only is honoured with --checkpoint: the models it names, then the checkpoint's") {
+  adjoint::testing::TempDir dir;
+  ModelConfig c;
+  c.arch = "resnet18", c.width = 0.0625, c.in_channels = 1, c.image_size = 8, c.num_classes = 10;
+  Generator gen(0);
+  const std::string ck = dir.file("tiny.safetensors");
+  save_checkpoint(ck, *make_model(c, gen), nullptr, 0, 0);
+  const CommandOutcome unknown = run_adjoint({"bench", "explain", "--checkpoint", ck, "--only", "frobnet"});
+  CHECK(unknown.code == 2);
+  CHECK(contains(unknown.err, "--only expects models among resnet18, vgg11_bn, vit_tiny; got 'frobnet'"));
+  const std::string out = dir.file("rows.json");
+  const CommandOutcome both = run_adjoint({"--threads", "1", "bench", "explain", "--checkpoint", ck, "--only", "vgg11_bn",
+                                           "--batch", "1", "--repeats", "1", "--out", out});
+  CAPTURE(both.err);
+  REQUIRE(both.code == 0);
+  CHECK(contains(both.out, "acceptance (soft pullback <= 1.2x gradient, pullback ascent K=5 <= 6x): vgg11_bn "));
+  CHECK(contains(both.out, " resnet18 "));  // the checkpoint's model after the one --only names
+  CHECK_FALSE(contains(both.out, "vit_tiny"));
 }

@@ -216,3 +216,24 @@ TEST_CASE("cli: --help prints to stdout and exits 0 without running the command"
   // Commands are listed by name, whatever the order they registered in.
   CHECK(overview.out.find("  fail") < overview.out.find("  probe"));
 }
+
+TEST_CASE("cli: an empty or root --out is refused for every command that takes one, before it runs") {
+  // Every command's files go under --out; "" and "/" would put them in the filesystem root
+  // (train --out '' wrote its plots into /), so the parser refuses both, for every command.
+  int commands_with_out = 0;
+  for (const cli::Command* command : cli::commands()) {
+    bool takes_out = false;
+    for (const cli::OptionSpec& o : command->options) takes_out = takes_out || o.name == "out";
+    if (!takes_out) continue;
+    ++commands_with_out;
+    for (const std::string root : {"", "/", "//", "/.", "/tmp/.."}) {
+      const Outcome o = run_cli({command->name, "--out", root});
+      CAPTURE(command->name);
+      CAPTURE(root);
+      CAPTURE(o.err);
+      CHECK(o.code == 2);
+      CHECK(contains(o.err, "adjoint: error: option --out"));
+    }
+  }
+  CHECK(commands_with_out >= 6);  // train, predict, explain, stitch, tensorsim, reproduce, bench
+}

@@ -276,6 +276,24 @@ TEST_CASE("adjoint train under mpirun: the same weights at 1, 2 and 4 ranks, wit
   CHECK(!fs::exists(dir.file("x")));
 }
 
+TEST_CASE("adjoint train under mpirun: a run resumed from a kept checkpoint ends with the uninterrupted run's weights") {
+  if (mpi_tests_skipped()) return;
+  TempDir dir;
+  const std::string common = "--model resnet18 --width 0.0625 --data " + write_square_images(dir) +
+                             " --batch 32 --shards 2 --epochs 1 --max-steps 4 --schedule constant --lr 0.05 --seed 3 "
+                             "--threads 1";
+  const std::string whole = dir.file("whole"), resumed = dir.file("resumed");
+  const testing::ProgramRun first = train_run(common + " --keep-checkpoints every:2 --out " + whole, 2, dir);
+  CAPTURE(first.output);
+  REQUIRE(first.exit_code == 0);
+  const testing::ProgramRun rest =
+      train_run(common + " --out " + resumed + " --resume " + whole + "/checkpoints/step_00000002.safetensors", 2, dir);
+  CAPTURE(rest.output);
+  REQUIRE(rest.exit_code == 0);
+  CHECK(testing::contains(rest.output, "resumed from step 2"));
+  CHECK(final_weights(resumed) == final_weights(whole));
+}
+
 namespace {
 
 int64_t count_lines_of(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }

@@ -58,7 +58,7 @@ void check_page(const std::string& page_path, const std::string& title, const st
     CHECK_MESSAGE(contains(html, cat("<th>", fact, "</th><td>")), fact);
   CHECK_FALSE(contains(html, "<th>commit</th><td></td>"));
   if (!table_header.empty()) CHECK(contains(html, "<th>" + table_header + "</th>"));
-  if (!link.empty()) CHECK(contains(html, "<a href=\"" + link + "\">"));
+  if (!link.empty()) CHECK(contains(html, "<a href=\"./" + link + "\">"));
   CHECK(count_of(html, "<table>") == count_of(html, "</table>"));
   CHECK(count_of(html, "<tr>") == count_of(html, "</tr>"));
   // Offline and static.
@@ -139,6 +139,25 @@ TEST_CASE("html report: text is escaped, bytes are base64, CSV and JSON files be
   CHECK_THROWS_WITH_AS(json_tables(dir.file("bad.json")), doctest::Contains("bad.json"), Error);
 }
 
+TEST_CASE("html report: a file's link is relative and URL-encoded, so no file name becomes a script link") {
+  using namespace adjoint::cli;
+  TempDir dir;
+  for (const std::string name : {"javascript:alert(1).json", "a b#c?d.csv", "plain.md"})
+    std::ofstream(dir.file(name)) << "x\n1\n";
+  const cli::Args args("probe", {}, {}, {});
+  const std::string html = html_page(args, folder_report(dir.path().string(), "t"), dir.path().string());
+  CAPTURE(html);
+  CHECK(contains(html, "<a href=\"./javascript%3Aalert%281%29.json\">javascript:alert(1).json</a>"));
+  CHECK(contains(html, "<a href=\"./a%20b%23c%3Fd.csv\">"));
+  CHECK(contains(html, "<a href=\"./plain.md\">"));
+  CHECK_FALSE(contains(html, "href=\"javascript"));
+  // A file in a folder below keeps its slashes; one beside the page's folder its "../".
+  HtmlReport nested{"t", {}, {}, {}, {dir.file("sub/x:y.csv"), (dir.path().parent_path() / "z.csv").string()}};
+  const std::string nested_html = html_page(args, nested, dir.path().string());
+  CHECK(contains(nested_html, "<a href=\"./sub/x%3Ay.csv\">"));
+  CHECK(contains(nested_html, "<a href=\"../z.csv\">"));
+}
+
 TEST_CASE("html report: train's page has its log, its training curves and every option") {
   TempDir dir;
   const std::string out = dir.file("run");
@@ -155,7 +174,7 @@ TEST_CASE("html report: train's page has its log, its training curves and every 
   CHECK(contains(html, "<tr><td><code>--schedule</code></td><td>cosine</td><td>default</td></tr>"));  // a default, shown
   CHECK(contains(html, "<tr><td><code>--lr</code></td><td>0.01</td><td>given</td></tr>"));
   CHECK(count_of(html, "<img src=\"data:image/svg+xml;base64,") == 2);  // the two curves, as SVG only
-  CHECK(contains(html, "<a href=\"log.json\">"));
+  CHECK(contains(html, "<a href=\"./log.json\">"));
 }
 
 TEST_CASE("html report: tensorsim's pages, for a pair and for a run") {

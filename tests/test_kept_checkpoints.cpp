@@ -59,3 +59,21 @@ TEST_CASE("continue-from: a new run starts where another stopped, on its own dat
   CHECK_THROWS_WITH_AS(run("third", 2, dir.file("second/checkpoint.safetensors")),
                        doctest::Contains("the checkpoint is at step 9, this run ends at step 6"), Error);
 }
+
+TEST_CASE("kept checkpoints: a run resumed from any kept step ends with the uninterrupted run's weights") {
+  adjoint::testing::TempDir dir;
+  const std::string out = dir.file("run");
+  auto straight = adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) {
+    o.out_dir = out;  // 2 epochs of 3 steps, AdamW: the moments must be kept too
+    o.keep_checkpoints = "every:2";
+  });
+  for (int64_t step : {2, 4}) {  // before and after the first epoch's checkpoint.safetensors
+    CAPTURE(step);
+    const std::string resumed_out = dir.file("resumed_" + std::to_string(step));
+    auto resumed = adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) {
+      o.out_dir = resumed_out;
+      o.resume = kept_checkpoint_path(out, step);
+    });
+    for (const auto& [name, t] : straight->state_dict()) CHECK(resumed->state_dict().at(name).to_vector() == t.to_vector());
+  }
+}

@@ -221,6 +221,62 @@ TEST_CASE("kept checkpoints: log:K with K far beyond the run's steps keeps every
   CHECK(checkpoint_steps("log:4", 1000) == std::vector<int64_t>{1, 10, 100, 1000});
 }
 
+TEST_CASE("provenance: a cell records the commit and the ridge; another ridge or commit is not reused") {
+  Endpoint a = stitch_fixture_model("A"), b = stitch_fixture_model("B");
+  a.checksum = "aaaaaaaaaaaaaaaa", b.checksum = "bbbbbbbbbbbbbbbb";
+  StitchSweepOptions o;
+  o.commit = "abc123";
+  const RecordSubject cell{RecordSubject::cell, 2, 3, "hlm", "standard"};
+  const RecordSubject stitch{RecordSubject::stitch, 2, 3, "hlm", "standard"};
+  const Provenance record = make_provenance(a, b, "mnist", o, cell);
+  CHECK(record.at("commit") == "abc123");
+  CHECK(record.at("ridge") == "1e-04");
+  CHECK(make_provenance(a, b, "mnist", o, stitch).at("ridge") == "1e-04");  // the stitch file too
+  StitchSweepOptions ridged = o;
+  ridged.ridge = 100;
+  CHECK(provenance_difference(record, make_provenance(a, b, "mnist", ridged, cell)) == "ridge was 1e-04, now 100");
+  CHECK(provenance_difference(make_provenance(a, b, "mnist", o, stitch), make_provenance(a, b, "mnist", ridged, stitch)) ==
+        "ridge was 1e-04, now 100");
+  StitchSweepOptions rebuilt = o;
+  rebuilt.commit = "def456";
+  CHECK(provenance_difference(record, make_provenance(a, b, "mnist", rebuilt, cell)) == "commit was abc123, now def456");
+}
+
+TEST_CASE("resume: a longer run on a cosine schedule is refused, since its schedule would end elsewhere") {
+  const TempDir dir;
+  const std::string out = dir.file("run");
+  // 3 steps of 6: the cosine schedule of the first run ends at step 3.
+  adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) { o.out_dir = out, o.schedule = "cosine", o.max_steps = 3; });
+  const std::string checkpoint = out + "/checkpoint.safetensors";
+  for (const auto& [change, message] : std::vector<std::pair<std::function<void(TrainOptions&)>, std::string>>{
+           {[](TrainOptions& o) { o.max_steps = 5; }, "ends its cosine schedule at step 3, this run at step 5"},
+           {[](TrainOptions& o) { o.max_steps = 0; }, "ends its cosine schedule at step 3, this run at step 6"},
+       }) {
+    CAPTURE(message);
+    CHECK_THROWS_WITH_AS(adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) {
+                           o.out_dir = out, o.schedule = "cosine", o.resume = checkpoint;
+                           change(o);
+                         }),
+                         doctest::Contains(message.c_str()), UsageError);
+  }
+  // A step schedule whose steps are fixed does not depend on where the run ends, nor does a
+  // constant one: those may be extended.
+  const std::string step = dir.file("step");
+  adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) {
+    o.out_dir = step, o.schedule = "step", o.step_every = 2, o.max_steps = 3;
+  });
+  CHECK_NOTHROW(adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) {
+    o.out_dir = step, o.schedule = "step", o.step_every = 2, o.max_steps = 5, o.resume = step + "/checkpoint.safetensors";
+  }));
+  // A step schedule whose steps are thirds of the run does.
+  const std::string thirds = dir.file("thirds");
+  adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) { o.out_dir = thirds, o.schedule = "step", o.max_steps = 3; });
+  CHECK_THROWS_WITH_AS(adjoint::testing::train_tiny_bilinear(0, [&](TrainOptions& o) {
+                         o.out_dir = thirds, o.schedule = "step", o.max_steps = 6, o.resume = thirds + "/checkpoint.safetensors";
+                       }),
+                       doctest::Contains("ends its step schedule at step 3, this run at step 6"), UsageError);
+}
+
 TEST_CASE("resume: another lr, weight decay, schedule or momentum is refused naming it; continue-from another "
           "optimizer is refused") {
   const TempDir dir;

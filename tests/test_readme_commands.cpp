@@ -171,4 +171,7 @@ TEST_CASE("readme commands: every adjoint line of README.md runs, scaled as it s
   // have failed without it; two files no later line reads are checked here.
   CHECK(fs::exists(dir.file("predictions.csv")));
   CHECK(fs::exists(dir.file("stitch_C1_S1/results.md")));
+  // reproduce ran a real part of a paper, not only --list.
+  CHECK(fs::exists(dir.file("repro_tensorsim/parts/forget_stage1_s0/checkpoint.safetensors")));
+  CHECK(fs::exists(dir.file("repro_tensorsim/index.html")));
 }

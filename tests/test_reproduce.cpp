@@ -184,6 +184,60 @@ TEST_CASE("reproduce: a rerun skips finished parts and refuses parts made by ano
   CHECK_THROWS_WITH_AS(run_parts(paper, o), doctest::Contains("part first failed (exit 3)"), Error);
 }
 
+TEST_CASE("reproduce: a part whose outputs were deleted is not finished and runs again; a failing part's error is shown") {
+  TempDir dir;
+  std::string option = "--limit=1";
+  const Paper paper = counting_paper(&option);
+  std::vector<std::string> ran;
+  RunOptions o;
+  o.out_dir = dir.path().string();
+  o.commit = "abc123";
+  o.threads = 1;
+  o.show_progress = false;
+  o.run_command = [&](const std::vector<std::string>& words, const std::string&) {
+    ran.push_back(words[0]);
+    if (words[0] == "train") {  // the part's output: a checkpoint
+      fs::create_directories(words[2] + "/sub");
+      write_file_atomic(words[2] + "/sub/checkpoint.safetensors", "weights");
+    }
+    return 0;
+  };
+  run_parts(paper, o);
+  REQUIRE(ran == std::vector<std::string>{"train", "eval"});
+  const std::string output = o.out_dir + "/parts/first/sub/checkpoint.safetensors";
+  for (const bool overwrite : {false, true}) {
+    CAPTURE(overwrite);
+    o.overwrite = overwrite;
+    ran.clear();
+    fs::remove(output);
+    const std::vector<PartOutcome> outcomes = run_parts(paper, o);
+    CHECK(ran == std::vector<std::string>{"train"});  // remade; the other part is finished
+    CHECK_FALSE(outcomes[0].skipped);
+    CHECK(fs::exists(output));
+  }
+  // A truncated output is no finished part either.
+  write_file_atomic(output, "w");
+  ran.clear();
+  run_parts(paper, o);
+  CHECK(ran == std::vector<std::string>{"train"});
+  ran.clear();
+  run_parts(paper, o);
+  CHECK(ran.empty());
+
+  // A failing part's own error line is in the message, not only "see its log".
+  fs::remove(output);
+  o.run_command = [&](const std::vector<std::string>&, const std::string& log) {
+    write_file_atomic(log, "adjoint train: starting\nadjoint: error: --data fortunes:16: /usr/share/games/fortunes is "
+                           "missing: install Debian's fortunes package (apt-get install fortunes)\n");
+    return 1;
+  };
+  CHECK_THROWS_WITH_AS(run_parts(paper, o),
+                       doctest::Contains("part first failed (exit 1): --data fortunes:16: /usr/share/games/fortunes is "
+                                         "missing: install Debian's fortunes package (apt-get install fortunes); its "
+                                         "output is in "),
+                       Error);
+}
+
 TEST_CASE("reproduce: a part runs in process through the command dispatcher, its output in its log") {
   TempDir dir;
   Paper paper;

@@ -118,6 +118,32 @@ TEST_CASE("stitch: least squares recovers a known affine map, on maps with and w
   CHECK(s.weight.at({0, 0}) == doctest::Approx(s.weight.at({0, 1})));
 }
 
+TEST_CASE("stitch: the least-squares ridge is λ·trace(XᵀX)/C_in on the diagonal of the centred normal equations") {
+  // One output, two front channels, 1×1 maps: W solves (XᵀX + λ·tr(XᵀX)/C_in · I) W = XᵀY on
+  // centred X and Y, written out here by hand (Cramer's rule) against the same rows.
+  Stitch s({{2, 1, 1}, {1, 1, 1}, "ridge"});
+  const std::vector<float> x = {1, 0, 2, 1, 0, 3, 4, 1, 3, 5}, y = {1, 2, 0, 5, 7};
+  const Tensor front = Tensor::from_vector({5, 2, 1, 1}, x), end = Tensor::from_vector({5, 1, 1, 1}, y);
+  const double lambda = 0.5;
+  s.init_least_squares(front, end, lambda);
+  double mx0 = 0, mx1 = 0, my = 0;
+  for (int r = 0; r < 5; ++r) mx0 += x[2 * r] / 5.0, mx1 += x[2 * r + 1] / 5.0, my += y[r] / 5.0;
+  double g00 = 0, g01 = 0, g11 = 0, c0 = 0, c1 = 0;
+  for (int r = 0; r < 5; ++r) {
+    const double a = x[2 * r] - mx0, b = x[2 * r + 1] - mx1, t = y[r] - my;
+    g00 += a * a, g01 += a * b, g11 += b * b, c0 += a * t, c1 += b * t;
+  }
+  const double shift = lambda * (g00 + g11) / 2;  // C_in = 2
+  const double d00 = g00 + shift, d11 = g11 + shift, det = d00 * d11 - g01 * g01;
+  const double w0 = (c0 * d11 - g01 * c1) / det, w1 = (d00 * c1 - g01 * c0) / det;
+  CHECK(s.weight.at({0, 0}) == doctest::Approx(w0).epsilon(1e-5));
+  CHECK(s.weight.at({0, 1}) == doctest::Approx(w1).epsilon(1e-5));
+  CHECK(s.bias.at({0}) == doctest::Approx(my - w0 * mx0 - w1 * mx1).epsilon(1e-5));
+  // Without the division by C_in the shift would double here, and the weights shrink further.
+  const double wrong = lambda * (g00 + g11), e00 = g00 + wrong, e11 = g11 + wrong;
+  CHECK(std::abs(w0 - (c0 * e11 - g01 * c1) / (e00 * e11 - g01 * g01)) > 1e-3);
+}
+
 TEST_CASE("stitch: gradients with respect to features, weight and bias match central differences") {
   for (const Shape& end : {Shape{3, 4, 4}, Shape{3, 2, 2}, Shape{3, 6, 5}}) {
     INFO("end ", end);

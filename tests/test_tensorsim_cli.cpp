@@ -106,7 +106,9 @@ TEST_CASE("tensorsim command: a pair, a run, and bad input") {
     Tensor poisoned = tensors.at("model.bilinear.left").clone();
     poisoned.data()[5] = NAN;
     tensors["model.bilinear.left"] = poisoned;
-    write_safetensors(dir.file("nan.safetensors"), tensors, file.metadata);
+    std::map<std::string, std::string> unchecked = file.metadata;
+    unchecked.erase("tensors.crc32");  // as a file from before checksums: the finite check is what is tested
+    write_safetensors(dir.file("nan.safetensors"), tensors, unchecked);
     o = run_adjoint({"tensorsim", dir.file("nan.safetensors"), b});
     CHECK(o.code == 1);
     CAPTURE(o.err);
@@ -277,4 +279,27 @@ TEST_CASE("tensorsim command: the data metric reads the mean and covariance of t
   const CommandOutcome all = run_adjoint({"tensorsim", a, b, "--metric", "data", "--count", "0", "--no-baselines", "--out", dir.file("all")});
   REQUIRE_MESSAGE(all.code == 0, all.err);
   CHECK(std::abs(parse_json(read_text(dir.file("all/tensorsim.json"))).find("tensor_similarity")->as_number() - want.total) > 1e-6);
+}
+
+TEST_CASE("tensorsim command: a bad --check-mc is refused before any score is printed") {
+  adjoint::testing::TempDir dir;
+  const std::string a = dir.file("a"), b = dir.file("b");
+  adjoint::testing::train_tiny_bilinear(1, [&](TrainOptions& o) { o.out_dir = a; });
+  adjoint::testing::train_tiny_bilinear(2, [&](TrainOptions& o) { o.out_dir = b; });
+  const std::string ca = a + "/checkpoint.safetensors", cb = b + "/checkpoint.safetensors";
+  for (const auto& [words, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--check-mc", "1"}, "--check-mc expects 0 (none) or 2 to 100000000 samples, got 1"},
+           {{"--check-mc", "-5"}, "--check-mc expects 0 (none) or 2 to 100000000 samples, got -5"},
+           {{"--check-mc", "1000000000000"}, "--check-mc expects 0 (none) or 2 to 100000000 samples, got 1000000000000"},
+           {{"--check-mc", "100", "--metric", "identity"}, "--check-mc samples the Gaussian metric with the bias coordinate"},
+           {{"--check-mc", "100", "--no-bias"}, "--check-mc samples the Gaussian metric with the bias coordinate"}}) {
+    std::vector<std::string> command = {"tensorsim", ca, cb, "--no-baselines"};
+    command.insert(command.end(), words.begin(), words.end());
+    const CommandOutcome o = run_adjoint(command);
+    CAPTURE(message);
+    CAPTURE(o.err);
+    CHECK(o.code == 2);
+    CHECK(adjoint::testing::contains(o.err, message));
+    CHECK(o.out.empty());  // refused before the score
+  }
 }

@@ -317,6 +317,7 @@ TEST_CASE("training: --resume refuses a checkpoint of another optimizer, seed, b
   TrainOptions o = small_run(out);
   o.epochs = 2;
   o.max_steps = 2;
+  o.schedule = "constant";  // so that the resumed run may go on past --max-steps
   auto model = small_model(data);
   train(*model, data, o);
   o.max_steps = 0;
@@ -338,14 +339,18 @@ TEST_CASE("training: --resume refuses a checkpoint of another optimizer, seed, b
   other.spec = "other-quadrants";
   refused(o, other, "the checkpoint was trained with --data quadrants, this run has --data other-quadrants");
 
-  // One momentum tensor removed; then all of them.
+  // One momentum tensor removed; then all of them. The checksum would refuse both files
+  // first; without it (a checkpoint from before checksums) the count of tensors does.
   const SafetensorsFile whole = read_safetensors(ck);
   std::map<std::string, Tensor> tensors = whole.tensors;
   tensors.erase("optim.momentum.fc.weight");
   write_safetensors(ck, tensors, whole.metadata);
+  refused(o, data, "its tensors do not match the crc32 its metadata records");
+  std::map<std::string, std::string> metadata = whole.metadata;
+  metadata.erase("tensors.crc32");
+  write_safetensors(ck, tensors, metadata);
   refused(o, data, "optimizer tensors but");
   std::erase_if(tensors, [](const auto& item) { return item.first.rfind("optim.", 0) == 0; });
-  std::map<std::string, std::string> metadata = whole.metadata;
   metadata.erase("train.optimizer_tensors");  // as a checkpoint from before that key was stored
   write_safetensors(ck, tensors, metadata);
   refused(o, data, "the checkpoint holds no optimizer state");
@@ -405,11 +410,36 @@ TEST_CASE("files: a write interrupted by SIGINT or SIGTERM removes its temporary
   }
 }
 
+TEST_CASE("files: SIGINT removes every temporary open at the time, however many are open at once") {
+  // Threads write many files at once (the pictures of a report): each of them is removed,
+  // not only the first few, or they stay behind as empty *.tmp.PID files.
+  testing::TempDir dir;
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGINT, SIG_DFL);
+    std::vector<std::unique_ptr<AtomicFile>> files;
+    for (int i = 0; i < 100; ++i) {
+      files.push_back(std::make_unique<AtomicFile>(dir.file("picture_" + std::to_string(i) + ".png"), "test"));
+      files.back()->write("not yet flushed");
+    }
+    ::raise(SIGINT);
+    ::_exit(7);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) left.push_back(e.path().filename().string());
+  CAPTURE(left.size());
+  CHECK(left.empty());
+}
+
 TEST_CASE("training: the train command refuses to overwrite a run and says 'resumed from step N' on --resume") {
   testing::TempDir dir;
   const std::string out = dir.file("run");
   const std::vector<std::string> run = {"train", "--data", "modadd:11", "--model", "bilinear_mlp", "--hidden", "8",
-                                        "--epochs", "2", "--batch", "8", "--out", out};
+                                        "--epochs", "2", "--batch", "8", "--schedule", "constant", "--out", out};
   std::vector<std::string> first = run;
   first.insert(first.end(), {"--max-steps", "2"});
   REQUIRE(testing::run_adjoint(first).code == 0);

@@ -304,7 +304,7 @@ const cli::Registration bench_command({
                  "wall"},
                 {"imagenet", "ROOT", "data: an ImageNet folder (ROOT/val/<wnid>/*.JPEG)", ""},
                 {"data", "SPEC", "data: any image data set instead of --imagenet", ""},
-                {"checkpoint", "FILE", "explain: time this checkpoint's model instead of the three defaults", ""},
+                {"checkpoint", "FILE", "explain: also time this checkpoint's model (alone without --only)", ""},
                 {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""},
                 {"tolerance", "X", "tensorsim: Monte Carlo runs until its error is below X", "0.001"},
                 {"max-samples", "N", "tensorsim: the most Monte-Carlo samples tried", "10000000"},

@@ -121,27 +121,28 @@ int run_bench_explain(const cli::Args& args) {
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
   const cli::BenchClock clock = cli::bench_clock(args.text("clock"), num_threads());
 
-  // The models: a checkpoint's, or the three reference architectures.
+  // The models: the reference architectures --only names (all three without --only and
+  // without --checkpoint), then the checkpoint's model.
   std::vector<std::pair<std::string, std::shared_ptr<Model>>> models;
+  const std::vector<std::string> known = {"resnet18", "vgg11_bn", "vit_tiny"};
+  const std::vector<std::string> chosen =
+      args.has("only") ? args.list("only") : args.has("checkpoint") ? std::vector<std::string>{} : known;
+  for (const std::string& arch : chosen) {
+    if (std::find(known.begin(), known.end(), arch) == known.end())
+      throw UsageError(cat("bench explain: --only expects models among resnet18, vgg11_bn, vit_tiny; got '", arch, "'"));
+    ModelConfig c;
+    c.arch = arch;
+    c.num_classes = 10;
+    c.in_channels = 3;
+    c.image_size = 32;
+    c.small_stem = true;
+    c.patch = 4;
+    Generator gen(0);
+    models.emplace_back(arch, make_model(c, gen));
+  }
   if (args.has("checkpoint")) {
     Checkpoint ck = load_checkpoint(args.text("checkpoint"));
     models.emplace_back(ck.config.arch, model_from_checkpoint(ck));
-  } else {
-    const std::vector<std::string> known = {"resnet18", "vgg11_bn", "vit_tiny"};
-    const std::vector<std::string> chosen = args.has("only") ? args.list("only") : known;
-    for (const std::string& arch : chosen) {
-      if (std::find(known.begin(), known.end(), arch) == known.end())
-        throw UsageError(cat("bench explain: --only expects models among resnet18, vgg11_bn, vit_tiny; got '", arch, "'"));
-      ModelConfig c;
-      c.arch = arch;
-      c.num_classes = 10;
-      c.in_channels = 3;
-      c.image_size = 32;
-      c.small_stem = true;
-      c.patch = 4;
-      Generator gen(0);
-      models.emplace_back(arch, make_model(c, gen));
-    }
   }
 
   std::printf("adjoint bench explain: %d threads, batch %lld, median %s time of %lld runs; ms per image and the "

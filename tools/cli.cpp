@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <sstream>
@@ -140,6 +141,18 @@ Parsed parse(int argc, char** argv, const Command*& failed_in) {
   return p;
 }
 
+// Refuses an --out that names no folder of its own: "" and "/" (however spelled) put every
+// file a command writes into the filesystem root. Checked here, once, for every command.
+void check_out_option(const Args& args) {
+  if (!args.has("out")) return;
+  const std::string out = args.text("out");
+  if (out.empty()) throw UsageError("option --out expects a path, got ''");
+  std::error_code ec;
+  const std::filesystem::path resolved = std::filesystem::weakly_canonical(std::filesystem::absolute(out), ec);
+  if (!ec && resolved == resolved.root_path())
+    throw UsageError(cat("option --out: '", out, "' is the filesystem root; name a folder or file of its own"));
+}
+
 }  // namespace
 
 Args::Args(std::string command, std::map<std::string, std::string> values, std::map<std::string, std::string> fallbacks,
@@ -229,6 +242,7 @@ int run(int argc, char** argv) {
     const int64_t threads = args.integer("threads");
     if (threads < 0) throw UsageError(cat("option --threads expects a count >= 0, got ", threads));
     set_num_threads(static_cast<int>(threads));
+    check_out_option(args);
     std::cout.flush();
     const int code = p.command->run(args);
     std::cout.flush();

@@ -15,6 +15,7 @@
 #include "engine/threads.h"
 #include "models/model_source.h"
 #include "tools/cli.h"
+#include "tools/folder_lock.h"
 #include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
 #include "tools/html_report.h"
 #include "tools/model_options.h"
@@ -291,6 +292,7 @@ int run_explain(const cli::Args& a) {
   o.cells.overwrite = a.flag("overwrite");
   o.cells.log = say;
   const bool speaks = distributed::rank() == 0;  // the other ranks of a job work quietly
+  const auto lock = cli::lock_output_folder(o.out_dir);
 
   const int64_t N = in.x.size(0);
   const int64_t E = o.expensive_count > 0 ? std::min(o.expensive_count, N) : N;

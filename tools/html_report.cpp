@@ -1,6 +1,7 @@
 #include "tools/html_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -86,6 +87,25 @@ std::string data_uri(const std::string& path) {
 std::string relative_to(const std::string& path, const std::string& dir) {
   const fs::path rel = fs::path(path).lexically_proximate(dir);
   return rel.string();
+}
+
+// The href of a file the page links, relative to the page: each byte outside the unreserved
+// set (letters, digits, - . _ ~) and the path's slashes percent-encoded, and "./" in front
+// unless it starts with "../". A file name is then never read as a scheme: without both,
+// a file named "javascript:alert(1).json" would be a script link.
+std::string relative_link(const std::string& name) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string link = name.rfind("../", 0) == 0 ? "" : "./";
+  for (const unsigned char ch : name) {
+    if (std::isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~' || ch == '/') {
+      link += char(ch);
+    } else {
+      link += '%';
+      link += kHex[ch >> 4];
+      link += kHex[ch & 15];
+    }
+  }
+  return link;
 }
 
 void definition(std::string& html, const std::string& term, const std::string& value) {
@@ -187,11 +207,11 @@ HtmlReport file_report(const std::string& path, const std::string& title) {
 
 namespace {
 
-// The regular files of a folder, by name.
+// The regular files of a folder, by name, but for dot files (the folder's .lock).
 std::vector<std::string> file_names(const std::string& dir) {
   std::vector<std::string> names;
   for (const fs::directory_entry& e : fs::directory_iterator(dir))
-    if (e.is_regular_file()) names.push_back(e.path().filename().string());
+    if (e.is_regular_file() && e.path().filename().string()[0] != '.') names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -264,7 +284,7 @@ std::string html_page(const Args& args, const HtmlReport& report, const std::str
     html += "<h2>Files</h2>\n<ul>\n";
     for (const std::string& path : report.files) {
       const std::string name = relative_to(path, dir);
-      html += "<li><a href=\"" + escape_html(name) + "\">" + escape_html(name) + "</a></li>\n";
+      html += "<li><a href=\"" + relative_link(name) + "\">" + escape_html(name) + "</a></li>\n";
     }
     html += "</ul>\n";
   }

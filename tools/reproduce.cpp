@@ -6,6 +6,7 @@
 
 #include "engine/error.h"
 #include "tools/cli.h"
+#include "tools/folder_lock.h"
 #include "tools/progress.h"
 #include "tools/reproduce/paper.h"
 #include "tools/reproduce/runner.h"
@@ -40,6 +41,7 @@ int run_reproduce(const cli::Args& a) {
   if (o.seeds < 1 || o.seeds > 20) throw UsageError(cat("option --seeds expects 1 to 20, got ", o.seeds));
   o.overwrite = a.flag("overwrite");
   if (a.has("only")) o.only = a.list("only");
+  const auto lock = cli::lock_output_folder(o.out_dir);
   const std::vector<PartOutcome> outcomes = run_parts(paper, o);
   write_page(paper, o, outcomes, a);
   const cli::ReportTable claims = claims_table(paper, o.out_dir + "/parts", o.seeds);

@@ -14,6 +14,8 @@
 #include "models/model_source.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
+#include "tools/commit.h"  // generated at build time (tools/meson.build): ADJOINT_COMMIT
+#include "tools/folder_lock.h"
 #include "tools/html_report.h"
 
 namespace adjoint {
@@ -111,6 +113,7 @@ int run_stitch(const cli::Args& a) {
   o.objectives = distinct_list(a, "objectives");
   o.protocols = distinct_list(a, "protocol");
   o.out_dir = a.text("out");
+  o.commit = ADJOINT_COMMIT;
   o.overwrite = a.flag("overwrite");
   o.train_images = count_option(a, "train-images", 0, " (0: the whole training set)");
   o.iri_images = count_option(a, "iri-images", 0);
@@ -148,6 +151,7 @@ int run_stitch(const cli::Args& a) {
   const std::string spec = a.has("data") ? a.text("data") : front_data;
   if (spec.empty()) throw UsageError("stitch: the front checkpoint names no data set; give --data");
   const DataSource data = open_data(spec);
+  const auto lock = cli::lock_output_folder(o.out_dir);
   std::printf("adjoint stitch: %s → %s on %s, %zu stitch points × %zu objectives × %zu protocols; writing %s\n",
               front.name.c_str(), end.name.c_str(), spec.c_str(), o.points.size(), o.objectives.size(),
               o.protocols.size(), o.out_dir.c_str());

@@ -22,6 +22,7 @@
 #include "models/model_source.h"
 #include "models/training.h"
 #include "tools/cli.h"
+#include "tools/folder_lock.h"
 #include "tools/html_report.h"
 #include "tools/progress.h"
 
@@ -55,6 +56,13 @@ TensorSimOptions options_from(const cli::Args& a) {
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
   if (!(std::isfinite(o.input_std) && o.input_std > 0))
     throw UsageError(cat("--input-std must be a positive finite number, got ", o.input_std));
+  // --check-mc is checked here, before any score is computed, not after the score is printed.
+  constexpr int64_t kMaxMonteCarloSamples = 100'000'000;  // beyond it a pair takes hours
+  const int64_t samples = a.integer("check-mc");
+  if (samples != 0 && (samples < 2 || samples > kMaxMonteCarloSamples))
+    throw UsageError(cat("--check-mc expects 0 (none) or 2 to ", kMaxMonteCarloSamples, " samples, got ", samples));
+  if (samples != 0 && (o.metric != "gaussian" || !o.bias))
+    throw UsageError("--check-mc samples the Gaussian metric with the bias coordinate (drop --metric identity and --no-bias)");
   return o;
 }
 
@@ -126,6 +134,8 @@ int run_pair(const cli::Args& a) {
   const auto& files = a.positionals();
   if (files.size() != 2) throw UsageError("tensorsim: give two checkpoints (A B), or --run DIR");
   TensorSimOptions o = options_from(a);
+  // Held from the start, so that a second run into the folder refuses before its work.
+  const auto lock = a.has("out") ? cli::lock_output_folder(a.text("out")) : nullptr;
   const LoadedCheckpoint ca = load(files[0]), cb = load(files[1]);
   std::optional<LoadedCheckpoint> reference;
   if (a.has("diff")) reference = load(a.text("diff"));
@@ -347,6 +357,7 @@ int run_run(const cli::Args& a) {
   const std::string out = a.has("out") ? a.text("out") : dir + "/tensorsim";
   TensorSimOptions o = options_from(a);
   const std::vector<std::string> files = run_checkpoints(dir);
+  const auto lock = cli::lock_output_folder(out);
   const size_t K = files.size();
   std::vector<LoadedCheckpoint> cks;
   for (const std::string& f : files) cks.push_back(load(f));

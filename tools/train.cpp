@@ -26,6 +26,7 @@
 #include "ops/layout.h"
 #include "tools/attack_options.h"
 #include "tools/cli.h"
+#include "tools/folder_lock.h"
 #include "tools/html_report.h"
 #include "tools/model_options.h"
 #include "tools/progress.h"
@@ -136,6 +137,7 @@ int run_train(const cli::Args& a) {
   if (!o.resume.empty() && !o.continue_from.empty()) throw UsageError("give --resume or --continue-from, not both");
   o.overwrite = a.flag("overwrite");
   const TrainingStep step = training_step(a, o, data);
+  const auto lock = cli::lock_output_folder(o.out_dir);
 
   // Every rank trains; rank 0 alone speaks (and writes: models/training.cpp).
   const bool speaks = distributed::rank() == 0;
@@ -393,6 +395,10 @@ int run_info(const cli::Args& a) {
   std::printf("\n  blocks:");
   for (const auto& b : model->blocks()) std::printf(" %s", b.name.c_str());
   std::printf("\n  optimizer state: %zu tensors\n", ck.optimizer.size());
+  if (ck.checksum.empty())
+    std::printf("  tensors: no checksum recorded (a checkpoint from before they were), not checked\n");
+  else
+    std::printf("  tensors: crc32 %s, as recorded\n", ck.checksum.c_str());
   return 0;
 }
 

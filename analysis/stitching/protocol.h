@@ -66,6 +66,7 @@ struct StitchSweepOptions {
   IriOptions iri;
   std::vector<std::string> test_data;  // further test sets (data specs) every cell is scored on
   std::string out_dir;
+  std::string commit;      // the commit the program was built from, recorded in every cell
   bool overwrite = false;  // make again a cell, IRI set or stitch made by another run
   // rAuA (docs/methods.md §2.4), when raua_eps is given: every cell also attacks the stitched
   // and the end model with PGD (raua_attack, at each ε of the grid) on the first

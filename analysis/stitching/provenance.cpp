@@ -88,6 +88,7 @@ const RecordEntry kEntries[] = {
     {"fula-raw", latent_alignment,
      [](const RecordContext& c) { return std::string(c.o.train.objective_options.fula_normalise ? "no" : "yes"); }},
     {"test-images", scored, [](const RecordContext& c) { return cat(c.o.test_images); }},
+    {"commit", scored, [](const RecordContext& c) { return c.o.commit; }},
     {"raua-eps", scored,
      [](const RecordContext& c) { return numbers(std::vector<double>(c.o.raua_eps.begin(), c.o.raua_eps.end())); }},
     {"raua-images", scored, [](const RecordContext& c) { return c.o.raua_eps.empty() ? "" : cat(c.o.raua_images); }},

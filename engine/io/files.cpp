@@ -21,18 +21,18 @@ std::string reason() { return errno != 0 ? std::strerror(errno) : "I/O error"; }
 // Ctrl-C (or a plain kill) while a file is being written would leave its temporary
 // behind. The temporaries open at any moment are kept in a fixed table that a signal
 // handler can read (it may only touch plain memory and call async-signal-safe functions
-// such as unlink); the handler removes them, then passes the signal on to whatever
-// handled it before (by default: the process ends, killed by that signal).
-constexpr int kSlots = 16;
-constexpr size_t kPathBytes = 4096;
-char slot_paths[kSlots][kPathBytes];
-std::atomic<bool> slot_claimed[kSlots], slot_active[kSlots];
+// such as unlink): each slot points at the path its AtomicFile holds, so that the table is
+// small and large enough for every file a process's threads write at once. The handler
+// removes them, then passes the signal on to whatever handled it before (by default: the
+// process ends, killed by that signal).
+constexpr int kSlots = 4096;
+std::atomic<const char*> slot_paths[kSlots];
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction previous_actions[3];
 
 extern "C" void remove_temporaries_and_pass_on(int signal_number) {
   for (int i = 0; i < kSlots; ++i)
-    if (slot_active[i].load()) ::unlink(slot_paths[i]);
+    if (const char* path = slot_paths[i].load()) ::unlink(path);
   for (int k = 0; k < 3; ++k)
     if (kSignals[k] == signal_number) ::sigaction(signal_number, &previous_actions[k], nullptr);
   ::raise(signal_number);
@@ -55,34 +55,33 @@ void install_cleanup_handlers() {
   }
 }
 
-// The slot now holding `path`, or -1 when the table is full or the path too long (the
-// file is then only cleaned up by the next remove_stale_temporaries).
+// The slot now pointing at `path` (which must outlive the registration), or -1 when the
+// table is full (the file is then only cleaned up by the next remove_stale_temporaries).
 int register_temporary(const std::string& path) {
   install_cleanup_handlers();
-  if (path.size() >= kPathBytes) return -1;
   for (int i = 0; i < kSlots; ++i) {
-    bool free_slot = false;
-    if (!slot_claimed[i].compare_exchange_strong(free_slot, true)) continue;
-    std::memcpy(slot_paths[i], path.c_str(), path.size() + 1);
-    slot_active[i].store(true);
-    return i;
+    const char* free_slot = nullptr;
+    if (slot_paths[i].compare_exchange_strong(free_slot, path.c_str())) return i;
   }
   return -1;
 }
 
 void unregister_temporary(int slot) {
-  if (slot < 0) return;
-  slot_active[slot].store(false);
-  slot_claimed[slot].store(false);
+  if (slot >= 0) slot_paths[slot].store(nullptr);
 }
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path, std::string who)
     : path_(std::move(path)), temporary_(cat(path_, ".tmp.", ::getpid())), who_(std::move(who)) {
+  // Registered before it exists, so that no signal finds it created but not yet known.
+  slot_ = register_temporary(temporary_);
   errno = 0;
   file_ = std::fopen(temporary_.c_str(), "wb");
-  if (file_ == nullptr) throw Error(cat(who_, ": ", path_, ": cannot create ", temporary_, ": ", reason()));
-  slot_ = register_temporary(temporary_);
+  if (file_ == nullptr) {
+    const std::string why = reason();
+    unregister_temporary(slot_);
+    throw Error(cat(who_, ": ", path_, ": cannot create ", temporary_, ": ", why));
+  }
 }
 
 AtomicFile::~AtomicFile() {

@@ -99,6 +99,48 @@ std::vector<Part> select_parts(const std::vector<Part>& parts, const std::vector
   return selected;
 }
 
+namespace {
+
+// The files a part wrote into `folder` (but for dot files: a command's .lock), each with its
+// size: what its record lists, so that a part whose outputs were since deleted or cut short
+// is not taken for finished.
+Json output_files(const std::string& folder) {
+  Json files = Json::object();
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(folder)) {
+    const std::string name = fs::relative(e.path(), folder).string();
+    if (e.is_regular_file() && e.path().filename().string()[0] != '.' && name != kRecordName)
+      files[name] = Json(int64_t(e.file_size()));
+  }
+  return files;
+}
+
+// Whether every file a part's record lists is still there with its size (a record without
+// the list, from before it was kept: yes).
+bool outputs_intact(const std::string& record_path) {
+  const Json record = parse_json(read_whole(record_path));
+  const Json* files = record.find("files");
+  if (!files || !files->is_object()) return true;
+  const fs::path folder = fs::path(record_path).parent_path();
+  for (const auto& [name, size] : files->as_object()) {
+    std::error_code ec;
+    const uintmax_t actual = fs::file_size(folder / name, ec);
+    if (ec || !size.is_number() || double(actual) != size.as_number()) return false;
+  }
+  return true;
+}
+
+// The last "adjoint: error: ..." line of a part's log, without that prefix; empty when none.
+std::string last_error_line(const std::string& log) {
+  static const std::string kPrefix = "adjoint: error: ";
+  std::istringstream in(read_whole(log));
+  std::string last;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(kPrefix, 0) == 0) last = line.substr(kPrefix.size());
+  return last;
+}
+
+}  // namespace
+
 std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
   const std::string parts_dir = o.out_dir + "/parts";
   fs::create_directories(parts_dir);
@@ -132,10 +174,13 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
                           "): remove it or rerun with --overwrite"));
         made_by.clear();
       }
-      if (made_by == command_line(p) && made_at == commit && made_threads == threads) {
+      const bool made_so = made_by == command_line(p) && made_at == commit && made_threads == threads;
+      if (made_so && outputs_intact(record_path)) {
         outcome.skipped = true;
         outcome.seconds = made_seconds;
         ++already;
+      } else if (made_so) {
+        // Made so, but its outputs were since deleted or cut short: it runs again.
       } else if (!o.overwrite) {
         throw Error(cat("reproduce: part ", p.name, " in ", parts_dir, "/", p.name, " was made by `", made_by,
                         "` at commit ", made_at, " with ", made_threads, " threads, not `", command_line(p), "` at ",
@@ -162,10 +207,14 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
       const auto start = std::chrono::steady_clock::now();
       const int code = o.run_command ? o.run_command(words, log) : run_in_process(words, log, threads);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (code != 0)
-        throw Error(cat("reproduce: part ", p.name, " failed (exit ", code, "); its output is in ", log));
+      if (code != 0) {
+        const std::string why = last_error_line(log);
+        throw Error(cat("reproduce: part ", p.name, " failed (exit ", code, ")", why.empty() ? "" : ": " + why,
+                        "; its output is in ", log));
+      }
       fs::create_directories(folder);
       Json record = Json::object();
+      record["files"] = output_files(folder);
       record["command"] = command_line(p);
       record["commit"] = commit;
       record["scale"] = scale_name(o.scale);
