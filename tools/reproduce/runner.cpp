@@ -117,7 +117,7 @@ Json output_files(const std::string& folder) {
 // Whether every file a part's record lists is still there with its size (a record without
 // the list, from before it was kept: yes).
 bool outputs_intact(const std::string& record_path) {
-  const Json record = parse_json(read_whole(record_path));
+  const Json record = parse_json(read_text_file(record_path));
   const Json* files = record.find("files");
   if (!files || !files->is_object()) return true;
   const fs::path folder = fs::path(record_path).parent_path();
@@ -132,7 +132,7 @@ bool outputs_intact(const std::string& record_path) {
 // The last "adjoint: error: ..." line of a part's log, without that prefix; empty when none.
 std::string last_error_line(const std::string& log) {
   static const std::string kPrefix = "adjoint: error: ";
-  std::istringstream in(read_whole(log));
+  std::istringstream in(fs::exists(log) ? read_text_file(log) : std::string());
   std::string last;
   for (std::string line; std::getline(in, line);)
     if (line.rfind(kPrefix, 0) == 0) last = line.substr(kPrefix.size());
