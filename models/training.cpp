@@ -477,36 +477,23 @@ void refresh_replicas(const Model& model, int64_t count, std::vector<std::shared
   }
 }
 
-}  // namespace
-
-StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
-                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas, GradientBuckets* buckets) {
-  const int64_t shards = sharding.shards, ranks = distributed::size(), rank = distributed::rank();
-  if (shards == 1 && ranks == 1) return whole_batch_step(model, batch, label_smoothing, step);
-  check(shards % ranks == 0, "train: ", shards, " shards over ", ranks, " ranks");
-  check(batch.size() >= shards, "train: a batch of ", batch.size(), " examples cannot make ", shards,
-        " shards; give --batch at least --shards");
-
-  // Summed over the shards (BucketedSum): each shard's weighted gradient of every parameter,
-  // handed over as backward finishes it, then the running statistics its own forward pass
-  // left (BatchNorm; none for most models).
-  const std::vector<Tensor> params = model.parameters();
-  std::vector<Tensor> buffers = buffers_of(model);
-  const int64_t mine = shards / ranks, first = rank * mine;
+// This rank's shards of `batch` (first … first + outcomes.size()/3 − 1 of `shards`), each
+// from the step's starting running statistics, each weighted gradient and updated
+// statistics handed to `sum` as they become final; per shard, its loss sum, correct count
+// and rows go to `outcomes`. `threads` shards at a time: a model with running statistics
+// (BatchNorm) gives every thread after the first a replica of its own, holding the model's
+// parameters; without replicas its shards run in turn. Returns the buckets started before
+// the last shard's backward returned.
+int64_t compute_local_shards(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
+                             int64_t first, std::vector<std::shared_ptr<Model>>* replicas, BucketedSum& sum,
+                             std::vector<double>& outcomes) {
+  const int64_t shards = sharding.shards, mine = int64_t(outcomes.size() / 3);
   const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
-  std::vector<int64_t> sizes;
-  for (const Tensor& t : params) sizes.push_back(t.numel());
-  for (const Tensor& t : buffers) sizes.push_back(t.numel());
+  const std::vector<Tensor> params = model.parameters();
+  const std::vector<Tensor> buffers = buffers_of(model);
   const int64_t statistics_index = int64_t(params.size());  // buffer b is tensor statistics_index + b
-  std::vector<int64_t> expected_order = buckets != nullptr ? buckets->order : std::vector<int64_t>{};
-  if (expected_order.size() != sizes.size()) expected_order = default_summation_order(params.size(), buffers.size());
-  BucketedSum sum(sizes, expected_order, mine, sharding.bucket_mib);
-  std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
   std::vector<float> start_statistics(size_t(total_numel(buffers)));
   flatten_into(buffers, start_statistics.data());
-  // `threads` shards at a time, each shard from the step's starting running statistics. A
-  // model with running statistics (BatchNorm) gives every thread after the first a replica
-  // of its own, holding the model's parameters; without replicas its shards run in turn.
   const int64_t threads = std::min(sharding.threads, mine);
   const bool own_statistics = !buffers.empty() && threads > 1 && replicas != nullptr;
   if (own_statistics) refresh_replicas(model, threads - 1, *replicas);
@@ -522,7 +509,7 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
     Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
     const float value = loss.item();
     const int64_t part_rows = logits.size(0);
-    if (std::isfinite(value)) {  // else every rank refuses the step below, once it has seen every shard's loss
+    if (std::isfinite(value)) {  // else every rank refuses the step, once it has seen every shard's loss
       // Each parameter's gradient goes to its bucket as soon as backward has finished it.
       grad(loss, worker_params, [&](size_t i, const Tensor& g) { sum.add(j, int64_t(i), g); },
            Tensor::full(loss.shape(), float(double(part_rows) / double(total_rows))), {}, /*keep_graph=*/false);
@@ -534,6 +521,62 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
     outcomes[size_t(j * 3 + 1)] = double(count_correct(logits, part.labels));
     outcomes[size_t(j * 3 + 2)] = double(part_rows);
   });
+  return started_during_backward;
+}
+
+// Every shard's outcome (this rank's in `outcomes`), gathered and added in shard order;
+// throws naming the shard and `step` (on every rank alike) when a loss is not finite.
+StepOutcome total_over_shards(const std::vector<double>& outcomes, int64_t shards, int64_t step) {
+  std::vector<double> all_outcomes(size_t(shards * 3));
+  distributed::allgather(outcomes.data(), int64_t(outcomes.size()), all_outcomes.data());
+  StepOutcome total;
+  for (int64_t s = 0; s < shards; ++s) {
+    const double loss_sum = all_outcomes[size_t(s * 3)];
+    check(std::isfinite(loss_sum), "train: diverged: the training loss became ", csv_number(loss_sum),
+          " in shard ", s, " at step ", step, "; lower --lr or check the data");
+    total += StepOutcome{loss_sum, int64_t(all_outcomes[size_t(s * 3 + 1)]), int64_t(all_outcomes[size_t(s * 3 + 2)])};
+  }
+  return total;
+}
+
+// The summed gradients into the parameters' .grad, and the running statistics set to the
+// mean of the shards' updated values (each shard's update of the step's starting statistics
+// with its own batch statistics).
+void install_sums(const std::vector<float>& summed, Model& model, int64_t shards) {
+  NoGrad off;
+  const float* from = summed.data();
+  for (Tensor param : model.parameters()) {  // handles on the parameters
+    param.set_grad(Tensor::from_vector(param.shape(), std::vector<float>(from, from + param.numel())));
+    from += param.numel();
+  }
+  std::vector<float> statistics(from, summed.data() + summed.size());
+  for (float& v : statistics) v /= float(shards);
+  std::vector<Tensor> buffers = buffers_of(model);
+  unflatten_into(statistics.data(), buffers);
+}
+
+// The batch in `sharding.shards` shards, this rank's computed here; their gradients and
+// running statistics summed over every rank by the fixed tree (BucketedSum).
+StepOutcome sharded_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
+                         int64_t step, std::vector<std::shared_ptr<Model>>* replicas, GradientBuckets* buckets) {
+  const int64_t shards = sharding.shards, ranks = distributed::size(), rank = distributed::rank();
+  check(shards % ranks == 0, "train: ", shards, " shards over ", ranks, " ranks");
+  check(batch.size() >= shards, "train: a batch of ", batch.size(), " examples cannot make ", shards,
+        " shards; give --batch at least --shards");
+  // Summed over the shards: each parameter's weighted gradient, then the running
+  // statistics (BatchNorm; none for most models).
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : model.parameters()) sizes.push_back(t.numel());
+  const size_t parameters = sizes.size();
+  for (const Tensor& t : buffers_of(model)) sizes.push_back(t.numel());
+  std::vector<int64_t> expected_order = buckets != nullptr ? buckets->order : std::vector<int64_t>{};
+  if (expected_order.size() != sizes.size())
+    expected_order = default_summation_order(parameters, sizes.size() - parameters);
+  const int64_t mine = shards / ranks;
+  BucketedSum sum(sizes, expected_order, mine, sharding.bucket_mib);
+  std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
+  const int64_t started_during_backward =
+      compute_local_shards(model, batch, label_smoothing, sharding, rank * mine, replicas, sum, outcomes);
   // Every rank starts the remaining buckets and waits for all of them before the next
   // collective (a diverged shard's rank has started none yet: the order must match).
   const std::vector<float> summed = sum.finish();
@@ -543,29 +586,17 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
     buckets->buckets = sum.buckets();
     buckets->started_during_backward = started_during_backward;
   }
-
-  std::vector<double> all_outcomes(size_t(shards * 3));
-  distributed::allgather(outcomes.data(), mine * 3, all_outcomes.data());
-  StepOutcome total;
-  for (int64_t s = 0; s < shards; ++s) {
-    const double loss_sum = all_outcomes[size_t(s * 3)];
-    check(std::isfinite(loss_sum), "train: diverged: the training loss became ", csv_number(loss_sum),
-          " in shard ", s, " at step ", step, "; lower --lr or check the data");
-    total += StepOutcome{loss_sum, int64_t(all_outcomes[size_t(s * 3 + 1)]), int64_t(all_outcomes[size_t(s * 3 + 2)])};
-  }
-
-  NoGrad off;
-  const float* from = summed.data();
-  for (Tensor param : params) {  // handles on the parameters
-    param.set_grad(Tensor::from_vector(param.shape(), std::vector<float>(from, from + param.numel())));
-    from += param.numel();
-  }
-  // Running statistics: the mean of the shards' updated values (each shard's update of the
-  // step's starting statistics with its own batch statistics).
-  std::vector<float> statistics(from, summed.data() + summed.size());
-  for (float& v : statistics) v /= float(shards);
-  unflatten_into(statistics.data(), buffers);
+  const StepOutcome total = total_over_shards(outcomes, shards, step);
+  install_sums(summed, model, shards);
   return total;
+}
+
+}  // namespace
+
+StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
+                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas, GradientBuckets* buckets) {
+  if (sharding.shards == 1 && distributed::size() == 1) return whole_batch_step(model, batch, label_smoothing, step);
+  return sharded_step(model, batch, label_smoothing, sharding, step, replicas, buckets);
 }
 
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts,
