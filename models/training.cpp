@@ -88,7 +88,7 @@ std::string csv_row(const EpochRecord& r) {
 }
 
 Json record_json(const EpochRecord& r) {
-  return Json(Json::Object{{"epoch", r.epoch},
+  Json record(Json::Object{{"epoch", r.epoch},
                            {"step", r.step},
                            {"train_loss", r.train_loss},
                            {"train_accuracy", r.train_accuracy},
@@ -99,6 +99,24 @@ Json record_json(const EpochRecord& r) {
                            {"lr", r.lr},
                            {"ranks", r.ranks},
                            {"shards", r.shards}});
+  if (!r.exchange.empty()) {
+    Json per_rank = Json::array();
+    for (const ExchangeCounts& c : r.exchange)
+      per_rank.push_back(Json(Json::Object{
+          {"bytes_sent", c.bytes_sent}, {"receive_bytes", c.receive_bytes}, {"additions", c.additions}}));
+    record["exchange_per_rank"] = per_rank;
+  }
+  return record;
+}
+
+// Every rank's exchange counts (a collective), in rank order.
+std::vector<ExchangeCounts> exchange_per_rank(const ExchangeCounts& mine) {
+  const double values[3] = {double(mine.bytes_sent), double(mine.receive_bytes), double(mine.additions)};
+  std::vector<double> all(size_t(3 * distributed::size()));
+  distributed::allgather(values, 3, all.data());
+  std::vector<ExchangeCounts> out;
+  for (size_t r = 0; r < all.size(); r += 3) out.push_back({int64_t(all[r]), int64_t(all[r + 1]), int64_t(all[r + 2])});
+  return out;
 }
 
 // The log files of a run: every record so far, rewritten atomically after each epoch.
@@ -573,22 +591,30 @@ StepOutcome sharded_step(Model& model, const Batch& batch, float label_smoothing
   if (expected_order.size() != sizes.size())
     expected_order = default_summation_order(parameters, sizes.size() - parameters);
   const int64_t mine = shards / ranks;
+  distributed::stall_if_asked(step);
   BucketedSum sum(sizes, expected_order, mine, sharding.bucket_mib);
   std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
   const int64_t started_during_backward =
       compute_local_shards(model, batch, label_smoothing, sharding, rank * mine, replicas, sum, outcomes);
-  // Every rank starts the remaining buckets and waits for all of them before the next
-  // collective (a diverged shard's rank has started none yet: the order must match).
-  const std::vector<float> summed = sum.finish();
-  if (buckets != nullptr) {
-    // Learnt once (a condition every rank shares: the broadcast is a collective).
-    if (buckets->order.size() != sizes.size()) buckets->order = rank_zeros_order(sum.ready_order());
-    buckets->buckets = sum.buckets();
-    buckets->started_during_backward = started_during_backward;
+  try {
+    // Every rank finishes every bucket before the next collective (a diverged shard's
+    // buckets are sent at the end, before the loss check that stops every rank).
+    const std::vector<float> summed = sum.finish();
+    if (buckets != nullptr) {
+      // Learnt once (a condition every rank shares: the broadcast is a collective).
+      if (buckets->order.size() != sizes.size()) buckets->order = rank_zeros_order(sum.ready_order());
+      buckets->buckets = sum.buckets();
+      buckets->started_during_backward = started_during_backward;
+      buckets->counts = sum.counts();
+    }
+    StepOutcome total = total_over_shards(outcomes, shards, step);
+    install_sums(summed, model, shards);
+    total.exchange = sum.counts();
+    return total;
+  } catch (const distributed::RankTimeout& e) {
+    throw distributed::RankTimeout(e.missing, cat("train: rank ", e.missing, " did not send its part of step ", step,
+                                                  " within ", distributed::rank_timeout(), " s (--rank-timeout)"));
   }
-  const StepOutcome total = total_over_shards(outcomes, shards, step);
-  install_sums(summed, model, shards);
-  return total;
 }
 
 }  // namespace
@@ -764,6 +790,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     const auto start = Clock::now();
     double loss_sum = 0;
     int64_t correct = 0, rows_seen = 0, samples = 0;
+    ExchangeCounts last_exchange;
     const int64_t epoch_end = std::min(total, (epoch + 1) * per_epoch);
     run_steps(
         loader, *optimizer, schedule, step, epoch_end,
@@ -774,6 +801,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
           rows_seen += r.rows;
           samples += batch.size();
           loss_sum += r.loss_sum;
+          last_exchange = r.exchange;
           if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
           keep_if_due(step % per_epoch == 0 ? epoch + 1 : epoch);
           const int64_t b = step - 1 - epoch * per_epoch;  // this batch's index in the epoch
@@ -787,11 +815,9 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     model.train(true);
     EpochRecord r{epoch + 1, step, loss_sum / double(std::max<int64_t>(rows_seen, 1)),
                   double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,
-                  train_seconds, double(samples) / train_seconds, optimizer->lr()};
-    r.diverged = !std::isfinite(test.loss);
-    r.batches_per_epoch = per_epoch;
-    r.ranks = distributed::size();
-    r.shards = sharding.shards;
+                  train_seconds, double(samples) / train_seconds, optimizer->lr(),
+                  /*diverged=*/!std::isfinite(test.loss), per_epoch, distributed::size(), sharding.shards,
+                  distributed::size() > 1 ? exchange_per_rank(last_exchange) : std::vector<ExchangeCounts>{}};
     records.push_back(r);
     // A diverged model's weights would replace the last good checkpoint: keep that one,
     // log the epoch (its loss as null / nan) and stop; more epochs cannot recover.

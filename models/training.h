@@ -74,6 +74,8 @@ struct EpochRecord {
   bool diverged = false;  // the test loss is not finite: training stopped after this epoch
   int64_t batches_per_epoch = 0;  // for training_position (models/checkpoint.h); not logged
   int64_t ranks = 1, shards = 1;  // the processes of the job and the shards of each batch
+  // Each rank's gradient exchange in the epoch's last step (logged with more than one rank).
+  std::vector<ExchangeCounts> exchange;
 };
 
 struct Evaluation {
@@ -84,10 +86,15 @@ struct Evaluation {
 // What one step reports: the loss summed over the rows it trained on (examples, or tokens
 // of a sequence model), the correct predictions among them and the rows.
 struct StepOutcome {
+  StepOutcome() = default;
+  StepOutcome(double loss_sum_, int64_t correct_, int64_t rows_) : loss_sum(loss_sum_), correct(correct_), rows(rows_) {}
   double loss_sum = 0;
   int64_t correct = 0, rows = 0;
+  // What this rank's gradient exchange cost in the step (a sharded step; zeros otherwise).
+  ExchangeCounts exchange;
   StepOutcome& operator+=(const StepOutcome& o) {
     loss_sum += o.loss_sum, correct += o.correct, rows += o.rows;
+    exchange += o.exchange;
     return *this;
   }
 };
@@ -145,6 +152,7 @@ struct GradientBuckets {
   // Of those, the buckets whose all-gather started before this process's last backward
   // returned (overlapped with it; with shards computed in turn, only the last one overlaps).
   int64_t started_during_backward = 0;
+  ExchangeCounts counts;  // this rank's exchange in the last step
 };
 
 // One such step on `batch`; throws naming `step` (on every rank) when the loss is not finite.

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "engine/data/open.h"
 #include "engine/distributed.h"
 #include "engine/error.h"
+#include "engine/gradient_buckets.h"
 #include "engine/io/json.h"
 #include "engine/random.h"
 #include "models/checkpoint.h"
@@ -274,6 +276,90 @@ TEST_CASE("adjoint train under mpirun: the same weights at 1, 2 and 4 ranks, wit
   CHECK(uneven.exit_code == 2);
   CHECK(testing::contains(uneven.output, "--shards 3: not a multiple of the 2 ranks"));
   CHECK(!fs::exists(dir.file("x")));
+}
+
+namespace {
+
+// The values a run's gradient exchange sums: every parameter and running statistic.
+int64_t summed_values(const std::string& run) {
+  int64_t n = 0;
+  for (const auto& [name, t] : load_checkpoint(run + "/checkpoint.safetensors").model) n += t.numel();
+  return n;
+}
+
+// 24 shards of a batch of 48 over K = 2, 3, 4 and 8 ranks (blocks of 12, 8, 6 and 3 shards:
+// one subtree each where the block is a power of two, several where not) end with the
+// weights of one process; each rank's exchange in a step (one bucket) costs what the
+// formulas of engine/gradient_buckets.h say.
+void check_reduce_scatter(const std::string& name, const std::string& model, const std::string& data,
+                          const TempDir& dir) {
+  const std::string common = "--model " + model + " --data " + data +
+                             " --batch 48 --shards 24 --epochs 1 --schedule constant --lr 0.05 --seed 5 --overwrite "
+                             "--max-steps 2 --threads 1";
+  const std::string reference = dir.file(name + "-rs-one");
+  REQUIRE(train_run(common + " --out " + reference, 0, dir).exit_code == 0);
+  for (int ranks : {2, 3, 4, 8}) {
+    CAPTURE(ranks);
+    const std::string out = dir.file(name + "-rs-" + std::to_string(ranks));
+    const testing::ProgramRun run = train_run(common + " --out " + out, ranks, dir);
+    CAPTURE(run.output);
+    REQUIRE(run.exit_code == 0);
+    CHECK(final_weights(out) == final_weights(reference));
+    CHECK(logged_figures(out) == logged_figures(reference));
+    const Json log = parse_json(read_text(out + "/log.json"));
+    const Json* per_rank = log.as_array().back().find("exchange_per_rank");
+    REQUIRE(per_rank != nullptr);
+    REQUIRE(per_rank->as_array().size() == size_t(ranks));
+    const int64_t length = summed_values(out);
+    for (int r = 0; r < ranks; ++r) {
+      CAPTURE(r);
+      const Json& c = per_rank->as_array()[size_t(r)];
+      const ExchangeCounts expected = exchange_formula(24, ranks, r, length);
+      CHECK(int64_t(c.find("bytes_sent")->as_number()) == expected.bytes_sent);
+      CHECK(int64_t(c.find("receive_bytes")->as_number()) == expected.receive_bytes);
+      CHECK(int64_t(c.find("additions")->as_number()) == expected.additions);
+      if (ranks == 3) {  // a block of 8 shards, one subtree: the ring's bytes
+        CHECK(double(expected.bytes_sent) <= 2.0 * (ranks - 1) / ranks * 4.0 * double(length) + 8.0 * ranks);
+        CHECK(expected.receive_bytes <= 4 * (2 * length + ranks));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("adjoint train under mpirun: the reduce-scatter along the shard tree gives one process's weights at K = 2, "
+          "3, 4 and 8, at the formulas' cost (ResNet with BatchNorm, ViT)") {
+  if (mpi_tests_skipped()) return;
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  check_reduce_scatter("resnet", "resnet18 --width 0.0625", data, dir);
+  check_reduce_scatter("vit", "vit_custom --dim 16 --depth 1 --heads 2 --patch 4", data, dir);
+}
+
+TEST_CASE("adjoint train under mpirun: a rank that stops is named, with the step, within --rank-timeout") {
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  const std::string common = "--model resnet18 --width 0.0625 --data " + data +
+                             " --batch 32 --shards 4 --epochs 1 --max-steps 3 --threads 1 --overwrite";
+  for (const char* bad : {"0", "-2", "nan"}) {
+    const testing::ProgramRun refused = train_run(common + " --rank-timeout " + bad + " --out " + dir.file("bad"), 0, dir);
+    CHECK(refused.exit_code == 2);
+    CHECK(testing::contains(refused.output, "option --rank-timeout must be a positive number of seconds"));
+  }
+  if (mpi_tests_skipped()) return;
+  const auto start = std::chrono::steady_clock::now();
+  const testing::ProgramRun stalled = adjoint_run("train " + common + " --rank-timeout 2 --out " + dir.file("stalled"), 2,
+                                                  dir, "ADJOINT_TEST_RANK_STALLS_AT=1:1");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CAPTURE(stalled.output);
+  CHECK(stalled.exit_code != 0);
+  const std::string line = "rank 1 did not send its part of step 1 within 2 s (--rank-timeout)";
+  const size_t at = stalled.output.find(line);
+  CHECK(at != std::string::npos);
+  CHECK(stalled.output.find(line, at + 1) == std::string::npos);  // said once, by the rank that waited
+  CHECK(seconds < 30);
 }
 
 namespace {
