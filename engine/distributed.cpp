@@ -24,11 +24,28 @@ namespace adjoint::distributed {
 
 namespace {
 
-// The ranks mpirun (Open MPI's launcher) announces to the processes it starts; 0 when the
-// process was started some other way.
-int launched_ranks() {
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return size ? std::atoi(size) : 0;
+// How this process was started, read from the variables launchers set: by Open MPI's
+// mpirun, by Slurm's srun with PMIx (--mpi=pmix: MPI finds the other tasks through it), by
+// a plain srun (Slurm's variables but no PMI: the tasks cannot find each other), or alone.
+struct Launch {
+  std::string launcher;  // "mpirun", "srun --mpi=pmix", "srun"; empty: alone
+  int tasks = 1;         // the processes started together
+  bool can_join = true;  // MPI can wire them into one job
+};
+
+int number_in(const char* variable) {
+  const char* text = std::getenv(variable);
+  return text ? std::atoi(text) : 0;
+}
+
+Launch launch() {
+  if (number_in("OMPI_COMM_WORLD_SIZE") > 0) return {"mpirun", number_in("OMPI_COMM_WORLD_SIZE"), true};
+  // srun sets the step's task count for the processes of a step (an sbatch script itself,
+  // one process, has no step count of its own).
+  const int step_tasks = number_in("SLURM_STEP_NUM_TASKS");
+  if (std::getenv("PMIX_RANK") && step_tasks > 0) return {"srun --mpi=pmix", step_tasks, true};
+  if (step_tasks > 1) return {"srun", step_tasks, false};
+  return {};
 }
 
 #ifdef ADJOINT_HAVE_MPI
@@ -61,7 +78,11 @@ void check_mpi(int code, const char* what) {
 const Job& job() {
   static const Job the_job = [] {
     Job j;
-    if (launched_ranks() == 0) return j;
+    const Launch how = launch();
+    if (how.launcher.empty()) return j;
+    if (!how.can_join)
+      throw Error(cat(how.launcher, " started this adjoint as one of ", how.tasks,
+                      " tasks without PMI, so they cannot find each other; launch with srun --mpi=pmix (or mpirun)"));
     int provided = 0;
     // Serialized: rank 0's dispatcher thread (for_each_item) calls MPI while the main thread
     // works; never two threads at once.
@@ -130,10 +151,11 @@ struct Job {
 };
 const Job& job() {
   static const Job the_job = [] {
-    const int ranks = launched_ranks();
-    if (ranks > 1)
-      throw Error(cat("this adjoint was built without MPI (Meson feature 'mpi'), but mpirun started it as one of ",
-                      ranks, " ranks; install libopenmpi-dev and rebuild, or run it without mpirun"));
+    const Launch how = launch();
+    if (how.tasks > 1)
+      throw Error(cat("this adjoint was built without MPI (Meson feature 'mpi'), but ", how.launcher,
+                      " started it as one of ", how.tasks, " ranks; install libopenmpi-dev and rebuild, or run it without ",
+                      how.launcher));
     return Job{};
   }();
   return the_job;

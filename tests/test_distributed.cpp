@@ -524,6 +524,41 @@ TEST_CASE("adjoint train under mpirun: gradient buckets of any size, sent while 
   }
 }
 
+TEST_CASE("launchers: a process srun started as one of several tasks that cannot join them refuses in one line, "
+          "before any work; an sbatch script's own process runs alone") {
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  const std::string args = " train --model resnet18 --width 0.0625 --data " + data + " --batch 32 --max-steps 1 --out ";
+  // The variables Slurm sets: srun's step (here without PMIx's PMIX_RANK), or an sbatch
+  // allocation of 2 tasks whose script starts adjoint directly (no step of its own).
+  auto run_with = [&](const std::string& environment, const std::string& out) {
+    const std::string log = dir.file("launch.log");
+    const int status = std::system(("env " + environment + " " + adjoint_exe() + args + out + " > " + log + " 2>&1").c_str());
+    return testing::ProgramRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+  };
+  const testing::ProgramRun plain_srun =
+      run_with("SLURM_JOB_ID=7 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1", dir.file("srun"));
+  CHECK(plain_srun.exit_code == 1);
+  CHECK(count_lines_of(plain_srun.output) == 1);
+  CHECK(testing::contains(plain_srun.output,
+                          distributed::built_with_mpi()
+                              ? "srun started this adjoint as one of 2 tasks without PMI, so they cannot find each other; "
+                                "launch with srun --mpi=pmix (or mpirun)"
+                              : "this adjoint was built without MPI (Meson feature 'mpi'), but srun started it as one of 2"));
+  CHECK(!fs::exists(dir.file("srun")));
+  if (!distributed::built_with_mpi()) {  // nothing to join with: PMIx's variables do not help
+    const testing::ProgramRun pmix =
+        run_with("SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 PMIX_RANK=0", dir.file("pmix"));
+    CHECK(pmix.exit_code == 1);
+    CHECK(testing::contains(pmix.output, "but srun --mpi=pmix started it as one of 2 ranks"));
+    CHECK(!fs::exists(dir.file("pmix")));
+  }
+  const testing::ProgramRun batch_script = run_with("SLURM_JOB_ID=7 SLURM_NTASKS=2 SLURM_PROCID=0", dir.file("batch"));
+  CHECK_MESSAGE(batch_script.exit_code == 0, batch_script.output);
+  CHECK(fs::exists(dir.file("batch/checkpoint.safetensors")));
+}
+
 TEST_CASE("a build without MPI: one process runs as always, and mpirun's ranks are refused with one line, nothing "
           "written") {
   // Run by adjoint_tests_without_mpi (tests/meson.build), the suite linked without MPI.
