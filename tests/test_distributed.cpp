@@ -559,6 +559,52 @@ TEST_CASE("launchers: a process srun started as one of several tasks that cannot
   CHECK(fs::exists(dir.file("batch/checkpoint.safetensors")));
 }
 
+TEST_CASE("adjoint train under a real one-node Slurm: srun -n 2 gives one process's weights; srun without PMI "
+          "refuses in one line") {
+  if (!distributed::built_with_mpi()) {
+    MESSAGE("skipped: this build has no MPI");
+    return;
+  }
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  const std::string script = std::string(ADJOINT_SOURCE_DIR) + "/tests/slurm_one_node.sh";
+  const std::string slurm = dir.file("slurm");
+  const int started = std::system((script + " start " + slurm + " > " + dir.file("slurm.out") + " 2>&1").c_str());
+  const std::string said = read_text(dir.file("slurm.out"));
+  struct Stop {
+    std::string command;
+    ~Stop() { std::system(command.c_str()); }
+  } stop{script + " stop " + slurm + " > /dev/null 2>&1"};
+  if (WEXITSTATUS(started) != 0) {
+    REQUIRE_MESSAGE(testing::contains(said, "skip: "), said);  // installed but broken: a failure
+    MESSAGE(said);
+    return;
+  }
+  const std::string data = write_square_images(dir);
+  const std::string common = "--model resnet18 --width 0.0625 --data " + data +
+                             " --batch 32 --shards 4 --epochs 1 --schedule constant --lr 0.05 --seed 3 --max-steps 3";
+  const std::string reference = dir.file("one");
+  REQUIRE(train_run(common + " --out " + reference, 0, dir).exit_code == 0);
+  auto srun = [&](const std::string& options, const std::string& out) {
+    const std::string log = dir.file("srun.log");
+    const std::string command = "SLURM_CONF=" + slurm + "/slurm.conf timeout 300 srun " + options +
+                                " --overcommit " + adjoint_exe() + " --threads 1 train " + common + " --out " + out +
+                                " > " + log + " 2>&1";
+    const int status = std::system(command.c_str());
+    return testing::ProgramRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+  };
+  const testing::ProgramRun two = srun("-n 2", dir.file("srun"));  // the test Slurm's MpiDefault is pmix
+  CAPTURE(two.output);
+  REQUIRE(two.exit_code == 0);
+  CHECK(testing::contains(two.output, "data parallel: 2 ranks"));
+  CHECK(final_weights(dir.file("srun")) == final_weights(reference));
+  const testing::ProgramRun plain = srun("--mpi=none -n 2", dir.file("plain"));
+  CAPTURE(plain.output);
+  CHECK(plain.exit_code != 0);
+  CHECK(testing::contains(plain.output, "srun started this adjoint as one of 2 tasks without PMI"));
+  CHECK(!fs::exists(dir.file("plain/checkpoint.safetensors")));
+}
+
 TEST_CASE("a build without MPI: one process runs as always, and mpirun's ranks are refused with one line, nothing "
           "written") {
   // Run by adjoint_tests_without_mpi (tests/meson.build), the suite linked without MPI.
