@@ -817,7 +817,8 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
                   double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,
                   train_seconds, double(samples) / train_seconds, optimizer->lr(),
                   /*diverged=*/!std::isfinite(test.loss), per_epoch, distributed::size(), sharding.shards,
-                  distributed::size() > 1 ? exchange_per_rank(last_exchange) : std::vector<ExchangeCounts>{}};
+                  distributed::size() > 1 || sharding.shards > 1 ? exchange_per_rank(last_exchange)
+                                                                 : std::vector<ExchangeCounts>{}};
     records.push_back(r);
     // A diverged model's weights would replace the last good checkpoint: keep that one,
     // log the epoch (its loss as null / nan) and stop; more epochs cannot recover.

@@ -74,7 +74,7 @@ struct EpochRecord {
   bool diverged = false;  // the test loss is not finite: training stopped after this epoch
   int64_t batches_per_epoch = 0;  // for training_position (models/checkpoint.h); not logged
   int64_t ranks = 1, shards = 1;  // the processes of the job and the shards of each batch
-  // Each rank's gradient exchange in the epoch's last step (logged with more than one rank).
+  // Each rank's gradient exchange in the epoch's last step (logged for sharded runs).
   std::vector<ExchangeCounts> exchange;
 };
 
