@@ -639,7 +639,8 @@ TrainingStep classification_step(const TrainOptions& o) {
           [=, replicas = std::make_shared<std::vector<std::shared_ptr<Model>>>(),
            buckets = std::make_shared<GradientBuckets>()](Model& model, const Batch& batch, int64_t step) {
             return classification_step(model, batch, label_smoothing, sharding, step, replicas.get(), buckets.get());
-          }};
+          },
+          /*reads_own_shards_only=*/true};
 }
 
 void run_steps(Loader& loader, Optimizer& optimizer, const Schedule& schedule, int64_t first, int64_t last,
@@ -726,11 +727,16 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   check_options(o);
   const std::string checkpoint_path = o.out_dir.empty() ? "" : o.out_dir + "/checkpoint.safetensors";
   check_out_dir(o, checkpoint_path);
-  Loader loader(data.train, LoaderOptions{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment)});
+  const Sharding sharding = sharding_of(o);
+  LoaderOptions loading{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment)};
+  if (training_step.reads_own_shards_only) {  // this rank decodes the shards it computes, no others
+    const int64_t mine = sharding.shards / distributed::size();
+    loading.decode = {sharding.shards, distributed::rank() * mine, mine};
+  }
+  Loader loader(data.train, loading);
   const int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
   if (o.max_steps > 0) total = std::min(total, o.max_steps);
-  const Sharding sharding = sharding_of(o);
   check_data_parallel(model, sharding.shards);
   check(o.batch_size >= sharding.shards, "train: --batch ", o.batch_size, " cannot make ", sharding.shards,
         " shards; give --batch at least --shards");

@@ -118,6 +118,9 @@ struct TrainingStep {
   // attack would continue a different run).
   std::map<std::string, std::string> metadata;
   std::function<StepOutcome(Model& model, const Batch& batch, int64_t step)> run;
+  // Whether `run`, on rank r of K, reads only the rows of that rank's shards (sharding_of:
+  // shards r·S/K … (r+1)·S/K − 1), so that the loader decodes no other row.
+  bool reads_own_shards_only = false;
 };
 
 // Sharded data parallelism (docs/cluster.md). Every global batch is cut into `shards`

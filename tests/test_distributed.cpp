@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +17,8 @@
 
 #include "engine/autograd.h"
 #include "engine/data/idx.h"
+#include "engine/data/loader.h"
+#include "engine/data/transform.h"
 #include "engine/data/open.h"
 #include "engine/distributed.h"
 #include "engine/error.h"
@@ -87,6 +90,70 @@ TEST_CASE("distributed: the tree sum adds rows in one fixed pairwise order, and 
   std::vector<double> six = {1, 2, 4, 8, 16, 32};
   tree_sum_rows(six.data(), 6, 1);
   CHECK(six[0] == 63);
+}
+
+namespace {
+
+// Images whose every get() is counted (the decodes a loader does), per dataset index.
+class CountedImages : public Dataset {
+public:
+  explicit CountedImages(int64_t n) : gets_(size_t(n)) {}
+  std::string name() const override { return "counted"; }
+  int64_t size() const override { return int64_t(gets_.size()); }
+  Shape shape() const override { return {1, 6, 6}; }
+  int64_t num_classes() const override { return 10; }
+  void get(int64_t index, float* input, int64_t* targets) const override {
+    ++gets_[size_t(index)];
+    for (int64_t p = 0; p < 36; ++p) input[p] = float((index * 7 + p) % 11);
+    *targets = index % 10;
+  }
+  int64_t gets(int64_t index) const { return gets_[size_t(index)]; }
+
+private:
+  mutable std::vector<std::atomic<int64_t>> gets_;
+};
+
+}  // namespace
+
+TEST_CASE("data loading: each rank decodes and augments only the rows of its own shards, with the values one process "
+          "gives them") {
+  const int64_t examples = 96, batch = 24, shards = 12;
+  const Transforms augment = {std::make_shared<RandomCrop>(6, 6, 2), std::make_shared<RandomHorizontalFlip>()};
+  auto whole_data = std::make_shared<CountedImages>(examples);
+  const Loader whole(whole_data, LoaderOptions{batch, true, false, false, 9, augment});
+  const Batch reference = whole.batch(1, 2);
+  for (int64_t ranks : {1, 2, 3, 4}) {
+    CAPTURE(ranks);
+    const int64_t mine = shards / ranks;
+    std::vector<int64_t> decodes_per_example(size_t(examples), 0);
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      CAPTURE(rank);
+      auto data = std::make_shared<CountedImages>(examples);
+      LoaderOptions options{batch, true, false, false, 9, augment};
+      options.decode = {shards, rank * mine, mine};
+      const Loader loader(data, options);
+      const Batch b = loader.batch(1, 2);
+      REQUIRE(b.indices == reference.indices);
+      const int64_t first = rank * mine * batch / shards, last = (rank + 1) * mine * batch / shards;
+      int64_t decoded = 0;
+      for (int64_t row = 0; row < batch; ++row) {
+        const int64_t index = b.indices[size_t(row)];
+        decoded += data->gets(index);
+        decodes_per_example[size_t(index)] += data->gets(index);
+        const bool own = row >= first && row < last;
+        CHECK(data->gets(index) == (own ? 1 : 0));
+        if (own) {  // its own rows: the single process's values, augmentation included
+          CHECK(slice(b.inputs, 0, row, row + 1).to_vector() == slice(reference.inputs, 0, row, row + 1).to_vector());
+          CHECK(b.labels[size_t(row)] == reference.labels[size_t(row)]);
+        }
+      }
+      CHECK(decoded == last - first);
+    }
+    for (int64_t index : reference.indices) CHECK(decodes_per_example[size_t(index)] == 1);  // once, on one rank
+  }
+  LoaderOptions bad{batch, true, false, false, 9, augment};
+  bad.decode = {4, 3, 2};
+  CHECK_THROWS_WITH(Loader(whole_data, bad), doctest::Contains("parts 3 … 4 of 4"));
 }
 
 TEST_CASE("distributed: a single process is rank 0 of 1; its collectives copy its own values") {
@@ -350,8 +417,10 @@ TEST_CASE("adjoint train under mpirun: a rank that stops is named, with the step
   }
   if (mpi_tests_skipped()) return;
   const auto start = std::chrono::steady_clock::now();
-  const testing::ProgramRun stalled = adjoint_run("train " + common + " --rank-timeout 2 --out " + dir.file("stalled"), 2,
-                                                  dir, "ADJOINT_TEST_RANK_STALLS_AT=1:1");
+  // Checkpointed after every step, inside the epoch (10 batches): the job stops in step 1.
+  const testing::ProgramRun stalled =
+      adjoint_run("train " + common + " --checkpoint-every 1 --rank-timeout 2 --out " + dir.file("stalled"), 2, dir,
+                  "ADJOINT_TEST_RANK_STALLS_AT=1:1");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CAPTURE(stalled.output);
   CHECK(stalled.exit_code != 0);
@@ -360,6 +429,16 @@ TEST_CASE("adjoint train under mpirun: a rank that stops is named, with the step
   CHECK(at != std::string::npos);
   CHECK(stalled.output.find(line, at + 1) == std::string::npos);  // said once, by the rank that waited
   CHECK(seconds < 30);
+  // The checkpoint of step 1, resumed at a smaller K (one process), ends where an
+  // uninterrupted run does.
+  const testing::ProgramRun resumed = train_run(common + " --out " + dir.file("stalled") + " --resume " +
+                                                    dir.file("stalled") + "/checkpoint.safetensors",
+                                                0, dir);
+  CAPTURE(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(testing::contains(resumed.output, "resumed from step 1"));
+  REQUIRE(train_run(common + " --out " + dir.file("uninterrupted"), 0, dir).exit_code == 0);
+  CHECK(final_weights(dir.file("stalled")) == final_weights(dir.file("uninterrupted")));
 }
 
 namespace {
