@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/backward_hooks.h"
 #include "engine/error.h"
 #include "engine/threads.h"
 
@@ -52,18 +53,12 @@ const void* key_of(const Tensor& t) {
 
 // Runs the transport. `wanted` holds the keys whose cotangents the caller needs (leaves
 // or nodes); `deliver` receives their cotangents: a node's once, final; a leaf's in parts,
-// one per edge into it, to be summed. `done`, when given, is called at most once per wanted
-// key, as soon as nothing more will be delivered to it: a node's right after its delivery,
-// a leaf's right after the last node with an edge into it has run (keys that no node
-// reaches are left to the caller).
+// one per edge into it, to be summed. `hooks` (engine/backward_hooks.h), when set, are told
+// the plan and each node's turn.
 void run(const Tensor& output, const Tensor& cotangent, const Transport& transport,
          const std::unordered_set<const void*>& wanted,
          const std::function<void(const void*, const Tensor&)>& deliver, bool release_graph,
-         const std::function<void(const void*)>& done = {}) {
-  std::unordered_set<const void*> finished;  // the keys `done` was called for
-  auto finish = [&](const void* key) {
-    if (done && finished.insert(key).second) done(key);
-  };
+         const BackwardHooks& hooks = {}) {
   check(output.defined(), "backward: the output tensor is undefined");
   Tensor seed = cotangent;
   if (!seed.defined()) {
@@ -112,18 +107,7 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
     }
     if (any) reaches.insert(node);
   }
-  // For `done`: the wanted leaves whose last edge (in the order the nodes run below) leaves
-  // each node; after that node has run, nothing more flows to them.
-  std::unordered_map<Node*, std::vector<const void*>> leaves_last_fed_by;
-  if (done) {
-    std::unordered_set<const void*> placed;
-    for (const auto& owned : order) {  // post-order: the nodes that run last come first
-      for (size_t i = 0; i < owned->inputs.size(); ++i) {
-        const Edge& in = owned->inputs[i];
-        if (in.leaf && owned->needs[i] && placed.insert(in.key()).second) leaves_last_fed_by[owned.get()].push_back(in.key());
-      }
-    }
-  }
+  if (hooks.planned) hooks.planned(order);
 
   NoGrad no_grad;
   std::unordered_map<const void*, Tensor> pending{{output.grad_fn().get(), seed}};
@@ -133,10 +117,7 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
     if (found == pending.end()) return;  // nothing flows through this node
     Tensor cot = std::move(found->second);
     pending.erase(found);
-    if (wanted.count(node)) {
-      deliver(node, cot);
-      finish(node);
-    }
+    if (wanted.count(node)) deliver(node, cot);
     if (!reaches.count(node)) return;
     bool any_need = std::any_of(node->needs.begin(), node->needs.end(), [](bool b) { return b; });
     if (!any_need) return;
@@ -158,13 +139,8 @@ void run(const Tensor& output, const Tensor& cotangent, const Transport& transpo
     }
   };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    Node* node = it->get();
-    transport_through(node);
-    if (done) {
-      auto last = leaves_last_fed_by.find(node);
-      if (last != leaves_last_fed_by.end())
-        for (const void* leaf : last->second) finish(leaf);
-    }
+    transport_through(it->get());
+    if (hooks.ran) hooks.ran(it->get());
   }
 }
 
@@ -253,18 +229,18 @@ std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& wrt, c
   }
   std::vector<Tensor> result(wrt.size());
   std::unordered_map<const void*, Tensor> got;
-  std::function<void(const void*)> done;
+  BackwardHooks hooks;
   if (on_ready)
-    done = [&](const void* key) {
+    hooks = final_cotangent_hooks(wanted, [&](const void* key) {
       for (size_t i : indices_of.at(key)) {
         auto it = got.find(key);
         result[i] = it == got.end() ? Tensor::zeros(wrt[i].shape()) : it->second;
         on_ready(i, result[i]);
       }
-    };
+    });
   run(
       output, cotangent, transport, wanted, [&](const void* key, const Tensor& cot) { accumulate(got[key], cot); },
-      /*release_graph=*/!keep_graph, done);
+      /*release_graph=*/!keep_graph, hooks);
   for (size_t i = 0; i < wrt.size(); ++i) {  // those no node reached (or the output itself), in order
     if (result[i].defined()) continue;
     auto it = got.find(key_of(wrt[i]));

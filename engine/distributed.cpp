@@ -2,10 +2,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <string>
 #include <thread>
@@ -22,11 +24,28 @@ namespace adjoint::distributed {
 
 namespace {
 
-// The ranks mpirun (Open MPI's launcher) announces to the processes it starts; 0 when the
-// process was started some other way.
-int launched_ranks() {
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return size ? std::atoi(size) : 0;
+// How this process was started, read from the variables launchers set: by Open MPI's
+// mpirun, by Slurm's srun with PMIx (--mpi=pmix: MPI finds the other tasks through it), by
+// a plain srun (Slurm's variables but no PMI: the tasks cannot find each other), or alone.
+struct Launch {
+  std::string launcher;  // "mpirun", "srun --mpi=pmix", "srun"; empty: alone
+  int tasks = 1;         // the processes started together
+  bool can_join = true;  // MPI can wire them into one job
+};
+
+int number_in(const char* variable) {
+  const char* text = std::getenv(variable);
+  return text ? std::atoi(text) : 0;
+}
+
+Launch launch() {
+  if (number_in("OMPI_COMM_WORLD_SIZE") > 0) return {"mpirun", number_in("OMPI_COMM_WORLD_SIZE"), true};
+  // srun sets the step's task count for the processes of a step (an sbatch script itself,
+  // one process, has no step count of its own).
+  const int step_tasks = number_in("SLURM_STEP_NUM_TASKS");
+  if (std::getenv("PMIX_RANK") && step_tasks > 0) return {"srun --mpi=pmix", step_tasks, true};
+  if (step_tasks > 1) return {"srun", step_tasks, false};
+  return {};
 }
 
 #ifdef ADJOINT_HAVE_MPI
@@ -34,6 +53,10 @@ struct Job {
   bool mpi = false;  // MPI started: a process launched by mpirun
   bool serialized = false;  // MPI may be called from a second thread (one at a time)
   int rank = 0, size = 1;
+  // The point-to-point messages of Exchange and allgather, apart from the work queue's
+  // (for_each_item) and the collectives.
+  MPI_Comm exchange = MPI_COMM_NULL;
+  int tag_ub = 32767;  // the largest tag MPI allows (at least 32767 by the standard)
 };
 
 void finish_mpi() {
@@ -55,7 +78,11 @@ void check_mpi(int code, const char* what) {
 const Job& job() {
   static const Job the_job = [] {
     Job j;
-    if (launched_ranks() == 0) return j;
+    const Launch how = launch();
+    if (how.launcher.empty()) return j;
+    if (!how.can_join)
+      throw Error(cat(how.launcher, " started this adjoint as one of ", how.tasks,
+                      " tasks without PMI, so they cannot find each other; launch with srun --mpi=pmix (or mpirun)"));
     int provided = 0;
     // Serialized: rank 0's dispatcher thread (for_each_item) calls MPI while the main thread
     // works; never two threads at once.
@@ -66,6 +93,12 @@ const Job& job() {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &j.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &j.size);
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &j.exchange), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(j.exchange, MPI_ERRORS_RETURN);
+    int* tag_ub = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
+    if (found && tag_ub) j.tag_ub = *tag_ub;
     j.mpi = true;
     return j;
   }();
@@ -78,14 +111,26 @@ int checked_count(int64_t count) {
   return int(count);
 }
 
+// The tag of allgather's messages: above every tag Exchange's callers may use.
+int gather_tag() { return job().tag_ub; }
+
+// allgather as point-to-point messages under a deadline: each rank's values to every
+// other, so that the rank that does not arrive is named.
 template <class T>
-void allgather_values(const T* mine, int64_t count, T* all, MPI_Datatype type) {
+void allgather_named(const T* mine, int64_t count, T* all) {
   if (!job().mpi) {
     if (count > 0 && all != mine) std::memmove(all, mine, size_t(count) * sizeof(T));
     return;
   }
-  check_mpi(MPI_Allgather(mine, checked_count(count), type, all, checked_count(count), type, MPI_COMM_WORLD),
-            "MPI_Allgather");
+  const int me = job().rank;
+  if (all + me * count != mine) std::memmove(all + me * count, mine, size_t(count) * sizeof(T));
+  Exchange exchange;
+  for (int peer = 0; peer < job().size; ++peer) {
+    if (peer == me) continue;
+    exchange.receive_values(all + peer * count, count, peer, gather_tag());
+    exchange.send_values(all + me * count, count, peer, gather_tag());
+  }
+  exchange.wait();
 }
 
 // Waits for a request to complete, sleeping between looks: Open MPI's blocking calls spin,
@@ -106,10 +151,11 @@ struct Job {
 };
 const Job& job() {
   static const Job the_job = [] {
-    const int ranks = launched_ranks();
-    if (ranks > 1)
-      throw Error(cat("this adjoint was built without MPI (Meson feature 'mpi'), but mpirun started it as one of ",
-                      ranks, " ranks; install libopenmpi-dev and rebuild, or run it without mpirun"));
+    const Launch how = launch();
+    if (how.tasks > 1)
+      throw Error(cat("this adjoint was built without MPI (Meson feature 'mpi'), but ", how.launcher,
+                      " started it as one of ", how.tasks, " ranks; install libopenmpi-dev and rebuild, or run it without ",
+                      how.launcher));
     return Job{};
   }();
   return the_job;
@@ -135,8 +181,8 @@ int rank() { return job().rank; }
 int size() { return job().size; }
 
 #ifdef ADJOINT_HAVE_MPI
-void allgather(const float* mine, int64_t count, float* all) { allgather_values(mine, count, all, MPI_FLOAT); }
-void allgather(const double* mine, int64_t count, double* all) { allgather_values(mine, count, all, MPI_DOUBLE); }
+void allgather(const float* mine, int64_t count, float* all) { allgather_named(mine, count, all); }
+void allgather(const double* mine, int64_t count, double* all) { allgather_named(mine, count, all); }
 
 void broadcast(float* values, int64_t count, int root) {
   if (!job().mpi) return;
@@ -200,66 +246,112 @@ void abort(int code, const char* message) {
 }
 #endif
 
+
+namespace {
+std::atomic<double> timeout_seconds{300.0};
+}  // namespace
+
+void set_rank_timeout(double seconds) {
+  check(seconds > 0 && std::isfinite(seconds), "distributed: a rank timeout of ", seconds, " s");
+  timeout_seconds = seconds;
+}
+double rank_timeout() { return timeout_seconds; }
+
+void stall_if_asked(int64_t step) {
+  const char* hook = std::getenv("ADJOINT_TEST_RANK_STALLS_AT");
+  int stalling = -1;
+  long long at = -1;
+  if (!hook || std::sscanf(hook, "%d:%lld", &stalling, &at) != 2) return;
+  if (stalling == rank() && at == step) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 #ifdef ADJOINT_HAVE_MPI
-struct PendingGather::Request {
-  MPI_Request request = MPI_REQUEST_NULL;
+struct Exchange::Requests {
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;  // each request's peer rank
+  std::vector<bool> receives;
 };
 
-PendingGather start_allgather(const float* mine, int64_t count, float* all) {
-  PendingGather gather;
-  if (!job().mpi) {
-    allgather_values(mine, count, all, MPI_FLOAT);  // a job of one: a copy
-    return gather;
-  }
-  gather.request_ = std::make_unique<PendingGather::Request>();
-  check_mpi(MPI_Iallgather(mine, checked_count(count), MPI_FLOAT, all, checked_count(count), MPI_FLOAT, MPI_COMM_WORLD,
-                           &gather.request_->request),
-            "MPI_Iallgather");
-  return gather;
+int max_tag() { return job().tag_ub - 1; }
+
+void Exchange::send(const void* bytes, int64_t count, int to, int tag) {
+  check(job().mpi && to != job().rank, "distributed: a message to rank ", to, " from rank ", job().rank, " of ", job().size);
+  check(tag >= 0 && tag <= job().tag_ub, "distributed: message tag ", tag, " above MPI's limit ", job().tag_ub);
+  requests_->requests.push_back(MPI_REQUEST_NULL);
+  requests_->peers.push_back(to);
+  requests_->receives.push_back(false);
+  check_mpi(MPI_Isend(bytes, checked_count(count), MPI_BYTE, to, tag, job().exchange, &requests_->requests.back()),
+            "MPI_Isend");
+  bytes_sent_ += count;
 }
 
-void PendingGather::wait() {
-  if (!pending()) return;
-  wait_quietly(request_->request, nullptr, "MPI_Iallgather");
-  request_.reset();
+void Exchange::receive(void* bytes, int64_t count, int from, int tag) {
+  check(job().mpi && from != job().rank, "distributed: a message from rank ", from, " to rank ", job().rank, " of ",
+        job().size);
+  requests_->requests.push_back(MPI_REQUEST_NULL);
+  requests_->peers.push_back(from);
+  requests_->receives.push_back(true);
+  check_mpi(MPI_Irecv(bytes, checked_count(count), MPI_BYTE, from, tag, job().exchange, &requests_->requests.back()),
+            "MPI_Irecv");
 }
 
-bool PendingGather::test() {
-  if (!pending()) return true;
+bool Exchange::test() {
+  if (requests_->requests.empty()) return true;
   int done = 0;
-  check_mpi(MPI_Test(&request_->request, &done, MPI_STATUS_IGNORE), "MPI_Iallgather");
-  if (done) request_.reset();
+  check_mpi(MPI_Testall(int(requests_->requests.size()), requests_->requests.data(), &done, MPI_STATUSES_IGNORE),
+            "MPI_Testall");
+  if (done) *requests_ = Requests{};
   return done != 0;
 }
-#else
-struct PendingGather::Request {};
 
-PendingGather start_allgather(const float* mine, int64_t count, float* all) {
-  allgather_values(mine, count, all);  // a job of one: a copy
-  return PendingGather();
-}
-
-void PendingGather::wait() { request_.reset(); }
-bool PendingGather::test() { return true; }
-#endif
-
-PendingGather::PendingGather() = default;
-PendingGather::PendingGather(PendingGather&& other) noexcept = default;
-PendingGather& PendingGather::operator=(PendingGather&& other) {
-  if (this != &other) {
-    wait();  // its buffers may go once this returns
-    request_ = std::move(other.request_);
+void Exchange::wait() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(rank_timeout());
+  while (!test()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      // The first peer still owed a message; a receive before a send (a send may wait only
+      // because its receiver is busy waiting for someone else).
+      int missing = -1;
+      for (int pass = 0; pass < 2 && missing < 0; ++pass)
+        for (size_t i = 0; i < requests_->requests.size(); ++i) {
+          if (requests_->receives[i] != (pass == 0) || requests_->requests[i] == MPI_REQUEST_NULL) continue;
+          int done = 0;
+          check_mpi(MPI_Test(&requests_->requests[i], &done, MPI_STATUS_IGNORE), "MPI_Test");
+          if (!done) {
+            missing = requests_->peers[i];
+            break;
+          }
+        }
+      throw RankTimeout(missing, cat("rank ", missing, " did not arrive within ", rank_timeout(), " s (--rank-timeout)"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  return *this;
 }
-PendingGather::~PendingGather() {
+
+Exchange::~Exchange() {
+  if (!requests_ || requests_->requests.empty()) return;
+  if (std::uncaught_exceptions() > 0) return;  // the job is ending; MPI's requests die with it
   try {
     wait();
   } catch (const std::exception&) {
-    // as above: a destructor cannot report it; the job ends on the error elsewhere
+    // a destructor cannot report it; the job ends on the error elsewhere
   }
 }
-bool PendingGather::pending() const { return request_ != nullptr; }
+#else
+struct Exchange::Requests {};
+int max_tag() { return 32766; }
+void Exchange::send(const void*, int64_t, int to, int) {
+  throw Error(cat("distributed: a message to rank ", to, " in a build without MPI"));
+}
+void Exchange::receive(void*, int64_t, int from, int) {
+  throw Error(cat("distributed: a message from rank ", from, " in a build without MPI"));
+}
+bool Exchange::test() { return true; }
+void Exchange::wait() {}
+Exchange::~Exchange() = default;
+#endif
+
+Exchange::Exchange() : requests_(std::make_unique<Requests>()) {}
+Exchange::Exchange(Exchange&& other) noexcept = default;
 
 // The work queue of for_each_item over ranks: without MPI there is one rank and no queue.
 #ifdef ADJOINT_HAVE_MPI

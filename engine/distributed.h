@@ -5,8 +5,8 @@
 // `mpi`), is a job of one: rank 0 of size 1, and every collective copies its own buffer.
 // MPI is started on first use and finished when the process exits normally.
 //
-// Collectives are called from the main thread only, by every rank in the same order
-// (MPI_THREAD_SERIALIZED; start_allgather and PendingGather::wait included). The one
+// Collectives and messages are called from the main thread only, collectives by every rank
+// in the same order (MPI_THREAD_SERIALIZED; Exchange included). The one
 // exception is rank 0's dispatcher thread in for_each_item, which talks to the other ranks
 // while the main thread works on items and makes no MPI call.
 #pragma once
@@ -14,6 +14,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+
+#include "engine/error.h"
 
 namespace adjoint::distributed {
 
@@ -25,38 +27,61 @@ int rank();
 int size();
 
 // Every rank gives `count` values; `all` (size() · count values) receives them in rank
-// order: rank r's values at all[r · count …]. The same count on every rank.
+// order: rank r's values at all[r · count …]. The same count on every rank. Point to point
+// (each rank's values sent to every other), so that a rank that does not arrive within
+// rank_timeout() is named (RankTimeout).
 void allgather(const float* mine, int64_t count, float* all);
 void allgather(const double* mine, int64_t count, double* all);
 
-// An all-gather that runs while this process goes on working (MPI_Iallgather): started by
-// start_allgather, finished by wait(). Until then neither buffer may be touched (`mine` not
-// changed, `all` not read). Every rank starts the same gathers in the same order (as for
-// any collective), from the main thread. The destructor waits for one still pending. In a
-// job of one, start_allgather copies and wait() returns at once.
-class PendingGather {
+// How long a rank waits for another rank's part of an exchange (Exchange::wait, allgather)
+// before it gives up (--rank-timeout); 300 s unless set. Set it on every rank alike.
+void set_rank_timeout(double seconds);
+double rank_timeout();
+
+// Thrown when a rank's part of an exchange did not arrive within rank_timeout(): names the
+// rank. The caller adds what it was doing (the step) and ends the job (abort).
+class RankTimeout : public Error {
 public:
-  PendingGather();
-  PendingGather(PendingGather&& other) noexcept;
-  // Waits for the gather this one holds, if any, before taking the other's.
-  PendingGather& operator=(PendingGather&& other);
-  ~PendingGather();
-  // Returns when `all` holds every rank's values.
-  void wait();
-  // Lets MPI move the gather on and returns whether it has finished (then as wait()). Open MPI
-  // progresses a nonblocking collective only inside MPI calls, so a caller that wants the
-  // transfer to advance during its own work calls this now and then.
+  RankTimeout(int missing_rank, const std::string& message) : Error(message), missing(missing_rank) {}
+  int missing;
+};
+
+// Point-to-point messages that run while this process goes on working (MPI_Isend and
+// MPI_Irecv): each send and receive names its peer rank and a tag, and a receive matches
+// the sends of its peer under its tag in the order they were posted. Until test() or wait()
+// says every message is done, neither a sent nor a received buffer may be touched. A job
+// of one has no peers: both throw. Main thread only, as every MPI call. Tags from
+// 0 to max_tag(); the tags of allgather (below) are their own.
+class Exchange {
+public:
+  Exchange();
+  Exchange(Exchange&& other) noexcept;
+  Exchange& operator=(Exchange&& other) = delete;
+  // Waits for messages still pending, unless an exception is on its way (then lets go).
+  ~Exchange();
+  void send(const void* bytes, int64_t count, int to, int tag);
+  void receive(void* bytes, int64_t count, int from, int tag);
+  template <class T>
+  void send_values(const T* values, int64_t count, int to, int tag) { send(values, count * int64_t(sizeof(T)), to, tag); }
+  template <class T>
+  void receive_values(T* values, int64_t count, int from, int tag) {
+    receive(values, count * int64_t(sizeof(T)), from, tag);
+  }
+  // Lets MPI move the messages on (Open MPI progresses them only inside MPI calls) and
+  // returns whether every one is done.
   bool test();
-  // Whether it was started and not yet waited for.
-  bool pending() const;
+  // Returns once every message is done; throws RankTimeout naming the first peer whose
+  // message is not, once rank_timeout() has passed since the call.
+  void wait();
+  // The bytes handed to send() so far.
+  int64_t bytes_sent() const { return bytes_sent_; }
 
 private:
-  friend PendingGather start_allgather(const float* mine, int64_t count, float* all);
-  struct Request;  // MPI's request handle, kept out of this header
-  std::unique_ptr<Request> request_;
+  struct Requests;  // MPI's request handles, kept out of this header
+  std::unique_ptr<Requests> requests_;
+  int64_t bytes_sent_ = 0;
 };
-// Starts allgather(mine, count, all) and returns at once.
-PendingGather start_allgather(const float* mine, int64_t count, float* all);
+int max_tag();
 
 // Rank `root`'s `count` values copied into `values` on every rank.
 void broadcast(float* values, int64_t count, int root = 0);
@@ -87,6 +112,11 @@ int receive(int64_t* values, int count, int from, int tag);
 // so rank r is handed items r − 1, r − 1 + (K − 1), …: the test knows it dies on item
 // r − 1 + n·(K − 1), whatever the timing.
 void for_each_item(int64_t count, const std::function<void(int64_t item)>& work);
+
+// Test hook: ADJOINT_TEST_RANK_STALLS_AT="r:n" makes rank r sleep for an hour when it
+// calls this with `step` n (a rank that stops, as a stuck node, for the tests of
+// --rank-timeout); nothing otherwise.
+void stall_if_asked(int64_t step);
 
 // Ends the whole job with `code` (every rank), after one line on stderr naming this rank.
 [[noreturn]] void abort(int code, const char* message);

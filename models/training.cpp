@@ -84,7 +84,7 @@ std::vector<std::string> csv_row(const EpochRecord& r) {
 }
 
 Json record_json(const EpochRecord& r) {
-  return Json(Json::Object{{"epoch", r.epoch},
+  Json record(Json::Object{{"epoch", r.epoch},
                            {"step", r.step},
                            {"train_loss", r.train_loss},
                            {"train_accuracy", r.train_accuracy},
@@ -95,6 +95,24 @@ Json record_json(const EpochRecord& r) {
                            {"lr", r.lr},
                            {"ranks", r.ranks},
                            {"shards", r.shards}});
+  if (!r.exchange.empty()) {
+    Json per_rank = Json::array();
+    for (const ExchangeCounts& c : r.exchange)
+      per_rank.push_back(Json(Json::Object{
+          {"bytes_sent", c.bytes_sent}, {"receive_bytes", c.receive_bytes}, {"additions", c.additions}}));
+    record["exchange_per_rank"] = per_rank;
+  }
+  return record;
+}
+
+// Every rank's exchange counts (a collective), in rank order.
+std::vector<ExchangeCounts> exchange_per_rank(const ExchangeCounts& mine) {
+  const double values[3] = {double(mine.bytes_sent), double(mine.receive_bytes), double(mine.additions)};
+  std::vector<double> all(size_t(3 * distributed::size()));
+  distributed::allgather(values, 3, all.data());
+  std::vector<ExchangeCounts> out;
+  for (size_t r = 0; r < all.size(); r += 3) out.push_back({int64_t(all[r]), int64_t(all[r + 1]), int64_t(all[r + 2])});
+  return out;
 }
 
 // The log files of a run: every record so far, rewritten atomically after each epoch.
@@ -490,36 +508,23 @@ void refresh_replicas(const Model& model, int64_t count, std::vector<std::shared
   }
 }
 
-}  // namespace
-
-StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
-                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas, GradientBuckets* buckets) {
-  const int64_t shards = sharding.shards, ranks = distributed::size(), rank = distributed::rank();
-  if (shards == 1 && ranks == 1) return whole_batch_step(model, batch, label_smoothing, step);
-  check(shards % ranks == 0, "train: ", shards, " shards over ", ranks, " ranks");
-  check(batch.size() >= shards, "train: a batch of ", batch.size(), " examples cannot make ", shards,
-        " shards; give --batch at least --shards");
-
-  // Summed over the shards (BucketedSum): each shard's weighted gradient of every parameter,
-  // handed over as backward finishes it, then the running statistics its own forward pass
-  // left (BatchNorm; none for most models).
-  const std::vector<Tensor> params = model.parameters();
-  std::vector<Tensor> buffers = buffers_of(model);
-  const int64_t mine = shards / ranks, first = rank * mine;
+// This rank's shards of `batch` (first … first + outcomes.size()/3 − 1 of `shards`), each
+// from the step's starting running statistics, each weighted gradient and updated
+// statistics handed to `sum` as they become final; per shard, its loss sum, correct count
+// and rows go to `outcomes`. `threads` shards at a time: a model with running statistics
+// (BatchNorm) gives every thread after the first a replica of its own, holding the model's
+// parameters; without replicas its shards run in turn. Returns the buckets started before
+// the last shard's backward returned.
+int64_t compute_local_shards(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
+                             int64_t first, std::vector<std::shared_ptr<Model>>* replicas, BucketedSum& sum,
+                             std::vector<double>& outcomes) {
+  const int64_t shards = sharding.shards, mine = int64_t(outcomes.size() / 3);
   const int64_t total_rows = static_cast<int64_t>(batch.labels.size());
-  std::vector<int64_t> sizes;
-  for (const Tensor& t : params) sizes.push_back(t.numel());
-  for (const Tensor& t : buffers) sizes.push_back(t.numel());
+  const std::vector<Tensor> params = model.parameters();
+  const std::vector<Tensor> buffers = buffers_of(model);
   const int64_t statistics_index = int64_t(params.size());  // buffer b is tensor statistics_index + b
-  std::vector<int64_t> expected_order = buckets != nullptr ? buckets->order : std::vector<int64_t>{};
-  if (expected_order.size() != sizes.size()) expected_order = default_summation_order(params.size(), buffers.size());
-  BucketedSum sum(sizes, expected_order, mine, sharding.bucket_mib);
-  std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
   std::vector<float> start_statistics(size_t(total_numel(buffers)));
   flatten_into(buffers, start_statistics.data());
-  // `threads` shards at a time, each shard from the step's starting running statistics. A
-  // model with running statistics (BatchNorm) gives every thread after the first a replica
-  // of its own, holding the model's parameters; without replicas its shards run in turn.
   const int64_t threads = std::min(sharding.threads, mine);
   const bool own_statistics = !buffers.empty() && threads > 1 && replicas != nullptr;
   if (own_statistics) refresh_replicas(model, threads - 1, *replicas);
@@ -535,7 +540,7 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
     Tensor loss = cross_entropy(logits, part.labels, label_smoothing);
     const float value = loss.item();
     const int64_t part_rows = logits.size(0);
-    if (std::isfinite(value)) {  // else every rank refuses the step below, once it has seen every shard's loss
+    if (std::isfinite(value)) {  // else every rank refuses the step, once it has seen every shard's loss
       // Each parameter's gradient goes to its bucket as soon as backward has finished it.
       grad(loss, worker_params, [&](size_t i, const Tensor& g) { sum.add(j, int64_t(i), g); },
            Tensor::full(loss.shape(), float(double(part_rows) / double(total_rows))), {}, /*keep_graph=*/false);
@@ -547,18 +552,14 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
     outcomes[size_t(j * 3 + 1)] = double(count_correct(logits, part.labels));
     outcomes[size_t(j * 3 + 2)] = double(part_rows);
   });
-  // Every rank starts the remaining buckets and waits for all of them before the next
-  // collective (a diverged shard's rank has started none yet: the order must match).
-  const std::vector<float> summed = sum.finish();
-  if (buckets != nullptr) {
-    // Learnt once (a condition every rank shares: the broadcast is a collective).
-    if (buckets->order.size() != sizes.size()) buckets->order = rank_zeros_order(sum.ready_order());
-    buckets->buckets = sum.buckets();
-    buckets->started_during_backward = started_during_backward;
-  }
+  return started_during_backward;
+}
 
+// Every shard's outcome (this rank's in `outcomes`), gathered and added in shard order;
+// throws naming the shard and `step` (on every rank alike) when a loss is not finite.
+StepOutcome total_over_shards(const std::vector<double>& outcomes, int64_t shards, int64_t step) {
   std::vector<double> all_outcomes(size_t(shards * 3));
-  distributed::allgather(outcomes.data(), mine * 3, all_outcomes.data());
+  distributed::allgather(outcomes.data(), int64_t(outcomes.size()), all_outcomes.data());
   StepOutcome total;
   for (int64_t s = 0; s < shards; ++s) {
     const double loss_sum = all_outcomes[size_t(s * 3)];
@@ -566,19 +567,75 @@ StepOutcome classification_step(Model& model, const Batch& batch, float label_sm
           " in shard ", s, " at step ", step, "; lower --lr or check the data");
     total += StepOutcome{loss_sum, int64_t(all_outcomes[size_t(s * 3 + 1)]), int64_t(all_outcomes[size_t(s * 3 + 2)])};
   }
+  return total;
+}
 
+// The summed gradients into the parameters' .grad, and the running statistics set to the
+// mean of the shards' updated values (each shard's update of the step's starting statistics
+// with its own batch statistics).
+void install_sums(const std::vector<float>& summed, Model& model, int64_t shards) {
   NoGrad off;
   const float* from = summed.data();
-  for (Tensor param : params) {  // handles on the parameters
+  for (Tensor param : model.parameters()) {  // handles on the parameters
     param.set_grad(Tensor::from_vector(param.shape(), std::vector<float>(from, from + param.numel())));
     from += param.numel();
   }
-  // Running statistics: the mean of the shards' updated values (each shard's update of the
-  // step's starting statistics with its own batch statistics).
   std::vector<float> statistics(from, summed.data() + summed.size());
   for (float& v : statistics) v /= float(shards);
+  std::vector<Tensor> buffers = buffers_of(model);
   unflatten_into(statistics.data(), buffers);
-  return total;
+}
+
+// The batch in `sharding.shards` shards, this rank's computed here; their gradients and
+// running statistics summed over every rank by the fixed tree (BucketedSum).
+StepOutcome sharded_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
+                         int64_t step, std::vector<std::shared_ptr<Model>>* replicas, GradientBuckets* buckets) {
+  const int64_t shards = sharding.shards, ranks = distributed::size(), rank = distributed::rank();
+  check(shards % ranks == 0, "train: ", shards, " shards over ", ranks, " ranks");
+  check(batch.size() >= shards, "train: a batch of ", batch.size(), " examples cannot make ", shards,
+        " shards; give --batch at least --shards");
+  // Summed over the shards: each parameter's weighted gradient, then the running
+  // statistics (BatchNorm; none for most models).
+  std::vector<int64_t> sizes;
+  for (const Tensor& t : model.parameters()) sizes.push_back(t.numel());
+  const size_t parameters = sizes.size();
+  for (const Tensor& t : buffers_of(model)) sizes.push_back(t.numel());
+  std::vector<int64_t> expected_order = buckets != nullptr ? buckets->order : std::vector<int64_t>{};
+  if (expected_order.size() != sizes.size())
+    expected_order = default_summation_order(parameters, sizes.size() - parameters);
+  const int64_t mine = shards / ranks;
+  distributed::stall_if_asked(step);
+  BucketedSum sum(sizes, expected_order, mine, sharding.bucket_mib);
+  std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
+  const int64_t started_during_backward =
+      compute_local_shards(model, batch, label_smoothing, sharding, rank * mine, replicas, sum, outcomes);
+  try {
+    // Every rank finishes every bucket before the next collective (a diverged shard's
+    // buckets are sent at the end, before the loss check that stops every rank).
+    const std::vector<float> summed = sum.finish();
+    if (buckets != nullptr) {
+      // Learnt once (a condition every rank shares: the broadcast is a collective).
+      if (buckets->order.size() != sizes.size()) buckets->order = rank_zeros_order(sum.ready_order());
+      buckets->buckets = sum.buckets();
+      buckets->started_during_backward = started_during_backward;
+      buckets->counts = sum.counts();
+    }
+    StepOutcome total = total_over_shards(outcomes, shards, step);
+    install_sums(summed, model, shards);
+    total.exchange = sum.counts();
+    return total;
+  } catch (const distributed::RankTimeout& e) {
+    throw distributed::RankTimeout(e.missing, cat("train: rank ", e.missing, " did not send its part of step ", step,
+                                                  " within ", distributed::rank_timeout(), " s (--rank-timeout)"));
+  }
+}
+
+}  // namespace
+
+StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
+                                int64_t step, std::vector<std::shared_ptr<Model>>* replicas, GradientBuckets* buckets) {
+  if (sharding.shards == 1 && distributed::size() == 1) return whole_batch_step(model, batch, label_smoothing, step);
+  return sharded_step(model, batch, label_smoothing, sharding, step, replicas, buckets);
 }
 
 StepOutcome classification_step(Model& model, const Batch& batch, float label_smoothing, int64_t parts,
@@ -595,7 +652,8 @@ TrainingStep classification_step(const TrainOptions& o) {
           [=, replicas = std::make_shared<std::vector<std::shared_ptr<Model>>>(),
            buckets = std::make_shared<GradientBuckets>()](Model& model, const Batch& batch, int64_t step) {
             return classification_step(model, batch, label_smoothing, sharding, step, replicas.get(), buckets.get());
-          }};
+          },
+          /*reads_own_shards_only=*/true};
 }
 
 void run_steps(Loader& loader, Optimizer& optimizer, const Schedule& schedule, int64_t first, int64_t last,
@@ -682,11 +740,16 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   check_options(o);
   const std::string checkpoint_path = o.out_dir.empty() ? "" : o.out_dir + "/checkpoint.safetensors";
   check_out_dir(o, checkpoint_path);
-  Loader loader(data.train, LoaderOptions{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment, o.random_rescale)});
+  const Sharding sharding = sharding_of(o);
+  LoaderOptions loading{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment, o.random_rescale)};
+  if (training_step.reads_own_shards_only) {  // this rank decodes the shards it computes, no others
+    const int64_t mine = sharding.shards / distributed::size();
+    loading.decode = {sharding.shards, distributed::rank() * mine, mine};
+  }
+  Loader loader(data.train, loading);
   const int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
   if (o.max_steps > 0) total = std::min(total, o.max_steps);
-  const Sharding sharding = sharding_of(o);
   check_data_parallel(model, sharding.shards);
   check(o.batch_size >= sharding.shards, "train: --batch ", o.batch_size, " cannot make ", sharding.shards,
         " shards; give --batch at least --shards");
@@ -753,6 +816,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     const auto start = Clock::now();
     double loss_sum = 0;
     int64_t correct = 0, rows_seen = 0, samples = 0;
+    ExchangeCounts last_exchange;
     const int64_t epoch_end = std::min(total, (epoch + 1) * per_epoch);
     run_steps(
         loader, *optimizer, schedule, step, epoch_end,
@@ -763,6 +827,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
           rows_seen += r.rows;
           samples += batch.size();
           loss_sum += r.loss_sum;
+          last_exchange = r.exchange;
           if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step % per_epoch != 0) save(epoch);
           keep_if_due(step % per_epoch == 0 ? epoch + 1 : epoch);
           const int64_t b = step - 1 - epoch * per_epoch;  // this batch's index in the epoch
@@ -776,11 +841,10 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     model.train(true);
     EpochRecord r{epoch + 1, step, loss_sum / double(std::max<int64_t>(rows_seen, 1)),
                   double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,
-                  train_seconds, double(samples) / train_seconds, optimizer->lr()};
-    r.diverged = !std::isfinite(test.loss);
-    r.batches_per_epoch = per_epoch;
-    r.ranks = distributed::size();
-    r.shards = sharding.shards;
+                  train_seconds, double(samples) / train_seconds, optimizer->lr(),
+                  /*diverged=*/!std::isfinite(test.loss), per_epoch, distributed::size(), sharding.shards,
+                  distributed::size() > 1 || sharding.shards > 1 ? exchange_per_rank(last_exchange)
+                                                                 : std::vector<ExchangeCounts>{}};
     records.push_back(r);
     // A diverged model's weights would replace the last good checkpoint: keep that one,
     // log the epoch (its loss as null / nan) and stop; more epochs cannot recover.

@@ -78,6 +78,8 @@ struct EpochRecord {
   bool diverged = false;  // the test loss is not finite: training stopped after this epoch
   int64_t batches_per_epoch = 0;  // for training_position (models/checkpoint.h); not logged
   int64_t ranks = 1, shards = 1;  // the processes of the job and the shards of each batch
+  // Each rank's gradient exchange in the epoch's last step (logged for sharded runs).
+  std::vector<ExchangeCounts> exchange;
 };
 
 struct Evaluation {
@@ -88,10 +90,15 @@ struct Evaluation {
 // What one step reports: the loss summed over the rows it trained on (examples, or tokens
 // of a sequence model), the correct predictions among them and the rows.
 struct StepOutcome {
+  StepOutcome() = default;
+  StepOutcome(double loss_sum_, int64_t correct_, int64_t rows_) : loss_sum(loss_sum_), correct(correct_), rows(rows_) {}
   double loss_sum = 0;
   int64_t correct = 0, rows = 0;
+  // What this rank's gradient exchange cost in the step (a sharded step; zeros otherwise).
+  ExchangeCounts exchange;
   StepOutcome& operator+=(const StepOutcome& o) {
     loss_sum += o.loss_sum, correct += o.correct, rows += o.rows;
+    exchange += o.exchange;
     return *this;
   }
 };
@@ -115,6 +122,9 @@ struct TrainingStep {
   // attack would continue a different run).
   std::map<std::string, std::string> metadata;
   std::function<StepOutcome(Model& model, const Batch& batch, int64_t step)> run;
+  // Whether `run`, on rank r of K, reads only the rows of that rank's shards (sharding_of:
+  // shards r·S/K … (r+1)·S/K − 1), so that the loader decodes no other row.
+  bool reads_own_shards_only = false;
 };
 
 // Sharded data parallelism (docs/cluster.md). Every global batch is cut into `shards`
@@ -149,6 +159,7 @@ struct GradientBuckets {
   // Of those, the buckets whose all-gather started before this process's last backward
   // returned (overlapped with it; with shards computed in turn, only the last one overlaps).
   int64_t started_during_backward = 0;
+  ExchangeCounts counts;  // this rank's exchange in the last step
 };
 
 // One such step on `batch`; throws naming `step` (on every rank) when the loss is not finite.

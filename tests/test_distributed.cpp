@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -15,9 +17,12 @@
 
 #include "engine/autograd.h"
 #include "engine/data/idx.h"
+#include "engine/data/loader.h"
+#include "engine/data/transform.h"
 #include "engine/data/open.h"
 #include "engine/distributed.h"
 #include "engine/error.h"
+#include "engine/gradient_buckets.h"
 #include "engine/io/json.h"
 #include "engine/random.h"
 #include "models/checkpoint.h"
@@ -85,6 +90,70 @@ TEST_CASE("distributed: the tree sum adds rows in one fixed pairwise order, and 
   std::vector<double> six = {1, 2, 4, 8, 16, 32};
   tree_sum_rows(six.data(), 6, 1);
   CHECK(six[0] == 63);
+}
+
+namespace {
+
+// Images whose every get() is counted (the decodes a loader does), per dataset index.
+class CountedImages : public Dataset {
+public:
+  explicit CountedImages(int64_t n) : gets_(size_t(n)) {}
+  std::string name() const override { return "counted"; }
+  int64_t size() const override { return int64_t(gets_.size()); }
+  Shape shape() const override { return {1, 6, 6}; }
+  int64_t num_classes() const override { return 10; }
+  void get(int64_t index, float* input, int64_t* targets) const override {
+    ++gets_[size_t(index)];
+    for (int64_t p = 0; p < 36; ++p) input[p] = float((index * 7 + p) % 11);
+    *targets = index % 10;
+  }
+  int64_t gets(int64_t index) const { return gets_[size_t(index)]; }
+
+private:
+  mutable std::vector<std::atomic<int64_t>> gets_;
+};
+
+}  // namespace
+
+TEST_CASE("data loading: each rank decodes and augments only the rows of its own shards, with the values one process "
+          "gives them") {
+  const int64_t examples = 96, batch = 24, shards = 12;
+  const Transforms augment = {std::make_shared<RandomCrop>(6, 6, 2), std::make_shared<RandomHorizontalFlip>()};
+  auto whole_data = std::make_shared<CountedImages>(examples);
+  const Loader whole(whole_data, LoaderOptions{batch, true, false, false, 9, augment});
+  const Batch reference = whole.batch(1, 2);
+  for (int64_t ranks : {1, 2, 3, 4}) {
+    CAPTURE(ranks);
+    const int64_t mine = shards / ranks;
+    std::vector<int64_t> decodes_per_example(size_t(examples), 0);
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      CAPTURE(rank);
+      auto data = std::make_shared<CountedImages>(examples);
+      LoaderOptions options{batch, true, false, false, 9, augment};
+      options.decode = {shards, rank * mine, mine};
+      const Loader loader(data, options);
+      const Batch b = loader.batch(1, 2);
+      REQUIRE(b.indices == reference.indices);
+      const int64_t first = rank * mine * batch / shards, last = (rank + 1) * mine * batch / shards;
+      int64_t decoded = 0;
+      for (int64_t row = 0; row < batch; ++row) {
+        const int64_t index = b.indices[size_t(row)];
+        decoded += data->gets(index);
+        decodes_per_example[size_t(index)] += data->gets(index);
+        const bool own = row >= first && row < last;
+        CHECK(data->gets(index) == (own ? 1 : 0));
+        if (own) {  // its own rows: the single process's values, augmentation included
+          CHECK(slice(b.inputs, 0, row, row + 1).to_vector() == slice(reference.inputs, 0, row, row + 1).to_vector());
+          CHECK(b.labels[size_t(row)] == reference.labels[size_t(row)]);
+        }
+      }
+      CHECK(decoded == last - first);
+    }
+    for (int64_t index : reference.indices) CHECK(decodes_per_example[size_t(index)] == 1);  // once, on one rank
+  }
+  LoaderOptions bad{batch, true, false, false, 9, augment};
+  bad.decode = {4, 3, 2};
+  CHECK_THROWS_WITH(Loader(whole_data, bad), doctest::Contains("parts 3 … 4 of 4"));
 }
 
 TEST_CASE("distributed: a single process is rank 0 of 1; its collectives copy its own values") {
@@ -296,6 +365,102 @@ TEST_CASE("adjoint train under mpirun: a run resumed from a kept checkpoint ends
 
 namespace {
 
+// The values a run's gradient exchange sums: every parameter and running statistic.
+int64_t summed_values(const std::string& run) {
+  int64_t n = 0;
+  for (const auto& [name, t] : load_checkpoint(run + "/checkpoint.safetensors").model) n += t.numel();
+  return n;
+}
+
+// 24 shards of a batch of 48 over K = 2, 3, 4 and 8 ranks (blocks of 12, 8, 6 and 3 shards:
+// one subtree each where the block is a power of two, several where not) end with the
+// weights of one process; each rank's exchange in a step (one bucket) costs what the
+// formulas of engine/gradient_buckets.h say.
+void check_reduce_scatter(const std::string& name, const std::string& model, const std::string& data,
+                          const TempDir& dir) {
+  const std::string common = "--model " + model + " --data " + data +
+                             " --batch 48 --shards 24 --epochs 1 --schedule constant --lr 0.05 --seed 5 --overwrite "
+                             "--max-steps 2 --threads 1";
+  const std::string reference = dir.file(name + "-rs-one");
+  REQUIRE(train_run(common + " --out " + reference, 0, dir).exit_code == 0);
+  for (int ranks : {2, 3, 4, 8}) {
+    CAPTURE(ranks);
+    const std::string out = dir.file(name + "-rs-" + std::to_string(ranks));
+    const testing::ProgramRun run = train_run(common + " --out " + out, ranks, dir);
+    CAPTURE(run.output);
+    REQUIRE(run.exit_code == 0);
+    CHECK(final_weights(out) == final_weights(reference));
+    CHECK(logged_figures(out) == logged_figures(reference));
+    const Json log = parse_json(read_text(out + "/log.json"));
+    const Json* per_rank = log.as_array().back().find("exchange_per_rank");
+    REQUIRE(per_rank != nullptr);
+    REQUIRE(per_rank->as_array().size() == size_t(ranks));
+    const int64_t length = summed_values(out);
+    for (int r = 0; r < ranks; ++r) {
+      CAPTURE(r);
+      const Json& c = per_rank->as_array()[size_t(r)];
+      const ExchangeCounts expected = exchange_formula(24, ranks, r, length);
+      CHECK(int64_t(c.find("bytes_sent")->as_number()) == expected.bytes_sent);
+      CHECK(int64_t(c.find("receive_bytes")->as_number()) == expected.receive_bytes);
+      CHECK(int64_t(c.find("additions")->as_number()) == expected.additions);
+      if (ranks == 3) {  // a block of 8 shards, one subtree: the ring's bytes
+        CHECK(double(expected.bytes_sent) <= 2.0 * (ranks - 1) / ranks * 4.0 * double(length) + 8.0 * ranks);
+        CHECK(expected.receive_bytes <= 4 * (2 * length + ranks));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("adjoint train under mpirun: the reduce-scatter along the shard tree gives one process's weights at K = 2, "
+          "3, 4 and 8, at the formulas' cost (ResNet with BatchNorm, ViT)") {
+  if (mpi_tests_skipped()) return;
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  check_reduce_scatter("resnet", "resnet18 --width 0.0625", data, dir);
+  check_reduce_scatter("vit", "vit_custom --dim 16 --depth 1 --heads 2 --patch 4", data, dir);
+}
+
+TEST_CASE("adjoint train under mpirun: a rank that stops is named, with the step, within --rank-timeout") {
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  const std::string common = "--model resnet18 --width 0.0625 --data " + data +
+                             " --batch 32 --shards 4 --epochs 1 --max-steps 3 --threads 1 --overwrite";
+  for (const char* bad : {"0", "-2", "nan"}) {
+    const testing::ProgramRun refused = train_run(common + " --rank-timeout " + bad + " --out " + dir.file("bad"), 0, dir);
+    CHECK(refused.exit_code == 2);
+    CHECK(testing::contains(refused.output, "option --rank-timeout must be a positive number of seconds"));
+  }
+  if (mpi_tests_skipped()) return;
+  const auto start = std::chrono::steady_clock::now();
+  // Checkpointed after every step, inside the epoch (10 batches): the job stops in step 1.
+  const testing::ProgramRun stalled =
+      adjoint_run("train " + common + " --checkpoint-every 1 --rank-timeout 2 --out " + dir.file("stalled"), 2, dir,
+                  "ADJOINT_TEST_RANK_STALLS_AT=1:1");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CAPTURE(stalled.output);
+  CHECK(stalled.exit_code != 0);
+  const std::string line = "rank 1 did not send its part of step 1 within 2 s (--rank-timeout)";
+  const size_t at = stalled.output.find(line);
+  CHECK(at != std::string::npos);
+  CHECK(stalled.output.find(line, at + 1) == std::string::npos);  // said once, by the rank that waited
+  CHECK(seconds < 30);
+  // The checkpoint of step 1, resumed at a smaller K (one process), ends where an
+  // uninterrupted run does.
+  const testing::ProgramRun resumed = train_run(common + " --out " + dir.file("stalled") + " --resume " +
+                                                    dir.file("stalled") + "/checkpoint.safetensors",
+                                                0, dir);
+  CAPTURE(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(testing::contains(resumed.output, "resumed from step 1"));
+  REQUIRE(train_run(common + " --out " + dir.file("uninterrupted"), 0, dir).exit_code == 0);
+  CHECK(final_weights(dir.file("stalled")) == final_weights(dir.file("uninterrupted")));
+}
+
+namespace {
+
 int64_t count_lines_of(const std::string& text) { return std::count(text.begin(), text.end(), '\n'); }
 
 // The files of a sweep's folder that hold its results.
@@ -454,6 +619,87 @@ TEST_CASE("adjoint train under mpirun: gradient buckets of any size, sent while 
     REQUIRE(run.exit_code == 0);
     if (out != reference) CHECK(final_weights(out) == final_weights(reference));
   }
+}
+
+TEST_CASE("launchers: a process srun started as one of several tasks that cannot join them refuses in one line, "
+          "before any work; an sbatch script's own process runs alone") {
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  const std::string data = write_square_images(dir);
+  const std::string args = " train --model resnet18 --width 0.0625 --data " + data + " --batch 32 --max-steps 1 --out ";
+  // The variables Slurm sets: srun's step (here without PMIx's PMIX_RANK), or an sbatch
+  // allocation of 2 tasks whose script starts adjoint directly (no step of its own).
+  auto run_with = [&](const std::string& environment, const std::string& out) {
+    const std::string log = dir.file("launch.log");
+    const int status = std::system(("env " + environment + " " + adjoint_exe() + args + out + " > " + log + " 2>&1").c_str());
+    return testing::ProgramRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+  };
+  const testing::ProgramRun plain_srun =
+      run_with("SLURM_JOB_ID=7 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1", dir.file("srun"));
+  CHECK(plain_srun.exit_code == 1);
+  CHECK(count_lines_of(plain_srun.output) == 1);
+  CHECK(testing::contains(plain_srun.output,
+                          distributed::built_with_mpi()
+                              ? "srun started this adjoint as one of 2 tasks without PMI, so they cannot find each other; "
+                                "launch with srun --mpi=pmix (or mpirun)"
+                              : "this adjoint was built without MPI (Meson feature 'mpi'), but srun started it as one of 2"));
+  CHECK(!fs::exists(dir.file("srun")));
+  if (!distributed::built_with_mpi()) {  // nothing to join with: PMIx's variables do not help
+    const testing::ProgramRun pmix =
+        run_with("SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 PMIX_RANK=0", dir.file("pmix"));
+    CHECK(pmix.exit_code == 1);
+    CHECK(testing::contains(pmix.output, "but srun --mpi=pmix started it as one of 2 ranks"));
+    CHECK(!fs::exists(dir.file("pmix")));
+  }
+  const testing::ProgramRun batch_script = run_with("SLURM_JOB_ID=7 SLURM_NTASKS=2 SLURM_PROCID=0", dir.file("batch"));
+  CHECK_MESSAGE(batch_script.exit_code == 0, batch_script.output);
+  CHECK(fs::exists(dir.file("batch/checkpoint.safetensors")));
+}
+
+TEST_CASE("adjoint train under a real one-node Slurm: srun -n 2 gives one process's weights; srun without PMI "
+          "refuses in one line") {
+  if (!distributed::built_with_mpi()) {
+    MESSAGE("skipped: this build has no MPI");
+    return;
+  }
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  const std::string script = std::string(ADJOINT_SOURCE_DIR) + "/tests/slurm_one_node.sh";
+  const std::string slurm = dir.file("slurm");
+  const int started = std::system((script + " start " + slurm + " > " + dir.file("slurm.out") + " 2>&1").c_str());
+  const std::string said = read_text(dir.file("slurm.out"));
+  struct Stop {
+    std::string command;
+    ~Stop() { std::system(command.c_str()); }
+  } stop{script + " stop " + slurm + " > /dev/null 2>&1"};
+  if (WEXITSTATUS(started) != 0) {
+    REQUIRE_MESSAGE(testing::contains(said, "skip: "), said);  // installed but broken: a failure
+    MESSAGE(said);
+    return;
+  }
+  const std::string data = write_square_images(dir);
+  const std::string common = "--model resnet18 --width 0.0625 --data " + data +
+                             " --batch 32 --shards 4 --epochs 1 --schedule constant --lr 0.05 --seed 3 --max-steps 3";
+  const std::string reference = dir.file("one");
+  REQUIRE(train_run(common + " --out " + reference, 0, dir).exit_code == 0);
+  auto srun = [&](const std::string& options, const std::string& out) {
+    const std::string log = dir.file("srun.log");
+    const std::string command = "SLURM_CONF=" + slurm + "/slurm.conf timeout 300 srun " + options +
+                                " --overcommit " + adjoint_exe() + " --threads 1 train " + common + " --out " + out +
+                                " > " + log + " 2>&1";
+    const int status = std::system(command.c_str());
+    return testing::ProgramRun{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text(log)};
+  };
+  const testing::ProgramRun two = srun("-n 2", dir.file("srun"));  // the test Slurm's MpiDefault is pmix
+  CAPTURE(two.output);
+  REQUIRE(two.exit_code == 0);
+  CHECK(testing::contains(two.output, "data parallel: 2 ranks"));
+  CHECK(final_weights(dir.file("srun")) == final_weights(reference));
+  const testing::ProgramRun plain = srun("--mpi=none -n 2", dir.file("plain"));
+  CAPTURE(plain.output);
+  CHECK(plain.exit_code != 0);
+  CHECK(testing::contains(plain.output, "srun started this adjoint as one of 2 tasks without PMI"));
+  CHECK(!fs::exists(dir.file("plain/checkpoint.safetensors")));
 }
 
 TEST_CASE("a build without MPI: one process runs as always, and mpirun's ranks are refused with one line, nothing "

@@ -86,6 +86,82 @@ TEST_CASE("gradient buckets: any bucket size, expected order and arrival order g
   }
 }
 
+TEST_CASE("reduce-scatter along the shard tree: the subtrees inside the ranks' blocks, summed by the rest of the "
+          "tree slice by slice, give the bits of the whole tree at every K dividing S; the ring's cost") {
+  // The blocks: a power of two is one subtree each; otherwise the largest aligned pieces.
+  CHECK(rank_subtrees(8, 4) == std::vector<Subtree>{{0, 2}, {2, 2}, {4, 2}, {6, 2}});
+  CHECK(rank_subtrees(6, 3) == std::vector<Subtree>{{0, 2}, {2, 2}, {4, 2}});
+  CHECK(rank_subtrees(6, 2) == std::vector<Subtree>{{0, 2}, {2, 1}, {3, 1}, {4, 2}});
+  CHECK(rank_subtrees(6, 1) == std::vector<Subtree>{{0, 6}});
+  CHECK(rank_subtrees(12, 3) == std::vector<Subtree>{{0, 4}, {4, 4}, {8, 4}});
+
+  const int64_t length = 1001;  // not a multiple of any K: slices of unequal sizes
+  for (int64_t shards : {8, 6, 12, 24}) {
+    std::vector<float> rows;
+    for (int64_t j = 0; j < shards; ++j) {
+      const std::vector<float> v = shard_values({length}, j)[0].to_vector();
+      rows.insert(rows.end(), v.begin(), v.end());
+    }
+    std::vector<float> whole = rows;
+    tree_sum_rows(whole.data(), shards, length);
+    whole.resize(size_t(length));
+    std::vector<float> left_to_right(static_cast<size_t>(length), 0.0f);
+    for (int64_t j = 0; j < shards; ++j)
+      for (int64_t k = 0; k < length; ++k) left_to_right[size_t(k)] += rows[size_t(j * length + k)];
+    REQUIRE(left_to_right != whole);
+    for (int64_t ranks = 1; ranks <= shards; ++ranks) {
+      if (shards % ranks != 0) continue;
+      CAPTURE(shards);
+      CAPTURE(ranks);
+      const int64_t block = shards / ranks;
+      const std::vector<Subtree> subtrees = rank_subtrees(shards, ranks);
+      // Every rank sums its own subtrees over the whole bucket, as BucketedSum::scatter does.
+      std::vector<float> partials(subtrees.size() * size_t(length));
+      std::vector<ExchangeCounts> counted(static_cast<size_t>(ranks));
+      for (size_t t = 0; t < subtrees.size(); ++t) {
+        const Subtree& st = subtrees[t];
+        REQUIRE(st.first / block == (st.first + st.count - 1) / block);  // inside one block
+        std::vector<float> mine(rows.begin() + st.first * length, rows.begin() + (st.first + st.count) * length);
+        tree_sum_rows(mine.data(), st.count, length);
+        std::copy(mine.begin(), mine.begin() + length, partials.begin() + int64_t(t) * length);
+        counted[size_t(st.first / block)].additions += (st.count - 1) * length;
+      }
+      // Each owner adds every subtree's partial of its slice; the slices side by side.
+      std::vector<float> gathered(static_cast<size_t>(length));
+      int64_t covered = 0;
+      for (int64_t r = 0; r < ranks; ++r) {
+        const Slice slice = slice_of(length, ranks, r);
+        CHECK(slice.first == covered);
+        covered += slice.count;
+        std::vector<float> slice_rows;
+        for (size_t t = 0; t < subtrees.size(); ++t) {
+          const float* p = partials.data() + int64_t(t) * length + slice.first;
+          slice_rows.insert(slice_rows.end(), p, p + slice.count);
+          const int64_t owner = subtrees[t].first / block;
+          if (owner != r) counted[size_t(owner)].bytes_sent += 4 * slice.count;  // a partial sent to r
+        }
+        tree_sum_subtrees(slice_rows.data(), subtrees, shards, slice.count);
+        std::copy(slice_rows.begin(), slice_rows.begin() + slice.count, gathered.begin() + slice.first);
+        counted[size_t(r)].additions += (int64_t(subtrees.size()) - 1) * slice.count;
+        counted[size_t(r)].bytes_sent += 4 * (ranks - 1) * slice.count;  // the summed slice to every other rank
+        counted[size_t(r)].receive_bytes += 4 * (int64_t(subtrees.size()) * slice.count + length);
+      }
+      CHECK(covered == length);
+      CHECK(gathered == whole);
+      const double bytes = 4.0 * double(length);
+      for (int64_t r = 0; r < ranks; ++r) {
+        CAPTURE(r);
+        CHECK(counted[size_t(r)] == exchange_formula(shards, ranks, r, length));
+        CHECK(counted[size_t(r)].receive_bytes <= int64_t(4 * (int64_t(subtrees.size()) * (length / ranks + 1) + length)));
+        if ((block & (block - 1)) == 0) {  // one subtree per rank: the ring's cost
+          CHECK(double(counted[size_t(r)].bytes_sent) <= 2.0 * double(ranks - 1) / double(ranks) * bytes + 8.0 * ranks);
+          CHECK(counted[size_t(r)].additions <= (block - 1) * length + (ranks - 1) * (length / ranks + 1));
+        }
+      }
+    }
+  }
+}
+
 namespace {
 
 std::shared_ptr<Model> fresh_model(const ModelConfig& c) {

@@ -1,22 +1,24 @@
 // `adjoint bench scaling`: how the work of one machine divides over mpirun's ranks.
 //
-// The cores are shared out: K ranks (K = 1, 2, 4) of `--threads` C/K each (at least 1),
+// The cores are shared out: K ranks (K = 1, 2, 4, 8) of `--threads` C/K each (at least 1),
 // against one process of `--threads` C, C the machine's cores. Where K exceeds C the ranks
 // are oversubscribed (more processes than cores), and the table says so. Two workloads:
 //
 //   train  `adjoint train` of a ResNet-18 of width 1/4 on Fashion-MNIST-shaped images
 //          (written to a temporary folder: noise with the label as a bright square), batch
-//          64 in 4 shards; samples per second over the training steps (log.json), so
+//          64 in 8 shards; samples per second over the training steps (log.json), so
 //          mpirun's start-up is left out. The weights are the same bits in every layout.
 //   stitch `adjoint stitch` of that trained model into itself at 2 stitch points × 4
 //          objectives (8 cells, standard protocol); the wall time of the whole command,
 //          start-up and loading included, as a user waits for it.
 //
 // Efficiency is the one process's time over the layout's (1: the ranks lose nothing to
-// communication or to each other). Per training step each rank sends one row of P
-// gradients and B BatchNorm statistics (float32) to every other (MPI_Iallgather in
-// buckets of --bucket-mib, started while backward runs: the deterministic sum of
-// docs/cluster.md) and receives K rows.
+// communication or to each other). Per training step each rank exchanges the P gradients
+// and B BatchNorm statistics (float32) by the reduce-scatter and all-gather along the shard
+// tree (engine/gradient_buckets.h); the table after the timings gives, for every rank of
+// every K, the bytes it sent, its receive buffers and its additions in the last step (from
+// log.json, counted as the exchange ran) beside the formulas. On one machine these are
+// counts, not times.
 #include "tools/bench_scaling.h"
 
 #include <unistd.h>
@@ -30,6 +32,7 @@
 
 #include "engine/data/idx.h"
 #include "engine/error.h"
+#include "engine/gradient_buckets.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
 #include "engine/io/table.h"
@@ -42,7 +45,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t kBatch = 64, kShards = 4;
+constexpr int64_t kBatch = 64, kShards = 8;
 
 // One way to spend the machine's cores: `ranks` processes under mpirun (0: one process
 // without mpirun) of `threads` threads each.
@@ -130,7 +133,7 @@ int run_bench_scaling(const cli::Args& args) {
   // The model the sweep stitches into itself: the one process's run, made first.
   const Layout one_process{0, cores};
   std::vector<Layout> layouts = {one_process};
-  for (int ranks : {1, 2, 4}) layouts.push_back({ranks, std::max(1, cores / ranks)});
+  for (int ranks : {1, 2, 4, 8}) layouts.push_back({ranks, std::max(1, cores / ranks)});
 
   std::printf("adjoint bench scaling: %d cores; ResNet-18 width 1/4 on 1x28x28, batch %lld in %lld shards, %lld steps; "
               "stitch sweep of 8 cells (2 points x 4 objectives); ranks x threads = cores, oversubscribed where ranks > "
@@ -158,16 +161,47 @@ int run_bench_scaling(const cli::Args& args) {
     std::fflush(stdout);
   }
 
-  // What one step sends: the model's parameters P and BatchNorm statistics B, float32.
+  // What one step's exchange cost each rank, as counted (log.json) and by the formulas.
   const Checkpoint checkpoint = load_checkpoint(model);
   int64_t parameters = 0, everything = 0;
   for (const Tensor& p : model_from_checkpoint(checkpoint)->parameters()) parameters += p.numel();
   for (const auto& [name, t] : checkpoint.model) everything += t.numel();
-  const int64_t row_bytes = 4 * everything;  // one rank's row: gradients and statistics
-  std::printf("per training step (MPI_Iallgather of one row per rank, in 25 MiB buckets): %lld parameters + %lld statistics = %.2f MB sent "
-              "by each rank; each receives K rows (K x %.2f MB)\n",
-              (long long)parameters, (long long)(everything - parameters), double(row_bytes) / 1e6,
-              double(row_bytes) / 1e6);
+  std::printf("per training step and rank: %lld parameters + %lld statistics = G = %.2f MB in one bucket; reduce-scatter "
+              "and all-gather along the tree of %lld shards (counted | formula)\n",
+              (long long)parameters, (long long)(everything - parameters), 4.0 * double(everything) / 1e6,
+              (long long)kShards);
+  std::printf("%3s %5s %25s %25s %25s\n", "K", "rank", "bytes sent", "receive bytes", "additions");
+  Json exchange = Json::array();
+  for (const Layout& layout : layouts) {
+    if (layout.ranks == 0) continue;
+    const Json log = parse_json(read_all(cat(work, "/train-", layout.ranks, "/log.json")));
+    const Json* per_rank = log.as_array().back().find("exchange_per_rank");
+    check(per_rank != nullptr && per_rank->as_array().size() == size_t(layout.ranks), "bench scaling: train-",
+          layout.ranks, "/log.json has no exchange counts for its ", layout.ranks, " ranks");
+    for (int r = 0; r < layout.ranks; ++r) {
+      const Json& c = per_rank->as_array()[size_t(r)];
+      const ExchangeCounts formula = exchange_formula(kShards, layout.ranks, r, everything);
+      const ExchangeCounts counted{int64_t(c.find("bytes_sent")->as_number()),
+                                   int64_t(c.find("receive_bytes")->as_number()),
+                                   int64_t(c.find("additions")->as_number())};
+      auto pair = [](int64_t a, int64_t b) { return cat(a, " | ", b); };
+      std::printf("%3d %5d %25s %25s %25s\n", layout.ranks, r, pair(counted.bytes_sent, formula.bytes_sent).c_str(),
+                  pair(counted.receive_bytes, formula.receive_bytes).c_str(),
+                  pair(counted.additions, formula.additions).c_str());
+      exchange.push_back(Json(Json::Object{{"ranks", layout.ranks},
+                                           {"rank", r},
+                                           {"bytes_sent", counted.bytes_sent},
+                                           {"receive_bytes", counted.receive_bytes},
+                                           {"additions", counted.additions},
+                                           {"formula_bytes_sent", formula.bytes_sent},
+                                           {"formula_receive_bytes", formula.receive_bytes},
+                                           {"formula_additions", formula.additions}}));
+    }
+  }
+  std::printf("the shard-ordered all-gather this replaced: (K - 1) x %.2f MB sent, K x %.2f MB received, (K - 1) x %lld "
+              "additions per rank\n",
+              4.0 * double(everything) / 1e6, 4.0 * double(everything) / 1e6, (long long)everything);
+  std::fflush(stdout);
 
   if (args.has("out")) {
     const std::string out = args.text("out");
@@ -186,15 +220,14 @@ int run_bench_scaling(const cli::Args& args) {
                                                         {"steps", steps},
                                                         {"parameters", parameters},
                                                         {"statistics", everything - parameters},
-                                                        {"bytes_per_rank_per_step", row_bytes},
+                                                        {"exchange", exchange},
                                                         {"results", results}}),
                                      2) + "\n");
     } else {
-      Table table{{"layout", "ranks", "threads", "oversubscribed", "train_samples_per_second", "stitch_seconds",
-                   "bytes_per_rank_per_step"}};
+      Table table{{"layout", "ranks", "threads", "oversubscribed", "train_samples_per_second", "stitch_seconds"}};
       for (const Measured& m : rows)
         table.add_row({m.layout.name(), cat(m.layout.ranks), cat(m.layout.threads), m.oversubscribed ? "1" : "0",
-                       fixed(m.train_samples_per_second, 2), fixed(m.stitch_seconds, 3), cat(row_bytes)});
+                       fixed(m.train_samples_per_second, 2), fixed(m.stitch_seconds, 3)});
       write_file_atomic(out, table.csv());
     }
     std::printf("wrote %s\n", out.c_str());

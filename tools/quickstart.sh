@@ -13,6 +13,7 @@ packages=(g++ meson ninja-build pkg-config cmake libopenblas-dev libtbb-dev libs
 # The test mode also opens the HTML reports in a headless browser (tools/check_reports.sh)
 # and runs the MPI tests (tests/test_distributed.cpp).
 [ "$mode" = test ] && packages+=(chromium python3 libopenmpi-dev openmpi-bin)
+[ "$mode" = test ] && packages+=(slurm-wlm munge)  # the one-node Slurm of tests/slurm_one_node.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -122,6 +122,10 @@ int run_train(const cli::Args& a) {
   o.bucket_mib = a.number("bucket-mib");
   if (!(o.bucket_mib > 0 && std::isfinite(o.bucket_mib)))
     throw UsageError(cat("option --bucket-mib must be a positive number of MiB, got ", o.bucket_mib));
+  const double rank_timeout = a.number("rank-timeout");
+  if (!(rank_timeout > 0 && std::isfinite(rank_timeout)))
+    throw UsageError(cat("option --rank-timeout must be a positive number of seconds, got ", rank_timeout));
+  distributed::set_rank_timeout(rank_timeout);
   o.augment = !a.flag("no-augment");
   if (a.has("random-rescale")) {
     o.random_rescale = parse_rescale_range(a.text("random-rescale"));
@@ -263,6 +267,10 @@ const cli::Registration train_command({
          "with shards: exchange the gradients in buckets of about X MiB, each sent while backward computes the earlier "
          "layers (changes the speed, never the weights)",
          "25"},
+        {"rank-timeout", "SECONDS",
+         "under mpirun or srun: end the job, naming the rank and the step, when a rank's part of an exchange has not "
+         "arrived after this long",
+         "300"},
         {"optimizer", "NAME", "sgd (momentum, Nesterov) or adamw (default: the model's own; adamw for a ViT, else sgd)", ""},
         {"lr", "X", "peak learning rate (default 0.1 for sgd, 1e-3 for adamw)", ""},
         {"momentum", "X", "SGD momentum", "0.9"},

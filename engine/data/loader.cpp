@@ -20,6 +20,9 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, LoaderOptions options)
   check(batches_per_epoch_ > 0, "Loader(", dataset_->name(), "): ", n, " examples make no full batch of ", b,
         " with drop_last");
   example_shape_ = transformed_shape(options_.transforms, dataset_->shape());
+  const LoaderOptions::Rows& decode = options_.decode;
+  check(decode.of >= 1 && decode.first >= 0 && decode.count >= 1 && decode.first + decode.count <= decode.of,
+        "Loader(", dataset_->name(), "): parts ", decode.first, " … ", decode.first + decode.count - 1, " of ", decode.of);
 }
 
 Loader::~Loader() {
@@ -77,11 +80,18 @@ Batch Loader::batch(int64_t epoch, int64_t index) const {
   float* inputs = out.inputs.data();
   int64_t* labels = out.labels.data();
   const std::vector<int64_t>& indices = out.indices;
+  // The rows decoded here (options_.decode); the others zeros.
+  const LoaderOptions::Rows& decode = options_.decode;
+  const int64_t first_row = decode.first * count / decode.of, last_row = (decode.first + decode.count) * count / decode.of;
+  std::fill(inputs, inputs + first_row * out_numel, 0.0f);
+  std::fill(inputs + last_row * out_numel, inputs + count * out_numel, 0.0f);
+  std::fill(labels, labels + first_row * targets, int64_t(0));
+  std::fill(labels + last_row * targets, labels + count * targets, int64_t(0));
   // Small examples are grouped so a chunk is worth a task; each writes only its own slot.
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(raw_numel, 1));
-  parallel_for(count, grain, [&](int64_t b, int64_t e) {
+  parallel_for(last_row - first_row, grain, [&](int64_t b, int64_t e) {
     std::vector<float> raw;
-    for (int64_t k = b; k < e; ++k) {
+    for (int64_t k = first_row + b; k < first_row + e; ++k) {
       const int64_t i = indices[static_cast<size_t>(k)];
       float* slot = inputs + k * out_numel;
       if (options_.transforms.empty()) {

@@ -30,6 +30,16 @@ struct LoaderOptions {
   bool prefetch = true;    // build the next batch in the background
   uint64_t seed = 0;       // shuffling and augmentation
   Transforms transforms;   // applied in order to every example
+  // The rows of each batch that are decoded and augmented: those of parts first … first +
+  // count − 1 when a batch of n rows is cut into `of` parts by index (part s: rows s·n/of …
+  // (s+1)·n/of − 1, as the shards of models/training.h). The other rows' inputs and labels
+  // are zeros, never read: a data-parallel rank decodes only the shards it computes. Each
+  // example's augmentation draws from its own generator (seed, epoch, index), so a row's
+  // values do not depend on who decodes it. The default: every row.
+  struct Rows {
+    int64_t of = 1, first = 0, count = 1;
+  };
+  Rows decode = {};
 };
 
 struct Batch {
