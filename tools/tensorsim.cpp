@@ -441,7 +441,8 @@ const cli::Registration tensorsim_command({
     .description =
         "Compares two checkpoints of bilinear models through their weights alone (docs/methods.md §3): the\n"
         "symmetrised tensors' inner product in closed form for one bilinear layer (--metric identity,\n"
-        "gaussian or data; the others are reported beside the chosen one), the exact Isserlis sum for\n"
+        "gaussian or data; the others are reported beside the chosen one; --metric identity at any depth\n"
+        "contracts the networks' whole tensors layer by layer), the exact Isserlis sum for\n"
         "deeper networks where it is tractable (a residual MLP of depth 2; attention LMs and depth-3 MLPs\n"
         "on small inputs, as polynomials), else the second-moment\n"
         "recursion, an approximation, labelled recursion-approx (--check-mc N verifies any pair by Monte\n"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 
+#include "analysis/similarity/network_tensor.h"
 #include "analysis/similarity/representation_similarity.h"
 #include "analysis/similarity/second_moment.h"
 #include "analysis/similarity/tensor_similarity.h"
@@ -205,6 +206,45 @@ TensorSimScore closed_form(RoutePair& p) {
   return closed_form_score(*prepared_layer(p.a, p.o, p.reference), *prepared_layer(p.b, p.o), p.o);
 }
 
+// The identity metric of deeper networks: their whole tensors' inner product, contracted layer
+// by layer (network_tensor.h), log-scaled.
+bool identity_at_depth(RoutePair& p) { return p.o.metric == "identity"; }
+TensorSimScore network_tensors(RoutePair& p) {
+  if (!p.o.bias)
+    throw UsageError("tensor similarity: the identity metric of a deep network includes the constant coordinate "
+                     "(its tensors are over x̃ = (1, x)); drop --no-bias");
+  if (p.o.input_std != 1.0) throw UsageError("tensor similarity: --input-std sets the Gaussian metric's input; the identity metric has none");
+  const NetworkTensorInner ab = network_tensor_inner(p.va, p.vb), bb = network_tensor_inner(p.vb, p.vb);
+  NetworkTensorInner aa = network_tensor_inner(p.va, p.va);
+  // Each inner product as values times e^scale: put those of one side on a common scale.
+  auto at_scale = [](const NetworkTensorInner& x, double scale) {
+    std::vector<double> v = x.value;
+    for (double& e : v) e *= std::exp(x.log_scale - scale);
+    return v;
+  };
+  double scale_a = aa.log_scale, scale_ab = ab.log_scale;
+  std::vector<double> vab = ab.value, vaa = aa.value;
+  if (p.reference) {  // (A − R)·B = A·B − R·B, |A − R|² = A·A − 2·A·R + R·R
+    const NetworkTensorInner rb = network_tensor_inner(p.vr, p.vb), ar = network_tensor_inner(p.va, p.vr),
+                             rr = network_tensor_inner(p.vr, p.vr);
+    scale_a = std::max({aa.log_scale, ar.log_scale, rr.log_scale}), scale_ab = std::max(ab.log_scale, rb.log_scale);
+    vab = minus(at_scale(ab, scale_ab), at_scale(rb, scale_ab));
+    vaa = at_scale(aa, scale_a);
+    const std::vector<double> var = at_scale(ar, scale_a), vrr = at_scale(rr, scale_a);
+    for (size_t k = 0; k < vaa.size(); ++k) vaa[k] += vrr[k] - 2 * var[k];
+  }
+  // The cosine reads ab·e^{s_ab} / sqrt(aa·e^{s_a}·bb·e^{s_b}): ab carries the difference of scales.
+  const double shift = std::exp(scale_ab - 0.5 * (scale_a + bb.log_scale));
+  for (double& v : vab) v *= shift;
+  DeepSimilarity s = similarity_from_inner(vab, vaa, bb.value, p.vb.output_dim());
+  const double log10_aa = (scale_a + std::log(s.inner_aa)) / std::log(10.0);
+  s.inner_ab *= std::exp(0.5 * (scale_a + bb.log_scale)), s.inner_aa *= std::exp(scale_a), s.inner_bb *= std::exp(bb.log_scale);
+  return score_of("exact",
+                  cat("identity metric: the networks' whole tensors' Frobenius inner product, each layer symmetrised "
+                      "over its legs, contracted layer by layer in log scale (log10 ⟨A|A⟩ = ", log10_aa, ")"),
+                  s);
+}
+
 // The deep routes below answer under the Gaussian metric with the bias coordinate only.
 void check_deep_options(const RoutePair& p) {
   if (p.o.metric != "gaussian" || !p.o.bias)
@@ -342,6 +382,7 @@ struct Route {
 };
 const Route kRoutes[] = {
     {"closed form", false, true, one_layer_each, closed_form},
+    {"network tensors", false, true, identity_at_depth, network_tensors},
     {"Isserlis sum", true, true, isserlis_applies, isserlis},
     {"explicit polynomials", true, true, polynomial_applies, polynomial},
     {"one position at a time", true, true, attention_block_applies, attention_block},
