@@ -50,6 +50,9 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.positions = a.integer("positions");
   o.input_std = a.number("input-std");
   o.recursion = a.flag("recursion");
+  o.tolerance = a.number("tolerance");
+  if (!(std::isfinite(o.tolerance) && o.tolerance > 0))
+    throw UsageError(cat("--tolerance must be a positive finite number, got ", o.tolerance));
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
   if (!(std::isfinite(o.input_std) && o.input_std > 0))
     throw UsageError(cat("--input-std must be a positive finite number, got ", o.input_std));
@@ -444,8 +447,9 @@ const cli::Registration tensorsim_command({
         "gaussian or data; the others are reported beside the chosen one; --metric identity at any depth\n"
         "contracts the networks' whole tensors layer by layer), the exact Isserlis sum for\n"
         "deeper networks where it is tractable (a residual MLP of depth 2; attention LMs and depth-3 MLPs\n"
-        "on small inputs, as polynomials), else the second-moment\n"
-        "recursion, an approximation, labelled recursion-approx (--check-mc N verifies any pair by Monte\n"
+        "on small inputs, as polynomials), else a Monte Carlo estimate sized to --tolerance (its standard\n"
+        "error), labelled monte-carlo with its interval; the second-moment recursion, an approximation\n"
+        "labelled recursion-approx, only with --recursion (--check-mc N verifies any pair by Monte\n"
         "Carlo). The CSV holds each cosine at full precision with its inner product and both norms.\n"
         "Beside it, on --count test examples (never on a --diff difference):\n"
         "linear CKA (biased, debiased) of hidden features and logits, prediction agreement, output\n"
@@ -467,7 +471,8 @@ const cli::Registration tensorsim_command({
                  "also estimate the similarity (and slices) from N Gaussian inputs through both networks, with "
                  "standard errors",
                  "0"},
-                {"recursion", "", "deep networks: the second-moment recursion (an approximation) even where the exact sum applies", ""},
+                {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
+                {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},
                 {"run", "DIR", "compare every kept checkpoint of a training run", ""},
                 {"data", "SPEC", "data set for the baselines and accuracy (default: the checkpoint's)", ""},
                 {"count", "N", "test examples for the baselines and accuracy (0: all)", "2000"},

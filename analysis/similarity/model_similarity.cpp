@@ -358,10 +358,37 @@ TensorSimScore attention_block(RoutePair& p) {
                   similarity_from_inner(ab, aa, bb, p.vb.steps.back().weight.size(0)));
 }
 
-// Any pair of networks with the same kinds of layers: the second-moment recursion, an
-// approximation beyond the first bilinear layer. A difference tensor needs an exact route.
+// Where no exact route applies: an unbiased estimate of each inner product by Monte Carlo,
+// with the direct paths as a control variate, sized to the requested standard error of the
+// cosine (monte_carlo.h).
+bool monte_carlo_applies(RoutePair& p) {
+  if (!(p.o.tolerance > 0 && std::isfinite(p.o.tolerance)))
+    throw UsageError(cat("tensor similarity: --tolerance must be a positive number, got ", p.o.tolerance));
+  return true;
+}
+TensorSimScore monte_carlo(RoutePair& p) {
+  MonteCarloPlan plan;
+  plan.tolerance = p.o.tolerance, plan.seed = p.o.seed, plan.input_std = p.o.input_std;
+  if (p.o.progress)
+    plan.progress = [&p](int64_t done, int64_t needed, double) { p.o.progress("Monte Carlo", double(done) / double(needed)); };
+  const MonteCarloSimilarity mc = monte_carlo_sized(p.va, p.vb, plan, p.reference ? &p.vr : nullptr);
+  TensorSimScore score;
+  score.kind = "monte-carlo";
+  score.method = cat("Monte Carlo estimate (gaussian), ", mc.samples, " samples", mc.control_variate
+                         ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
+                     ", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ", mc.similarity + 1.96 * mc.similarity_se,
+                     "; no exact route: ", p.why);
+  score.total = mc.similarity, score.standard_error = mc.similarity_se, score.samples = mc.samples;
+  score.inner_ab = mc.inner_ab, score.inner_aa = mc.inner_aa, score.inner_bb = mc.inner_bb;
+  score.slices = mc.slices, score.slice_se = mc.slice_se;
+  return score;
+}
+
+// Asked for (--recursion): the second-moment recursion, an approximation beyond the first
+// bilinear layer (the Gaussian closure). A difference tensor needs an exact route or sampling.
 bool recursion_applies(RoutePair& p) {
-  if (p.reference) throw UsageError(cat("tensor similarity: --diff of deep networks needs the exact sum; ", p.why));
+  if (!p.o.recursion) return false;
+  if (p.reference) throw UsageError("tensor similarity: --diff of deep networks is not compared by the recursion; drop --recursion");
   return true;
 }
 TensorSimScore recursion(RoutePair& p) {
@@ -387,6 +414,7 @@ const Route kRoutes[] = {
     {"explicit polynomials", true, true, polynomial_applies, polynomial},
     {"one position at a time", true, true, attention_block_applies, attention_block},
     {"second-moment recursion", true, false, recursion_applies, recursion},
+    {"Monte Carlo", true, false, monte_carlo_applies, monte_carlo},
 };
 
 }  // namespace
