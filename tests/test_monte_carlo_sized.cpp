@@ -64,3 +64,24 @@ TEST_CASE("sized Monte Carlo: the control variate lowers the standard error at t
   CHECK(with.similarity_se < 0.8 * without.similarity_se);
   CHECK(with.similarity == doctest::Approx(without.similarity).epsilon(4 * without.similarity_se));
 }
+
+TEST_CASE("sized Monte Carlo: sampling in the embeddings' span, the same estimate") {
+  ModelConfig c;
+  c.arch = "bilinear_lm", c.attention = "bilinear", c.vocab = 24, c.seq_len = 3, c.dim = 4, c.depth = 2, c.heads = 2;
+  c.mlp_ratio = 1, c.residual_scale = 0.1;
+  Generator ga(41), gb(42);
+  const PolynomialView a = make_model(c, ga)->polynomial_view(), b = make_model(c, gb)->polynomial_view();
+  MonteCarloPlan plan;
+  plan.tolerance = 1e-9, plan.max_samples = 32768, plan.input_std = 1 / std::sqrt(24.0);
+  for (bool cv : {false, true}) {
+    plan.control_variate = cv;
+    plan.embedding_span = true;
+    const MonteCarloSimilarity span = monte_carlo_sized(a, b, plan);
+    plan.embedding_span = false, plan.seed = 2;
+    const MonteCarloSimilarity whole = monte_carlo_sized(a, b, plan);
+    MESSAGE("control variate ", cv, ": in the span ", span.similarity, " ± ", span.similarity_se, ", over all inputs ",
+            whole.similarity, " ± ", whole.similarity_se);
+    CHECK(std::abs(span.similarity - whole.similarity) <= 3 * std::hypot(span.similarity_se, whole.similarity_se));
+    CHECK(span.similarity_se == doctest::Approx(whole.similarity_se).epsilon(0.2));
+  }
+}

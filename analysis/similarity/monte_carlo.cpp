@@ -5,7 +5,9 @@
 #include <optional>
 #include <tuple>
 
+#include "analysis/similarity/polynomial_moments.h"
 #include "engine/error.h"
+#include "engine/matrix64.h"
 #include "engine/random.h"
 
 namespace adjoint {
@@ -171,9 +173,32 @@ MonteCarloSimilarity monte_carlo_estimate(const PolynomialView& a, const Polynom
   return finish(total, slice, samples);
 }
 
-MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a, const PolynomialView& b, const MonteCarloPlan& plan,
-                                       const PolynomialView* reference) {
-  check_views(a, b, reference, plan.input_std);
+namespace {
+
+// The view reading y = Qᵀx in place of x: its first (linear) step's weight W becomes W·Q (in
+// float, as the weights are held: a change of the function by rounding, far below any
+// sampling error).
+PolynomialView read_through(PolynomialView v, const Matrix64& basis) {
+  const Matrix64 w = matmul(to_matrix64(v.steps.front().weight), basis);
+  v.steps.front().weight = Tensor::from_vector({w.rows, w.cols}, std::vector<float>(w.data.begin(), w.data.end()));
+  v.input_dim = basis.cols;
+  return v;
+}
+
+}  // namespace
+
+MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const PolynomialView& b_in, const MonteCarloPlan& plan,
+                                       const PolynomialView* reference_in) {
+  check_views(a_in, b_in, reference_in, plan.input_std);
+  // Networks that begin with an embedding read x only through its rows: x ~ N(0, σ²I) is
+  // sampled in the span of the rows (Qᵀx ~ N(0, σ²I_r), r at most the widths summed), the same
+  // distribution of every output, at a fraction of the draws.
+  std::vector<const PolynomialView*> views = {&a_in, &b_in};
+  if (reference_in) views.push_back(reference_in);
+  const Matrix64 basis = plan.embedding_span ? shared_input_basis(views) : Matrix64();
+  const PolynomialView a = basis.cols ? read_through(a_in, basis) : a_in, b = basis.cols ? read_through(b_in, basis) : b_in;
+  const PolynomialView read_reference = basis.cols && reference_in ? read_through(*reference_in, basis) : PolynomialView{};
+  const PolynomialView* reference = reference_in ? (basis.cols ? &read_reference : reference_in) : nullptr;
   check(plan.tolerance > 0 && std::isfinite(plan.tolerance), "monte carlo similarity: the tolerance must be positive, got ",
         plan.tolerance);
   Generator gen(plan.seed);

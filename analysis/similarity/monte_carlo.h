@@ -45,6 +45,7 @@ struct MonteCarloPlan {
   int64_t max_samples = int64_t(1) << 24;
   int64_t pilot = 2048;
   bool control_variate = true;
+  bool embedding_span = true;  // sample x in the span of the embeddings' rows (below), where they begin with one
   uint64_t seed = 1;
   double input_std = 1.0;
   // Hears (samples so far, samples the current standard error says are needed, that error).
