@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "analysis/similarity/exact_moments.h"
+#include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/monte_carlo.h"
 #include "engine/random.h"
 #include "models/model.h"
@@ -84,4 +85,33 @@ TEST_CASE("sized Monte Carlo: sampling in the embeddings' span, the same estimat
     CHECK(std::abs(span.similarity - whole.similarity) <= 3 * std::hypot(span.similarity_se, whole.similarity_se));
     CHECK(span.similarity_se == doctest::Approx(whole.similarity_se).epsilon(0.2));
   }
+}
+
+TEST_CASE("sized Monte Carlo: a one-block LM's cross term and both self terms, each against the exact route") {
+  ModelConfig c;
+  c.arch = "bilinear_lm", c.attention = "bilinear", c.vocab = 5, c.seq_len = 2, c.dim = 4, c.depth = 1, c.heads = 2;
+  c.mlp_ratio = 1, c.residual_scale = 0.5;
+  Generator ga(51), gb(52);
+  const auto ma = make_model(c, ga), mb = make_model(c, gb);
+  TensorSimOptions o;
+  o.input_std = 1 / std::sqrt(5.0);
+  const TensorSimScore exact = tensor_similarity(*ma, *mb, o);
+  REQUIRE(exact.kind == "exact");
+  int ab = 0, aa = 0, bb = 0, cosine = 0;
+  const int runs = 10;
+  for (int seed = 1; seed <= runs; ++seed) {
+    MonteCarloPlan plan;
+    plan.tolerance = 0.01, plan.seed = uint64_t(seed) * 104729, plan.input_std = o.input_std;
+    const MonteCarloSimilarity mc = monte_carlo_sized(ma->polynomial_view(), mb->polynomial_view(), plan);
+    cosine += covers(mc.similarity, mc.similarity_se, exact.total);
+    ab += covers(mc.inner_ab, mc.inner_ab_se, exact.inner_ab);
+    aa += covers(mc.inner_aa, mc.inner_aa_se, exact.inner_aa);
+    bb += covers(mc.inner_bb, mc.inner_bb_se, exact.inner_bb);
+  }
+  MESSAGE("covered of ", runs, ": cosine ", cosine, ", <A|B> ", ab, ", <A|A> ", aa, ", <B|B> ", bb);
+  // Binomial(10, 0.95): 8 or more with probability 0.99.
+  CHECK(cosine >= 8);
+  CHECK(ab >= 8);
+  CHECK(aa >= 8);
+  CHECK(bb >= 8);
 }

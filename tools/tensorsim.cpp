@@ -3,6 +3,7 @@
 //
 //   adjoint tensorsim A.ckpt B.ckpt [--metric identity|gaussian|data] [--slices] [--diff A0.ckpt] [--out DIR]
 //   adjoint tensorsim --run DIR [--out DIR]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -300,7 +301,9 @@ std::vector<std::string> run_checkpoints(const std::string& dir) {
 // Every pair of a run's checkpoints (row-major K×K): one layer's closed forms all at once
 // (each checkpoint prepared once, stacked products, threads); deeper networks pair by pair
 // through the recursion, each network's own moments computed once.
-std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const TensorSimOptions& o, std::string& method) {
+// `standard_error` (K×K) holds each sampled pair's standard error, 0 where a pair is exact.
+std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const TensorSimOptions& o, std::string& method,
+                                 std::vector<double>& standard_error) {
   const size_t K = cks.size();
   std::vector<std::string> names;
   std::vector<PreparedLayer> layers;
@@ -311,6 +314,7 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
     layers.push_back(std::move(*p));
   }
   std::vector<double> pairwise(K * K, 1.0);
+  standard_error.assign(K * K, 0.0);
   if (layers.size() == K) {
     const std::vector<Similarity> all = pairwise_similarity(layers, names);
     for (size_t k = 0; k < K * K; ++k) pairwise[k] = all[k].total;
@@ -325,25 +329,30 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
   std::vector<std::pair<size_t, size_t>> pairs;
   for (size_t i = 0; i < K; ++i)
     for (size_t j = i + 1; j < K; ++j) pairs.push_back({i, j});
-  std::vector<double> mine(pairs.size(), NAN);  // NaN: computed on another rank
+  std::vector<double> mine(pairs.size(), NAN), mine_se(pairs.size(), NAN);  // NaN: computed on another rank
   MomentCache traces;
   distributed::for_each_item(int64_t(pairs.size()), [&](int64_t p) {
     const auto [i, j] = pairs[size_t(p)];
+    TensorSimOptions own = o;
+    own.seed = o.seed + uint64_t(p);  // sampled pairs draw apart: their errors are independent
     const TensorSimScore s = naming(cat(cks[i].path, " vs ", cks[j].path), [&] {
-      return tensor_similarity(*cks[i].model, *cks[j].model, o, nullptr, &traces);
+      return tensor_similarity(*cks[i].model, *cks[j].model, own, nullptr, &traces);
     });
     mine[size_t(p)] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
+    mine_se[size_t(p)] = s.standard_error;
     if (size_t(p) + 1 == pairs.size()) method = s.kind + ": " + s.method;
   });
   const size_t ranks = size_t(distributed::size());
-  std::vector<double> all(ranks * pairs.size());
+  std::vector<double> all(ranks * pairs.size()), all_se(ranks * pairs.size());
   distributed::allgather(mine.data(), int64_t(pairs.size()), all.data());
+  distributed::allgather(mine_se.data(), int64_t(pairs.size()), all_se.data());
   int last_pair_rank = 0;
   for (size_t p = 0; p < pairs.size(); ++p)
     for (size_t r = 0; r < ranks; ++r)
       if (!std::isnan(all[r * pairs.size() + p])) {
         const auto [i, j] = pairs[p];
         pairwise[i * K + j] = pairwise[j * K + i] = all[r * pairs.size() + p];
+        standard_error[i * K + j] = standard_error[j * K + i] = all_se[r * pairs.size() + p];
         if (p + 1 == pairs.size()) last_pair_rank = int(r);
       }
   distributed::broadcast(method, last_pair_rank);
@@ -364,7 +373,8 @@ int run_run(const cli::Args& a) {
   if (o.metric == "data") moments = data_distribution(ex), o.data = &*moments;
 
   std::string method;
-  const std::vector<double> pairwise = run_pairwise(cks, o, method);
+  std::vector<double> standard_error;
+  const std::vector<double> pairwise = run_pairwise(cks, o, method, standard_error);
   cli::ProgressBar bar("tensorsim", int64_t(K), "checkpoint");
   std::vector<double> steps, loss, accuracy, to_last, cka_logits;
   std::vector<std::string> labels;
@@ -402,6 +412,19 @@ int run_run(const cli::Args& a) {
     for (size_t j = 0; j < K; ++j) row.push_back(number(pairwise[i * K + j]));
     matrix.push_back(row);
   }
+  // Sampled pairs: each pair's standard error beside the matrix (0 where a pair is exact).
+  const bool sampled = std::any_of(standard_error.begin(), standard_error.end(), [](double v) { return v > 0; });
+  Json se_matrix = Json::array();
+  std::string se_csv = "step";
+  for (const std::string& l : labels) se_csv += "," + l;
+  se_csv += "\n";
+  for (size_t i = 0; i < K; ++i) {
+    Json row = Json::array();
+    se_csv += labels[i];
+    for (size_t j = 0; j < K; ++j) row.push_back(number(standard_error[i * K + j])), se_csv += cat(",", full(standard_error[i * K + j]));
+    se_csv += "\n";
+    se_matrix.push_back(row);
+  }
   std::string pair_csv = "step";
   for (const std::string& l : labels) pair_csv += "," + l;
   pair_csv += "\n";
@@ -412,10 +435,12 @@ int run_run(const cli::Args& a) {
   }
   write_file_atomic(out + "/run_similarity.csv", csv);
   write_file_atomic(out + "/pairwise_similarity.csv", pair_csv);
+  if (sampled) write_file_atomic(out + "/pairwise_similarity_se.csv", se_csv);
   write_file_atomic(out + "/run_similarity.md", md);
   write_file_atomic(out + "/run_similarity.json",
                     to_json(Json(Json::Object{{"run", dir}, {"method", method},
-                                              {"checkpoints", rows}, {"pairwise", matrix}}), 2) + "\n");
+                                              {"checkpoints", rows}, {"pairwise", matrix},
+                                              {"pairwise_standard_error", se_matrix}}), 2) + "\n");
   const bool log_x = steps.front() > 0 && steps.back() / steps.front() > 50;
   Image over_steps = line_chart("similarity to the last checkpoint", "step",
                                 cat("similarity or accuracy (tensor similarity: ", method, ")"), steps,

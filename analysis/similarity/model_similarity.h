@@ -60,7 +60,7 @@ private:
   std::map<Key, HermiteExpansion> hermite_;
 };
 
-// The most contractions the exact sum may take for one pair (a depth-2 MLP takes 3 304);
+// The most contractions the exact sum may take for ⟨A|B⟩ and ⟨A|A⟩ together (a depth-2 MLP takes 2 658 each);
 // beyond it, the recursion answers, labelled an approximation.
 constexpr int64_t kExactContractionBudget = 20000;
 // The most the explicit-polynomial sum may take for one network: multiply-adds in its
