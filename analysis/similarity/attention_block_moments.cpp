@@ -15,7 +15,7 @@ namespace adjoint {
 bool single_attention_block(const PolynomialView& v) {
   using K = PolynomialStep::Kind;
   return v.steps.size() == 4 && v.steps[0].kind == K::Linear && v.steps[1].kind == K::Attention &&
-         v.steps[1].residual && v.steps[2].kind == K::Bilinear && v.steps[2].residual && v.steps[3].kind == K::Linear;
+         v.steps[1].residual && plain_attention(v.steps[1]) && v.steps[2].kind == K::Bilinear && v.steps[2].residual && v.steps[3].kind == K::Linear;
 }
 
 namespace {

@@ -206,10 +206,22 @@ TensorSimScore closed_form(RoutePair& p) {
   return closed_form_score(*prepared_layer(p.a, p.o, p.reference), *prepared_layer(p.b, p.o), p.o);
 }
 
+// Whether every attention step of the pair is the plain one the exact routes take; says why not.
+bool plain_attention_only(RoutePair& p, const char* route) {
+  for (const PolynomialView* v : p.views())
+    for (const PolynomialStep& s : v->steps)
+      if (s.kind == PolynomialStep::Kind::Attention && !plain_attention(s)) {
+        p.why += cat("; ", route, " does not take attention with QK biases or rotary positions ('", s.name, "')");
+        return false;
+      }
+  return true;
+}
+
 // The identity metric of deeper networks: their whole tensors' inner product, contracted layer
 // by layer (network_tensor.h), log-scaled.
 bool identity_at_depth(RoutePair& p) { return p.o.metric == "identity"; }
 TensorSimScore network_tensors(RoutePair& p) {
+  if (!plain_attention_only(p, "the identity metric at depth")) throw UsageError(cat("tensor similarity", p.why));
   if (!p.o.bias)
     throw UsageError("tensor similarity: the identity metric of a deep network includes the constant coordinate "
                      "(its tensors are over x̃ = (1, x)); drop --no-bias");
@@ -285,6 +297,7 @@ TensorSimScore isserlis(RoutePair& p) {
 // Each network written out over its own input (its expansion cached across pairs), else the
 // pair over the span of their embeddings (shared_input_basis), where that is smaller.
 bool polynomial_applies(RoutePair& p) {
+  if (!plain_attention_only(p, "writing out as polynomials")) return false;
   std::string plain_why, reduced_why;
   bool plain = true, reduced = false;
   for (const PolynomialView* v : p.views()) plain = polynomial_tractable(*v, 0, &plain_why) && plain;
@@ -326,7 +339,7 @@ TensorSimScore polynomial(RoutePair& p) {
 // own embedding's variables (canonical_pairing.h), so its own terms are cached across pairs.
 bool attention_block_applies(RoutePair& p) {
   for (const PolynomialView* v : p.views())
-    if (!single_attention_block(*v)) return false;
+    if (!single_attention_block(*v)) return false;  // a rotary or biased attention is not one such block
   p.block_cost = attention_block_cost(p.va, p.vb);
   if (p.reference) p.block_cost.multiply_adds *= 4;  // a·b, r·b, a·r and r·r
   if (p.block_cost.multiply_adds <= kAttentionBlockMultiplyAddBudget && p.block_cost.held <= kAttentionBlockCoefficientBudget)
@@ -388,6 +401,7 @@ TensorSimScore monte_carlo(RoutePair& p) {
 // bilinear layer (the Gaussian closure). A difference tensor needs an exact route or sampling.
 bool recursion_applies(RoutePair& p) {
   if (!p.o.recursion) return false;
+  if (!plain_attention_only(p, "the recursion")) throw UsageError(cat("tensor similarity: --recursion", p.why));
   if (p.reference) throw UsageError("tensor similarity: --diff of deep networks is not compared by the recursion; drop --recursion");
   return true;
 }

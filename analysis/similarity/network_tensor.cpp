@@ -90,6 +90,7 @@ struct AttentionLegs {
 
 AttentionLegs attention_legs(const PolynomialStep& s, int64_t positions, int64_t dim) {
   check(s.residual, "network tensor: attention '", s.name, "' without a residual is not a layer of the bilinear LM");
+  check(plain_attention(s), "network tensor: attention '", s.name, "' has QK biases or rotary positions, which this route does not take");
   const Matrix64 qkv = to_matrix64(s.qkv);
   AttentionLegs a;
   a.positions = positions, a.dim = dim, a.heads = s.heads, a.head_dim = dim / s.heads;
