@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "engine/error.h"
-#include "ops/layout.h"
 
 namespace adjoint {
 
@@ -31,7 +30,11 @@ PolynomialView paper_lm_view(const std::map<std::string, Tensor>& state, const P
   PolynomialView v{"paper_lm", vocab, positions, {}};
   PolynomialStep e;
   e.kind = PolynomialStep::Kind::Linear, e.name = "embed";
-  e.weight = transpose(embed_it->second, 0, 1).contiguous();  // (d, vocab)
+  const std::vector<float> rows = embed_it->second.contiguous().to_vector();  // a row per token
+  std::vector<float> columns(rows.size());
+  for (int64_t t = 0; t < vocab; ++t)
+    for (int64_t c = 0; c < d; ++c) columns[size_t(c * vocab + t)] = rows[size_t(t * d + c)];
+  e.weight = Tensor::from_vector({d, vocab}, columns);  // (d, vocab)
   v.steps.push_back(e);
   int64_t layers = 0;
   while (state.count(cat("layers.", layers, ".q1.weight"))) ++layers;
