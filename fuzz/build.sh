@@ -18,7 +18,7 @@ libs="$(pkg-config --libs openblas tbb stb zlib) -lpthread"
 # the readers of the stitching sweep's and explain's cell files (which need the engine alone).
 objects=""
 for src in engine/*.cpp engine/io/*.cpp engine/data/*.cpp tools/cli.cpp analysis/common/provenance.cpp analysis/stitching/records.cpp \
-    analysis/pullbacks/cells.cpp; do
+    analysis/pullbacks/cells.cpp models/paper_lm.cpp; do
   obj="$out/obj/$(echo "$src" | tr / _ | sed 's/\.cpp$/.o/')"
   objects="$objects $obj"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then

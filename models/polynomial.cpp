@@ -1,5 +1,7 @@
 #include "models/polynomial.h"
 
+#include <cmath>
+
 #include "engine/error.h"
 #include "engine/matrix64.h"
 
@@ -51,9 +53,29 @@ Matrix64 bilinear_rows(const PolynomialStep& s, const Matrix64& h) {
   return s.down.defined() ? matmul(y, to_matrix64(s.down), false, true) : y;
 }
 
+// Rotary positions on one head's vector x (d_head values) at position t: the pairs (j, j + d/2)
+// turned by the angle t·base^(−2j/d), the first half taking −x_{j+d/2}·sin, the second +x_j·sin.
+void rotate(double* x, int64_t d, int64_t t) {
+  const int64_t half = d / 2;
+  for (int64_t j = 0; j < half; ++j) {
+    const double angle = double(t) / std::pow(10000.0, double(2 * j) / double(d));
+    const double c = std::cos(angle), sn = std::sin(angle), a = x[j], b = x[j + half];
+    x[j] = a * c - b * sn, x[j + half] = b * c + a * sn;
+  }
+}
+
 Matrix64 attention_rows(const PolynomialStep& s, const Matrix64& h, int64_t T) {
   const int64_t n = h.rows / T, dim = h.cols, dh = dim / s.heads;
-  const Matrix64 parts = matmul(h, to_matrix64(s.qkv), false, true);  // (n·T, 5·dim): q1 k1 q2 k2 v
+  Matrix64 parts = matmul(h, to_matrix64(s.qkv), false, true);  // (n·T, 5·dim): q1 k1 q2 k2 v
+  if (s.qk_bias.defined()) {
+    const std::vector<float> b = s.qk_bias.contiguous().to_vector();
+    for (int64_t r = 0; r < parts.rows; ++r)
+      for (int64_t c = 0; c < 4 * dim; ++c) parts(r, c) += b[size_t(c)];
+  }
+  if (s.rotary)
+    for (int64_t r = 0; r < parts.rows; ++r)
+      for (int64_t part = 0; part < 4; ++part)
+        for (int64_t head = 0; head < s.heads; ++head) rotate(&parts(r, part * dim + head * dh), dh, r % T);
   Matrix64 o(h.rows, dim);
   auto at = [&](int64_t example, int64_t t, int64_t part, int64_t head, int64_t j) {
     return parts(example * T + t, part * dim + head * dh + j);

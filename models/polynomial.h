@@ -8,7 +8,9 @@
 //   Bilinear   y_t = D((L h̃_t) ⊙ (R h̃_t)), h̃_t = (1, h_t); then h_t ← y_t, or h_t ← h_t + s·y_t
 //              when residual
 //   Attention  the bilinear-score attention of the bilinear LM (polynomial of degree five);
-//              h_t ← h_t + s·proj(Σ_{u≤t} (q1_t·k1_u)(q2_t·k2_u)/d_head² · v_u), per head
+//              h_t ← h_t + s·proj(Σ_{u≤t} (q1_t·k1_u)(q2_t·k2_u)/d_head² · v_u), per head; q and k
+//              optionally with biases and rotated by their position (rotary: the
+//              tensor-similarity paper's LMs), which keeps every leg linear in h
 // A token model's input is the one-hot vector of each position's token.
 #pragma once
 #include <cstdint>
@@ -28,10 +30,16 @@ struct PolynomialStep {
   Tensor left, right, down;  // Bilinear: (hidden, in + 1) each, bias in column 0; down (out, hidden)
                              // or undefined (out = hidden)
   Tensor qkv, proj;          // Attention: (5·dim, dim) in the order q1, k1, q2, k2, v; (dim, dim)
+  Tensor qk_bias;            // Attention: (4·dim) biases of q1, k1, q2, k2, or undefined
+  bool rotary = false;       // Attention: q1, k1, q2, k2 rotated by position, per head (rotate-half, base 10000)
   int64_t heads = 0;
   bool residual = false;     // Bilinear and Attention: h ← h + scale·y
   double scale = 1.0;
 };
+
+// Whether an attention step is the plain one every exact route takes: no QK biases, no rotary
+// positions (a sampled estimate takes any).
+inline bool plain_attention(const PolynomialStep& s) { return !s.qk_bias.defined() && !s.rotary; }
 
 struct PolynomialView {
   std::string arch;

@@ -427,3 +427,19 @@ TEST_CASE("reproduce: a focus claim is judged only where its premise holds, the 
     }
   CHECK(found);
 }
+
+TEST_CASE("reproduce: the language model's checkpoint matrix carries its standard errors") {
+  TempDir dir;
+  const std::string parts = dir.path().string() + "/parts";
+  const Claim& bars = claim_named(find_paper("tensor-similarity"), "Every entry of the language model's checkpoint matrix");
+  const std::string folder = cat(parts, "/lm_similarity_s0");
+  fs::create_directories(folder);
+  // No standard errors written: every pair was exact.
+  CHECK(judge(bars, parts, 1).holds);
+  write_file_atomic(folder + "/pairwise_similarity_se.csv", "step,10,20\n10,0,0.003\n20,0.003,0\n");
+  ClaimOutcome o = judge(bars, parts, 1);
+  CHECK(o.holds);
+  CHECK(o.mean == doctest::Approx(0.003));
+  write_file_atomic(folder + "/pairwise_similarity_se.csv", "step,10,20\n10,0,0.02\n20,0.02,0\n");
+  CHECK_FALSE(judge(bars, parts, 1).holds);
+}

@@ -3,6 +3,7 @@
 //
 //   adjoint tensorsim A.ckpt B.ckpt [--metric identity|gaussian|data] [--slices] [--diff A0.ckpt] [--out DIR]
 //   adjoint tensorsim --run DIR [--out DIR]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -53,6 +54,9 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.positions = a.integer("positions");
   o.input_std = a.number("input-std");
   o.recursion = a.flag("recursion");
+  o.tolerance = a.number("tolerance");
+  if (!(std::isfinite(o.tolerance) && o.tolerance > 0))
+    throw UsageError(cat("--tolerance must be a positive finite number, got ", o.tolerance));
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
   if (!(std::isfinite(o.input_std) && o.input_std > 0))
     throw UsageError(cat("--input-std must be a positive finite number, got ", o.input_std));
@@ -302,7 +306,9 @@ std::vector<std::string> run_checkpoints(const std::string& dir) {
 // Every pair of a run's checkpoints (row-major K×K): one layer's closed forms all at once
 // (each checkpoint prepared once, stacked products, threads); deeper networks pair by pair
 // through the recursion, each network's own moments computed once.
-std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const TensorSimOptions& o, std::string& method) {
+// `standard_error` (K×K) holds each sampled pair's standard error, 0 where a pair is exact.
+std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const TensorSimOptions& o, std::string& method,
+                                 std::vector<double>& standard_error) {
   const size_t K = cks.size();
   std::vector<std::string> names;
   std::vector<PreparedLayer> layers;
@@ -313,6 +319,7 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
     layers.push_back(std::move(*p));
   }
   std::vector<double> pairwise(K * K, 1.0);
+  standard_error.assign(K * K, 0.0);
   if (layers.size() == K) {
     const std::vector<Similarity> all = pairwise_similarity(layers, names);
     for (size_t k = 0; k < K * K; ++k) pairwise[k] = all[k].total;
@@ -327,25 +334,30 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
   std::vector<std::pair<size_t, size_t>> pairs;
   for (size_t i = 0; i < K; ++i)
     for (size_t j = i + 1; j < K; ++j) pairs.push_back({i, j});
-  std::vector<double> mine(pairs.size(), NAN);  // NaN: computed on another rank
+  std::vector<double> mine(pairs.size(), NAN), mine_se(pairs.size(), NAN);  // NaN: computed on another rank
   MomentCache traces;
   distributed::for_each_item(int64_t(pairs.size()), [&](int64_t p) {
     const auto [i, j] = pairs[size_t(p)];
+    TensorSimOptions own = o;
+    own.seed = o.seed + uint64_t(p);  // sampled pairs draw apart: their errors are independent
     const TensorSimScore s = naming(cat(cks[i].path, " vs ", cks[j].path), [&] {
-      return tensor_similarity(*cks[i].model, *cks[j].model, o, nullptr, &traces);
+      return tensor_similarity(*cks[i].model, *cks[j].model, own, nullptr, &traces);
     });
     mine[size_t(p)] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
+    mine_se[size_t(p)] = s.standard_error;
     if (size_t(p) + 1 == pairs.size()) method = s.kind + ": " + s.method;
   });
   const size_t ranks = size_t(distributed::size());
-  std::vector<double> all(ranks * pairs.size());
+  std::vector<double> all(ranks * pairs.size()), all_se(ranks * pairs.size());
   distributed::allgather(mine.data(), int64_t(pairs.size()), all.data());
+  distributed::allgather(mine_se.data(), int64_t(pairs.size()), all_se.data());
   int last_pair_rank = 0;
   for (size_t p = 0; p < pairs.size(); ++p)
     for (size_t r = 0; r < ranks; ++r)
       if (!std::isnan(all[r * pairs.size() + p])) {
         const auto [i, j] = pairs[p];
         pairwise[i * K + j] = pairwise[j * K + i] = all[r * pairs.size() + p];
+        standard_error[i * K + j] = standard_error[j * K + i] = all_se[r * pairs.size() + p];
         if (p + 1 == pairs.size()) last_pair_rank = int(r);
       }
   distributed::broadcast(method, last_pair_rank);
@@ -367,7 +379,8 @@ int run_run(const cli::Args& a) {
   if (o.metric == "data") moments = data_distribution(ex), o.data = &*moments;
 
   std::string method;
-  const std::vector<double> pairwise = run_pairwise(cks, o, method);
+  std::vector<double> standard_error;
+  const std::vector<double> pairwise = run_pairwise(cks, o, method, standard_error);
   cli::ProgressBar bar("tensorsim", int64_t(K), "checkpoint");
   std::vector<double> steps, loss, accuracy, to_last, cka_logits;
   std::vector<std::string> labels;
@@ -401,6 +414,18 @@ int run_run(const cli::Args& a) {
     for (size_t j = 0; j < K; ++j) row.push_back(number(pairwise[i * K + j]));
     matrix.push_back(row);
   }
+  // Sampled pairs: each pair's standard error beside the matrix (0 where a pair is exact).
+  const bool sampled = std::any_of(standard_error.begin(), standard_error.end(), [](double v) { return v > 0; });
+  Json se_matrix = Json::array();
+  Table se_csv{{"step"}};
+  se_csv.header.insert(se_csv.header.end(), labels.begin(), labels.end());
+  for (size_t i = 0; i < K; ++i) {
+    Json row = Json::array();
+    std::vector<std::string> cells = {labels[i]};
+    for (size_t j = 0; j < K; ++j) row.push_back(number(standard_error[i * K + j])), cells.push_back(full(standard_error[i * K + j]));
+    se_csv.add_row(cells);
+    se_matrix.push_back(row);
+  }
   Table pair_csv{{"step"}};
   pair_csv.header.insert(pair_csv.header.end(), labels.begin(), labels.end());
   for (size_t i = 0; i < K; ++i) {
@@ -410,6 +435,7 @@ int run_run(const cli::Args& a) {
   }
   write_file_atomic(out + "/run_similarity.csv", csv.csv());
   write_file_atomic(out + "/pairwise_similarity.csv", pair_csv.csv());
+  if (sampled) write_file_atomic(out + "/pairwise_similarity_se.csv", se_csv.csv());
   write_file_atomic(out + "/run_similarity.md",
                     cat("# Tensor similarity over a run\n\nRun `", dir, "`, ", K, " checkpoints, compared with the last (step ",
                         labels.back(), ") by ", method, "; accuracy on ",
@@ -417,7 +443,8 @@ int run_run(const cli::Args& a) {
                         " test examples.\n\n", md.markdown()));
   write_file_atomic(out + "/run_similarity.json",
                     to_json(Json(Json::Object{{"run", dir}, {"method", method},
-                                              {"checkpoints", rows}, {"pairwise", matrix}}), 2) + "\n");
+                                              {"checkpoints", rows}, {"pairwise", matrix},
+                                              {"pairwise_standard_error", se_matrix}}), 2) + "\n");
   const bool log_x = steps.front() > 0 && steps.back() / steps.front() > 50;
   Image over_steps = line_chart("similarity to the last checkpoint", "step",
                                 cat("similarity or accuracy (tensor similarity: ", method, ")"), steps,
@@ -446,10 +473,12 @@ const cli::Registration tensorsim_command({
     .description =
         "Compares two checkpoints of bilinear models through their weights alone (docs/methods.md §3): the\n"
         "symmetrised tensors' inner product in closed form for one bilinear layer (--metric identity,\n"
-        "gaussian or data; the others are reported beside the chosen one), the exact Isserlis sum for\n"
+        "gaussian or data; the others are reported beside the chosen one; --metric identity at any depth\n"
+        "contracts the networks' whole tensors layer by layer), the exact Isserlis sum for\n"
         "deeper networks where it is tractable (a residual MLP of depth 2; attention LMs and depth-3 MLPs\n"
-        "on small inputs, as polynomials), else the second-moment\n"
-        "recursion, an approximation, labelled recursion-approx (--check-mc N verifies any pair by Monte\n"
+        "on small inputs, as polynomials), else a Monte Carlo estimate sized to --tolerance (its standard\n"
+        "error), labelled monte-carlo with its interval; the second-moment recursion, an approximation\n"
+        "labelled recursion-approx, only with --recursion (--check-mc N verifies any pair by Monte\n"
         "Carlo). The CSV holds each cosine at full precision with its inner product and both norms.\n"
         "Beside it, on --count test examples (never on a --diff difference):\n"
         "linear CKA (biased, debiased) of hidden features and logits, prediction agreement, output\n"
@@ -471,7 +500,8 @@ const cli::Registration tensorsim_command({
                  "also estimate the similarity (and slices) from N Gaussian inputs through both networks, with "
                  "standard errors",
                  "0"},
-                {"recursion", "", "deep networks: the second-moment recursion (an approximation) even where the exact sum applies", ""},
+                {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
+                {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},
                 {"run", "DIR", "compare every kept checkpoint of a training run", ""},
                 {"data", "SPEC", "data set for the baselines and accuracy (default: the checkpoint's)", ""},
                 {"count", "N", "test examples for the baselines and accuracy (0: all)", "2000"},

@@ -15,7 +15,7 @@ namespace adjoint {
 bool single_attention_block(const PolynomialView& v) {
   using K = PolynomialStep::Kind;
   return v.steps.size() == 4 && v.steps[0].kind == K::Linear && v.steps[1].kind == K::Attention &&
-         v.steps[1].residual && v.steps[2].kind == K::Bilinear && v.steps[2].residual && v.steps[3].kind == K::Linear;
+         v.steps[1].residual && plain_attention(v.steps[1]) && v.steps[2].kind == K::Bilinear && v.steps[2].residual && v.steps[3].kind == K::Linear;
 }
 
 namespace {
@@ -158,29 +158,34 @@ Side prepare(const PolynomialView& v, double input_std, const Matrix64& read) {
 
 // Moments of S (or of one position's X) for one output o of each side: with A's factors S_ma
 // (m < M_A, a ≤ d_A) and B's S'_nc, and the pairs of a side contracted by its Ĝ:
-//   mu = E[S_ma], mu_b = E[S'_nc], A = E[S_mᵀĜS_m'], B = E[S'_nᵀĜ'S'_n'], C = E[S_ma S'_nc],
-//   V = E[(S_mᵀĜS_m') S'_nc], V2 = E[S_ma (S'_nᵀĜ'S'_n')].
+//   mean_a = E[S_ma], mean_b = E[S'_nc], form_a = E[S_mᵀĜS_m'], form_b = E[S'_nᵀĜ'S'_n'],
+//   cross = E[S_ma S'_nc], form_a_with_b = E[(S_mᵀĜS_m') S'_nc], a_with_form_b = E[S_ma (S'_nᵀĜ'S'_n')].
 // Rows and columns flatten (m, a) as m·(d+1) + a and (m, m') as m·M + m'. The fourth moment
 // W = E[(S_mᵀĜS_m')(S'_nᵀĜ'S'_n')] is never held: it enters the outputs only through
 // Σ_t ⟨g22_t, W_t⟩, so each position's share of it is contracted as it arises (position_share, absorb).
-// mu, mu_b and C do not depend on the output.
+// mean_a, mean_b and cross do not depend on the output.
 struct Moments {
-  Matrix64 mu, mu_b, A, B, C, V, V2;
+  Matrix64 mean_a, mean_b;            // E[S_ma], E[S'_nc]
+  Matrix64 form_a, form_b;            // E[S_mᵀĜS_m'], E[S'_nᵀĜ'S'_n']: each side's pairs through its own form
+  Matrix64 cross;                     // E[S_ma S'_nc]
+  Matrix64 form_a_with_b;             // E[(S_mᵀĜS_m') S'_nc]
+  Matrix64 a_with_form_b;             // E[S_ma (S'_nᵀĜ'S'_n')]
   Moments() = default;
   Moments(const Side& a, const Side& b)
-      : mu(a.M, a.D1()), mu_b(b.M, b.D1()), A(a.M, a.M), B(b.M, b.M), C(a.M * a.D1(), b.M * b.D1()),
-        V(a.M * a.M, b.M * b.D1()), V2(a.M * a.D1(), b.M * b.M) {}
+      : mean_a(a.M, a.D1()), mean_b(b.M, b.D1()), form_a(a.M, a.M), form_b(b.M, b.M), cross(a.M * a.D1(), b.M * b.D1()),
+        form_a_with_b(a.M * a.M, b.M * b.D1()), a_with_form_b(a.M * a.D1(), b.M * b.M) {}
 };
 
-// The moments of one position's X that the output's form enters: A, B, V and V2 as in Moments.
+// The moments of one position's X that the output's form enters: form_a, form_b, form_a_with_b
+// and a_with_form_b, as in Moments.
 struct PairMoments {
-  Matrix64 A, B, V, V2;
+  Matrix64 form_a, form_b, form_a_with_b, a_with_form_b;
 };
 
 // (Ĝ μ_m)_a for every m: a side's mean contracted with its form.
-Matrix64 form_times_mean(const Matrix64& mu, const Matrix64& g) { return matmul(mu, g); }  // g symmetric
+Matrix64 form_times_mean(const Matrix64& mean, const Matrix64& g) { return matmul(mean, g); }  // g symmetric
 
-// C's (d_a+1)×(d_b+1) block of each (m, n) as one row: rows (m, n), columns (i, c).
+// cross's (d_a+1)×(d_b+1) block of each (m, n) as one row: rows (m, n), columns (i, c).
 Matrix64 blocks_as_rows(const Matrix64& c, int64_t Ma, int64_t Mb, int64_t Da, int64_t Db) {
   Matrix64 r(Ma * Mb, Da * Db);
   for (int64_t m = 0; m < Ma; ++m)
@@ -190,12 +195,12 @@ Matrix64 blocks_as_rows(const Matrix64& c, int64_t Ma, int64_t Mb, int64_t Da, i
   return r;
 }
 
-// Ĝ C_mn Ĝ' for every block of C (Ĝ symmetric, so Ĝᵀ C Ĝ' = Ĝ C Ĝ'), laid out as blocks_as_rows:
-// C·(I ⊗ Ĝ') is one dgemm over C's rows read as (m, i, n), then Ĝ times each m's block of rows.
+// Ĝ C_mn Ĝ' for every block of cross (Ĝ symmetric, so Ĝᵀ cross Ĝ' = Ĝ cross Ĝ'), laid out as blocks_as_rows:
+// cross·(I ⊗ Ĝ') is one dgemm over cross's rows read as (m, i, n), then Ĝ times each m's block of rows.
 Matrix64 sandwiched_blocks(const Matrix64& c, const Matrix64& ga, const Matrix64& gb, int64_t Ma, int64_t Mb) {
   const int64_t Da = ga.rows, Db = gb.rows;
   Matrix64 right = matmul(reshaped(c, Ma * Da * Mb, Db), gb);
-  right.rows = Ma * Da, right.cols = Mb * Db;  // the same entries, C's shape
+  right.rows = Ma * Da, right.cols = Mb * Db;  // the same entries, cross's shape
   Matrix64 both(Ma * Da, Mb * Db);
   for (int64_t m = 0; m < Ma; ++m) {
     const Matrix64 block = matmul(ga, row_block(right, m * Da, Da));
@@ -204,7 +209,7 @@ Matrix64 sandwiched_blocks(const Matrix64& c, const Matrix64& ga, const Matrix64
   return blocks_as_rows(both, Ma, Mb, Da, Db);
 }
 
-// The C·C terms of W's update below, W[mm', nn'] += P[(m,n),(m',n')] + P[(m,n'),(m',n)] + the
+// The cross·cross terms of W's update below, W[mm', nn'] += P[(m,n),(m',n')] + P[(m,n'),(m',n)] + the
 // transposes, contracted with G = Σ_{t>u} g22_t, are ⟨H, P⟩ with H[(m,n),(m',n')] = G[mm',nn'] +
 // G[mm',n'n] + G[m'm,n'n] + G[m'm,nn']. P = T·C_Xᵀ, so ⟨H, P⟩ = ⟨T, H·C_X⟩ and H·C_X (C_X's blocks
 // as rows) does not depend on the output: once a position.
@@ -223,23 +228,23 @@ Matrix64 cross_pair_weights(const Matrix64& g, int64_t Ma, int64_t Mb) {
 // which of its factors come from X (2^factors terms; factors of one kind give the same terms).
 // Updates s (each moment after every term that reads its old value), and returns what the
 // fourth moment's terms with factors from both add to the outputs: ⟨G, W_{S+X} − W_S − W_X⟩
-// with G = Σ_{t>u} g22_t and `h_cx` = H·C_X (cross_pair_weights). X's means and C are in `x`,
+// with G = Σ_{t>u} g22_t and `h_cx` = H·C_X (cross_pair_weights). X's means and cross are in `x`,
 // the moments the output's form enters in `xp`.
 double absorb(Moments& s, const Moments& x, const PairMoments& xp, const Side& a, const Side& b, const Matrix64& ga,
               const Matrix64& gb, const Matrix64& g, const Matrix64& h_cx) {
   const int64_t Ma = a.M, Mb = b.M, Da = a.D1(), Db = b.D1();
-  const Matrix64 gmu_s = form_times_mean(s.mu, ga), gmu_x = form_times_mean(x.mu, ga);
-  const Matrix64 gmu_bs = form_times_mean(s.mu_b, gb), gmu_bx = form_times_mean(x.mu_b, gb);
-  // W: three factors from one and one from the other (V, V2 with a mean), a pair from each
-  // (A·B, or C·C across the sides). With Y[(mm', n), n'] = Σ_c V[mm', nc]·(Ĝ'μ')_n'c (one
-  // dgemm over V's rows read as (n, c)), V's terms are Y + Y exchanging n and n'; with
-  // Z[m][m', nn'] = Σ_a (Ĝμ)_m'a·V2[(m, a), nn'], V2's are Z + Z exchanging m and m'.
-  Matrix64 y = matmul(reshaped(s.V, Ma * Ma * Mb, Db), gmu_bx, false, true);
-  const Matrix64 yx = matmul(reshaped(xp.V, Ma * Ma * Mb, Db), gmu_bs, false, true);
+  const Matrix64 gmu_s = form_times_mean(s.mean_a, ga), gmu_x = form_times_mean(x.mean_a, ga);
+  const Matrix64 gmu_bs = form_times_mean(s.mean_b, gb), gmu_bx = form_times_mean(x.mean_b, gb);
+  // W: three factors from one and one from the other (form_a_with_b, a_with_form_b with a mean), a pair from each
+  // (form_a·form_b, or cross·cross across the sides). With Y[(mm', n), n'] = Σ_c form_a_with_b[mm', nc]·(Ĝ'μ')_n'c (one
+  // dgemm over form_a_with_b's rows read as (n, c)), form_a_with_b's terms are Y + Y exchanging n and n'; with
+  // Z[m][m', nn'] = Σ_a (Ĝμ)_m'a·a_with_form_b[(m, a), nn'], a_with_form_b's are Z + Z exchanging m and m'.
+  Matrix64 y = matmul(reshaped(s.form_a_with_b, Ma * Ma * Mb, Db), gmu_bx, false, true);
+  const Matrix64 yx = matmul(reshaped(xp.form_a_with_b, Ma * Ma * Mb, Db), gmu_bs, false, true);
   for (size_t i = 0; i < y.data.size(); ++i) y.data[i] += yx.data[i];
   Matrix64 z(Ma * Ma, Mb * Mb);  // rows (m, m')
   for (int64_t m = 0; m < Ma; ++m) {
-    const Matrix64 zs = matmul(gmu_x, row_block(s.V2, m * Da, Da)), zx = matmul(gmu_s, row_block(xp.V2, m * Da, Da));
+    const Matrix64 zs = matmul(gmu_x, row_block(s.a_with_form_b, m * Da, Da)), zx = matmul(gmu_s, row_block(xp.a_with_form_b, m * Da, Da));
     for (size_t i = 0; i < zs.data.size(); ++i) z.data[size_t(m * Ma * Mb * Mb) + i] = zs.data[i] + zx.data[i];
   }
   double cross = 0;
@@ -248,8 +253,8 @@ double absorb(Moments& s, const Moments& x, const PairMoments& xp, const Side& a
     for (int64_t mm = 0; mm < Ma; ++mm) {
       const int64_t row = m * Ma + mm;
       const double *grow = &g.data[size_t(row * cols)], *z1 = &z.data[size_t(row * cols)], *z2 = &z.data[size_t((mm * Ma + m) * cols)];
-      const double *yrow = &y.data[size_t(row * cols)], *bx = xp.B.data.data(), *bs = s.B.data.data();
-      const double as = s.A(m, mm), ax = xp.A(m, mm);
+      const double *yrow = &y.data[size_t(row * cols)], *bx = xp.form_b.data.data(), *bs = s.form_b.data.data();
+      const double as = s.form_a(m, mm), ax = xp.form_a(m, mm);
       double sum = 0;
       for (int64_t n = 0; n < Mb; ++n)
         for (int64_t nn = 0; nn < Mb; ++nn) {
@@ -258,52 +263,52 @@ double absorb(Moments& s, const Moments& x, const PairMoments& xp, const Side& a
         }
       cross += sum;
     }
-  // C·C: Σ Ĝ_ab Ĝ'_ce (C_S[ma,nc] C_X[m'b,n'e] + C_S[ma,n'e] C_X[m'b,nc]) and the same with S
+  // cross·cross: Σ Ĝ_ab Ĝ'_ce (C_S[ma,nc] C_X[m'b,n'e] + C_S[ma,n'e] C_X[m'b,nc]) and the same with S
   // and X exchanged. With T[(m,n),(b,e)] = (Ĝᵀ C_S,mn Ĝ')_be and P = T·C_Xᵀ over (b, e), the
   // exchanged terms are Pᵀ: ⟨H, P⟩ = ⟨T, H·C_X⟩ (cross_pair_weights).
-  cross += frobenius_inner(sandwiched_blocks(s.C, ga, gb, Ma, Mb), h_cx);
+  cross += frobenius_inner(sandwiched_blocks(s.cross, ga, gb, Ma, Mb), h_cx);
 
-  // V = E[(S_mᵀĜS_m') S'_nc]: A's pair from one and the B factor from the other, or one of A's
+  // form_a_with_b = E[(S_mᵀĜS_m') S'_nc]: A's pair from one and the B factor from the other, or one of A's
   // pair with the B factor and the other alone: with U[(m,m'), nc] = Σ_i (Ĝμ_X)_m'i C_S[mi, nc] +
   // (Ĝμ_S)_m'i C_X[mi, nc] (a dgemm for each m), the last are U + U exchanging m and m'.
   Matrix64 u(Ma * Ma, Mb * Db);
   for (int64_t m = 0; m < Ma; ++m) {
-    const Matrix64 us = matmul(gmu_x, row_block(s.C, m * Da, Da)), ux = matmul(gmu_s, row_block(x.C, m * Da, Da));
+    const Matrix64 us = matmul(gmu_x, row_block(s.cross, m * Da, Da)), ux = matmul(gmu_s, row_block(x.cross, m * Da, Da));
     for (size_t i = 0; i < us.data.size(); ++i) u.data[size_t(m * Ma * Mb * Db) + i] = us.data[i] + ux.data[i];
   }
   for (int64_t m = 0; m < Ma; ++m)
     for (int64_t n = 0; n < Ma; ++n) {
-      double* v = &s.V.data[size_t((m * Ma + n) * Mb * Db)];
+      double* v = &s.form_a_with_b.data[size_t((m * Ma + n) * Mb * Db)];
       const double *u1 = &u.data[size_t((m * Ma + n) * Mb * Db)], *u2 = &u.data[size_t((n * Ma + m) * Mb * Db)],
-                   *vx = &xp.V.data[size_t((m * Ma + n) * Mb * Db)];
-      const double as = s.A(m, n), ax = xp.A(m, n);
-      for (int64_t j = 0; j < Mb * Db; ++j) v[j] += as * x.mu_b.data[size_t(j)] + ax * s.mu_b.data[size_t(j)] + u1[j] + u2[j] + vx[j];
+                   *vx = &xp.form_a_with_b.data[size_t((m * Ma + n) * Mb * Db)];
+      const double as = s.form_a(m, n), ax = xp.form_a(m, n);
+      for (int64_t j = 0; j < Mb * Db; ++j) v[j] += as * x.mean_b.data[size_t(j)] + ax * s.mean_b.data[size_t(j)] + u1[j] + u2[j] + vx[j];
     }
-  // V2 likewise, with U2[(i, m), n] = Σ_c C_S[i, mc] (Ĝ'μ'_X)_nc + C_X[i, mc] (Ĝ'μ'_S)_nc.
-  Matrix64 u2 = matmul(reshaped(s.C, Ma * Da * Mb, Db), gmu_bx, false, true);
-  const Matrix64 u2x = matmul(reshaped(x.C, Ma * Da * Mb, Db), gmu_bs, false, true);
+  // a_with_form_b likewise, with U2[(i, m), n] = Σ_c C_S[i, mc] (Ĝ'μ'_X)_nc + C_X[i, mc] (Ĝ'μ'_S)_nc.
+  Matrix64 u2 = matmul(reshaped(s.cross, Ma * Da * Mb, Db), gmu_bx, false, true);
+  const Matrix64 u2x = matmul(reshaped(x.cross, Ma * Da * Mb, Db), gmu_bs, false, true);
   for (size_t i = 0; i < u2.data.size(); ++i) u2.data[i] += u2x.data[i];
   for (int64_t i = 0; i < Ma * Da; ++i) {
-    double* v = &s.V2.data[size_t(i * Mb * Mb)];
-    const double *w = &u2.data[size_t(i * Mb * Mb)], *vx = &xp.V2.data[size_t(i * Mb * Mb)];
-    const double ms = s.mu.data[size_t(i)], mx = x.mu.data[size_t(i)];
+    double* v = &s.a_with_form_b.data[size_t(i * Mb * Mb)];
+    const double *w = &u2.data[size_t(i * Mb * Mb)], *vx = &xp.a_with_form_b.data[size_t(i * Mb * Mb)];
+    const double ms = s.mean_a.data[size_t(i)], mx = x.mean_a.data[size_t(i)];
     for (int64_t m = 0; m < Mb; ++m)
       for (int64_t n = 0; n < Mb; ++n) {
         const int64_t col = m * Mb + n;
-        v[col] += ms * xp.B.data[size_t(col)] + mx * s.B.data[size_t(col)] + w[col] + w[n * Mb + m] + vx[col];
+        v[col] += ms * xp.form_b.data[size_t(col)] + mx * s.form_b.data[size_t(col)] + w[col] + w[n * Mb + m] + vx[col];
       }
   }
-  // C: the A factor from one, the B factor from the other.
+  // cross: the A factor from one, the B factor from the other.
   for (int64_t i = 0; i < Ma * Da; ++i)
     for (int64_t j = 0; j < Mb * Db; ++j)
-      s.C(i, j) += s.mu.data[size_t(i)] * x.mu_b.data[size_t(j)] + x.mu.data[size_t(i)] * s.mu_b.data[size_t(j)] + x.C(i, j);
-  // A and B: one factor from each.
-  const Matrix64 da = matmul(s.mu, gmu_x, false, true), dax = matmul(x.mu, gmu_s, false, true);
-  const Matrix64 db = matmul(s.mu_b, gmu_bx, false, true), dbx = matmul(x.mu_b, gmu_bs, false, true);
-  for (size_t i = 0; i < s.A.data.size(); ++i) s.A.data[i] += da.data[i] + dax.data[i] + xp.A.data[i];
-  for (size_t i = 0; i < s.B.data.size(); ++i) s.B.data[i] += db.data[i] + dbx.data[i] + xp.B.data[i];
-  for (size_t i = 0; i < s.mu.data.size(); ++i) s.mu.data[i] += x.mu.data[i];
-  for (size_t i = 0; i < s.mu_b.data.size(); ++i) s.mu_b.data[i] += x.mu_b.data[i];
+      s.cross(i, j) += s.mean_a.data[size_t(i)] * x.mean_b.data[size_t(j)] + x.mean_a.data[size_t(i)] * s.mean_b.data[size_t(j)] + x.cross(i, j);
+  // form_a and form_b: one factor from each.
+  const Matrix64 da = matmul(s.mean_a, gmu_x, false, true), dax = matmul(x.mean_a, gmu_s, false, true);
+  const Matrix64 db = matmul(s.mean_b, gmu_bx, false, true), dbx = matmul(x.mean_b, gmu_bs, false, true);
+  for (size_t i = 0; i < s.form_a.data.size(); ++i) s.form_a.data[i] += da.data[i] + dax.data[i] + xp.form_a.data[i];
+  for (size_t i = 0; i < s.form_b.data.size(); ++i) s.form_b.data[i] += db.data[i] + dbx.data[i] + xp.form_b.data[i];
+  for (size_t i = 0; i < s.mean_a.data.size(); ++i) s.mean_a.data[i] += x.mean_a.data[i];
+  for (size_t i = 0; i < s.mean_b.data.size(); ++i) s.mean_b.data[i] += x.mean_b.data[i];
   return cross;
 }
 
@@ -332,11 +337,11 @@ int64_t heads_of(const Side& s, size_t k) {
 
 // The output's form enters X_u's pairs only through η_hh' = ν_hᵀĜν_h', a polynomial of degree 2:
 // P_k = κκ_k·η_e(k) = Σ_β η̂_e,β·(He_β·κκ_k) with η̂ its Hermite coefficients (the basis of
-// degree ≤ 2, `basis`). So what X_u's pairs give every output is linear (means, V, V2) or
+// degree ≤ 2, `basis`). So what X_u's pairs give every output is linear (means, form_a_with_b, a_with_form_b) or
 // bilinear (the fourth moment) in the two sides' η̂, over products He_β·κκ_k that do not depend
 // on the output: built once a position, here.
 struct PositionFacts {
-  Moments own;                        // X_u's means and C alone (the rest is the output's: PairMoments)
+  Moments own;                        // X_u's means and cross alone (the rest is the output's: PairMoments)
   Matrix64 truncated_a, truncated_b;  // rows k·|basis| + j: He_βj·κκ_k to degree 3, Hermite basis
   // Σ_{t>u} ⟨g22_t, W of X_u alone⟩ = η̂_Aᵀ·θ·η̂_B, θ[(e, j), (e', j')] = Σ_{k of heads e}
   // E[He_βj κκ_k · He_βj' Λ_e',k] with Λ_e',k = Σ_{l of heads e'} G_kl·κκ'_l (G folded onto pairs).
@@ -401,18 +406,18 @@ Matrix64 fourth_moment_form(const Matrix64& folded, const std::vector<Poly>& kk_
 PositionFacts position_facts(const Side& a, const Side& b, const std::vector<double>& rho, int64_t u,
                              Matrix64 after, const std::vector<std::vector<int>>& basis) {
   PositionFacts f{{}, {}, {}, {}, std::move(after), {}};
-  f.own.mu = Matrix64(a.M, a.D1()), f.own.mu_b = Matrix64(b.M, b.D1());
+  f.own.mean_a = Matrix64(a.M, a.D1()), f.own.mean_b = Matrix64(b.M, b.D1());
   const std::vector<Poly> &xa = a.X_hermite[size_t(u)], &xb = b.X_hermite[size_t(u)];
-  for (int64_t i = 0; i < a.M * a.D1(); ++i) f.own.mu.data[size_t(i)] = xa[size_t(i)].coefficients[0];
-  for (int64_t i = 0; i < b.M * b.D1(); ++i) f.own.mu_b.data[size_t(i)] = xb[size_t(i)].coefficients[0];
-  f.own.C = hermite_gram(xa, xb, rho);
+  for (int64_t i = 0; i < a.M * a.D1(); ++i) f.own.mean_a.data[size_t(i)] = xa[size_t(i)].coefficients[0];
+  for (int64_t i = 0; i < b.M * b.D1(); ++i) f.own.mean_b.data[size_t(i)] = xb[size_t(i)].coefficients[0];
+  f.own.cross = hermite_gram(xa, xb, rho);
   std::vector<Poly> kk_a, kk_b;
   for (const Poly& p : a.kappa_pairs[size_t(u)]) kk_a.push_back(at_degree(to_hermite(p), 4));
   for (const Poly& p : b.kappa_pairs[size_t(u)]) kk_b.push_back(at_degree(to_hermite(p), 4));
   f.truncated_a = truncated_products(kk_a, basis);
   f.truncated_b = truncated_products(kk_b, basis);
   f.theta = fourth_moment_form(fold_onto_pairs(f.after, a, b), kk_a, kk_b, a, b, basis, rho);
-  f.h_cx = matmul(cross_pair_weights(f.after, a.M, b.M), blocks_as_rows(f.own.C, a.M, b.M, a.D1(), b.D1()));
+  f.h_cx = matmul(cross_pair_weights(f.after, a.M, b.M), blocks_as_rows(f.own.cross, a.M, b.M, a.D1(), b.D1()));
   return f;
 }
 
@@ -444,7 +449,7 @@ PositionShare position_share(const Side& a, const Side& b, const std::vector<dou
                   0.0};
   PairMoments& x = r.x;
   const Matrix64 eta_a = eta_coefficients(a, u, ga, basis_size), eta_b = eta_coefficients(b, u, gb, basis_size);
-  // P_k to degree 3 (all that its mean, V and V2 read): Σ_j η̂_e(k),j · (He_βj·κκ_k).
+  // P_k to degree 3 (all that its mean, form_a_with_b and a_with_form_b read): Σ_j η̂_e(k),j · (He_βj·κκ_k).
   auto pairs_to_degree_3 = [&](const Side& s, const Matrix64& eta, const Matrix64& truncated, Matrix64& mean) {
     std::vector<Poly> p;
     for (size_t k = 0; k < s.pairs.size(); ++k) {
@@ -462,18 +467,18 @@ PositionShare position_share(const Side& a, const Side& b, const std::vector<dou
     }
     return p;
   };
-  const std::vector<Poly> pa = pairs_to_degree_3(a, eta_a, facts.truncated_a, x.A),
-                          pb = pairs_to_degree_3(b, eta_b, facts.truncated_b, x.B);
+  const std::vector<Poly> pa = pairs_to_degree_3(a, eta_a, facts.truncated_a, x.form_a),
+                          pb = pairs_to_degree_3(b, eta_b, facts.truncated_b, x.form_b);
   const std::vector<Poly> &xa = a.X_hermite[size_t(u)], &xb = b.X_hermite[size_t(u)];
   // Gram matrices over the pairs, spread to both orders of each.
   const Matrix64 v = hermite_gram(pa, xb, rho), v2 = hermite_gram(xa, pb, rho);
   for (size_t k = 0; k < a.pairs.size(); ++k) {
     const auto [m, n] = a.pairs[k];
-    for (int64_t j = 0; j < v.cols; ++j) x.V(m * a.M + n, j) = x.V(n * a.M + m, j) = v(int64_t(k), j);
+    for (int64_t j = 0; j < v.cols; ++j) x.form_a_with_b(m * a.M + n, j) = x.form_a_with_b(n * a.M + m, j) = v(int64_t(k), j);
   }
   for (size_t l = 0; l < b.pairs.size(); ++l) {
     const auto [p, q] = b.pairs[l];
-    for (int64_t i = 0; i < v2.rows; ++i) x.V2(i, p * b.M + q) = x.V2(i, q * b.M + p) = v2(i, int64_t(l));
+    for (int64_t i = 0; i < v2.rows; ++i) x.a_with_form_b(i, p * b.M + q) = x.a_with_form_b(i, q * b.M + p) = v2(i, int64_t(l));
   }
   // The fourth moment: η̂_Aᵀ·θ·η̂_B over (heads, basis) rows and columns.
   for (int64_t row = 0; row < facts.theta.rows; ++row) {
@@ -528,13 +533,13 @@ double output_inner(const TermGrams& tg, const Moments& s, const Side& a, const 
                     const Matrix64& gb) {
   const int64_t Ma = a.M, Mb = b.M, Da = a.D1(), Db = b.D1();
   // Each side's coefficients over its base polynomials: F0 = Σ Ĝ_ab B0_ab, F1_ma = 2 Σ_b Ĝ_ab B1_mb.
-  const Matrix64 gmu = form_times_mean(s.mu, ga), gmu_b = form_times_mean(s.mu_b, gb);
+  const Matrix64 gmu = form_times_mean(s.mean_a, ga), gmu_b = form_times_mean(s.mean_b, gb);
   double total = 0;
   // F0·G0, F0·G1, F0·G2: Σ_ab Ĝ_ab E[B0_ab ·] against G's coefficients.
   auto b_side = [&](int64_t j, int64_t col) {  // the coefficient of B's base polynomial `col` of kind j in E_S[g]
     if (j == 0) return gb.data[size_t(col)];                    // G0 = Σ Ĝ'_ce B0'_ce
     if (j == 1) return 2.0 * gmu_b.data[size_t(col)];           // Σ_nc G1_nc μ'_nc = 2 Σ_ne B1'_ne (Ĝ'μ'_n)_e
-    return s.B.data[size_t(col)];                               // Σ G2_nn' A'_nn'
+    return s.form_b.data[size_t(col)];                               // Σ G2_nn' A'_nn'
   };
   for (int64_t j = 0; j < 3; ++j) {
     const Matrix64& g = tg.g[0][size_t(j)];
@@ -549,19 +554,19 @@ double output_inner(const TermGrams& tg, const Moments& s, const Side& a, const 
     const double w = gb.data[size_t(col)];
     if (w == 0.0) continue;
     for (int64_t row = 0; row < Ma * Da; ++row) total += 2.0 * gmu.data[size_t(row)] * tg.g[1][0](row, col) * w;
-    for (int64_t row = 0; row < Ma * Ma; ++row) total += s.A.data[size_t(row)] * tg.g[2][0](row, col) * w;
+    for (int64_t row = 0; row < Ma * Ma; ++row) total += s.form_a.data[size_t(row)] * tg.g[2][0](row, col) * w;
   }
   // F1·G1 = 4 Σ g11[mb,ne] (Ĝ C_mn Ĝ')_be.
-  const Matrix64 gcg = sandwiched_blocks(s.C, ga, gb, Ma, Mb);
+  const Matrix64 gcg = sandwiched_blocks(s.cross, ga, gb, Ma, Mb);
   for (int64_t m = 0; m < Ma; ++m)
     for (int64_t n = 0; n < Mb; ++n)
       for (int64_t i = 0; i < Da; ++i)
         for (int64_t c = 0; c < Db; ++c) total += 4.0 * tg.g[1][1](m * Da + i, n * Db + c) * gcg(m * Mb + n, i * Db + c);
-  // F1·G2 = 2 Σ g12[mb, nn'] Σ_a Ĝ_ab V2[ma, nn'] (Ĝ times each m's rows of V2);
-  // F2·G1 = 2 Σ g21[mm', ne] Σ_c V[mm', nc] Ĝ'_ce (one dgemm over V's rows read as (mm', n)).
+  // F1·G2 = 2 Σ g12[mb, nn'] Σ_a Ĝ_ab a_with_form_b[ma, nn'] (Ĝ times each m's rows of a_with_form_b);
+  // F2·G1 = 2 Σ g21[mm', ne] Σ_c form_a_with_b[mm', nc] Ĝ'_ce (one dgemm over form_a_with_b's rows read as (mm', n)).
   for (int64_t m = 0; m < Ma; ++m)
-    total += 2.0 * frobenius_inner(row_block(tg.g[1][2], m * Da, Da), matmul(ga, row_block(s.V2, m * Da, Da)));
-  total += 2.0 * frobenius_inner(reshaped(tg.g[2][1], Ma * Ma * Mb, Db), matmul(reshaped(s.V, Ma * Ma * Mb, Db), gb));
+    total += 2.0 * frobenius_inner(row_block(tg.g[1][2], m * Da, Da), matmul(ga, row_block(s.a_with_form_b, m * Da, Da)));
+  total += 2.0 * frobenius_inner(reshaped(tg.g[2][1], Ma * Ma * Mb, Db), matmul(reshaped(s.form_a_with_b, Ma * Ma * Mb, Db), gb));
   // F2·G2 = ⟨g22, W⟩ is added as W's terms arise (position_share, absorb).
   return total;
 }
@@ -588,7 +593,7 @@ AttentionBlockCost attention_block_cost(const PolynomialView& a, const Polynomia
   const double Da = da + 1, Db = db + 1;
   // Per position t: its base polynomials' Gram matrices. Per position u < T − 1, what no output
   // changes: θ (the largest term: a Gram matrix of He_β·κκ_k against He_β'·Λ_e',k for every
-  // pair k), Λ, H·C_X and C. Per output and u: V and V2 (Gram matrices to degree 3), the
+  // pair k), Λ, H·C_X and cross. Per output and u: form_a_with_b and a_with_form_b (Gram matrices to degree 3), the
   // pairs' truncations and the moments' update; per output and t: the outputs' terms.
   const double per_t = Da * Da * Db * Db * p10 + ma * Da * mb * Db * p7 + ma * ma * mb * mb * p4 + (ma * ma + mb * mb) * p4 * p2;
   const double per_u = pairs_a * p2 * p2 * heads_b * heads_b * p6 + pairs_a * pairs_b * p4 + ma * mb * ma * mb * Da * Db +
@@ -598,7 +603,7 @@ AttentionBlockCost attention_block_cost(const PolynomialView& a, const Polynomia
   const double per_ot = ma * ma * mb * Db * Db + ma * Da * Da * mb * mb + ma * mb * Da * Db * (Da + Db);
   const double earlier = std::max(0.0, T - 1);
   c.multiply_adds = T * per_t + earlier * per_u + classes * (earlier * per_ou + T * per_ot);
-  // Held: every position's Grams, each u's facts (truncations, G_u, θ, H·C_X, C), and while a
+  // Held: every position's Grams, each u's facts (truncations, G_u, θ, H·C_X, cross), and while a
   // position's Grams are made, its base polynomials (counted once, so that the route chosen does
   // not depend on the thread count; each thread making a position's Grams holds its own).
   const double grams = (Da * Da + ma * Da + ma * ma) * (Db * Db + mb * Db + mb * mb);

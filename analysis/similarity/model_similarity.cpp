@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 
+#include "analysis/similarity/network_tensor.h"
 #include "analysis/similarity/representation_similarity.h"
 #include "analysis/similarity/second_moment.h"
 #include "analysis/similarity/tensor_similarity.h"
@@ -150,133 +151,301 @@ TensorSimScore closed_form_score(const PreparedLayer& a, const PreparedLayer& b,
   return score;
 }
 
-TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& o, const Model* reference,
-                                 MomentCache* cache) {
-  const PolynomialView va = a.polynomial_view(o.positions), vb = b.polynomial_view(o.positions);
+namespace {
+
+// A pair of networks as the routes see it: their polynomial views (the facts every route asks
+// about), the options, the cache of each network's own terms, and what the routes tried so far
+// found. A route's `applies` may leave a plan here for its `compute` (the Isserlis route its
+// expansions, the polynomial route its input basis).
+struct RoutePair {
+  const Model& a;
+  const Model& b;
+  const Model* reference;
+  const TensorSimOptions& o;
+  MomentCache& cache;
+  PolynomialView va, vb, vr;  // vr: the reference's, or empty
+  std::string why;            // why the routes tried so far did not answer
+
+  std::vector<const PolynomialView*> views() const {
+    std::vector<const PolynomialView*> out = {&va, &vb};
+    if (reference) out.push_back(&vr);
+    return out;
+  }
+  // The Isserlis route's plan: both expansions (the left one A − R under --diff).
+  const OutputExpansion* isserlis_b = nullptr;
+  OutputExpansion isserlis_left;
+  // The polynomial route's plan: each network over its own input, or the pair over the span
+  // of their embeddings (`basis`).
+  bool polynomial_plain = false;
+  Matrix64 polynomial_basis;
+  AttentionBlockCost block_cost;
+};
+
+// The score of a route that gives the three inner products per output coordinate.
+TensorSimScore score_of(const std::string& kind, const std::string& method, const DeepSimilarity& s) {
   TensorSimScore score;
-  if (single_bilinear_layer(va) && single_bilinear_layer(vb))
-    return closed_form_score(*prepared_layer(a, o, reference), *prepared_layer(b, o), o);
-  if (o.metric != "gaussian" || !o.bias)
-    throw UsageError(cat("tensor similarity: ", a.config().arch,
+  score.kind = kind;
+  score.method = method;
+  score.total = s.similarity;
+  score.inner_ab = s.inner_ab, score.inner_aa = s.inner_aa, score.inner_bb = s.inner_bb;
+  score.slices = s.slices;
+  return score;
+}
+
+// (A − R)·B = A·B − R·B and |A − R|² = A·A − 2·A·R + R·R, from a route's inner product.
+template <class Inner>
+void subtract_reference(std::vector<double>& ab, std::vector<double>& aa, Inner inner_of) {
+  const std::vector<double> ar = inner_of("a", "r"), rr = inner_of("r", "r"), rb = inner_of("r", "b");
+  ab = minus(ab, rb);
+  for (size_t k = 0; k < aa.size(); ++k) aa[k] += rr[k] - 2 * ar[k];
+}
+
+// One bilinear layer each: the closed form (tensor_similarity.h).
+bool one_layer_each(RoutePair& p) { return single_bilinear_layer(p.va) && single_bilinear_layer(p.vb); }
+TensorSimScore closed_form(RoutePair& p) {
+  return closed_form_score(*prepared_layer(p.a, p.o, p.reference), *prepared_layer(p.b, p.o), p.o);
+}
+
+// Whether every attention step of the pair is the plain one the exact routes take; says why not.
+bool plain_attention_only(RoutePair& p, const char* route) {
+  for (const PolynomialView* v : p.views())
+    for (const PolynomialStep& s : v->steps)
+      if (s.kind == PolynomialStep::Kind::Attention && !plain_attention(s)) {
+        p.why += cat("; ", route, " does not take attention with QK biases or rotary positions ('", s.name, "')");
+        return false;
+      }
+  return true;
+}
+
+// The identity metric of deeper networks: their whole tensors' inner product, contracted layer
+// by layer (network_tensor.h), log-scaled.
+bool identity_at_depth(RoutePair& p) { return p.o.metric == "identity"; }
+TensorSimScore network_tensors(RoutePair& p) {
+  if (!plain_attention_only(p, "the identity metric at depth")) throw UsageError(cat("tensor similarity", p.why));
+  if (!p.o.bias)
+    throw UsageError("tensor similarity: the identity metric of a deep network includes the constant coordinate "
+                     "(its tensors are over x̃ = (1, x)); drop --no-bias");
+  if (p.o.input_std != 1.0) throw UsageError("tensor similarity: --input-std sets the Gaussian metric's input; the identity metric has none");
+  const NetworkTensorInner ab = network_tensor_inner(p.va, p.vb), bb = network_tensor_inner(p.vb, p.vb);
+  NetworkTensorInner aa = network_tensor_inner(p.va, p.va);
+  // Each inner product as values times e^scale: put those of one side on a common scale.
+  auto at_scale = [](const NetworkTensorInner& x, double scale) {
+    std::vector<double> v = x.value;
+    for (double& e : v) e *= std::exp(x.log_scale - scale);
+    return v;
+  };
+  double scale_a = aa.log_scale, scale_ab = ab.log_scale;
+  std::vector<double> vab = ab.value, vaa = aa.value;
+  if (p.reference) {  // (A − R)·B = A·B − R·B, |A − R|² = A·A − 2·A·R + R·R
+    const NetworkTensorInner rb = network_tensor_inner(p.vr, p.vb), ar = network_tensor_inner(p.va, p.vr),
+                             rr = network_tensor_inner(p.vr, p.vr);
+    scale_a = std::max({aa.log_scale, ar.log_scale, rr.log_scale}), scale_ab = std::max(ab.log_scale, rb.log_scale);
+    vab = minus(at_scale(ab, scale_ab), at_scale(rb, scale_ab));
+    vaa = at_scale(aa, scale_a);
+    const std::vector<double> var = at_scale(ar, scale_a), vrr = at_scale(rr, scale_a);
+    for (size_t k = 0; k < vaa.size(); ++k) vaa[k] += vrr[k] - 2 * var[k];
+  }
+  // The cosine reads ab·e^{s_ab} / sqrt(aa·e^{s_a}·bb·e^{s_b}): ab carries the difference of scales.
+  const double shift = std::exp(scale_ab - 0.5 * (scale_a + bb.log_scale));
+  for (double& v : vab) v *= shift;
+  DeepSimilarity s = similarity_from_inner(vab, vaa, bb.value, p.vb.output_dim());
+  const double log10_aa = (scale_a + std::log(s.inner_aa)) / std::log(10.0);
+  s.inner_ab *= std::exp(0.5 * (scale_a + bb.log_scale)), s.inner_aa *= std::exp(scale_a), s.inner_bb *= std::exp(bb.log_scale);
+  return score_of("exact",
+                  cat("identity metric: the networks' whole tensors' Frobenius inner product, each layer symmetrised "
+                      "over its legs, contracted layer by layer in log scale (log10 ⟨A|A⟩ = ", log10_aa, ")"),
+                  s);
+}
+
+// The deep routes below answer under the Gaussian metric with the bias coordinate only.
+void check_deep_options(const RoutePair& p) {
+  if (p.o.metric != "gaussian" || !p.o.bias)
+    throw UsageError(cat("tensor similarity: ", p.a.config().arch,
                          " has more than one bilinear layer; deep networks are compared under the Gaussian metric "
                          "with the bias coordinate (drop --metric and --no-bias)"));
-  if (!(o.input_std > 0 && std::isfinite(o.input_std)))
-    throw UsageError(cat("tensor similarity: --input-std must be a positive number, got ", o.input_std));
-  MomentCache own;
-  MomentCache& cache_ = cache ? *cache : own;
+  if (!(p.o.input_std > 0 && std::isfinite(p.o.input_std)))
+    throw UsageError(cat("tensor similarity: --input-std must be a positive number, got ", p.o.input_std));
+}
+
+// Linear and bilinear steps only, within kExactContractionBudget: the Isserlis sum (exact_moments.h).
+bool isserlis_applies(RoutePair& p) {
   std::string why;
-  if (o.recursion)
-    why = "asked for (--recursion)";
-  else if (!expandable(va, &why) || !expandable(vb, &why) ||
-           (reference && !expandable(reference->polynomial_view(o.positions), &why)))
-    why = cat("the Isserlis sum does not apply: ", why);
-  else {
-    const OutputExpansion &ea = cache_.expansion(a, va), &eb = cache_.expansion(b, vb);
-    const OutputExpansion diff = reference ? expansion_difference(ea, expand_output(reference->polynomial_view(o.positions)))
-                                           : OutputExpansion{};
-    const OutputExpansion& left = reference ? diff : ea;
-    const int64_t cost = exact_contractions(left, eb) + exact_contractions(left, left);
-    if (cost <= kExactContractionBudget) {
-      const DeepSimilarity exact = similarity_from_inner(
-          exact_output_inner(left, eb, o.input_std),
-          reference ? exact_output_inner(left, left, o.input_std) : cache_.exact_self(a, va, o.input_std),
-          cache_.exact_self(b, vb, o.input_std), eb.classes);
-      score.kind = "exact";
-      score.method = cat("exact Isserlis sum over ", exact_contractions(left, eb), " matchings (gaussian)");
-      score.total = exact.similarity;
-      score.inner_ab = exact.inner_ab, score.inner_aa = exact.inner_aa, score.inner_bb = exact.inner_bb;
-      score.slices = exact.slices;
-      return score;
+  for (const PolynomialView* v : p.views())
+    if (!expandable(*v, &why)) {
+      p.why = cat("the Isserlis sum does not apply: ", why);
+      return false;
     }
-    why = cat("the Isserlis sum would take ", cost, " contractions (budget ", kExactContractionBudget, ")");
+  const OutputExpansion& ea = p.cache.expansion(p.a, p.va);
+  p.isserlis_b = &p.cache.expansion(p.b, p.vb);
+  if (p.reference) p.isserlis_left = expansion_difference(ea, expand_output(p.vr));
+  const OutputExpansion& left = p.reference ? p.isserlis_left : ea;
+  const int64_t cost = exact_contractions(left, *p.isserlis_b) + exact_contractions(left, left);
+  if (cost <= kExactContractionBudget) return true;
+  p.why = cat("the Isserlis sum would take ", cost, " contractions (budget ", kExactContractionBudget, ")");
+  return false;
+}
+TensorSimScore isserlis(RoutePair& p) {
+  const OutputExpansion& eb = *p.isserlis_b;
+  const OutputExpansion& left = p.reference ? p.isserlis_left : p.cache.expansion(p.a, p.va);
+  const double s = p.o.input_std;
+  const DeepSimilarity exact = similarity_from_inner(
+      exact_output_inner(left, eb, s), p.reference ? exact_output_inner(left, left, s) : p.cache.exact_self(p.a, p.va, s),
+      p.cache.exact_self(p.b, p.vb, s), eb.classes);
+  return score_of("exact", cat("exact Isserlis sum over ", exact_contractions(left, eb), " matchings (gaussian)"), exact);
+}
+
+// Each network written out over its own input (its expansion cached across pairs), else the
+// pair over the span of their embeddings (shared_input_basis), where that is smaller.
+bool polynomial_applies(RoutePair& p) {
+  if (!plain_attention_only(p, "writing out as polynomials")) return false;
+  std::string plain_why, reduced_why;
+  bool plain = true, reduced = false;
+  for (const PolynomialView* v : p.views()) plain = polynomial_tractable(*v, 0, &plain_why) && plain;
+  p.polynomial_basis = plain ? Matrix64() : shared_input_basis(p.views());
+  if (p.polynomial_basis.cols > 0) {
+    reduced = true;
+    for (const PolynomialView* v : p.views())
+      reduced = polynomial_tractable(*v, p.polynomial_basis.cols, &reduced_why) && reduced;
   }
-  if (!o.recursion) {
-    const PolynomialView vr = reference ? reference->polynomial_view(o.positions) : PolynomialView{};
-    std::vector<const PolynomialView*> views = {&va, &vb};
-    if (reference) views.push_back(&vr);
-    // Each network over its own input (its expansion cached across pairs), else the pair over
-    // the span of their embeddings (shared_input_basis), where that is smaller.
-    std::string plain_why, reduced_why;
-    bool plain = true, reduced = false;
-    for (const PolynomialView* v : views) plain = polynomial_tractable(*v, 0, &plain_why) && plain;
-    const Matrix64 basis = plain ? Matrix64() : shared_input_basis(views);
-    if (basis.cols > 0) {
-      reduced = true;
-      for (const PolynomialView* v : views) reduced = polynomial_tractable(*v, basis.cols, &reduced_why) && reduced;
-    }
-    if (plain || reduced) {
-      std::deque<HermiteExpansion> own;  // the pair's, when read through its basis
-      auto expansion = [&](const Model& m, const PolynomialView& v) -> const HermiteExpansion& {
-        return plain ? cache_.hermite(m, v, o.input_std) : own.emplace_back(hermite_expansion(v, o.input_std, &basis));
-      };
-      const HermiteExpansion &ha = expansion(a, va), &hb = expansion(b, vb);
-      std::vector<double> ab = hermite_output_inner(ha, hb);
-      std::vector<double> aa = plain ? cache_.hermite_self(a, va, o.input_std) : hermite_output_inner(ha, ha);
-      const std::vector<double> bb = plain ? cache_.hermite_self(b, vb, o.input_std) : hermite_output_inner(hb, hb);
-      if (reference) {  // (a − r)·b = a·b − r·b and (a − r)² = a² − 2·a·r + r²
-        const HermiteExpansion hr = hermite_expansion(vr, o.input_std, plain ? nullptr : &basis);
-        const std::vector<double> ar = hermite_output_inner(ha, hr), rr = hermite_output_inner(hr, hr);
-        ab = minus(ab, hermite_output_inner(hr, hb));
-        for (size_t k = 0; k < aa.size(); ++k) aa[k] += rr[k] - 2 * ar[k];
-      }
-      const DeepSimilarity exact = similarity_from_inner(ab, aa, bb, hb.classes);
-      score.kind = "exact";
-      score.method = cat("exact sum over the networks written out as polynomials (", ha.variables, " input variables",
-                         plain ? "" : ", the span of their embeddings", "; Hermite basis, gaussian)");
-      score.total = exact.similarity;
-      score.inner_ab = exact.inner_ab, score.inner_aa = exact.inner_aa, score.inner_bb = exact.inner_bb;
-      score.slices = exact.slices;
-      return score;
-    }
-    why += plain_why + reduced_why;
-    // One attention block: written out one position's input at a time, each network in its
-    // own embedding's variables (canonical_pairing.h), so its own terms are cached across pairs.
-    bool blocks = true;
-    for (const PolynomialView* v : views) blocks = blocks && single_attention_block(*v);
-    if (blocks) {
-      AttentionBlockCost cost = attention_block_cost(va, vb);
-      if (reference) cost.multiply_adds *= 4;  // a·b, r·b, a·r and r·r
-      if (cost.multiply_adds <= kAttentionBlockMultiplyAddBudget && cost.held <= kAttentionBlockCoefficientBudget) {
-        auto reporter = [&](const char* what) -> std::function<void(int64_t, int64_t)> {
-          if (!o.progress) return {};
-          return [&o, what](int64_t done, int64_t total) { o.progress(what, double(done) / double(total)); };
-        };
-        auto inner = [&](const PolynomialView& x, const PolynomialView& y, const char* what) {
-          return attention_block_class_inner(x, y, o.input_std, reporter(what));
-        };
-        std::vector<double> ab = inner(va, vb, "<A|B>");
-        std::vector<double> aa = cache_.attention_block_self(a, va, o.input_std, reporter("<A|A>"));
-        const std::vector<double> bb = cache_.attention_block_self(b, vb, o.input_std, reporter("<B|B>"));
-        if (reference) {  // as above
-          const std::vector<double> ar = inner(va, vr, "<A|R>"), rr = inner(vr, vr, "<R|R>");
-          ab = minus(ab, inner(vr, vb, "<R|B>"));
-          for (size_t k = 0; k < aa.size(); ++k) aa[k] += rr[k] - 2 * ar[k];
-        }
-        const DeepSimilarity exact = similarity_from_inner(ab, aa, bb, vb.steps.back().weight.size(0));
-        score.kind = "exact";
-        score.method = cat("exact sum over one position's input at a time (one attention block; ", va.positions,
-                           " positions, each network in ", cost.variables,
-                           " variables of its embedding, paired by canonical correlation; Hermite basis, gaussian; ",
-                           cost.multiply_adds, " multiply-adds)");
-        score.total = exact.similarity;
-        score.inner_ab = exact.inner_ab, score.inner_aa = exact.inner_aa, score.inner_bb = exact.inner_bb;
-        score.slices = exact.slices;
-        return score;
-      }
-      why += cat("; one position at a time, the attention block would take ", cost.multiply_adds, " multiply-adds and hold ",
-                 cost.held, " coefficients (budget ", kAttentionBlockMultiplyAddBudget, ", ", kAttentionBlockCoefficientBudget,
-                 "; fewer positions cost less: --positions)");
-    }
+  p.polynomial_plain = plain;
+  if (plain || reduced) return true;
+  p.why += plain_why + reduced_why;
+  return false;
+}
+TensorSimScore polynomial(RoutePair& p) {
+  const bool plain = p.polynomial_plain;
+  const double s = p.o.input_std;
+  std::deque<HermiteExpansion> own;  // the pair's, when read through its basis
+  auto expansion = [&](const Model& m, const PolynomialView& v) -> const HermiteExpansion& {
+    return plain ? p.cache.hermite(m, v, s) : own.emplace_back(hermite_expansion(v, s, &p.polynomial_basis));
+  };
+  const HermiteExpansion &ha = expansion(p.a, p.va), &hb = expansion(p.b, p.vb);
+  std::vector<double> ab = hermite_output_inner(ha, hb);
+  std::vector<double> aa = plain ? p.cache.hermite_self(p.a, p.va, s) : hermite_output_inner(ha, ha);
+  const std::vector<double> bb = plain ? p.cache.hermite_self(p.b, p.vb, s) : hermite_output_inner(hb, hb);
+  if (p.reference) {
+    const HermiteExpansion hr = hermite_expansion(p.vr, s, plain ? nullptr : &p.polynomial_basis);
+    subtract_reference(ab, aa, [&](const std::string& x, const std::string& y) {
+      return hermite_output_inner(x == "a" ? ha : hr, y == "b" ? hb : hr);
+    });
   }
-  if (reference) throw UsageError(cat("tensor similarity: --diff of deep networks needs the exact sum; ", why));
-  const DeepSimilarity deep =
-      deep_similarity(va, vb, cache_.of(a, va, o.input_std), cache_.of(b, vb, o.input_std));
-  score.kind = "recursion-approx";
-  score.method = cat("second-moment recursion (gaussian), an approximation beyond the first bilinear layer: ", why);
-  score.total = deep.similarity;
-  score.inner_ab = deep.inner_ab, score.inner_aa = deep.inner_aa, score.inner_bb = deep.inner_bb;
-  score.slices = deep.slices;
+  return score_of("exact",
+                  cat("exact sum over the networks written out as polynomials (", ha.variables, " input variables",
+                      plain ? "" : ", the span of their embeddings", "; Hermite basis, gaussian)"),
+                  similarity_from_inner(ab, aa, bb, hb.classes));
+}
+
+// One attention block each, written out one position's input at a time, each network in its
+// own embedding's variables (canonical_pairing.h), so its own terms are cached across pairs.
+bool attention_block_applies(RoutePair& p) {
+  for (const PolynomialView* v : p.views())
+    if (!single_attention_block(*v)) return false;  // a rotary or biased attention is not one such block
+  p.block_cost = attention_block_cost(p.va, p.vb);
+  if (p.reference) p.block_cost.multiply_adds *= 4;  // a·b, r·b, a·r and r·r
+  if (p.block_cost.multiply_adds <= kAttentionBlockMultiplyAddBudget && p.block_cost.held <= kAttentionBlockCoefficientBudget)
+    return true;
+  p.why += cat("; one position at a time, the attention block would take ", p.block_cost.multiply_adds,
+               " multiply-adds and hold ", p.block_cost.held, " coefficients (budget ", kAttentionBlockMultiplyAddBudget, ", ",
+               kAttentionBlockCoefficientBudget, "; fewer positions cost less: --positions)");
+  return false;
+}
+TensorSimScore attention_block(RoutePair& p) {
+  const TensorSimOptions& o = p.o;
+  auto reporter = [&](const std::string& what) -> std::function<void(int64_t, int64_t)> {
+    if (!o.progress) return {};
+    return [&o, what](int64_t done, int64_t total) { o.progress(what, double(done) / double(total)); };
+  };
+  std::vector<double> ab = attention_block_class_inner(p.va, p.vb, o.input_std, reporter("<A|B>"));
+  std::vector<double> aa = p.cache.attention_block_self(p.a, p.va, o.input_std, reporter("<A|A>"));
+  const std::vector<double> bb = p.cache.attention_block_self(p.b, p.vb, o.input_std, reporter("<B|B>"));
+  if (p.reference)
+    subtract_reference(ab, aa, [&](const std::string& x, const std::string& y) {
+      const std::string what = cat("<", x == "a" ? "A" : "R", "|", y == "b" ? "B" : "R", ">");
+      return attention_block_class_inner(x == "a" ? p.va : p.vr, y == "b" ? p.vb : p.vr, o.input_std, reporter(what));
+    });
+  return score_of("exact",
+                  cat("exact sum over one position's input at a time (one attention block; ", p.va.positions,
+                      " positions, each network in ", p.block_cost.variables,
+                      " variables of its embedding, paired by canonical correlation; Hermite basis, gaussian; ",
+                      p.block_cost.multiply_adds, " multiply-adds)"),
+                  similarity_from_inner(ab, aa, bb, p.vb.steps.back().weight.size(0)));
+}
+
+// Where no exact route applies: an unbiased estimate of each inner product by Monte Carlo,
+// with the direct paths as a control variate, sized to the requested standard error of the
+// cosine (monte_carlo.h).
+bool monte_carlo_applies(RoutePair& p) {
+  if (!(p.o.tolerance > 0 && std::isfinite(p.o.tolerance)))
+    throw UsageError(cat("tensor similarity: --tolerance must be a positive number, got ", p.o.tolerance));
+  return true;
+}
+TensorSimScore monte_carlo(RoutePair& p) {
+  MonteCarloPlan plan;
+  plan.tolerance = p.o.tolerance, plan.seed = p.o.seed, plan.input_std = p.o.input_std;
+  if (p.o.progress)
+    plan.progress = [&p](int64_t done, int64_t needed, double) { p.o.progress("Monte Carlo", double(done) / double(needed)); };
+  const MonteCarloSimilarity mc = monte_carlo_sized(p.va, p.vb, plan, p.reference ? &p.vr : nullptr);
+  TensorSimScore score;
+  score.kind = "monte-carlo";
+  score.method = cat("Monte Carlo estimate (gaussian), ", mc.samples, " samples", mc.control_variate
+                         ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
+                     ", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ", mc.similarity + 1.96 * mc.similarity_se,
+                     "; no exact route: ", p.why);
+  score.total = mc.similarity, score.standard_error = mc.similarity_se, score.samples = mc.samples;
+  score.inner_ab = mc.inner_ab, score.inner_aa = mc.inner_aa, score.inner_bb = mc.inner_bb;
+  score.slices = mc.slices, score.slice_se = mc.slice_se;
   return score;
+}
+
+// Asked for (--recursion): the second-moment recursion, an approximation beyond the first
+// bilinear layer (the Gaussian closure). A difference tensor needs an exact route or sampling.
+bool recursion_applies(RoutePair& p) {
+  if (!p.o.recursion) return false;
+  if (!plain_attention_only(p, "the recursion")) throw UsageError(cat("tensor similarity: --recursion", p.why));
+  if (p.reference) throw UsageError("tensor similarity: --diff of deep networks is not compared by the recursion; drop --recursion");
+  return true;
+}
+TensorSimScore recursion(RoutePair& p) {
+  const double s = p.o.input_std;
+  return score_of("recursion-approx",
+                  cat("second-moment recursion (gaussian), an approximation beyond the first bilinear layer: ", p.why),
+                  deep_similarity(p.va, p.vb, p.cache.of(p.a, p.va, s), p.cache.of(p.b, p.vb, s)));
+}
+
+// The routes, tried in order: the first that applies answers. `deep`: a route for networks of
+// more than one bilinear layer (the Gaussian metric with bias only); `exact`: skipped when the
+// recursion is asked for.
+struct Route {
+  const char* name;
+  bool deep, exact;
+  bool (*applies)(RoutePair&);
+  TensorSimScore (*compute)(RoutePair&);
+};
+const Route kRoutes[] = {
+    {"closed form", false, true, one_layer_each, closed_form},
+    {"network tensors", false, true, identity_at_depth, network_tensors},
+    {"Isserlis sum", true, true, isserlis_applies, isserlis},
+    {"explicit polynomials", true, true, polynomial_applies, polynomial},
+    {"one position at a time", true, true, attention_block_applies, attention_block},
+    {"second-moment recursion", true, false, recursion_applies, recursion},
+    {"Monte Carlo", true, false, monte_carlo_applies, monte_carlo},
+};
+
+}  // namespace
+
+TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& o, const Model* reference,
+                                 MomentCache* cache) {
+  MomentCache own;
+  RoutePair p{a, b, reference, o, cache ? *cache : own, a.polynomial_view(o.positions), b.polynomial_view(o.positions),
+              reference ? reference->polynomial_view(o.positions) : PolynomialView{}, "", nullptr, {}, false, {}, {}};
+  bool deep_checked = false;
+  if (o.recursion) p.why = "asked for (--recursion)";
+  for (const Route& route : kRoutes) {
+    if (route.deep && !deep_checked) check_deep_options(p), deep_checked = true;
+    if (route.deep && route.exact && o.recursion) continue;
+    if (route.applies(p)) return route.compute(p);
+  }
+  throw Error(cat("tensor similarity: no route compares ", a.config().arch, " with ", b.config().arch, ": ", p.why));
 }
 
 MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const TensorSimOptions& o, int64_t samples,

@@ -1,8 +1,9 @@
 // Two bilinear models compared: tensor similarity from their weights (the closed form for
 // one bilinear layer, the exact Isserlis sum for deeper networks where it is tractable, else
 // the exact sum over each network written out as a polynomial of a small input (the bilinear
-// LM, depth-3 MLPs), or of one position's input at a time (one-block attention LMs), the
-// second-moment recursion, an approximation, beyond) with the baselines
+// LM, depth-3 MLPs), or of one position's input at a time (one-block attention LMs), a Monte
+// Carlo estimate with its standard error beyond; the second-moment recursion, an
+// approximation, only when asked for) with the baselines
 // of docs/methods.md §3.4 beside it, computed on a batch of inputs. What `adjoint tensorsim`
 // prints and writes, for one pair of checkpoints or every checkpoint of a run.
 #pragma once
@@ -30,7 +31,9 @@ struct TensorSimOptions {
   bool bias = true;                 // include the constant coordinate x̃_0 = 1
   int64_t positions = 0;            // sequence models: positions compared (0: the model's context)
   double input_std = 1.0;           // gaussian metric: x ~ N(0, input_std²·I)
-  bool recursion = false;           // deep networks: the second-moment recursion even where the exact sum applies
+  bool recursion = false;           // deep networks: the second-moment recursion (the Gaussian closure), asked for
+  double tolerance = 0.005;         // where no exact route applies: Monte Carlo to this standard error of the cosine
+  uint64_t seed = 1;                // and its draws
   const InputDistribution* data = nullptr;  // data metric: the data's N(μ, Σ)
   // Long exact routes report here: which inner product ("<A|B>", "<A|A>", …) and its share done.
   std::function<void(const std::string& what, double share)> progress;
@@ -57,7 +60,7 @@ private:
   std::map<Key, HermiteExpansion> hermite_;
 };
 
-// The most contractions the exact sum may take for one pair (a depth-2 MLP takes 3 304);
+// The most contractions the exact sum may take for ⟨A|B⟩ and ⟨A|A⟩ together (a depth-2 MLP takes 2 658 each);
 // beyond it, the recursion answers, labelled an approximation.
 constexpr int64_t kExactContractionBudget = 20000;
 // The most the explicit-polynomial sum may take for one network: multiply-adds in its
@@ -72,12 +75,16 @@ constexpr double kAttentionBlockMultiplyAddBudget = 6e11;
 constexpr double kAttentionBlockCoefficientBudget = 3e8;
 
 struct TensorSimScore {
-  std::string kind;            // "exact" (closed form, Isserlis sum or explicit polynomials) or "recursion-approx"
+  std::string kind;            // "exact", "monte-carlo" (an estimate with a standard error) or "recursion-approx"
   std::string method;          // what computed it, in words
   double total = 0;
   std::vector<double> slices;  // per output (class, token), summed over positions
   double inner_ab = 0, inner_aa = 0, inner_bb = 0;  // the raw inner products ⟨A|B⟩, ⟨A|A⟩, ⟨B|B⟩
   std::vector<double> slice_ab, slice_aa, slice_bb;  // per output, where the method gives them
+  // A Monte Carlo estimate's standard errors (0 for the others) and samples spent.
+  double standard_error = 0;
+  std::vector<double> slice_se;
+  int64_t samples = 0;
 };
 
 // A model of one bilinear layer (tensor_similarity.h's closed form), prepared for many

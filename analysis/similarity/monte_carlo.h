@@ -4,6 +4,7 @@
 // `adjoint tensorsim --check-mc N` prints beside the closed form, and the tests' reference.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "models/polynomial.h"
@@ -13,9 +14,12 @@ namespace adjoint {
 struct MonteCarloSimilarity {
   int64_t samples = 0;
   double similarity = 0, similarity_se = 0;
-  double inner_ab = 0, inner_ab_se = 0, inner_aa = 0, inner_bb = 0;
+  double inner_ab = 0, inner_ab_se = 0, inner_aa = 0, inner_aa_se = 0, inner_bb = 0, inner_bb_se = 0;
   // Per output feature (class, token), summed over positions, like the closed forms' slices.
   std::vector<double> slices, slice_se;
+  // Sized estimates: whether the control variate was used, and the samples spent fitting it.
+  bool control_variate = false;
+  int64_t pilot_samples = 0;
 };
 
 // `reference`, when given, is subtracted from a (the difference tensor of --diff).
@@ -24,5 +28,30 @@ struct MonteCarloSimilarity {
 MonteCarloSimilarity monte_carlo_estimate(const PolynomialView& a, const PolynomialView& b, int64_t samples,
                                           uint64_t seed, double input_std = 1.0,
                                           const PolynomialView* reference = nullptr);
+
+// An estimate sized to a requested standard error: batches are drawn until the cosine's
+// standard error is at most `tolerance` (or `max_samples` are spent).
+//
+// The control variate. A residual network's output is its direct path, the linear map left when
+// every residual branch is dropped (embedding, head), plus the branches. The direct paths'
+// products g = ℓ_a·ℓ_b (and ℓ_a·ℓ_a, ℓ_b·ℓ_b) are known in expectation exactly
+// (E[ℓ_a·ℓ_b] = c_a·c_b + σ²·tr(M_a M_bᵀ) for ℓ = M x + c) and move with f_a·f_b sample by sample,
+// so each inner product is estimated by the mean of q − β(g − E[g]). β = cov(q, g)/var(g) is fitted
+// on a pilot batch that the estimate then discards, which keeps every inner product's estimate
+// unbiased; the cosine, a ratio of them, is consistent, with its interval from the delta method.
+// Networks without a direct path (a non-residual bilinear layer) are sampled plainly.
+struct MonteCarloPlan {
+  double tolerance = 0.005;
+  int64_t max_samples = int64_t(1) << 24;
+  int64_t pilot = 2048;
+  bool control_variate = true;
+  bool embedding_span = true;  // sample x in the span of the embeddings' rows (below), where they begin with one
+  uint64_t seed = 1;
+  double input_std = 1.0;
+  // Hears (samples so far, samples the current standard error says are needed, that error).
+  std::function<void(int64_t done, int64_t needed, double standard_error)> progress;
+};
+MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a, const PolynomialView& b, const MonteCarloPlan& plan,
+                                       const PolynomialView* reference = nullptr);
 
 }  // namespace adjoint

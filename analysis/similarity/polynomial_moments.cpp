@@ -365,6 +365,7 @@ void bilinear_step(Ops& ops, const PolynomialStep& s, State<Ops>& h) {
 // h_t ← h_t + s·P Σ_{u≤t} (q1_t·k1_u)(q2_t·k2_u)/d_head² · v_u, per head (models/polynomial.h).
 template <class Ops>
 void attention_step(Ops& ops, const PolynomialStep& s, State<Ops>& h) {
+  check(plain_attention(s), "polynomial moments: attention '", s.name, "' has QK biases or rotary positions, which this route does not take");
   const Matrix64 qkv = to_matrix64(s.qkv), proj = to_matrix64(s.proj);
   const int64_t T = int64_t(h.size()), dim = proj.rows, dh = dim / s.heads;
   std::vector<std::vector<typename Ops::P>> parts(static_cast<size_t>(T));  // q1 k1 q2 k2 v, 5·dim per position

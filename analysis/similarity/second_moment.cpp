@@ -151,7 +151,11 @@ double trace_without_constant(const Matrix64& m) {
 // (x reads wx features per position, y reads wy).
 Matrix64 layer_moments(const PolynomialStep& sx, const PolynomialStep& sy, int64_t T, int64_t wx, int64_t wy,
                        const Matrix64& xy, const Matrix64& xx, const Matrix64& yy) {
-  if (sx.kind == PolynomialStep::Kind::Attention) return attention_next_moments(sx, sy, T, xy, xx, yy);
+  if (sx.kind == PolynomialStep::Kind::Attention) {
+    check(plain_attention(sx) && plain_attention(sy), "second-moment recursion: attention '", sx.name,
+          "' has QK biases or rotary positions, which the recursion does not take");
+    return attention_next_moments(sx, sy, T, xy, xx, yy);
+  }
   return next_moments(lower(sx, T, wx), lower(sy, T, wy), xy, xx, yy);
 }
 
