@@ -174,7 +174,7 @@ int run_bench_scaling(const cli::Args& args) {
   Json exchange = Json::array();
   for (const Layout& layout : layouts) {
     if (layout.ranks == 0) continue;
-    const Json log = parse_json(read_all(cat(work, "/train-", layout.ranks, "/log.json")));
+    const Json log = parse_json(read_text_file(cat(work, "/train-", layout.ranks, "/log.json")));
     const Json* per_rank = log.as_array().back().find("exchange_per_rank");
     check(per_rank != nullptr && per_rank->as_array().size() == size_t(layout.ranks), "bench scaling: train-",
           layout.ranks, "/log.json has no exchange counts for its ", layout.ranks, " ranks");

@@ -29,7 +29,7 @@ enum class Align { Left, Right };
 
 struct Table {
   std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;  // a row of a file read back may be short or long
+  std::vector<std::vector<std::string>> rows = {};  // a row of a file read back may be short or long
   std::vector<Align> align = {};  // per column, for Markdown; missing columns: Left
   size_t rows_left_out = 0;       // rows of a file read back but not held (read_csv_table's max_rows)
 
