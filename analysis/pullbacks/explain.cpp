@@ -146,7 +146,10 @@ Tensor weighted_gradient_sum(const char* method, const Model& model, const Tenso
   const int64_t N = x.size(0), count = static_cast<int64_t>(weights.size());
   const int64_t batch_numel = x.numel();
   check(o.max_batch > 0, method, ": max_batch must be positive, got ", o.max_batch);
-  const int64_t per_pass = std::max<int64_t>(1, o.max_batch / N);  // samples per forward
+  check(o.max_pass_elements > 0, method, ": max_pass_elements must be positive, got ", o.max_pass_elements);
+  const int64_t example_numel = batch_numel / N;
+  const int64_t max_rows = std::min(o.max_batch, o.max_pass_elements / example_numel);
+  const int64_t per_pass = std::max<int64_t>(1, max_rows / N);  // samples per forward
   Tensor total = Tensor::zeros(x.shape());
   float* pt = total.data();
   std::vector<int64_t> rows;
