@@ -125,3 +125,61 @@ TEST_CASE("bench explain: --only is honoured with --checkpoint: the models it na
   CHECK(contains(both.out, " resnet18 "));  // the checkpoint's model after the one --only names
   CHECK_FALSE(contains(both.out, "vit_tiny"));
 }
+
+TEST_CASE("bench models --size: bad workloads, sizes and models exit 2 naming them") {
+  const CommandOutcome workload = run_adjoint({"bench", "models", "--size", "32", "--workloads", "infer,blur"});
+  CHECK(workload.code == 2);
+  CHECK(contains(workload.err, "unknown workload 'blur'"));
+  const CommandOutcome size = run_adjoint({"bench", "models", "--size", "8"});
+  CHECK(size.code == 2);
+  CHECK(contains(size.err, "--size"));
+  // The ImageNet table has no ResNet-18: asking for it there is a usage error.
+  const CommandOutcome model = run_adjoint({"bench", "models", "--imagenet", "--only", "resnet18"});
+  CHECK(model.code == 2);
+  CHECK(contains(model.err, "unknown model 'resnet18'"));
+  CHECK(contains(model.err, "resnet50"));
+}
+
+TEST_CASE("bench models --size: a tiny run of the ImageNet models writes the chosen workloads per image") {
+  adjoint::testing::TempDir dir;
+  const std::string out = dir.file("ours.json");
+  const adjoint::testing::ProgramRun run = adjoint::testing::run_adjoint_program(
+      "--threads 1 bench models --size 32 --only resnet50 --batch 1 --repeats 1 --samples 2 "
+      "--workloads infer,gradient,smoothgrad --out " + out, dir);
+  REQUIRE_MESSAGE(run.exit_code == 0, run.output);
+  CHECK(contains(run.output, "smoothgrad(2)"));
+  CHECK_FALSE(contains(run.output, "step peak MiB"));  // no training step chosen, so no step memory
+  const Json doc = parse_json(read_text(out));
+  CHECK(doc.find("image_size")->as_int() == 32);
+  const Json::Array& rows = doc.find("models")->as_array();
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].find("model")->as_string() == "resnet50");
+  CHECK(rows[0].find("infer_samples_per_s")->as_number() > 0.0);
+  CHECK(rows[0].find("train_samples_per_s")->as_number() == 0.0);  // not chosen
+  const Json::Array& explained = rows[0].find("explanations")->as_array();
+  REQUIRE(explained.size() == 2);
+  CHECK(explained[0].find("workload")->as_string() == "gradient");
+  CHECK(explained[1].find("workload")->as_string() == "smoothgrad(2)");
+  for (const Json& e : explained) {
+    CHECK(e.find("ms_per_image")->as_number() > 0.0);
+    CHECK(e.find("peak_tensor_mib")->as_number() > 0.0);  // the recorded forward pass at least
+  }
+}
+
+TEST_CASE("bench explain: --size and --samples set the models' images and the many-pass methods' count") {
+  const CommandOutcome samples = run_adjoint({"bench", "explain", "--samples", "1"});
+  CHECK(samples.code == 2);
+  CHECK(contains(samples.err, "--samples"));
+  const CommandOutcome max_batch = run_adjoint({"bench", "explain", "--max-batch", "0"});
+  CHECK(max_batch.code == 2);
+  CHECK(contains(max_batch.err, "--max-batch"));
+  adjoint::testing::TempDir dir;
+  const std::string out = dir.file("explain.csv");
+  const CommandOutcome run = run_adjoint({"--threads", "1", "bench", "explain", "--only", "resnet18", "--size", "16",
+                                          "--batch", "2", "--samples", "3", "--repeats", "1", "--out", out});
+  REQUIRE_MESSAGE(run.code == 0, run.err);
+  const std::string csv = read_text(out);
+  CHECK(contains(csv, "resnet18,smoothgrad(3),1,2,"));
+  CHECK(contains(csv, "resnet18,integrated_gradients(3),1,2,"));
+  CHECK_FALSE(contains(csv, "(50)"));
+}

@@ -423,6 +423,11 @@ TEST_CASE("explain: SmoothGrad is the mean gradient at noisy copies, however it 
   check_attribution(batched, want, 1e-5, "smoothgrad");
   o.max_batch = 1;  // one sample per pass
   check_attribution(explain("smoothgrad", *model, x, targets, o), batched, 1e-5, "smoothgrad, one sample per pass");
+  o.max_batch = 64;
+  o.max_pass_elements = 2 * x.numel();  // two samples per pass by their elements, the last pass one
+  check_attribution(explain("smoothgrad", *model, x, targets, o), batched, 1e-5, "smoothgrad, two samples per pass");
+  o.max_pass_elements = 1;  // below one sample: still one sample per pass
+  check_attribution(explain("smoothgrad", *model, x, targets, o), batched, 1e-5, "smoothgrad, a budget below one sample");
   CHECK(max_abs(batched - explain("gradient", *model, x, targets)) > 1e-4 * max_abs(batched));
 }
 

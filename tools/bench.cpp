@@ -289,7 +289,7 @@ const cli::Registration bench_command({
         "--steps, --clock). Compare with PyTorch:\n"
         "  adjoint --threads N bench stitch --out ours.json && /usr/bin/python3 tools/bench_stitch_torch.py --threads N --ours ours.json\n"
         "adjoint bench data: ms per image the model waits for its images (Loader::next()) beside its forward\n"
-        "pass, with the loader prefetching and not, and decoding alone (--imagenet ROOT or --data SPEC; --only\n"
+        "pass, with the loader prefetching and not, and decoding alone (--data SPEC, e.g. imagenet:ROOT; --only\n"
         "ARCH, default resnet50; --batch, default 8; --steps).\n"
         "adjoint bench scaling: training samples/s and a stitch sweep's wall time over mpirun -n 1, 2, 4 (ranks x\n"
         "threads = cores, oversubscribed beyond the cores) against one process on every core; efficiency and the\n"
@@ -302,8 +302,12 @@ const cli::Registration bench_command({
                 {"out", "FILE", "also write the results: JSON if FILE ends in .json, else CSV", ""},
                 {"clock", "KIND", "wall, or cpu: process CPU time, steady on a busy machine (--threads 1 only)",
                  "wall"},
-                {"imagenet", "ROOT", "data: an ImageNet folder (ROOT/val/<wnid>/*.JPEG)", ""},
-                {"data", "SPEC", "data: any image data set instead of --imagenet", ""},
+                {"size", "S", "explain: image side of the three default models (default 32; above 64 the ImageNet stem); models: the ImageNet models (ResNet-50, VGG-16-BN, ViT-B/16) at this size", ""},
+                {"imagenet", "", "models: the ImageNet models at 224 pixels, batch 8, with the explanation workloads", ""},
+                {"data", "SPEC", "data: the image data set to load (an ImageNet folder: imagenet:ROOT)", ""},
+                {"workloads", "LIST", "models: among train, infer, gradient, soft_pullback, pullback_ascent, smoothgrad, integrated_gradients (default: train,infer; with --size/--imagenet all)", ""},
+                {"samples", "N", "explain, models: SmoothGrad samples and integrated-gradients steps (default 50)", ""},
+                {"max-batch", "N", "explain: rows per SmoothGrad/IG pass (default: ExplainOptions' 64)", ""},
                 {"checkpoint", "FILE", "explain: also time this checkpoint's model (alone without --only)", ""},
                 {"memory-child", "MODEL", "models: (used by the benchmark itself) print one model's step memory", ""},
                 {"tolerance", "X", "tensorsim: Monte Carlo runs until its error is below X", "0.001"},

@@ -4,7 +4,7 @@
 // pass (compute), with prefetching on and, for comparison, off. Decoding alone (nothing
 // else running) is timed too, so the wait is read against what there was to hide.
 //
-// The data: --imagenet ROOT (ROOT/val through the default preset), or any --data SPEC.
+// The data: any --data SPEC (an ImageNet folder: imagenet:ROOT, ROOT/val through its preset).
 // The model: an untrained ImageNet-sized ResNet-50 (--only ARCH for another), whose
 // forward pass is the cheapest thing an evaluation does with a batch, so the hardest to
 // hide decoding behind.
@@ -72,8 +72,8 @@ void print_row(const char* mode, const Steps& s, int64_t batch) {
 
 int run_bench_data(const cli::Args& args) {
   if (args.positionals().size() > 1) throw UsageError("bench data takes no further arguments");
-  if (args.has("imagenet") == args.has("data")) throw UsageError("bench data: give --imagenet ROOT or --data SPEC");
-  const std::string spec = args.has("imagenet") ? "imagenet:" + args.text("imagenet") : args.text("data");
+  if (!args.has("data")) throw UsageError("bench data: give --data SPEC (an ImageNet folder: --data imagenet:ROOT)");
+  const std::string spec = args.text("data");
   const bool quick = args.flag("quick");
   const int64_t batch = args.has("batch") ? args.integer("batch") : 8;
   const int64_t steps = args.has("steps") ? args.integer("steps") : quick ? 3 : 10;

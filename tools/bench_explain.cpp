@@ -40,29 +40,29 @@ struct BenchMethod {
   std::string label, method;
   bool many_passes = false;
 };
-const std::vector<BenchMethod>& bench_methods() {
-  static const std::vector<BenchMethod> methods = {
+std::vector<BenchMethod> bench_methods(int64_t samples) {
+  return {
       {"gradient", "gradient"},
       {"soft_pullback", "soft_pullback"},
       {"pullback_ascent(K=5)", "pullback_ascent"},
-      {"smoothgrad(50)", "smoothgrad", true},
-      {"integrated_gradients(50)", "integrated_gradients", true},
+      {cat("smoothgrad(", samples, ")"), "smoothgrad", true},
+      {cat("integrated_gradients(", samples, ")"), "integrated_gradients", true},
   };
-  return methods;
 }
 
-void bench_model(const std::string& name, const Model& model, int64_t batch, int64_t repeats, cli::BenchClock clock,
-                 std::vector<Timed>& rows) {
+void bench_model(const std::string& name, const Model& model, int64_t batch, int64_t repeats, int64_t samples,
+                 int64_t max_batch, cli::BenchClock clock, std::vector<Timed>& rows) {
   const ModelConfig& c = model.config();
   Generator gen(5);
   const Tensor x = uniform({batch, c.in_channels, c.image_size, c.image_size}, -1.0f, 1.0f, gen);
   const std::vector<int64_t> targets = predicted_classes(model, x);
   ExplainOptions o;
   o.ascent_steps = 5;
-  o.smoothgrad_samples = 50;
-  o.ig_steps = 50;
+  o.smoothgrad_samples = samples;
+  o.ig_steps = samples;
+  if (max_batch > 0) o.max_batch = max_batch;
   double gradient_ms = 0;
-  for (const BenchMethod& m : bench_methods()) {
+  for (const BenchMethod& m : bench_methods(samples)) {
     const auto run = [&] { explain(m.method, model, x, targets, o); };
     const double seconds =
         m.many_passes ? cli::median_seconds(std::min<int64_t>(repeats, 2), run, {clock, 0, 0.0})
@@ -119,6 +119,13 @@ int run_bench_explain(const cli::Args& args) {
   const int64_t repeats = args.has("repeats") ? args.integer("repeats") : quick ? 2 : 5;
   if (batch < 1) throw UsageError(cat("option --batch expects a count >= 1, got ", batch));
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
+  const int64_t samples = args.has("samples") ? args.integer("samples") : 50;
+  if (samples < 2) throw UsageError(cat("option --samples expects a count >= 2, got ", samples));
+  const int64_t max_batch = args.has("max-batch") ? args.integer("max-batch") : 0;
+  if (args.has("max-batch") && max_batch < 1)
+    throw UsageError(cat("option --max-batch expects a count >= 1, got ", max_batch));
+  const int64_t size = args.has("size") ? args.integer("size") : 32;
+  if (size < 8) throw UsageError(cat("option --size expects a side of at least 8 pixels, got ", size));
   const cli::BenchClock clock = cli::bench_clock(args.text("clock"), num_threads());
 
   // The models: the reference architectures --only names (all three without --only and
@@ -134,8 +141,8 @@ int run_bench_explain(const cli::Args& args) {
     c.arch = arch;
     c.num_classes = 10;
     c.in_channels = 3;
-    c.image_size = 32;
-    c.small_stem = true;
+    c.image_size = size;
+    c.small_stem = size <= 64;
     c.patch = 4;
     Generator gen(0);
     models.emplace_back(arch, make_model(c, gen));
@@ -152,7 +159,7 @@ int run_bench_explain(const cli::Args& args) {
   std::vector<Timed> rows;
   for (auto& [name, model] : models) {
     model->train(false);
-    bench_model(name, *model, batch, repeats, clock, rows);
+    bench_model(name, *model, batch, repeats, samples, max_batch, clock, rows);
   }
   std::printf("\nacceptance (soft pullback <= 1.2x gradient, pullback ascent K=5 <= 6x):");
   for (const auto& [name, model] : models) std::printf(" %s %s", name.c_str(), accepted(rows, name) ? "pass" : "FAIL");

@@ -10,6 +10,12 @@
 // of one large square sgemm through the engine's gemm at the same thread count, measured
 // in the same run.
 //
+// At ImageNet's size (--size 224) the models are the paper's (ResNet-50, VGG-16-BN, ViT-B/16,
+// batch 8), and beside inference and the training step it times the explanation workloads
+// per image (gradient, soft pullback, pullback ascent K=5, SmoothGrad and integrated
+// gradients) with the peak tensor memory of each; --workloads and --only choose a part of
+// that grid, which at 224 pixels is long.
+//
 // And what bounds the ratio: the CPU time a step spends in OpenBLAS's sgemm, the kernels both
 // sides share (engine/gemm.h, BlasTime). The PyTorch script divides its step time by it: the
 // ratio the engine would reach if everything outside those kernels cost nothing.
@@ -23,6 +29,7 @@
 #include <fstream>
 #include <functional>
 
+#include "analysis/pullbacks/explain.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/io/json.h"
@@ -46,7 +53,20 @@ struct ModelCase {
   ModelConfig config;
 };
 
-std::vector<ModelCase> cases() {
+// The models at ImageNet's size, with its 1000 classes and the full stems. A model joins by
+// its name and configuration here.
+std::vector<ModelCase> imagenet_cases() {
+  auto image_model = [](const std::string& arch, int64_t patch) {
+    ModelConfig c;
+    c.arch = arch, c.in_channels = 3, c.image_size = 224, c.num_classes = 1000, c.small_stem = false, c.patch = patch;
+    return c;
+  };
+  return {{"resnet50", image_model("resnet50", 0)},
+          {"vgg16_bn", image_model("vgg16_bn", 0)},
+          {"vit_b_16", image_model("vit_base", 16)}};
+}
+
+std::vector<ModelCase> small_cases() {
   auto image_model = [](const std::string& arch) {
     ModelConfig c;
     c.arch = arch, c.in_channels = 3, c.image_size = 32, c.num_classes = 10, c.small_stem = true, c.patch = 4;
@@ -61,7 +81,49 @@ std::vector<ModelCase> cases() {
           {"bilinear_lm", lm}};
 }
 
+// An explanation workload's cost per image and the tensor memory its runs held at their
+// peak beyond what the process held before.
+struct ExplainCell {
+  std::string workload;
+  double ms_per_image = 0, peak_mib = 0;
+};
+
+// What a run times: the training step and inference (the peer's columns), and the
+// explanation methods (analysis/pullbacks/explain.h names).
+struct Workloads {
+  bool train = true, infer = true;
+  std::vector<std::string> methods;
+  int64_t samples = 50;  // SmoothGrad's samples and integrated gradients' steps
+};
+
+// The workloads known by name: the two steps, then the explanation methods the paper scores.
+const std::vector<std::string>& workload_names() {
+  static const std::vector<std::string> names = {"train",           "infer",      "gradient",
+                                                 "soft_pullback",   "pullback_ascent",
+                                                 "smoothgrad",      "integrated_gradients"};
+  return names;
+}
+
+Workloads parse_workloads(const std::vector<std::string>& chosen, int64_t samples) {
+  Workloads w;
+  w.train = w.infer = false;
+  w.samples = samples;
+  for (const std::string& name : chosen) {
+    const auto& known = workload_names();
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += " " + k;
+      throw UsageError(cat("bench models: unknown workload '", name, "' in --workloads; known:", list));
+    }
+    if (name == "train") w.train = true;
+    else if (name == "infer") w.infer = true;
+    else w.methods.push_back(name);
+  }
+  return w;
+}
+
 struct Result {
+  std::vector<ExplainCell> explained;
   std::string model;
   int64_t batch = 0;
   double train_per_s = 0, infer_per_s = 0;
@@ -87,6 +149,14 @@ int64_t vm_kib(const std::string& field) {
 // Resets the kernel's resident-set high-water mark (VmHWM) to the current size.
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+// The cases of a run: the small models at 32 pixels (size 0), or the ImageNet ones at `size`.
+std::vector<ModelCase> cases(int64_t size) {
+  if (size == 0) return small_cases();
+  std::vector<ModelCase> all = imagenet_cases();
+  for (ModelCase& mc : all) mc.config.image_size = size;
+  return all;
+}
+
 // A fixed random batch: images and labels, or token ids and next-token labels.
 void make_batch(const ModelConfig& c, int64_t batch, Tensor& x, std::vector<int64_t>& labels) {
   Generator gen(0);
@@ -103,9 +173,9 @@ void make_batch(const ModelConfig& c, int64_t batch, Tensor& x, std::vector<int6
 }
 
 // The benchmark case called `name`; a usage error listing the known ones otherwise.
-ModelCase find_case(const std::string& name) {
+ModelCase find_case(const std::string& name, int64_t size) {
   std::string known;
-  for (const ModelCase& mc : cases()) {
+  for (const ModelCase& mc : cases(size)) {
     if (mc.name == name) return mc;
     known += " " + mc.name;
   }
@@ -147,19 +217,46 @@ StepTimes time_steps(int64_t repeats, const std::function<void()>& step, const c
   return {median, blas.seconds() / double(runs)};
 }
 
-void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, cli::BenchClock clock, Result& r) {
+// Each explanation workload on the model's batch, per image: the cheap ones as the median
+// of `repeats` runs, the many-pass ones (SmoothGrad, IG) once, the model being warm by then.
+void bench_explanations(Bench& b, const Workloads& w, int64_t repeats, cli::BenchClock clock, Result& r) {
+  b.model->train(false);
+  const std::vector<int64_t> targets = predicted_classes(*b.model, b.x);
+  ExplainOptions o;
+  o.ascent_steps = 5;
+  o.smoothgrad_samples = w.samples;
+  o.ig_steps = w.samples;
+  for (const std::string& method : w.methods) {
+    const bool many_passes = method == "smoothgrad" || method == "integrated_gradients";
+    reset_peak_memory();
+    const int64_t before = memory_stats().current_bytes;
+    const auto run = [&] { explain(method, *b.model, b.x, targets, o); };
+    const double seconds = many_passes ? cli::median_seconds(1, run, {clock, 0, 0.0}) : cli::median_seconds(repeats, run, {clock});
+    const double peak = double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
+    const std::string label = many_passes ? cat(method, "(", w.samples, ")") : method == "pullback_ascent" ? "pullback_ascent(K=5)" : method;
+    r.explained.push_back({label, seconds * 1e3 / double(r.batch), peak});
+  }
+}
+
+void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, cli::BenchClock clock, const Workloads& w,
+                 Result& r) {
   Bench b(mc, batch);
   r.model = mc.name;
   r.batch = b.x.size(0);
-  b.model->train(true);
-  const StepTimes train = time_steps(repeats, [&] { b.step(); }, {clock, 0, 0.0});
+  if (w.train) {
+    b.model->train(true);
+    const StepTimes train = time_steps(repeats, [&] { b.step(); }, {clock, 0, 0.0});
+    r.train_per_s = double(r.batch) / train.median_seconds, r.train_blas_seconds = train.blas_seconds;
+  }
   b.model->train(false);
-  const StepTimes infer = time_steps(repeats, [&] {
-    NoGrad off;
-    b.model->forward(b.x);
-  }, {clock});
-  r.train_per_s = double(r.batch) / train.median_seconds, r.train_blas_seconds = train.blas_seconds;
-  r.infer_per_s = double(r.batch) / infer.median_seconds, r.infer_blas_seconds = infer.blas_seconds;
+  if (w.infer) {
+    const StepTimes infer = time_steps(repeats, [&] {
+      NoGrad off;
+      b.model->forward(b.x);
+    }, {clock});
+    r.infer_per_s = double(r.batch) / infer.median_seconds, r.infer_blas_seconds = infer.blas_seconds;
+  }
+  if (!w.methods.empty()) bench_explanations(b, w, repeats, clock, r);
   NoGrad off;
   FlopCount count;
   // trace runs every block in full (never a block's with_next), so this counts the model's
@@ -170,6 +267,7 @@ void bench_speed(const ModelCase& mc, int64_t batch, int64_t repeats, cli::Bench
 
 // The share of a step's time (all threads' CPU time) spent in OpenBLAS.
 double blas_share(double blas_seconds, double samples_per_s, int64_t batch) {
+  if (samples_per_s == 0) return 0;  // not measured in this run
   return blas_seconds / (double(num_threads()) * double(batch) / samples_per_s);
 }
 
@@ -219,13 +317,13 @@ void bench_memory(const ModelCase& mc, int64_t batch, Result& r) {
 // resident set follows live memory. (The default threshold adapts and keeps freed buffers
 // resident, which hides part of a step's peak from VmHWM; the timings before would too.)
 // The PyTorch peer measures the same way.
-void bench_memory_in_child(const ModelCase& mc, int64_t batch, Result& r) {
+void bench_memory_in_child(const ModelCase& mc, int64_t batch, int64_t size, Result& r) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   check(n > 0, "bench models: cannot find this program's path in /proc/self/exe");
   self[n] = '\0';
   const std::string command = cat("MALLOC_MMAP_THRESHOLD_=131072 '", self, "' bench models --memory-child ", mc.name,
-                                  " --batch ", batch, " --threads ", num_threads());
+                                  " --batch ", batch, " --threads ", num_threads(), size ? cat(" --size ", size) : "");
   FILE* child = popen(command.c_str(), "r");
   check(child != nullptr, "bench models: cannot start ", command);
   double peak = -1, rss = -1;
@@ -239,20 +337,33 @@ void bench_memory_in_child(const ModelCase& mc, int64_t batch, Result& r) {
 
 int run_bench_models(const cli::Args& args) {
   const bool quick = args.flag("quick");
-  const int64_t batch = args.has("batch") ? args.integer("batch") : 64;
+  // 0: the small models at 32 pixels; otherwise the ImageNet models at this size.
+  const int64_t size = args.has("size") ? args.integer("size") : args.flag("imagenet") ? 224 : 0;
+  if (args.has("size") && size < 32) throw UsageError(cat("bench models: --size expects at least 32 pixels, got ", size));
+  const int64_t batch = args.has("batch") ? args.integer("batch") : size ? 8 : 64;
   const int64_t repeats = args.has("repeats") ? args.integer("repeats") : quick ? 2 : 5;
   if (batch < 1 || repeats < 1) throw UsageError("bench models: --batch and --repeats must be at least 1");
+  const int64_t samples = args.has("samples") ? args.integer("samples") : 50;
+  if (samples < 2) throw UsageError(cat("bench models: --samples expects a count >= 2, got ", samples));
+  const std::vector<std::string> default_workloads =
+      size ? workload_names() : std::vector<std::string>{"train", "infer"};
+  const Workloads workloads = parse_workloads(args.has("workloads") ? args.list("workloads") : default_workloads, samples);
   std::vector<std::string> only = args.has("only") ? args.list("only") : std::vector<std::string>{};
-  for (const std::string& name : only) find_case(name);
+  for (const std::string& name : only) find_case(name, size);
   if (args.has("memory-child")) {
     Result r;
-    bench_memory(find_case(args.text("memory-child")), batch, r);
+    bench_memory(find_case(args.text("memory-child"), size), batch, r);
     std::printf("%.3f %.3f\n", r.peak_mib, r.peak_rss_mib);
     return 0;
   }
   const cli::BenchClock clock = cli::bench_clock(args.text("clock"), num_threads());
-  std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median %s time of %lld steps\n",
-              num_threads(), (long long)batch, args.text("clock").c_str(), (long long)repeats);
+  if (size)
+    std::printf("adjoint bench models: %lldx%lld images, %d threads, batch %lld, median %s time of %lld steps\n",
+                (long long)size, (long long)size, num_threads(), (long long)batch, args.text("clock").c_str(),
+                (long long)repeats);
+  else
+    std::printf("adjoint bench models: %d threads, batch %lld (bilinear_lm: 32x64 tokens), median %s time of %lld steps\n",
+                num_threads(), (long long)batch, args.text("clock").c_str(), (long long)repeats);
   const double sgemm = measure_sgemm_rate(clock);
   std::printf("sgemm %lld^3 through the engine's gemm (OpenBLAS %s): %.1f GFLOP/s; a model's GFLOP/s counts its\n"
               "products' nominal FLOPs (training: 3x forward) and its %% is the share of that sgemm rate;\n"
@@ -262,11 +373,11 @@ int run_bench_models(const cli::Args& args) {
               "train GFLOP/s (%)", "infer GFLOP/s (%)", "in OpenBLAS t/i");
   std::vector<Result> results;
   std::vector<ModelCase> chosen;
-  for (const ModelCase& mc : cases())
+  for (const ModelCase& mc : cases(size))
     if (only.empty() || std::find(only.begin(), only.end(), mc.name) != only.end()) chosen.push_back(mc);
   for (const ModelCase& mc : chosen) {
     Result r;
-    bench_speed(mc, batch, repeats, clock, r);
+    bench_speed(mc, batch, repeats, clock, workloads, r);
     const Rate train = rate(r.train_per_s, kTrainingPasses * r.forward_flops, sgemm);
     const Rate infer = rate(r.infer_per_s, r.forward_flops, sgemm);
     std::printf("%-12s %15.1f %15.1f %13.3f %11.1f (%4.0f%%) %11.1f (%4.0f%%) %7.0f%% %6.0f%%\n", r.model.c_str(),
@@ -276,9 +387,15 @@ int run_bench_models(const cli::Args& args) {
     std::fflush(stdout);
     results.push_back(r);
   }
-  std::printf("\n%-12s %15s %15s\n", "model", "step peak MiB", "step RSS MiB");
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    bench_memory_in_child(chosen[i], batch, results[i]);
+  if (!workloads.methods.empty()) {
+    std::printf("\n%-12s %-28s %12s %16s\n", "model", "explanation", "ms/image", "peak tensor MiB");
+    for (const Result& r : results)
+      for (const ExplainCell& e : r.explained)
+        std::printf("%-12s %-28s %12.1f %16.1f\n", r.model.c_str(), e.workload.c_str(), e.ms_per_image, e.peak_mib);
+  }
+  if (workloads.train) std::printf("\n%-12s %15s %15s\n", "model", "step peak MiB", "step RSS MiB");
+  for (size_t i = 0; i < chosen.size() && workloads.train; ++i) {
+    bench_memory_in_child(chosen[i], batch, size, results[i]);
     std::printf("%-12s %15.1f %15.1f\n", results[i].model.c_str(), results[i].peak_mib, results[i].peak_rss_mib);
     std::fflush(stdout);
   }
@@ -287,7 +404,7 @@ int run_bench_models(const cli::Args& args) {
     for (const Result& r : results) {
       const Rate train = rate(r.train_per_s, kTrainingPasses * r.forward_flops, sgemm);
       const Rate infer = rate(r.infer_per_s, r.forward_flops, sgemm);
-      rows.push_back(Json(Json::Object{{"model", r.model},
+      Json row(Json::Object{{"model", r.model},
                                        {"batch", r.batch},
                                        {"train_samples_per_s", r.train_per_s},
                                        {"infer_samples_per_s", r.infer_per_s},
@@ -299,9 +416,16 @@ int run_bench_models(const cli::Args& args) {
                                        {"train_blas_cpu_seconds", r.train_blas_seconds},
                                        {"infer_blas_cpu_seconds", r.infer_blas_seconds},
                                        {"peak_step_mib", r.peak_mib},
-                                       {"peak_rss_step_mib", r.peak_rss_mib}}));
+                                       {"peak_rss_step_mib", r.peak_rss_mib}});
+      Json explained = Json::array();
+      for (const ExplainCell& e : r.explained)
+        explained.push_back(Json(Json::Object{
+            {"workload", e.workload}, {"ms_per_image", e.ms_per_image}, {"peak_tensor_mib", e.peak_mib}}));
+      row["explanations"] = explained;
+      rows.push_back(row);
     }
     Json doc(Json::Object{{"threads", num_threads()},
+                          {"image_size", size ? size : 32},
                           {"clock", args.text("clock")},
                           {"batch", batch},
                           {"blas", blas_kernels()},

@@ -4,7 +4,11 @@ training (SGD step: forward, cross-entropy, backward, update) and inference thro
   adjoint --threads 2 bench models --out ours.json
   /usr/bin/python3 tools/bench_models_torch.py --threads 2 --ours ours.json
 
-prints both with the ratio ours/PyTorch (> 1: adjoint is faster). With --ours, each side's
+prints both with the ratio ours/PyTorch (> 1: adjoint is faster). With --size S (as
+`adjoint bench models --size S` or --imagenet), the models are torchvision's ResNet-50,
+VGG-16-BN and ViT-B/16 at S pixels with 1000 classes, batch 8, each convolutional one run in
+the faster of the two memory formats (contiguous or channels-last, chosen by its inference),
+and the gradient, SmoothGrad and integrated gradients per image are timed beside ours. With --ours, each side's
 achieved GFLOP/s is also printed as a share of the sgemm rate that `adjoint bench models`
 measured in its run (its FLOP counts, engine/flops.h: training counts 3x forward). With
 --clock cpu (1 thread only, as adjoint's --clock cpu) steps are timed in process CPU time,
@@ -40,8 +44,19 @@ def models(classes=10):
     }
 
 
-def batch_for(name, batch):
+def imagenet_models(size):
+    import torchvision
+    return {
+        "resnet50": lambda: torchvision.models.resnet50(num_classes=1000),
+        "vgg16_bn": lambda: torchvision.models.vgg16_bn(num_classes=1000),
+        "vit_b_16": lambda: torchvision.models.vit_b_16(image_size=size, num_classes=1000),
+    }
+
+
+def batch_for(name, batch, size=0):
     g = torch.Generator().manual_seed(0)
+    if size:
+        return torch.rand(batch, 3, size, size, generator=g), torch.randint(0, 1000, (batch,), generator=g)
     if name == "bilinear_lm":
         x = torch.randint(0, 256, (32, 64), generator=g)
         return x, torch.randint(0, 256, (32 * 64,), generator=g)
@@ -64,21 +79,71 @@ def training_step(model, x, y):
     return step
 
 
-def bench(name, batch, repeats, clock):
-    model = models()[name]()
-    x, y = batch_for(name, batch)
+def weighted_gradients(model, x, targets, points):
+    """Σ_k w_k ∂f_target/∂x at points(k) = (point, w_k): one pass of the batch per point, as
+    adjoint runs its passes at ImageNet's size."""
+    total = torch.zeros_like(x)
+    for point, w in points:
+        leaf = point.detach().requires_grad_()
+        logits = model(leaf)
+        (g,) = torch.autograd.grad(logits.gather(1, targets[:, None]).sum(), leaf)
+        total += w * g
+    return total
+
+
+def explanation_workloads(samples):
+    """The explanations PyTorch has a plain peer for, as functions of (model, x, targets)."""
+    def gradient(model, x, targets):
+        return weighted_gradients(model, x, targets, [(x, 1.0)])
+
+    def smoothgrad(model, x, targets):
+        g = torch.Generator().manual_seed(0)
+        return weighted_gradients(model, x, targets,
+                                  ((x + 0.15 * torch.randn(x.shape, generator=g), 1.0 / samples) for _ in range(samples)))
+
+    def integrated_gradients(model, x, targets):
+        alphas = [k / (samples - 1) for k in range(samples)]
+        return x * weighted_gradients(model, x, targets, ((a * x, 1.0 / samples) for a in alphas))
+    return {"gradient": gradient, f"smoothgrad({samples})": smoothgrad,
+            f"integrated_gradients({samples})": integrated_gradients}
+
+
+def bench(name, batch, repeats, clock, size=0, workloads=("train", "infer"), samples=50):
+    model = (imagenet_models(size) if size else models())[name]()
+    x, y = batch_for(name, batch, size)
     n = x.shape[0]
-    train_step = training_step(model, x, y)
+    result = {"model": name, "batch": n, "train_samples_per_s": 0, "infer_samples_per_s": 0, "explanations": {}}
 
     def infer():
         with torch.no_grad():
             model(x)
 
-    model.train()
-    t_train = time_steps(train_step, repeats, clock)
     model.eval()
-    t_infer = time_steps(infer, repeats, clock)
-    return {"model": name, "batch": n, "train_samples_per_s": n / t_train, "infer_samples_per_s": n / t_infer}
+    if size and name != "vit_b_16":  # the faster memory format for this convolutional model
+        t_plain = time_steps(infer, 1, clock, warmup=1)
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+        if time_steps(infer, 1, clock, warmup=1) > t_plain:
+            model, x = model.to(memory_format=torch.contiguous_format), x.contiguous()
+        else:
+            result["channels_last"] = True
+    if "train" in workloads:
+        model.train()
+        result["train_samples_per_s"] = n / time_steps(training_step(model, x, y), repeats, clock)
+        model.eval()
+    if "infer" in workloads:
+        result["infer_samples_per_s"] = n / time_steps(infer, repeats, clock)
+    explained = [w for w in workloads if w in ("gradient", "smoothgrad", "integrated_gradients")]
+    if explained:
+        with torch.no_grad():
+            targets = model(x).argmax(1)
+        for label, fn in explanation_workloads(samples).items():
+            if label.split("(")[0] not in explained:
+                continue
+            many = label != "gradient"
+            seconds = time_steps(lambda: fn(model, x, targets), 1 if many else repeats, clock, warmup=0 if many else 2)
+            result["explanations"][label] = seconds * 1e3 / n
+    return result
 
 
 def vm_kib(field):
@@ -89,15 +154,15 @@ def vm_kib(field):
     return 0
 
 
-def peak_rss_step(name, batch):
+def peak_rss_step(name, batch, size=0):
     """Peak RSS growth (MiB) over one training step of model `name` after a warm-up step:
     the kernel's high-water mark is reset through /proc/self/clear_refs, then read as VmHWM.
     Runs in a child started with MALLOC_MMAP_THRESHOLD_=131072, as `adjoint bench models`
     measures: every large buffer is then mapped when allocated and unmapped when freed, so
     the resident set follows live memory (glibc's adaptive threshold would keep freed
     buffers resident and hide part of the step's peak)."""
-    model = models()[name]()
-    x, y = batch_for(name, batch)
+    model = (imagenet_models(size) if size else models())[name]()
+    x, y = batch_for(name, batch, size)
     step = training_step(model, x, y)
     step()
     with open("/proc/self/clear_refs", "w") as f:
@@ -110,7 +175,7 @@ def peak_rss_step(name, batch):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=None, help="64; 8 with --size")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--ours", help="JSON written by `adjoint bench models --out`")
@@ -118,16 +183,27 @@ def main():
                     help="wall time, or process CPU time (--threads 1 only)")
     ap.add_argument("--memory", action="store_true", help="also print each model's step peak RSS growth")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, default=0, help="torchvision's ImageNet models at this size (batch 8)")
+    ap.add_argument("--workloads", default="", help="comma-separated, as adjoint bench models --workloads")
+    ap.add_argument("--samples", type=int, default=50, help="SmoothGrad samples and IG steps")
     args = ap.parse_args()
+    if args.batch is None:
+        args.batch = 8 if args.size else 64
     if args.clock == "cpu" and args.threads != 1:
         ap.error("--clock cpu measures durations only with --threads 1")
     clock = torch_peer.CLOCKS[args.clock]
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.memory_child:
-        print(f"{peak_rss_step(args.memory_child, args.batch):.1f}")
+        print(f"{peak_rss_step(args.memory_child, args.batch, args.size):.1f}")
         return
-    names = args.only.split(",") if args.only else list(models())
+    if args.ours and not args.size:
+        with open(args.ours) as f:
+            if json.load(f).get("image_size", 32) != 32:
+                ap.error(f"{args.ours} holds the ImageNet models: pass --size as adjoint was run")
+    workloads = args.workloads.split(",") if args.workloads else (
+        ["train", "infer", "gradient", "smoothgrad", "integrated_gradients"] if args.size else ["train", "infer"])
+    names = args.only.split(",") if args.only else list(imagenet_models(args.size) if args.size else models())
     ours, ours_blas, ours_conv, sgemm = {}, None, None, None
     if args.ours:
         with open(args.ours) as f:
@@ -154,7 +230,7 @@ def main():
           + (f" {'train share':>15} {'infer share':>15}" if sgemm else "")
           + (f" {'bound t/i':>13}" if bounded else ""))
     for name in names:
-        r = bench(name, args.batch, args.repeats, clock)
+        r = bench(name, args.batch, args.repeats, clock, args.size, workloads, args.samples)
         o = ours.get(name, {})
         ot, oi = o.get("train_samples_per_s"), o.get("infer_samples_per_s")
         fmt = lambda v: f"{v:10.1f}" if v else f"{'-':>10}"
@@ -173,12 +249,17 @@ def main():
             line += (f" {bound(r['train_samples_per_s'], o['train_blas_cpu_seconds'])}"
                      f" {bound(r['infer_samples_per_s'], o['infer_blas_cpu_seconds'])}")
         print(line, flush=True)
+        ours_explained = {e["workload"]: e for e in o.get("explanations", [])}
+        for label, ms in r["explanations"].items():
+            mine = ours_explained.get(label, {}).get("ms_per_image")
+            print(f"  {label:<26} ms/image torch {ms:10.1f} ours " + (f"{mine:10.1f} ratio {ms / mine:6.2f}" if mine else "-"),
+                  flush=True)
     if args.memory:
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
         print(f"{'model':<12} {'step peak RSS growth, MiB: torch':>33} {'ours':>8}")
         for name in names:
             child = subprocess.run([sys.executable, __file__, "--memory-child", name, "--threads", str(args.threads),
-                                    "--batch", str(args.batch)], capture_output=True, text=True, check=True, env=env)
+                                    "--batch", str(args.batch), "--size", str(args.size)], capture_output=True, text=True, check=True, env=env)
             mine = ours.get(name, {}).get("peak_rss_step_mib")
             print(f"{name:<12} {float(child.stdout.strip()):33.1f} " + (f"{mine:8.1f}" if mine else f"{'-':>8}"),
                   flush=True)

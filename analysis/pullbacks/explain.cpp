@@ -135,8 +135,10 @@ Tensor gradient_ascent(const Model& m, const Tensor& x, const std::vector<int64_
 }
 
 // Mean of Σ_k weights[k]·∂f_c/∂x at points(k), k < count, evaluated in batches of whole
-// samples: sample k of every example sits in one forward pass. `points(k, dst)` writes
-// the k-th evaluation point of the whole batch (x's shape) into dst.
+// samples: sample k of every example sits in one forward pass. `points(k0, k1, dst)` writes
+// the evaluation points of samples k0..k1−1 of the whole batch (each of x's shape, one
+// after another) into dst, all of a pass at once so that their generation runs on every
+// thread rather than one sample at a time.
 template <class Points>
 Tensor weighted_gradient_sum(const char* method, const Model& model, const Tensor& x,
                              const std::vector<int64_t>& targets, const std::vector<double>& weights,
@@ -144,28 +146,31 @@ Tensor weighted_gradient_sum(const char* method, const Model& model, const Tenso
   const int64_t N = x.size(0), count = static_cast<int64_t>(weights.size());
   const int64_t batch_numel = x.numel();
   check(o.max_batch > 0, method, ": max_batch must be positive, got ", o.max_batch);
-  const int64_t per_pass = std::max<int64_t>(1, o.max_batch / N);  // samples per forward
+  check(o.max_pass_elements > 0, method, ": max_pass_elements must be positive, got ", o.max_pass_elements);
+  const int64_t example_numel = batch_numel / N;
+  const int64_t max_rows = std::min(o.max_batch, o.max_pass_elements / example_numel);
+  const int64_t per_pass = std::max<int64_t>(1, max_rows / N);  // samples per forward
   Tensor total = Tensor::zeros(x.shape());
   float* pt = total.data();
+  std::vector<int64_t> rows;
+  for (int64_t k = 0; k < std::min(count, per_pass); ++k) rows.insert(rows.end(), targets.begin(), targets.end());
   for (int64_t k0 = 0; k0 < count; k0 += per_pass) {
     const int64_t k1 = std::min(count, k0 + per_pass);
     Shape shape = x.shape();
     shape[0] = (k1 - k0) * N;
     Tensor batch = Tensor::empty(shape);
-    std::vector<int64_t> rows;
-    for (int64_t k = k0; k < k1; ++k) {
-      points(k, batch.data() + (k - k0) * batch_numel);
-      rows.insert(rows.end(), targets.begin(), targets.end());
-    }
+    points(k0, k1, batch.data());
+    rows.resize(static_cast<size_t>((k1 - k0) * N));
     const Tensor g = input_cotangent(method, model, batch, rows, Transport::gradient());
     const float* pg = g.data();
-    for (int64_t k = k0; k < k1; ++k) {
-      const float w = static_cast<float>(weights[k]);
-      const float* gk = pg + (k - k0) * batch_numel;
-      parallel_for(batch_numel, kGrain, [&](int64_t b, int64_t e) {
+    // One sweep over the total per pass, the samples summed in order (as before, one at a time).
+    parallel_for(batch_numel, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t k = k0; k < k1; ++k) {
+        const float w = static_cast<float>(weights[k]);
+        const float* gk = pg + (k - k0) * batch_numel;
         for (int64_t i = b; i < e; ++i) pt[i] += w * gk[i];
-      });
-    }
+      }
+    });
   }
   return total;
 }
@@ -177,13 +182,18 @@ Tensor smoothgrad(const Model& m, const Tensor& x, const std::vector<int64_t>& t
   const Tensor xc = x.contiguous();
   const int64_t n = o.smoothgrad_samples, numel = x.numel();
   // Samples are drawn in order from one generator, so the noise does not depend on how
-  // they are grouped into passes.
+  // they are grouped into passes: a pass's samples are one draw of consecutive counters.
   Generator gen(o.seed);
   const std::vector<double> mean(n, 1.0 / double(n));
-  return weighted_gradient_sum("smoothgrad", m, xc, t, mean, o, [&](int64_t, float* dst) {
-    const Tensor noise = normal(x.shape(), 0.0f, sigma, gen);
-    const float *px = xc.data(), *pn = noise.data();
-    for (int64_t i = 0; i < numel; ++i) dst[i] = px[i] + pn[i];
+  const float* px = xc.data();
+  return weighted_gradient_sum("smoothgrad", m, xc, t, mean, o, [&](int64_t k0, int64_t k1, float* dst) {
+    Shape shape = x.shape();
+    shape[0] *= k1 - k0;
+    const Tensor noise = normal(shape, 0.0f, sigma, gen);
+    const float* pn = noise.data();
+    parallel_for((k1 - k0) * numel, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) dst[i] = px[i % numel] + pn[i];
+    });
   });
 }
 
@@ -196,9 +206,14 @@ Tensor integrated_gradients(const Model& m, const Tensor& x, const std::vector<i
   const float *px = xc.data(), *p0 = x0.data();
   const int64_t numel = x.numel();
   const Tensor path_mean = weighted_gradient_sum("integrated_gradients", m, xc, t, q.weights, o,
-                                                 [&](int64_t k, float* dst) {
-    const float a = static_cast<float>(q.nodes[k]);
-    for (int64_t i = 0; i < numel; ++i) dst[i] = p0[i] + a * (px[i] - p0[i]);
+                                                 [&](int64_t k0, int64_t k1, float* dst) {
+    parallel_for((k1 - k0) * numel, kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) {
+        const float a = static_cast<float>(q.nodes[k0 + j / numel]);
+        const int64_t i = j % numel;
+        dst[j] = p0[i] + a * (px[i] - p0[i]);
+      }
+    });
   });
   const float* pm = path_mean.data();
   return generate(x.shape(), [=](int64_t i) { return (px[i] - p0[i]) * pm[i]; });

@@ -69,6 +69,10 @@ struct ExplainOptions {
   // a pass while it stays within this many rows (at least one sample per pass). Lower it
   // for large models, whose recorded forward state grows with the rows.
   int64_t max_batch = 64;
+  // And input elements per pass (rows × one example's elements): at ImageNet's size a deep
+  // network's recorded state per row is large, so 64 rows would hold many gigabytes. The
+  // default lets 8 images of 3×224×224 share a pass and leaves small images to max_batch.
+  int64_t max_pass_elements = 8 * 3 * 224 * 224;
 
   uint64_t seed = 0;
 };

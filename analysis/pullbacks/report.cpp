@@ -15,6 +15,7 @@
 #include "engine/data/open.h"
 #include "engine/distributed.h"
 #include "engine/error.h"
+#include "engine/threads.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
@@ -245,10 +246,20 @@ struct BatchPictures {
   int64_t first = 0, shown = 0, scale = 0;
   std::vector<std::string>& files;
   std::vector<std::vector<SheetColumn>> sheets;
+  std::vector<std::pair<std::string, Image>> pending;  // drawn, not yet encoded
 
+  // Queued here and encoded by encode_pending, one picture per thread: PNG compression is
+  // most of a picture's cost. The list of files keeps the order they were drawn in.
   void write(const std::string& path, const Image& image) {
-    write_png(path, image);
+    pending.emplace_back(path, image);
     files.push_back(path);
+  }
+
+  void encode_pending() {
+    parallel_for(int64_t(pending.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) write_png(pending[size_t(i)].first, pending[size_t(i)].second);
+    });
+    pending.clear();
   }
 
   void inputs(const ReportBatch& batch) {
@@ -260,6 +271,7 @@ struct BatchPictures {
       write(dir + "/input.png", input);
       sheets[size_t(i)].push_back({"input", {{input, class_name(options.class_names, batch.targets[size_t(i)])}}});
     }
+    encode_pending();
   }
 
   void method(const std::string& method, const ReportBatch& batch, const Tensor& attr, const Tensor& counterfactual) {
@@ -279,11 +291,13 @@ struct BatchPictures {
       }
       sheets[size_t(i)].push_back(std::move(column));
     }
+    encode_pending();
   }
 
   void contact_sheets() {
     for (int64_t i = 0; i < shown; ++i)
       write(picture_dir(options.out_dir, first + i) + "/sheet.png", contact_sheet(sheets[size_t(i)]));
+    encode_pending();
   }
 };
 
