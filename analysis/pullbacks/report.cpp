@@ -246,7 +246,7 @@ struct BatchPictures {
   int64_t first = 0, shown = 0, scale = 0;
   std::vector<std::string>& files;
   std::vector<std::vector<SheetColumn>> sheets;
-  std::vector<std::pair<std::string, Image>> pending;  // drawn, not yet encoded
+  std::vector<std::pair<std::string, Image>> pending = {};  // drawn, not yet encoded
 
   // Queued here and encoded by encode_pending, one picture per thread: PNG compression is
   // most of a picture's cost. The list of files keeps the order they were drawn in.
