@@ -14,7 +14,7 @@ packages=(g++ meson ninja-build pkg-config cmake libopenblas-dev libtbb-dev libs
 # and runs the MPI tests (tests/test_distributed.cpp).
 [ "$mode" = test ] && packages+=(chromium python3 libopenmpi-dev openmpi-bin)
 [ "$mode" = test ] && packages+=(slurm-wlm munge)  # the one-node Slurm of tests/slurm_one_node.sh
-# the suite runs a reproduce part of tensor-similarity, whose language model reads Debian's fortunes
+# reproduce tensor-similarity's language parts read Debian's fortunes (the suite runs other parts)
 [ "$mode" = test ] && packages+=(fortunes)
 missing=()
 for p in "${packages[@]}"; do
