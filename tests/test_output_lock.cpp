@@ -47,7 +47,7 @@ TEST_CASE("output lock: a second train into a held folder refuses in one line na
   CAPTURE(after.output);
   CHECK(after.exit_code == 0);
   CHECK(fs::exists(out + "/checkpoint.safetensors"));
-  CHECK(contains(adjoint::testing::read_text(out + "/.lock"), "adjoint train --model bilinear_mlp"));
+  CHECK(contains(adjoint::testing::read_text(out + "/.lock"), "train --model bilinear_mlp --hidden 8"));
   // The lock file is no result: the folder's page does not link it.
   CHECK_FALSE(contains(adjoint::testing::read_text(out + "/index.html"), ".lock"));
 }
