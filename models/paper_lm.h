@@ -36,6 +36,11 @@ struct PaperLmShape {
 // missing or wrong, and refusing an attention other than the bilinear one (attn_type).
 PaperLmShape read_paper_lm_config(const std::string& path);
 
+// The state with the final normalisation folded into unembed.weight and final_norm.* dropped;
+// a state without final_norm.running_mean_energy is returned as it is (the paper's loader
+// would scale it by (1 + 1e-6)^(-1/2), the buffer's initial value, a change of 5·10⁻⁷).
+std::map<std::string, Tensor> absorb_final_norm(const std::map<std::string, Tensor>& state, const std::string& source);
+
 // The config.json that governs a checkpoint file: beside it, or in the folder above (a run
 // folder's checkpoints/ sit below it); "" when there is none.
 std::string paper_lm_config_for(const std::string& checkpoint_path);
