@@ -8,12 +8,18 @@
 // positions per head (rotate-half, base 10000), v and o without; then the unembedding
 // (unembed.weight, vocab × d), whose final normalisation, a batch-wide scalar at inference,
 // 1/sqrt(final_norm.running_mean_energy + 1e-6), is folded into it.
+//
+// A folder of such checkpoints, as the paper's code downloads it, holds config.json (the
+// model's sizes, in a "model" block or at the top level) beside checkpoints/step_NNNNN.*;
+// the weights are read here from safetensors files of the same state dicts.
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "engine/tensor.h"
+#include "models/model.h"
 #include "models/polynomial.h"
 
 namespace adjoint {
@@ -21,7 +27,34 @@ namespace adjoint {
 struct PaperLmShape {
   int64_t heads = 0;               // n_head of the model's config.json: not in the weights
   double attention_scale = 0.35;   // attn_scale
+  bool qk_bias = true;             // use_bias_qk
+  // Sizes the config states (0: not stated), checked against the tensors.
+  int64_t vocab = 0, dim = 0, layers = 0;  // vocab_size, d_model, n_layers
 };
+
+// The shape a config.json describes. Throws an Error naming `path` and the key that is
+// missing or wrong, and refusing an attention other than the bilinear one (attn_type).
+PaperLmShape read_paper_lm_config(const std::string& path);
+
+// The state with the final normalisation folded into unembed.weight and final_norm.* dropped;
+// a state without final_norm.running_mean_energy is returned as it is (the paper's loader
+// would scale it by (1 + 1e-6)^(-1/2), the buffer's initial value, a change of 5·10⁻⁷).
+std::map<std::string, Tensor> absorb_final_norm(const std::map<std::string, Tensor>& state, const std::string& source);
+
+// The config.json that governs a checkpoint file: beside it, or in the folder above (a run
+// folder's checkpoints/ sit below it); "" when there is none.
+std::string paper_lm_config_for(const std::string& checkpoint_path);
+
+// The positions compared when none are asked for: the paper's analysis context (its n_ctx).
+constexpr int64_t kPaperLmPositions = 4;
+
+// The checkpoint as a Model: its forward takes token ids (batch, T) stored as floats and
+// gives logits (batch, T, vocab), in two blocks ("layers": the residual stream after the
+// attention layers; "unembed"), by evaluating the view's polynomial in double precision;
+// its parameters are the state dict's tensors (final norm folded into unembed.weight).
+// Throws as paper_lm_view does, and names a tensor that is neither the model's nor final_norm.*.
+std::shared_ptr<Model> paper_lm_model(const std::map<std::string, Tensor>& state, const PaperLmShape& shape,
+                                      const std::string& source);
 
 // Throws an Error naming `source` and the tensor that is missing or of the wrong shape.
 // `positions`: the context compared (the paper's analysis uses 4).

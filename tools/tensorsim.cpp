@@ -3,6 +3,10 @@
 //
 //   adjoint tensorsim A.ckpt B.ckpt [--metric identity|gaussian|data] [--slices] [--diff A0.ckpt] [--out DIR]
 //   adjoint tensorsim --run DIR [--out DIR]
+//
+// Besides adjoint's own checkpoints it reads the tensor-similarity paper's bilinear-attention
+// LMs (models/paper_lm.h): safetensors files in the paper's parameter names, their sizes from
+// the config.json of their folder (or --config).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,9 +22,11 @@
 #include "engine/io/files.h"
 #include "engine/io/csv.h"
 #include "engine/io/json.h"
+#include "engine/io/safetensors.h"
 #include "engine/io/table.h"
 #include "models/checkpoint.h"
 #include "models/model_source.h"
+#include "models/paper_lm.h"
 #include "models/training.h"
 #include "tools/cli.h"
 #include "tools/folder_lock.h"
@@ -39,10 +45,32 @@ struct LoadedCheckpoint {
   std::shared_ptr<Model> model;
 };
 
-LoadedCheckpoint load(const std::string& path) {
-  LoadedCheckpoint c{path, load_checkpoint(path), nullptr};
-  c.model = model_from_checkpoint(c.checkpoint);
-  c.model->train(false);
+// The step in a file name step_NNNNN.* (the paper's and adjoint's kept checkpoints); 0 otherwise.
+int64_t step_in_name(const std::string& path) {
+  const std::string stem = fs::path(path).stem().string();
+  if (stem.rfind("step_", 0) != 0 || stem.size() == 5 || stem.size() > 23) return 0;
+  for (size_t i = 5; i < stem.size(); ++i)
+    if (stem[i] < '0' || stem[i] > '9') return 0;
+  return std::stoll(stem.substr(5));
+}
+
+// An adjoint checkpoint (its metadata names its format), else one of the paper's LMs, whose
+// head count comes from `config` (--config) or the config.json of the checkpoint's folder.
+// Such a file names no data set: the data-based baselines need --data.
+LoadedCheckpoint load(const std::string& path, const std::string& config = "") {
+  const SafetensorsFile file = read_safetensors(path);
+  if (file.metadata.count("format")) {
+    LoadedCheckpoint c{path, load_checkpoint(path), nullptr};
+    c.model = model_from_checkpoint(c.checkpoint);
+    c.model->train(false);
+    return c;
+  }
+  const std::string config_path = config.empty() ? paper_lm_config_for(path) : config;
+  check(!config_path.empty(), path,
+        ": not an adjoint checkpoint (its metadata names no format), and no config.json beside it or in the folder above "
+        "to read it as the tensor-similarity paper's LM (give --config)");
+  LoadedCheckpoint c{path, Checkpoint{}, paper_lm_model(file.tensors, read_paper_lm_config(config_path), path)};
+  c.checkpoint.path = path, c.checkpoint.config = c.model->config(), c.checkpoint.step = step_in_name(path);
   return c;
 }
 
@@ -140,17 +168,22 @@ int run_pair(const cli::Args& a) {
   TensorSimOptions o = options_from(a);
   // Held from the start, so that a second run into the folder refuses before its work.
   const auto lock = a.has("out") ? cli::lock_output_folder(a.text("out")) : nullptr;
-  const LoadedCheckpoint ca = load(files[0]), cb = load(files[1]);
+  const std::string config = a.has("config") ? a.text("config") : "";
+  const LoadedCheckpoint ca = load(files[0], config), cb = load(files[1], config);
   std::optional<LoadedCheckpoint> reference;
-  if (a.has("diff")) reference = load(a.text("diff"));
+  if (a.has("diff")) reference = load(a.text("diff"), config);
   const std::string pair = cat(files[0], " vs ", files[1]);
   const Model* ref = reference ? reference->model.get() : nullptr;
   TensorSimOptions probe = o;  // one bilinear layer each? (asked under a metric that needs no data)
   probe.metric = "identity", probe.input_std = 1.0;
   const bool one_layer =
       naming(pair, [&] { return prepared_layer(*ca.model, probe, ref).has_value() && prepared_layer(*cb.model, probe).has_value(); });
+  // The baselines need a data set: left out, with a line saying why, where none is named.
+  const bool baselines = !a.flag("no-baselines") && !named_data_spec(a, ca.checkpoint).empty();
+  if (!a.flag("no-baselines") && !baselines)
+    std::printf("baselines left out: %s names no data set to run them on (give --data)\n", files[0].c_str());
   // The data metric (chosen, or reported beside the others) reads the baseline examples' statistics.
-  const bool wants_examples = !a.flag("no-baselines") || o.metric == "data";
+  const bool wants_examples = baselines || o.metric == "data";
   std::optional<Examples> ex;
   if (wants_examples) ex = baseline_inputs(a, ca.checkpoint);
   std::optional<InputDistribution> data;
@@ -256,7 +289,7 @@ int run_pair(const cli::Args& a) {
       json["monte_carlo"]["slice_standard_errors"] = mc_se;
     }
   }
-  if (!a.flag("no-baselines")) {
+  if (baselines) {
     // The baselines read the models themselves: A and B, never the difference A − A0.
     const std::string between = "A vs B";
     if (reference) std::printf("baselines between A and B themselves (not A - %s):\n", a.text("diff").c_str());
@@ -372,11 +405,20 @@ int run_run(const cli::Args& a) {
   const auto lock = cli::lock_output_folder(out);
   const size_t K = files.size();
   std::vector<LoadedCheckpoint> cks;
-  for (const std::string& f : files) cks.push_back(load(f));
-  const Examples ex = baseline_inputs(a, cks.front().checkpoint);
-  const DataSource data = open_data(data_spec(a, cks.front().checkpoint), DataSplits::TestOnly);
+  for (const std::string& f : files) cks.push_back(load(f, a.has("config") ? a.text("config") : ""));
+  // Accuracy and CKA need a data set: left out, with a line saying why, where none is named.
+  const bool has_data = !named_data_spec(a, cks.front().checkpoint).empty() || o.metric == "data";
+  std::optional<Examples> ex;
+  std::optional<DataSource> data;
+  if (has_data) {
+    ex = baseline_inputs(a, cks.front().checkpoint);
+    data = open_data(data_spec(a, cks.front().checkpoint), DataSplits::TestOnly);
+  } else {
+    std::printf("test loss, accuracy and CKA left out: %s names no data set to run them on (give --data)\n",
+                files.front().c_str());
+  }
   std::optional<InputDistribution> moments;
-  if (o.metric == "data") moments = data_distribution(ex), o.data = &*moments;
+  if (o.metric == "data") moments = data_distribution(*ex), o.data = &*moments;
 
   std::string method;
   std::vector<double> standard_error;
@@ -388,11 +430,17 @@ int run_run(const cli::Args& a) {
     const LoadedCheckpoint& c = cks[i];
     steps.push_back(double(c.checkpoint.step));
     labels.push_back(std::to_string(c.checkpoint.step));
-    const Evaluation e = naming(c.path, [&] { return evaluate(*c.model, data.test, data.eval_transforms(), 256, a.integer("count")); });
-    loss.push_back(e.loss), accuracy.push_back(e.accuracy);
     to_last.push_back(pairwise[i * K + K - 1]);
+    if (!has_data) {
+      loss.push_back(NAN), accuracy.push_back(NAN), cka_logits.push_back(NAN);
+      bar.update(int64_t(i + 1));
+      continue;
+    }
+    const Evaluation e =
+        naming(c.path, [&] { return evaluate(*c.model, data->test, data->eval_transforms(), 256, a.integer("count")); });
+    loss.push_back(e.loss), accuracy.push_back(e.accuracy);
     cka_logits.push_back(naming(cat(c.path, " vs ", cks.back().path), [&] {
-      return baseline_scores(*c.model, *cks.back().model, ex.inputs, {"cka_logits"}).front().value;
+      return baseline_scores(*c.model, *cks.back().model, ex->inputs, {"cka_logits"}).front().value;
     }));
     bar.update(int64_t(i + 1));
   }
@@ -404,9 +452,12 @@ int run_run(const cli::Args& a) {
   Table md{{"step", "test loss", "test accuracy", "tensor similarity to last", "CKA of logits to last"}};
   md.align.assign(5, Align::Right);
   Json rows = Json::array(), matrix = Json::array();
+  // Without a data set, its columns are empty (CSV), "left out" (Markdown) and null (JSON).
+  auto csv_cell = [&](double v) { return has_data ? full(v) : std::string(); };
+  auto md_cell = [&](double v) { return has_data ? fixed(v, 4) : std::string("left out"); };
   for (size_t i = 0; i < K; ++i) {
-    csv.add_row({labels[i], full(loss[i]), full(accuracy[i]), full(to_last[i]), full(cka_logits[i])});
-    md.add_row({labels[i], fixed(loss[i], 4), fixed(accuracy[i], 4), fixed(to_last[i], 4), fixed(cka_logits[i], 4)});
+    csv.add_row({labels[i], csv_cell(loss[i]), csv_cell(accuracy[i]), full(to_last[i]), csv_cell(cka_logits[i])});
+    md.add_row({labels[i], md_cell(loss[i]), md_cell(accuracy[i]), fixed(to_last[i], 4), md_cell(cka_logits[i])});
     rows.push_back(Json(Json::Object{{"step", steps[i]}, {"test_loss", number(loss[i])}, {"test_accuracy", number(accuracy[i])},
                                      {"tensor_similarity_to_last", number(to_last[i])},
                                      {"cka_logits_to_last", number(cka_logits[i])}}));
@@ -440,18 +491,18 @@ int run_run(const cli::Args& a) {
                     cat("# Tensor similarity over a run\n\nRun `", dir, "`, ", K, " checkpoints, compared with the last (step ",
                         labels.back(), ") by ", method, "; accuracy on ",
                         a.integer("count") ? cat("the first ", a.integer("count")) : std::string("all"),
-                        " test examples.\n\n", md.markdown()));
+                        " test examples.\n\n", has_data ? "" : "No data set is named: test loss, accuracy and CKA are left out.\n\n",
+                        md.markdown()));
   write_file_atomic(out + "/run_similarity.json",
                     to_json(Json(Json::Object{{"run", dir}, {"method", method},
                                               {"checkpoints", rows}, {"pairwise", matrix},
                                               {"pairwise_standard_error", se_matrix}}), 2) + "\n");
   const bool log_x = steps.front() > 0 && steps.back() / steps.front() > 50;
+  std::vector<PlotSeries> series = {{"tensor similarity", to_last, Rgb{200, 30, 30}}};
+  if (has_data)
+    series.push_back({"CKA of logits", cka_logits, Rgb{30, 90, 200}}), series.push_back({"test accuracy", accuracy, Rgb{40, 150, 60}});
   Image over_steps = line_chart("similarity to the last checkpoint", "step",
-                                cat("similarity or accuracy (tensor similarity: ", method, ")"), steps,
-                                {{"tensor similarity", to_last, Rgb{200, 30, 30}},
-                                 {"CKA of logits", cka_logits, Rgb{30, 90, 200}},
-                                 {"test accuracy", accuracy, Rgb{40, 150, 60}}},
-                                log_x, NAN, 1.0);
+                                cat("similarity or accuracy (tensor similarity: ", method, ")"), steps, series, log_x, NAN, 1.0);
   write_png(out + "/similarity_over_steps.png", over_steps);
   const int64_t cell = std::max<int64_t>(4, 480 / int64_t(K));
   write_png(out + "/pairwise_similarity.png",
@@ -502,7 +553,8 @@ const cli::Registration tensorsim_command({
                  "0"},
                 {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
                 {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},
-                {"run", "DIR", "compare every kept checkpoint of a training run", ""},
+                {"run", "DIR", "compare every kept checkpoint of a training run (or a folder of the paper's LM checkpoints: config.json, checkpoints/)", ""},
+                {"config", "FILE", "the tensor-similarity paper's LM checkpoints: their config.json (default: beside them or in the folder above)", ""},
                 {"data", "SPEC", "data set for the baselines and accuracy (default: the checkpoint's)", ""},
                 {"count", "N", "test examples for the baselines and accuracy (0: all)", "2000"},
                 {"no-baselines", "", "skip the data-based baselines", ""},

@@ -401,7 +401,10 @@ TensorSimScore monte_carlo(RoutePair& p) {
 // bilinear layer (the Gaussian closure). A difference tensor needs an exact route or sampling.
 bool recursion_applies(RoutePair& p) {
   if (!p.o.recursion) return false;
+  const std::string asked = p.why;  // kept for the method's label; the refusal says only why not
+  p.why.clear();
   if (!plain_attention_only(p, "the recursion")) throw UsageError(cat("tensor similarity: --recursion", p.why));
+  p.why = asked;
   if (p.reference) throw UsageError("tensor similarity: --diff of deep networks is not compared by the recursion; drop --recursion");
   return true;
 }
