@@ -523,6 +523,28 @@ TEST_CASE("reproduce under mpirun: parts go to free ranks once the parts they re
   CHECK(reads == 7);  // stage 2 reads 1; each branch reads stage 2; each similarity reads stage 2 and its branch
   CHECK(ranks == std::set<int>{0, 1});
 
+  // A part made otherwise (here: with 7 threads) is refused once, by one rank, before any part runs.
+  const std::string control_record = dir.file("run/parts/forget_control_s0/reproduce_part.json");
+  const std::string made_with_one = read_text(control_record);
+  REQUIRE(contains(made_with_one, "\"threads\": 1,"));
+  std::string made_with_seven = made_with_one;
+  made_with_seven.replace(made_with_seven.find("\"threads\": 1,"), 13, "\"threads\": 7,");
+  std::ofstream(control_record) << made_with_seven;
+  fs::remove_all(dir.file("run/parts/forget_stage1_s0"));  // would run again, were the refusal not first
+  const ProgramRun refused = adjoint_run(args, 2, dir);
+  CAPTURE(refused.output);
+  CHECK(refused.exit_code != 0);
+  size_t said = 0;
+  for (size_t at = refused.output.find("was made by"); at != std::string::npos; at = refused.output.find("was made by", at + 1))
+    ++said;
+  CHECK(said == 1);
+  CHECK(contains(refused.output, "part forget_control_s0 in "));
+  CHECK_FALSE(contains(refused.output, "done on rank"));
+  CHECK_FALSE(fs::exists(dir.file("run/parts/forget_stage1_s0")));
+  std::ofstream(control_record) << made_with_one;
+  const ProgramRun remade = adjoint_run("--threads 1 reproduce tensor-similarity --only forget_stage1 --out " + dir.file("run"), 0, dir);
+  REQUIRE_MESSAGE(remade.exit_code == 0, remade.output);
+
   // A part that fails on a rank ends the job in one line naming it and the rank: stage 1's
   // checkpoint made unreadable, its size kept, so that stage 1 counts as finished, and stage 2
   // to be made again.

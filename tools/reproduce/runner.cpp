@@ -155,20 +155,11 @@ std::string last_error_line(const std::string& log) {
   return last;
 }
 
-}  // namespace
-
-std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
-  const std::string parts_dir = o.out_dir + "/parts";
-  fs::create_directories(parts_dir);
-  const std::string commit = o.commit.empty() ? std::string(ADJOINT_COMMIT) : o.commit;
-  const int threads = o.threads > 0 ? o.threads : num_threads();
-  const std::vector<Part> parts = select_parts(paper.parts(o.scale, o.seeds), o.only);
-  double total_cost = 0;
-  for (const Part& p : parts) total_cost += p.expected_seconds;
-
-  // First pass: which parts are finished, and refuse any made otherwise before running anything.
-  std::vector<PartOutcome> outcomes;
-  int64_t already = 0;
+// Which of `parts` a record in `parts_dir` shows finished (skipped, with its seconds) into
+// `outcomes`, counting them in `already`; throws Error on a record made otherwise (unless
+// `overwrite`) or not a part record.
+void read_records(const std::vector<Part>& parts, const std::string& parts_dir, const std::string& commit, int threads,
+                  bool overwrite, std::vector<PartOutcome>& outcomes, int64_t& already) {
   for (const Part& p : parts) {
     PartOutcome outcome{p.name};
     const std::string record_path = parts_dir + "/" + p.name + "/" + kRecordName;
@@ -185,7 +176,7 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
         made_threads = made_with && made_with->is_number() ? int(made_with->as_number()) : 0;
         made_seconds = record.find("seconds") ? record.find("seconds")->as_number() : 0;
       } catch (const Error& e) {  // with --overwrite, remade like any part made otherwise
-        if (!o.overwrite)
+        if (!overwrite)
           throw Error(cat("reproduce: ", record_path, ": not a part record (", e.what(),
                           "): remove it or rerun with --overwrite"));
         made_by.clear();
@@ -197,13 +188,46 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
         ++already;
       } else if (made_so) {
         // Made so, but its outputs were since deleted or cut short: it runs again.
-      } else if (!o.overwrite) {
+      } else if (!overwrite) {
         throw Error(cat("reproduce: part ", p.name, " in ", parts_dir, "/", p.name, " was made by `", made_by,
                         "` at commit ", made_at, " with ", made_threads, " threads, not `", command_line(p), "` at ",
                         commit, " with ", threads, ": rerun with --overwrite or another --out"));
       }
     }
     outcomes.push_back(outcome);
+  }
+}
+
+}  // namespace
+
+std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
+  const std::string parts_dir = o.out_dir + "/parts";
+  fs::create_directories(parts_dir);
+  const std::string commit = o.commit.empty() ? std::string(ADJOINT_COMMIT) : o.commit;
+  const int threads = o.threads > 0 ? o.threads : num_threads();
+  const std::vector<Part> parts = select_parts(paper.parts(o.scale, o.seeds), o.only);
+  double total_cost = 0;
+  for (const Part& p : parts) total_cost += p.expected_seconds;
+
+  // First pass: which parts are finished, and refuse any made otherwise before running anything.
+  std::vector<PartOutcome> outcomes;
+  int64_t already = 0;
+  std::string refusal;
+  try {
+    read_records(parts, parts_dir, commit, threads, o.overwrite, outcomes, already);
+  } catch (const Error& e) {
+    if (distributed::size() == 1) throw;
+    refusal = e.what();
+  }
+  if (distributed::size() > 1) {
+    // Every rank reads the same records, all before any part is made again (this exchange
+    // waits for every rank); a refusal is said once, by the first rank that refuses, and ends the job.
+    std::vector<double> refused(size_t(distributed::size()));
+    const double mine = refusal.empty() ? 0 : 1;
+    distributed::allgather(&mine, 1, refused.data());
+    const int first = int(std::find(refused.begin(), refused.end(), 1.0) - refused.begin());
+    if (first == distributed::rank()) distributed::abort(1, refusal.c_str());
+    if (first < distributed::size()) distributed::barrier();  // until that rank's abort ends the job
   }
 
   // The parts to run, and which of them each reads (a finished part is there to read).
