@@ -1,6 +1,7 @@
 // `adjoint reproduce` (tools/reproduce/): the table of papers is well formed, parts restart
 // (a finished part is skipped, one made by another command line or commit refused), claims
-// are judged from the parts' result files both ways, and the page holds the claims table.
+// are judged from the parts' result files both ways, and the page holds the claims table;
+// under mpirun the parts go to free ranks in the order their reads allow, with one process's page.
 #include <doctest/doctest.h>
 
 #include <algorithm>
