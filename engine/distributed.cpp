@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <condition_variable>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +50,9 @@ Launch launch() {
   return {};
 }
 
+// The JobOfOne scopes alive: while any is, job() is a job of one.
+std::atomic<int> jobs_of_one{0};
+
 #ifdef ADJOINT_HAVE_MPI
 struct Job {
   bool mpi = false;  // MPI started: a process launched by mpirun
@@ -75,7 +80,7 @@ void check_mpi(int code, const char* what) {
 
 // Started on first use, so that a process that never trains in parallel, and every
 // process started without mpirun, never initialises MPI.
-const Job& job() {
+const Job& whole_job() {
   static const Job the_job = [] {
     Job j;
     const Launch how = launch();
@@ -103,6 +108,12 @@ const Job& job() {
     return j;
   }();
   return the_job;
+}
+
+// The job as every caller sees it: the whole job, or one of one inside a JobOfOne.
+const Job& job() {
+  static const Job alone;
+  return jobs_of_one > 0 ? alone : whole_job();
 }
 
 int checked_count(int64_t count) {
@@ -149,7 +160,7 @@ void wait_quietly(MPI_Request& request, MPI_Status* status, const char* what) {
 struct Job {
   int rank = 0, size = 1;
 };
-const Job& job() {
+const Job& whole_job() {
   static const Job the_job = [] {
     const Launch how = launch();
     if (how.tasks > 1)
@@ -159,6 +170,10 @@ const Job& job() {
     return Job{};
   }();
   return the_job;
+}
+const Job& job() {
+  static const Job alone;
+  return jobs_of_one > 0 ? alone : whole_job();
 }
 template <class T>
 void allgather_values(const T* mine, int64_t count, T* all) {
@@ -225,9 +240,9 @@ void barrier_quietly() {
 }  // namespace
 
 void abort(int code, const char* message) {
-  std::fprintf(stderr, "rank %d of %d: %s\n", job().rank, job().size, message);
+  std::fprintf(stderr, "rank %d of %d: %s\n", whole_job().rank, whole_job().size, message);
   std::fflush(stderr);
-  if (job().mpi) MPI_Abort(MPI_COMM_WORLD, code);
+  if (whole_job().mpi) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }
 #else
@@ -353,13 +368,77 @@ Exchange::~Exchange() = default;
 Exchange::Exchange() : requests_(std::make_unique<Requests>()) {}
 Exchange::Exchange(Exchange&& other) noexcept = default;
 
+JobOfOne::JobOfOne() { ++jobs_of_one; }
+JobOfOne::~JobOfOne() { --jobs_of_one; }
+
+namespace {
+
+constexpr int64_t kNoMoreItems = -1;  // every item is handed out
+constexpr int64_t kNoneReady = -2;    // items remain, but each needs one not yet done
+
+// The items of for_each_item and what each needs: rank 0's dispatcher thread and its main
+// thread take from it and tell it what is done, so it locks.
+class ItemQueue {
+public:
+  ItemQueue(int64_t count, const std::vector<std::vector<int64_t>>& needs) : needs_(needs), state_(size_t(count), Waiting) {
+    check(needs.empty() || int64_t(needs.size()) == count, "distributed: needs for ", needs.size(), " items, not ", count);
+    for (size_t i = 0; i < needs.size(); ++i)
+      for (int64_t n : needs[i]) check(n >= 0 && n < int64_t(i), "distributed: item ", i, " needs item ", n, ", not an earlier one");
+  }
+  // The first item in order not yet handed out whose needs are all done (now handed out),
+  // kNoneReady, or kNoMoreItems.
+  int64_t take() {
+    std::lock_guard<std::mutex> hold(mutex_);
+    return take_locked();
+  }
+  // As take, but waits while no item is ready.
+  int64_t take_waiting() {
+    std::unique_lock<std::mutex> hold(mutex_);
+    int64_t item;
+    while ((item = take_locked()) == kNoneReady) changed_.wait(hold);
+    return item;
+  }
+  void finish(int64_t item) {
+    {
+      std::lock_guard<std::mutex> hold(mutex_);
+      state_[size_t(item)] = Done;
+    }
+    changed_.notify_all();
+  }
+
+private:
+  enum State { Waiting, HandedOut, Done };
+  int64_t take_locked() {
+    while (first_waiting_ < int64_t(state_.size()) && state_[size_t(first_waiting_)] != Waiting) ++first_waiting_;
+    if (first_waiting_ == int64_t(state_.size())) return kNoMoreItems;
+    for (int64_t i = first_waiting_; i < int64_t(state_.size()); ++i) {
+      if (state_[size_t(i)] != Waiting) continue;
+      bool ready = true;
+      if (!needs_.empty())
+        for (int64_t n : needs_[size_t(i)]) ready = ready && state_[size_t(n)] == Done;
+      if (ready) {
+        state_[size_t(i)] = HandedOut;
+        return i;
+      }
+    }
+    return kNoneReady;
+  }
+  const std::vector<std::vector<int64_t>>& needs_;
+  std::vector<State> state_;
+  int64_t first_waiting_ = 0;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+};
+
+}  // namespace
+
 // The work queue of for_each_item over ranks: without MPI there is one rank and no queue.
 #ifdef ADJOINT_HAVE_MPI
 namespace {
 
-// The tags of the work queue's two messages.
+// The tags of the work queue's two messages: a rank asks with the item it just finished
+// (kNoMoreItems: none), and is given an item or kNoMoreItems.
 constexpr int kAskForItem = 101, kGiveItem = 102;
-constexpr int64_t kNoMoreItems = -1;
 
 // ADJOINT_TEST_RANK_DIES_AFTER="r:n": the rank that dies, and after how many finished items
 // (for the tests of a sweep that loses a rank); {-1, 0} when unset.
@@ -371,15 +450,46 @@ std::pair<int, int64_t> rank_that_dies() {
   return {dying, int64_t(after)};
 }
 
-// Rank 0's side: answers every other rank's requests with the next item of `next` (shared
-// with rank 0's own work loop) until each has been told there are no more.
-void hand_out_items(std::atomic<int64_t>& next, int64_t count) {
-  for (int waiting = size() - 1; waiting > 0;) {
-    int64_t request = 0;
-    const int from = receive(&request, 1, any_rank, kAskForItem);
-    int64_t item = next.fetch_add(1);
-    if (item >= count) item = kNoMoreItems, --waiting;
-    send(&item, 1, from, kGiveItem);
+// The work queue's messages, on the whole job even while this process is a job of one to
+// the work it runs (JobOfOne).
+void give(int64_t item, int to) {
+  check_mpi(MPI_Send(&item, 1, MPI_INT64_T, to, kGiveItem, MPI_COMM_WORLD), "MPI_Send");
+}
+
+// Rank 0's side: answers every other rank's requests from `queue` (shared with rank 0's own
+// work loop) until each has been told there are no more. A rank that asks while no item is
+// ready waits, answered once an item it may take is ready.
+void hand_out_items(ItemQueue& queue) {
+  const int workers = whole_job().size - 1;
+  std::vector<int> waiting;  // ranks that asked and have no answer yet
+  int told_no_more = 0;
+  int64_t asked = 0;
+  MPI_Request request = MPI_REQUEST_NULL;
+  while (told_no_more < workers) {
+    // One request posted at a time, while some rank may still ask.
+    if (request == MPI_REQUEST_NULL && told_no_more + int(waiting.size()) < workers)
+      check_mpi(MPI_Irecv(&asked, 1, MPI_INT64_T, MPI_ANY_SOURCE, kAskForItem, MPI_COMM_WORLD, &request), "MPI_Irecv");
+    bool moved = false;
+    if (request != MPI_REQUEST_NULL) {
+      int arrived = 0;
+      MPI_Status status;
+      check_mpi(MPI_Test(&request, &arrived, &status), "MPI_Test");
+      if (arrived) {
+        if (asked >= 0) queue.finish(asked);
+        waiting.push_back(status.MPI_SOURCE);
+        moved = true;
+      }
+    }
+    while (!waiting.empty()) {
+      const int64_t item = queue.take();
+      if (item == kNoneReady) break;
+      give(item, waiting.front());
+      waiting.erase(waiting.begin());
+      told_no_more += item == kNoMoreItems;
+      moved = true;
+    }
+    // Sleeping between looks: a spinning dispatcher would take a core from the ranks' work.
+    if (!moved) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 
@@ -387,15 +497,15 @@ void hand_out_items(std::atomic<int64_t>& next, int64_t count) {
 // turn (1, 2, …, K − 1, 1, 2, …), so that which rank is handed which item does not depend on
 // timing: rank r is handed items r − 1, r − 1 + (K − 1), … and a test knows when the dying
 // rank is handed the item it dies holding.
-void hand_out_items_in_turn(int64_t count) {
+void hand_out_items_in_turn(ItemQueue& queue) {
   const int workers = size() - 1;
   std::vector<bool> told_no_more(size_t(size()), false);
-  int64_t next = 0;
   for (int waiting = workers, r = 1; waiting > 0; r = r % workers + 1) {
     if (told_no_more[size_t(r)]) continue;
-    int64_t request = 0;
-    receive(&request, 1, r, kAskForItem);
-    const int64_t item = next < count ? next++ : kNoMoreItems;
+    int64_t finished = 0;
+    receive(&finished, 1, r, kAskForItem);
+    if (finished >= 0) queue.finish(finished);
+    const int64_t item = queue.take();
     if (item == kNoMoreItems) told_no_more[size_t(r)] = true, --waiting;
     send(&item, 1, r, kGiveItem);
   }
@@ -404,9 +514,13 @@ void hand_out_items_in_turn(int64_t count) {
 }  // namespace
 #endif
 
-void for_each_item(int64_t count, const std::function<void(int64_t item)>& work) {
+void for_each_item(int64_t count, const std::function<void(int64_t item)>& work) { for_each_item(count, {}, work); }
+
+void for_each_item(int64_t count, const std::vector<std::vector<int64_t>>& needs,
+                   const std::function<void(int64_t item)>& work) {
+  ItemQueue queue(count, needs);
   if (size() == 1) {
-    for (int64_t item = 0; item < count; ++item) work(item);
+    for (int64_t item; (item = queue.take()) != kNoMoreItems;) work(item), queue.finish(item);
     return;
   }
 #ifdef ADJOINT_HAVE_MPI
@@ -424,29 +538,30 @@ void for_each_item(int64_t count, const std::function<void(int64_t item)>& work)
     ++done_here;
   };
   if (rank() == 0) {
-    std::atomic<int64_t> next{0};
     if (dying > 0) {
-      hand_out_items_in_turn(count);  // the test hook: a fixed hand-out
+      check(needs.empty(), "distributed: the test hook ADJOINT_TEST_RANK_DIES_AFTER hands out items that need none");
+      hand_out_items_in_turn(queue);  // the test hook: a fixed hand-out
     } else if (job().serialized) {
       std::thread dispatcher([&] {
         try {
-          hand_out_items(next, count);
+          hand_out_items(queue);
         } catch (const std::exception& e) {
           abort(1, e.what());
         }
       });
-      for (int64_t item; (item = next.fetch_add(1)) < count;) do_item(item);
+      for (int64_t item; (item = queue.take_waiting()) != kNoMoreItems;) do_item(item), queue.finish(item);
       dispatcher.join();
     } else {
-      hand_out_items(next, count);  // MPI for the main thread only: rank 0 just hands out
+      hand_out_items(queue);  // MPI for the main thread only: rank 0 just hands out
     }
   } else {
-    for (;;) {
-      int64_t request = 0, item = 0;
-      send(&request, 1, 0, kAskForItem);
+    for (int64_t finished = kNoMoreItems;;) {
+      int64_t item = 0;
+      send(&finished, 1, 0, kAskForItem);
       receive(&item, 1, 0, kGiveItem);
       if (item == kNoMoreItems) break;
       do_item(item);
+      finished = item;
     }
   }
   barrier_quietly();  // every rank's last item is finished

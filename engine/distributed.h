@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/error.h"
 
@@ -112,6 +113,26 @@ int receive(int64_t* values, int count, int from, int tag);
 // so rank r is handed items r − 1, r − 1 + (K − 1), …: the test knows it dies on item
 // r − 1 + n·(K − 1), whatever the timing.
 void for_each_item(int64_t count, const std::function<void(int64_t item)>& work);
+
+// for_each_item where an item may need others done first: needs[i] lists earlier items
+// (each below i) that item i reads. Rank 0 hands out, to whichever rank asks, the first item
+// in order whose needs are all done; a rank that asks while none is ready waits for one. In a
+// job of one, the items in order. `needs` empty: no item needs another (for_each_item).
+// Under the test hook above, no item may need another.
+void for_each_item(int64_t count, const std::vector<std::vector<int64_t>>& needs,
+                   const std::function<void(int64_t item)>& work);
+
+// While one is alive, this process is a job of one to every caller: rank() 0, size() 1, each
+// collective copies its own buffer, no MPI call is made. For work handed to one rank that is
+// a whole run of its own (a part of `reproduce`: a command line that may train or sweep).
+// abort() still names the real rank, and for_each_item's dispatcher still talks to the others.
+class JobOfOne {
+public:
+  JobOfOne();
+  ~JobOfOne();
+  JobOfOne(const JobOfOne&) = delete;
+  JobOfOne& operator=(const JobOfOne&) = delete;
+};
 
 // Test hook: ADJOINT_TEST_RANK_STALLS_AT="r:n" makes rank r sleep for an hour when it
 // calls this with `step` n (a rank that stops, as a stuck node, for the tests of

@@ -724,3 +724,24 @@ TEST_CASE("a build without MPI: one process runs as always, and mpirun's ranks a
                                         "it as one of 2 ranks"));
   CHECK(!fs::exists(dir.file("ranks/checkpoint.safetensors")));
 }
+
+TEST_CASE("distributed: for_each_item with needs runs each item once, in order in one process, and refuses a need "
+          "on a later item") {
+  std::vector<int64_t> order;
+  distributed::for_each_item(4, {{}, {0}, {0}, {1, 2}}, [&](int64_t item) { order.push_back(item); });
+  CHECK(order == std::vector<int64_t>{0, 1, 2, 3});
+  order.clear();
+  distributed::for_each_item(3, [&](int64_t item) { order.push_back(item); });  // no needs
+  CHECK(order == std::vector<int64_t>{0, 1, 2});
+  auto nothing = [](int64_t) {};
+  CHECK_THROWS_WITH_AS(distributed::for_each_item(2, {{1}, {}}, nothing),
+                       doctest::Contains("item 0 needs item 1, not an earlier one"), Error);
+  CHECK_THROWS_WITH_AS(distributed::for_each_item(2, {{}}, nothing), doctest::Contains("needs for 1 items, not 2"),
+                       Error);
+  // Inside a JobOfOne, this process is rank 0 of 1.
+  {
+    const distributed::JobOfOne alone;
+    CHECK(distributed::rank() == 0);
+    CHECK(distributed::size() == 1);
+  }
+}

@@ -1,16 +1,20 @@
 // `adjoint reproduce` (tools/reproduce/): the table of papers is well formed, parts restart
 // (a finished part is skipped, one made by another command line or commit refused), claims
-// are judged from the parts' result files both ways, and the page holds the claims table.
+// are judged from the parts' result files both ways, and the page holds the claims table;
+// under mpirun the parts go to free ranks in the order their reads allow, with one process's page.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <set>
 
 #include "engine/error.h"
 #include "engine/io/files.h"
+#include "engine/io/json.h"
 #include "engine/threads.h"
 #include "tests/support.h"
 #include "tools/reproduce/paper.h"
@@ -442,4 +446,117 @@ TEST_CASE("reproduce: the language model's checkpoint matrix carries its standar
   CHECK(o.mean == doctest::Approx(0.003));
   write_file_atomic(folder + "/pairwise_similarity_se.csv", "step,10,20\n10,0,0.02\n20,0.02,0\n");
   CHECK_FALSE(judge(bars, parts, 1).holds);
+}
+
+namespace {
+
+// A reproduce folder's files by path, for comparing two runs, but for what records how and
+// when a run went rather than what it found: the folder locks (the holder's pid), the parts'
+// console logs (*.log), their records (seconds, start and finish times, rank), the training
+// logs (log.csv, log.json: seconds and samples per second) and the parts' own pages (their
+// date and timings). In the paper's page, its date and the parts' seconds are masked.
+std::map<std::string, std::string> reproduce_files(const std::string& out) {
+  static const std::set<std::string> kHowAndWhen = {".lock", "reproduce_part.json", "log.csv", "log.json"};
+  std::map<std::string, std::string> files;
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(out)) {
+    if (!e.is_regular_file()) continue;
+    const std::string name = fs::relative(e.path(), out).string();
+    const std::string leaf = e.path().filename().string();
+    if (kHowAndWhen.count(leaf) || e.path().extension() == ".log" || (leaf == "index.html" && name != "index.html"))
+      continue;
+    files[name] = read_text(e.path().string());
+  }
+  std::string& page = files["index.html"];
+  page = std::regex_replace(page, std::regex("<tr><th>date</th><td>[^<]*</td></tr>"), "<tr><th>date</th><td>DATE</td></tr>");
+  page = std::regex_replace(page, std::regex("<td>[0-9]+\\.[0-9]{3}</td><td>(ran|finished before|)</td></tr>"),
+                            "<td>SECONDS</td><td>$1</td></tr>");
+  return files;
+}
+
+}  // namespace
+
+TEST_CASE("reproduce under mpirun: parts go to free ranks once the parts they read are done; the page and the "
+          "results are one process's, and a failing part names itself and its rank") {
+  if (mpi_tests_skipped()) return;
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  // Six quick parts: stage 1, stage 2 (reading 1), two branches reading stage 2 (which two
+  // ranks can run at once), and a similarity of each branch to stage 2.
+  const std::string args = "--threads 1 reproduce tensor-similarity --only forget_removed_similarity,"
+                           "forget_control_similarity --out " + dir.file("run");
+  const ProgramRun one = adjoint_run(args, 0, dir);
+  REQUIRE_MESSAGE(one.exit_code == 0, one.output);
+  fs::rename(dir.file("run"), dir.file("one"));  // the same --out for both: the page names it
+  const ProgramRun two = adjoint_run(args, 2, dir);
+  CAPTURE(two.output);
+  REQUIRE(two.exit_code == 0);
+
+  const std::map<std::string, std::string> reference = reproduce_files(dir.file("one"));
+  REQUIRE(reference.count("parts/forget_control_similarity_s0/tensorsim.csv"));
+  REQUIRE(reference.count("parts/forget_stage2_s0/checkpoint.safetensors"));
+  REQUIRE(contains(reference.at("index.html"), "<td>SECONDS</td><td>ran</td></tr>"));
+  const std::map<std::string, std::string> ranked = reproduce_files(dir.file("run"));
+  CHECK(ranked.size() == reference.size());
+  for (const auto& [name, bytes] : reference) {
+    CAPTURE(name);
+    CHECK((ranked.count(name) && ranked.at(name) == bytes));
+  }
+
+  // No part started before a part it reads had finished, and both ranks ran parts.
+  const std::vector<Part> parts = select_parts(find_paper("tensor-similarity").parts(Scale::Quick, 1),
+                                               {"forget_removed_similarity", "forget_control_similarity"});
+  REQUIRE(parts.size() == 6);
+  auto record = [&](const std::string& part) {
+    return parse_json(read_text(dir.file("run/parts/" + part + "/reproduce_part.json")));
+  };
+  std::set<int> ranks;
+  int reads = 0;
+  for (const Part& p : parts) {
+    const Json mine = record(p.name);
+    ranks.insert(int(mine.find("rank")->as_number()));
+    for (const std::string& read : parts_read(p)) {
+      CAPTURE(p.name);
+      CAPTURE(read);
+      CHECK(record(read).find("finished_at")->as_number() <= mine.find("started_at")->as_number());
+      ++reads;
+    }
+  }
+  CHECK(reads == 7);  // stage 2 reads 1; each branch reads stage 2; each similarity reads stage 2 and its branch
+  CHECK(ranks == std::set<int>{0, 1});
+
+  // A part made otherwise (here: with 7 threads) is refused once, by one rank, before any part runs.
+  const std::string control_record = dir.file("run/parts/forget_control_s0/reproduce_part.json");
+  const std::string made_with_one = read_text(control_record);
+  REQUIRE(contains(made_with_one, "\"threads\": 1,"));
+  std::string made_with_seven = made_with_one;
+  made_with_seven.replace(made_with_seven.find("\"threads\": 1,"), 13, "\"threads\": 7,");
+  std::ofstream(control_record) << made_with_seven;
+  fs::remove_all(dir.file("run/parts/forget_stage1_s0"));  // would run again, were the refusal not first
+  const ProgramRun refused = adjoint_run(args, 2, dir);
+  CAPTURE(refused.output);
+  CHECK(refused.exit_code != 0);
+  size_t said = 0;
+  for (size_t at = refused.output.find("was made by"); at != std::string::npos; at = refused.output.find("was made by", at + 1))
+    ++said;
+  CHECK(said == 1);
+  CHECK(contains(refused.output, "part forget_control_s0 in "));
+  CHECK_FALSE(contains(refused.output, "done on rank"));
+  CHECK_FALSE(fs::exists(dir.file("run/parts/forget_stage1_s0")));
+  std::ofstream(control_record) << made_with_one;
+  const ProgramRun remade = adjoint_run("--threads 1 reproduce tensor-similarity --only forget_stage1 --out " + dir.file("run"), 0, dir);
+  REQUIRE_MESSAGE(remade.exit_code == 0, remade.output);
+
+  // A part that fails on a rank ends the job in one line naming it and the rank: stage 1's
+  // checkpoint made unreadable, its size kept, so that stage 1 counts as finished, and stage 2
+  // to be made again.
+  fs::remove_all(dir.file("run/parts/forget_stage2_s0"));
+  const std::string checkpoint = dir.file("run/parts/forget_stage1_s0/checkpoint.safetensors");
+  const std::string zeros(size_t(fs::file_size(checkpoint)), '\0');
+  std::ofstream(checkpoint, std::ios::binary) << zeros;
+  const ProgramRun failed = adjoint_run("--threads 1 reproduce tensor-similarity --only forget_stage2 --out " +
+                                            dir.file("run"), 2, dir);
+  CAPTURE(failed.output);
+  CHECK(failed.exit_code != 0);
+  CHECK(std::regex_search(failed.output, std::regex("rank [01] of 2: reproduce: part forget_stage2_s0 failed \\(exit")));
+  CHECK_FALSE(fs::exists(dir.file("run/parts/forget_stage2_s0/reproduce_part.json")));
 }

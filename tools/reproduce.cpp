@@ -4,6 +4,7 @@
 // one file each under tools/reproduce/.
 #include <cstdio>
 
+#include "engine/distributed.h"
 #include "engine/error.h"
 #include "tools/cli.h"
 #include "tools/folder_lock.h"
@@ -43,6 +44,7 @@ int run_reproduce(const cli::Args& a) {
   if (a.has("only")) o.only = a.list("only");
   const auto lock = cli::lock_output_folder(o.out_dir);
   const std::vector<PartOutcome> outcomes = run_parts(paper, o);
+  if (distributed::rank() != 0) return 0;  // under mpirun, rank 0 judges the claims and writes the page
   write_page(paper, o, outcomes, a);
   const cli::ReportTable claims = claims_table(paper, o.out_dir + "/parts", o.seeds);
   double seconds = 0;
@@ -61,7 +63,8 @@ const cli::Registration reproduce_command({
                    "DIR/parts/<name>/ with a record of its command line, commit and thread count (--threads): a\n"
                    "rerun skips finished parts and refuses parts made otherwise (unless --overwrite). Then judges the paper's claims\n"
                    "from the parts' results and writes DIR/index.html. `--list` names the papers, their claims\n"
-                   "and the time each scale takes on 2 cores.",
+                   "and the time each scale takes on 2 cores. Under mpirun, rank 0 hands the parts to free ranks\n"
+                   "once the parts each reads are done; each part runs on its rank as one process.",
     .arguments = "[PAPER]",
     .options = {{"list", "", "list the papers, their claims and times", ""},
                 {"scale", "NAME", "quick (minutes) or full (the headline claims)", "quick"},

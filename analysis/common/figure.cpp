@@ -5,8 +5,10 @@
 #include <fontconfig/fontconfig.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 
 #include "engine/error.h"
@@ -461,6 +463,33 @@ std::string Figure::png() const {
   return bytes;
 }
 
+namespace {
+
+// Cairo names an SVG's surfaces ("surface362") from a counter over every surface the process
+// made before, so the same figure drawn later in a process would differ in its bytes: the
+// names are renumbered 1, 2, … in the order they first appear in the document.
+std::string number_surfaces_in_order(const std::string& svg) {
+  static const std::string kName = "surface";
+  std::map<std::string, std::string> renamed;
+  std::string out;
+  size_t copied = 0;
+  for (size_t at = svg.find(kName); at != std::string::npos; at = svg.find(kName, at + kName.size())) {
+    size_t end = at + kName.size();
+    while (end < svg.size() && std::isdigit(static_cast<unsigned char>(svg[end]))) ++end;
+    const bool a_name = end > at + kName.size() && at > 0 && (svg[at - 1] == '"' || svg[at - 1] == '#');
+    if (!a_name) continue;
+    const std::string number = svg.substr(at + kName.size(), end - at - kName.size());
+    const auto entry = renamed.emplace(number, std::to_string(renamed.size() + 1)).first;
+    out.append(svg, copied, at + kName.size() - copied);
+    out += entry->second;
+    copied = end;
+  }
+  out.append(svg, copied, std::string::npos);
+  return out;
+}
+
+}  // namespace
+
 std::string Figure::svg() const {
   std::string text;
   {
@@ -473,7 +502,7 @@ std::string Figure::svg() const {
     check(cairo_surface_status(surface.get()) == CAIRO_STATUS_SUCCESS, "figure: SVG drawing failed: ",
           cairo_status_to_string(cairo_surface_status(surface.get())));
   }
-  return text;
+  return number_surfaces_in_order(text);
 }
 
 void Figure::write(const std::string& stem) const {

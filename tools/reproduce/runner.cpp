@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 
+#include "engine/distributed.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
@@ -129,6 +131,20 @@ bool outputs_intact(const std::string& record_path) {
   return true;
 }
 
+// Now, as seconds since 1970 (UTC), to the millisecond: when a part started and finished.
+double seconds_since_epoch() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return double(std::chrono::duration_cast<std::chrono::milliseconds>(now).count()) / 1000.0;
+}
+
+// The seconds a part's record says it took.
+double recorded_seconds(const std::string& record_path) {
+  const Json record = parse_json(read_text_file(record_path));
+  const Json* seconds = record.find("seconds");
+  check(seconds && seconds->is_number(), "reproduce: ", record_path, " records no seconds");
+  return seconds->as_number();
+}
+
 // The last "adjoint: error: ..." line of a part's log, without that prefix; empty when none.
 std::string last_error_line(const std::string& log) {
   static const std::string kPrefix = "adjoint: error: ";
@@ -139,20 +155,11 @@ std::string last_error_line(const std::string& log) {
   return last;
 }
 
-}  // namespace
-
-std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
-  const std::string parts_dir = o.out_dir + "/parts";
-  fs::create_directories(parts_dir);
-  const std::string commit = o.commit.empty() ? std::string(ADJOINT_COMMIT) : o.commit;
-  const int threads = o.threads > 0 ? o.threads : num_threads();
-  const std::vector<Part> parts = select_parts(paper.parts(o.scale, o.seeds), o.only);
-  double total_cost = 0;
-  for (const Part& p : parts) total_cost += p.expected_seconds;
-
-  // First pass: which parts are finished, and refuse any made otherwise before running anything.
-  std::vector<PartOutcome> outcomes;
-  int64_t already = 0;
+// Which of `parts` a record in `parts_dir` shows finished (skipped, with its seconds) into
+// `outcomes`, counting them in `already`; throws Error on a record made otherwise (unless
+// `overwrite`) or not a part record.
+void read_records(const std::vector<Part>& parts, const std::string& parts_dir, const std::string& commit, int threads,
+                  bool overwrite, std::vector<PartOutcome>& outcomes, int64_t& already) {
   for (const Part& p : parts) {
     PartOutcome outcome{p.name};
     const std::string record_path = parts_dir + "/" + p.name + "/" + kRecordName;
@@ -169,7 +176,7 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
         made_threads = made_with && made_with->is_number() ? int(made_with->as_number()) : 0;
         made_seconds = record.find("seconds") ? record.find("seconds")->as_number() : 0;
       } catch (const Error& e) {  // with --overwrite, remade like any part made otherwise
-        if (!o.overwrite)
+        if (!overwrite)
           throw Error(cat("reproduce: ", record_path, ": not a part record (", e.what(),
                           "): remove it or rerun with --overwrite"));
         made_by.clear();
@@ -181,7 +188,7 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
         ++already;
       } else if (made_so) {
         // Made so, but its outputs were since deleted or cut short: it runs again.
-      } else if (!o.overwrite) {
+      } else if (!overwrite) {
         throw Error(cat("reproduce: part ", p.name, " in ", parts_dir, "/", p.name, " was made by `", made_by,
                         "` at commit ", made_at, " with ", made_threads, " threads, not `", command_line(p), "` at ",
                         commit, " with ", threads, ": rerun with --overwrite or another --out"));
@@ -189,43 +196,109 @@ std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
     }
     outcomes.push_back(outcome);
   }
+}
 
+}  // namespace
+
+std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& o) {
+  const std::string parts_dir = o.out_dir + "/parts";
+  fs::create_directories(parts_dir);
+  const std::string commit = o.commit.empty() ? std::string(ADJOINT_COMMIT) : o.commit;
+  const int threads = o.threads > 0 ? o.threads : num_threads();
+  const std::vector<Part> parts = select_parts(paper.parts(o.scale, o.seeds), o.only);
+  double total_cost = 0;
+  for (const Part& p : parts) total_cost += p.expected_seconds;
+
+  // First pass: which parts are finished, and refuse any made otherwise before running anything.
+  std::vector<PartOutcome> outcomes;
+  int64_t already = 0;
+  std::string refusal;
+  try {
+    read_records(parts, parts_dir, commit, threads, o.overwrite, outcomes, already);
+  } catch (const Error& e) {
+    if (distributed::size() == 1) throw;
+    refusal = e.what();
+  }
+  if (distributed::size() > 1) {
+    // Every rank reads the same records, all before any part is made again (this exchange
+    // waits for every rank); a refusal is said once, by the first rank that refuses, and ends the job.
+    std::vector<double> refused(size_t(distributed::size()));
+    const double mine = refusal.empty() ? 0 : 1;
+    distributed::allgather(&mine, 1, refused.data());
+    const int first = int(std::find(refused.begin(), refused.end(), 1.0) - refused.begin());
+    if (first == distributed::rank()) distributed::abort(1, refusal.c_str());
+    if (first < distributed::size()) distributed::barrier();  // until that rank's abort ends the job
+  }
+
+  // The parts to run, and which of them each reads (a finished part is there to read).
+  std::vector<size_t> to_run;
+  std::map<std::string, int64_t> run_index;
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (!outcomes[i].skipped) run_index[parts[i].name] = int64_t(to_run.size()), to_run.push_back(i);
+  std::vector<std::vector<int64_t>> needs(to_run.size());
+  for (size_t k = 0; k < to_run.size(); ++k)
+    for (const std::string& name : parts_read(parts[to_run[k]]))
+      if (run_index.count(name)) needs[k].push_back(run_index.at(name));
+
+  // One process shows a progress bar; over ranks, the rank that ran a part says so in a line.
+  const bool over_ranks = distributed::size() > 1;
   std::unique_ptr<cli::ProgressBar> bar;
-  if (o.show_progress)
+  if (o.show_progress && !over_ranks)
     bar = std::make_unique<cli::ProgressBar>(cat("reproduce ", paper.name), int64_t(parts.size()), "part", already);
   double cost_done = 0;
-  for (size_t i = 0; i < parts.size(); ++i) {
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (outcomes[i].skipped) cost_done += parts[i].expected_seconds;
+  int64_t parts_done = already;
+  // Each part on whichever rank it is handed, once the parts it reads are done; a failing part
+  // throws here, and over ranks ends the job in one line naming it and the rank.
+  distributed::for_each_item(int64_t(to_run.size()), needs, [&](int64_t k) {
+    const size_t i = to_run[size_t(k)];
     const Part& p = parts[i];
     const std::string folder = parts_dir + "/" + p.name;
-    if (!outcomes[i].skipped) {
-      if (bar) bar->update(int64_t(i), total_cost > 0 ? cost_done / total_cost : 0, cat("running ", p.name));
-      fs::remove_all(folder);  // an interrupted or overwritten part starts afresh
-      std::vector<std::string> words;
-      for (const std::string& w : p.words)
-        words.push_back(replace_all(replace_all(w, "{out}", folder), "{parts}", parts_dir));
-      const std::string log = parts_dir + "/" + p.name + ".log";
-      const auto start = std::chrono::steady_clock::now();
-      const int code = o.run_command ? o.run_command(words, log) : run_in_process(words, log, threads);
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (code != 0) {
-        const std::string why = last_error_line(log);
-        throw Error(cat("reproduce: part ", p.name, " failed (exit ", code, ")", why.empty() ? "" : ": " + why,
-                        "; its output is in ", log));
-      }
-      fs::create_directories(folder);
-      Json record = Json::object();
-      record["files"] = output_files(folder);
-      record["command"] = command_line(p);
-      record["commit"] = commit;
-      record["scale"] = scale_name(o.scale);
-      record["threads"] = threads;
-      record["seconds"] = seconds;
-      write_file_atomic(folder + "/" + kRecordName, to_json(record, 2) + "\n");
-      outcomes[i].seconds = seconds;
+    if (bar) bar->update(parts_done, total_cost > 0 ? cost_done / total_cost : 0, cat("running ", p.name));
+    fs::remove_all(folder);  // an interrupted or overwritten part starts afresh
+    std::vector<std::string> words;
+    for (const std::string& w : p.words)
+      words.push_back(replace_all(replace_all(w, "{out}", folder), "{parts}", parts_dir));
+    const std::string log = parts_dir + "/" + p.name + ".log";
+    const double started_at = seconds_since_epoch();
+    const auto start = std::chrono::steady_clock::now();
+    int code = 0;
+    {
+      // The part is a whole run of its own on this rank: its command sees a job of one.
+      const distributed::JobOfOne alone;
+      code = o.run_command ? o.run_command(words, log) : run_in_process(words, log, threads);
     }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (code != 0) {
+      const std::string why = last_error_line(log);
+      throw Error(cat("reproduce: part ", p.name, " failed (exit ", code, ")", why.empty() ? "" : ": " + why,
+                      "; its output is in ", log));
+    }
+    fs::create_directories(folder);
+    Json record = Json::object();
+    record["files"] = output_files(folder);
+    record["command"] = command_line(p);
+    record["commit"] = commit;
+    record["scale"] = scale_name(o.scale);
+    record["threads"] = threads;
+    record["seconds"] = seconds;
+    // When and where it ran: for the record, never compared.
+    record["started_at"] = started_at;
+    record["finished_at"] = seconds_since_epoch();
+    record["rank"] = distributed::rank();
+    write_file_atomic(folder + "/" + kRecordName, to_json(record, 2) + "\n");
+    outcomes[i].seconds = seconds;
     cost_done += p.expected_seconds;
-  }
+    ++parts_done;
+    if (over_ranks)
+      std::printf("reproduce: part %s done on rank %d of %d in %s\n", p.name.c_str(), distributed::rank(),
+                  distributed::size(), cli::format_duration(seconds).c_str());
+  });
   if (bar) bar->finish(cat(parts.size(), " parts, ", already, " finished before"));
+  // The parts other ranks ran: their seconds as recorded there.
+  if (over_ranks)
+    for (size_t i : to_run) outcomes[i].seconds = recorded_seconds(parts_dir + "/" + parts[i].name + "/" + kRecordName);
   return outcomes;
 }
 

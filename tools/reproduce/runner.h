@@ -3,7 +3,7 @@
 // Each part writes into DIR/parts/<name>/ and, when its command succeeded, a record
 // DIR/parts/<name>/reproduce_part.json: the command line (with its "{out}" and "{parts}"
 // placeholders, so a moved folder still matches), the commit the executable was built from
-// and the scale. A rerun skips a part whose record names the same command line and commit,
+// and the scale (and, for the record only, when and on which rank it ran). A rerun skips a part whose record names the same command line and commit,
 // and refuses, in one line, one made by another command line or commit unless told to
 // overwrite it. A part folder without a record (an interrupted run) is cleared and run again.
 #pragma once
@@ -49,7 +49,10 @@ std::vector<std::string> parts_read(const Part& part);
 std::vector<Part> select_parts(const std::vector<Part>& parts, const std::vector<std::string>& prefixes);
 
 // Runs the parts of `paper` (those `options.only` selects) in order, skipping finished ones; throws Error on a refused
-// or failed part (naming it and its log).
+// or failed part (naming it and its log). Under mpirun (distributed::for_each_item) rank 0 hands each part to a free
+// rank once the parts it reads are done; the part runs there as a job of one (distributed::JobOfOne), and a failing
+// part ends the job in one line naming it and the rank. Returns on every rank once every part is done, each part's
+// seconds as its record says.
 std::vector<PartOutcome> run_parts(const Paper& paper, const RunOptions& options);
 
 // A claim judged over seeds 0 .. seeds-1.
