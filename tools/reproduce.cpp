@@ -26,6 +26,8 @@ void print_list() {
     std::printf("  parts at quick scale, 1 seed: %zu; at full scale, 1 seed: %zu\n", p.parts(Scale::Quick, 1).size(),
                 p.parts(Scale::Full, 1).size());
     for (const Claim& c : p.claims) std::printf("  - %s [paper: %s]\n", c.text.c_str(), c.paper_figure.c_str());
+    if (p.on_imagenet)
+      std::printf("  on your ImageNet folder and pretrained weights: --imagenet ROOT --weights NAME=FILE,... (--help)\n");
   }
 }
 
