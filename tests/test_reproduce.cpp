@@ -3,6 +3,7 @@
 // are judged from the parts' result files both ways, and the page holds the claims table;
 // under mpirun the parts go to free ranks in the order their reads allow, with one process's page.
 #include <doctest/doctest.h>
+#include <stb/stb_image_write.h>
 
 #include <algorithm>
 #include <cmath>
@@ -560,3 +561,146 @@ TEST_CASE("reproduce under mpirun: parts go to free ranks once the parts they re
   CHECK(std::regex_search(failed.output, std::regex("rank [01] of 2: reproduce: part forget_stage2_s0 failed \\(exit")));
   CHECK_FALSE(fs::exists(dir.file("run/parts/forget_stage2_s0/reproduce_part.json")));
 }
+
+namespace {
+
+// An ImageNet-shaped folder: ROOT/val/<wnid>/ of two classes, two 256 × 256 PNGs each of
+// seeded random pixels.
+std::string write_imagenet_folder(const TempDir& dir) {
+  const std::string root = dir.file("imagenet");
+  Generator gen(37);
+  for (const char* wnid : {"n01440764", "n01443537"}) {
+    fs::create_directories(cat(root, "/val/", wnid));
+    for (int k = 0; k < 2; ++k) {
+      const Tensor noise = uniform({256 * 256 * 3}, 0.0f, 255.0f, gen);
+      std::vector<uint8_t> rgb(size_t(noise.numel()));
+      for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t(noise.data()[i]);
+      REQUIRE(stbi_write_png(cat(root, "/val/", wnid, "/", k, ".png").c_str(), 256, 256, 3, rgb.data(), 256 * 3) != 0);
+    }
+  }
+  return root;
+}
+
+std::string reproduce_weights(const std::string& name) {
+  return cat(ADJOINT_SOURCE_DIR, "/tests/goldens/reproduce_imagenet/", name, ".pth");
+}
+
+const std::string kAllWeights = cat("resnet50=", reproduce_weights("resnet50"), ",vgg11_bn=", reproduce_weights("vgg11_bn"),
+                                    ",pvt_v2_b1=", reproduce_weights("pvt_v2_b1"));
+
+}  // namespace
+
+TEST_CASE("reproduce semantic-pullbacks --imagenet: the paper's table on an ImageNet folder and torch.save'd weights") {
+  TempDir dir;
+  const std::string root = write_imagenet_folder(dir), out = dir.file("out");
+  // The weights of tests/goldens/gen_reproduce_imagenet.py: torchvision's and timm's layouts
+  // at 1/32 of their width with 2 classes, at the presets' 224 pixels; 3 images a model,
+  // the four methods and metrics the claims read.
+  const CommandOutcome o =
+      run_adjoint({"reproduce", "semantic-pullbacks", "--imagenet", root, "--weights", kAllWeights, "--count", "3",
+                   "--width", "0.03125", "--classes", "2", "--methods",
+                   "soft_pullback,pullback_ascent,gradient,guided_gradcam", "--metrics",
+                   "infidelity,max_sensitivity,focus,random_logit", "--out", out});
+  CAPTURE(o.out);
+  CAPTURE(o.err);
+  REQUIRE(o.code == 0);
+  // The estimate comes first, before any part ran.
+  CHECK(o.out.rfind(cat("reproduce semantic-pullbacks on ", root, ": 3 models; estimate: about "), 0) == 0);
+
+  // One explain --evaluate per model through its weights' preset, on the folder.
+  for (const auto& [model, preset] : {std::pair{"resnet50", "resnet50_v1"}, std::pair{"vgg11_bn", "vgg11_bn_v1"},
+                                     std::pair{"pvt_v2_b1", "pvt_v2"}}) {
+    CAPTURE(model);
+    const std::string record = read_text(cat(out, "/parts/explain_", model, "/reproduce_part.json"));
+    CHECK(contains(record, cat("adjoint explain --evaluate --model ", model, " --imagenet-stem --weights ",
+                               reproduce_weights(model))));
+    CHECK(contains(record, cat("--data imagenet:", root, ":", preset)));
+    CHECK(contains(read_text(cat(out, "/parts/explain_", model, ".log")), "(3 x 224 x 224)"));
+  }
+
+  // Ours is read from the parts' metrics, the paper's published value beside it.
+  const Paper& published = find_paper("semantic-pullbacks");
+  ImagenetSetting setting;
+  setting.root = root;
+  setting.weights = {{"resnet50", reproduce_weights("resnet50")}, {"pvt_v2_b1", reproduce_weights("pvt_v2_b1")}};
+  setting.width = 0.03125;
+  setting.classes = 2;
+  const Paper paper = published.on_imagenet(setting);
+  const cli::ReportTable table = claims_table(paper, out + "/parts", 1);
+  const CsvRows resnet = read_csv(out + "/parts/explain_resnet50/metrics.csv");
+  const double infidelity_ratio = resnet.number("mean", {{"method", "gradient"}, {"metric", "infidelity"}}) /
+                                  resnet.number("mean", {{"method", "soft_pullback"}, {"metric", "infidelity"}});
+  int rows_checked = 0;
+  for (const std::vector<std::string>& row : table.rows) {
+    CAPTURE(row[0]);
+    if (row[0] == "The soft pullback is more faithful than the gradient (ResNet-50, ImageNet)") {
+      CHECK(row[1] == "13.9 = 83.3 / 5.99 (infidelity of the gradient / of the soft pullback, ResNet-50, docs/methods.md §1.5)");
+      CHECK(row[3] == cat(fixed(infidelity_ratio, 3), " (1 seed)"));
+      CHECK(row[4] == (infidelity_ratio >= 1 ? "holds" : "does not hold"));
+      ++rows_checked;
+    }
+    if (row[0] == "The soft pullback's maps depend on the class more than Guided Grad-CAM's (ResNet-50, ImageNet)") {
+      CHECK(row[1] == "0.480 = 0.420 − (−0.060) (random logit of guided Grad-CAM − of the soft pullback, ResNet-50, "
+                      "docs/methods.md §1.5)");
+      CHECK(row[3] != "not measured");
+      ++rows_checked;
+    }
+    if (row[0] == "The soft pullback focuses on the explained class's tiles more than the gradient (ResNet-50, ImageNet)") {
+      CHECK(contains(row[3], "; premise: "));  // the share of mosaics recognised, measured
+      ++rows_checked;
+    }
+    if (row[0] == "Pullback ascent is more faithful than the gradient (PVT-v2-b1, ImageNet)") {
+      CHECK(row[1] == "5.47 = 8.91 / 1.63 (infidelity of the gradient / of pullback ascent, PVT-v2-b1, docs/methods.md §1.5)");
+      CHECK(row[3] != "not measured");
+      ++rows_checked;
+    }
+    if (row[0] == "The soft pullback is more stable than the gradient (PVT-v2-b1, ImageNet)") {
+      CHECK(contains(row[1], "the paper gives no number"));
+      CHECK(row[3] != "not measured");
+      ++rows_checked;
+    }
+  }
+  CHECK(rows_checked == 5);
+  CHECK(table.rows.size() == 2 * 7);  // the claims of the two models given here
+  // The page and the printed table hold the same: the published value beside ours.
+  CHECK(contains(read_text(out + "/index.html"), "the paper gives no number for VGG-11-BN"));
+  CHECK(contains(o.out, cat("The soft pullback is more faithful than the gradient (ResNet-50, ImageNet): ",
+                            fixed(infidelity_ratio, 3), " (1 seed) [paper: 13.9 = 83.3 / 5.99")));
+}
+
+TEST_CASE("reproduce --imagenet: an unknown model, a folder without val/ and stray options are refused in one line") {
+  TempDir dir;
+  const std::string root = write_imagenet_folder(dir);
+  const auto refused = [&](std::vector<std::string> words, const std::string& message) {
+    words.insert(words.begin(), {"reproduce", "semantic-pullbacks"});
+    words.insert(words.end(), {"--out", dir.file("out")});
+    const CommandOutcome o = run_adjoint(words);
+    CAPTURE(o.out);
+    CAPTURE(o.err);
+    CHECK(o.code == 2);
+    CHECK(contains(o.err, message));
+    // One error line (a usage error also shows the usage line and where the help is).
+    size_t errors = 0;
+    for (size_t at = o.err.find("adjoint: error: "); at != std::string::npos; at = o.err.find("adjoint: error: ", at + 1))
+      ++errors;
+    CHECK(errors == 1);
+    CHECK(o.err.find('\n', o.err.find("adjoint: error: ")) + 1 == o.err.find("Run 'adjoint reproduce --help'"));
+    CHECK_FALSE(fs::exists(dir.file("out/parts")));
+  };
+  refused({"--imagenet", root, "--weights", cat("resnet18=", reproduce_weights("resnet50"))},
+          "option --weights: semantic-pullbacks evaluates resnet50, vgg11_bn, pvt_v2_b1 on ImageNet, not 'resnet18'");
+  refused({"--imagenet", dir.file("nowhere"), "--weights", kAllWeights},
+          cat("option --imagenet: ", dir.file("nowhere"), "/val is not a folder"));
+  refused({"--imagenet", root, "--weights", cat("resnet50=", dir.file("missing.pth"))},
+          cat("option --weights: resnet50=", dir.file("missing.pth"), ": no such file"));
+  refused({"--imagenet", root, "--weights", "resnet50"}, "option --weights expects NAME=FILE pairs, got 'resnet50'");
+  refused({"--imagenet", root}, "--imagenet needs --weights NAME=FILE");
+  refused({"--weights", kAllWeights}, "--weights goes with --imagenet ROOT");
+  refused({"--imagenet", root, "--weights", kAllWeights, "--seeds", "2"}, "no --scale, --seeds or --only");
+  // A paper without an ImageNet setting.
+  const CommandOutcome o = run_adjoint({"reproduce", "stitching", "--imagenet", root, "--weights", kAllWeights, "--out",
+                                        dir.file("out")});
+  CHECK(o.code == 2);
+  CHECK(contains(o.err, "stitching has no ImageNet setting"));
+}
+

@@ -2,7 +2,6 @@
 // a quality table (docs/methods.md §1.3–1.4). The work is in analysis/pullbacks/report.cpp; this file
 // turns options into ReportOptions, finds the model and the images, and prints.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 #include "analysis/pullbacks/protocol.h"
@@ -176,18 +175,6 @@ Inputs load_inputs(const cli::Args& a, const LoadedModel& m, bool evaluate) {
   return in;
 }
 
-// The passes of one image through the model per second, measured on a batch.
-double seconds_per_pass(const Model& model, const Tensor& x, int64_t batch) {
-  const int64_t n = std::min<int64_t>(batch, x.size(0));
-  Tensor xb = x.view_as_strided({n, x.size(1), x.size(2), x.size(3)}, {x.size(1) * x.size(2) * x.size(3),
-                                 x.size(2) * x.size(3), x.size(3), 1}, 0).contiguous();
-  const std::vector<int64_t> targets = predicted_classes(model, xb);
-  explain("gradient", model, xb, targets);  // warm-up: first-touch allocations
-  const auto start = std::chrono::steady_clock::now();
-  explain("gradient", model, xb, targets);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / double(n);
-}
-
 void print_summary(const MetricTable& t) {
   if (t.rows.empty()) return;
   size_t first = 6;
@@ -309,7 +296,7 @@ int run_explain(const cli::Args& a) {
   if (speaks && !expensive_chosen.empty() && E < N)
     std::printf("  %s on the first %lld images (--expensive-count)\n", spoken_list(expensive_chosen).c_str(),
                 (long long)E);
-  const double unit = seconds_per_pass(model, in.x, o.batch_size);
+  const double unit = seconds_per_image_pass(model, in.x, o.batch_size);
   const double passes = report_cost(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
   if (speaks)
     std::printf("  estimate: about %s (%.3g image passes at %.3g ms each)\n",

@@ -1,6 +1,7 @@
 #include "analysis/pullbacks/report.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -556,6 +557,18 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
   return result;
+}
+
+double seconds_per_image_pass(const Model& model, const Tensor& x, int64_t batch) {
+  const int64_t n = std::min<int64_t>(batch, x.size(0));
+  Tensor xb = x.view_as_strided({n, x.size(1), x.size(2), x.size(3)},
+                                {x.size(1) * x.size(2) * x.size(3), x.size(2) * x.size(3), x.size(3), 1}, 0)
+                  .contiguous();
+  const std::vector<int64_t> targets = predicted_classes(model, xb);
+  explain("gradient", model, xb, targets);  // warm-up: first-touch allocations
+  const auto start = std::chrono::steady_clock::now();
+  explain("gradient", model, xb, targets);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / double(n);
 }
 
 }  // namespace adjoint

@@ -209,6 +209,9 @@ ReportResult explain_report(const Model& model, const Tensor& x, const std::vect
 // explanations, the probes (a forward pass counted as a third of a pass) and the metrics
 // that explain again. `layers` is the number of layers randomisation may re-initialise.
 double report_cost(const ReportOptions& options, int64_t images, int64_t height, int64_t width, int64_t layers);
+// The seconds of one image's forward+backward pass (a gradient), measured on the first
+// `batch` images of `x` after a warm-up call: the unit report_cost's passes are counted in.
+double seconds_per_image_pass(const Model& model, const Tensor& x, int64_t batch);
 // One explanation's cost in passes per image.
 double method_cost(const std::string& method, const ExplainOptions& options);
 

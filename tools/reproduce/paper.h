@@ -4,6 +4,7 @@
 // result files). tools/reproduce/runner.h runs the parts restartably and judges the claims;
 // one file per paper (tools/reproduce/<paper>.cpp) fills the table of papers.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -57,6 +58,18 @@ struct Claim {
   std::optional<Premise> premise;  // none: the claim presumes nothing it can measure
 };
 
+// The user's own ImageNet folder and pretrained weights, where a paper's published setting
+// is ImageNet (`reproduce PAPER --imagenet ROOT --weights MODEL=FILE,...`).
+struct ImagenetSetting {
+  std::string root;  // holds val/<wnid>/*
+  std::vector<std::pair<std::string, std::string>> weights;  // model name → weights file, as given
+  int64_t count = 0;      // images per model; 0: the evaluation protocol's (1000 at 224 pixels)
+  double width = 1;       // channel multiplier of the models (1: the published ones)
+  int64_t classes = 1000;  // classes of the models' heads
+  // The explanation methods and metrics evaluated; empty: all of them (the paper's full table).
+  std::vector<std::string> methods, metrics;
+};
+
 struct Paper {
   std::string name;   // the command's argument: "stitching"
   std::string title;  // the paper in a line
@@ -67,6 +80,11 @@ struct Paper {
   // paths without extension (each written as .png and .svg through analysis/common/figure.h).
   std::function<std::vector<std::string>(const std::string& parts_dir, int seeds, const std::string& figures_dir)>
       draw;
+  // The paper at its published ImageNet setting on the user's data and weights: one seed,
+  // no scale, each part's expected_seconds estimated from the report's cost model and a
+  // measured pass. UsageError naming the option for a model it does not know or a folder
+  // that is not ImageNet's layout. Empty where the paper has no such setting.
+  std::function<Paper(const ImagenetSetting& setting)> on_imagenet;
   int default_seeds[2] = {1, 3};  // quick, full
   // Wall time of the whole paper here (2 shared cores): quick as measured, full estimated
   // from the quick parts' measured times; both said in `reproduce --list`.

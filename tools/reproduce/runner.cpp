@@ -405,11 +405,14 @@ void write_page(const Paper& paper, const RunOptions& o, const std::vector<PartO
                 const cli::Args& args) {
   const std::string parts_dir = o.out_dir + "/parts";
   cli::HtmlReport report;
-  report.title = cat("adjoint reproduce ", paper.name, ": ", paper.title, " (", scale_name(o.scale), " scale, ",
-                     o.seeds, " seed", o.seeds > 1 ? "s" : "", ")");
+  const std::string setting =
+      o.setting.empty() ? cat(scale_name(o.scale), " scale, ", o.seeds, " seed", o.seeds > 1 ? "s" : "") : o.setting;
+  report.title = cat("adjoint reproduce ", paper.name, ": ", paper.title, " (", setting, ")");
   report.notes.push_back(cat("Every number below is read from the result files of the parts listed at the end; a part is "
-                             "one `adjoint` command line, its own page linked. Quick scale: small models and short runs, "
-                             "the same protocol; a claim that does not hold at quick scale may at full scale."));
+                             "one `adjoint` command line, its own page linked.",
+                             o.setting.empty() ? " Quick scale: small models and short runs, the same protocol; a claim "
+                                                 "that does not hold at quick scale may at full scale."
+                                               : ""));
   report.tables.push_back(claims_table(paper, parts_dir, o.seeds));
   fs::create_directories(o.out_dir + "/figures");
   const std::vector<std::string> figures = paper.draw(parts_dir, o.seeds, o.out_dir + "/figures");

@@ -29,6 +29,7 @@ struct RunOptions {
   // through the command dispatcher (tools/cli.h), its output into DIR/parts/<name>.log.
   std::function<int(const std::vector<std::string>& words, const std::string& log)> run_command;
   bool show_progress = true;
+  std::string setting;  // how the page names the run (the user's ImageNet folder); empty: its scale and seeds
 };
 
 struct PartOutcome {
