@@ -18,7 +18,10 @@ void Table::add_row(std::vector<std::string> cells) {
 std::string Table::csv() const {
   const auto line = [](const std::vector<std::string>& cells) {
     std::string out;
-    for (size_t i = 0; i < cells.size(); ++i) out += (i ? "," : "") + csv_field(cells[i]);
+    for (size_t i = 0; i < cells.size(); ++i) {
+      if (i > 0) out += ',';
+      out += csv_field(cells[i]);
+    }
     return out + "\n";
   };
   std::string out = line(header);
@@ -29,7 +32,11 @@ std::string Table::csv() const {
 std::string Table::markdown() const {
   const auto line = [](const std::vector<std::string>& cells) {
     std::string out = "|";
-    for (const std::string& cell : cells) out += " " + markdown_cell(cell) + " |";
+    for (const std::string& cell : cells) {
+      out += ' ';
+      out += markdown_cell(cell);
+      out += " |";
+    }
     return out + "\n";
   };
   std::string out = line(header) + "|";
