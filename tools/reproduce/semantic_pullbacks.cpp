@@ -80,20 +80,29 @@ double metric(const std::string& parts_dir, const char* model, int seed, const s
       .number("mean", {{"method", method}, {"metric", name}});
 }
 
-// gradient's metric / the method's: above 1, the method is better on a lower-is-better metric.
-Claim lower_than_gradient(const ExplainedModel& m, const char* method, const char* metric_name, const char* text,
-                          const char* paper) {
+// A claim about one model's explain part: `ours` says what `value` computes from its metrics.
+Claim model_claim(const ExplainedModel& m, const char* text, const char* paper, std::string ours,
+                  std::function<double(const std::string& dir, int seed)> value, Bound bound) {
   Claim c;
   c.text = cat(text, " (", m.label, ")");
   c.paper_figure = paper;
-  c.ours = cat(m.label, ": ", metric_name, " of the gradient / of the ", method);
+  c.ours = cat(m.label, ": ", ours);
   c.sources = {cat("explain_", m.name, "_s{seed}")};
-  const std::string model = m.name, meth = method, name = metric_name;
-  c.value = [model, meth, name](const std::string& dir, int seed) {
-    return metric(dir, model.c_str(), seed, "gradient", name) / metric(dir, model.c_str(), seed, meth, name);
-  };
-  c.bound = {Bound::AtLeast, 1.0};
+  c.value = std::move(value);
+  c.bound = bound;
   return c;
+}
+
+// gradient's metric / the method's: above 1, the method is better on a lower-is-better metric.
+Claim lower_than_gradient(const ExplainedModel& m, const char* method, const char* metric_name, const char* text,
+                          const char* paper) {
+  const std::string model = m.name, meth = method, name = metric_name;
+  return model_claim(m, text, paper, cat(metric_name, " of the gradient / of the ", method),
+                     [model, meth, name](const std::string& dir, int seed) {
+                       return metric(dir, model.c_str(), seed, "gradient", name) /
+                              metric(dir, model.c_str(), seed, meth, name);
+                     },
+                     {Bound::AtLeast, 1.0});
 }
 
 double recognition(const std::string& parts_dir, const char* model, int seed) {
@@ -103,16 +112,13 @@ double recognition(const std::string& parts_dir, const char* model, int seed) {
 // focus of `method` − focus of `other`, presuming that the model recognises the tiles.
 Claim focus_above(const ExplainedModel& m, const char* method, const char* other, const char* text,
                   const char* paper) {
-  Claim c;
-  c.text = cat(text, " (", m.label, ")");
-  c.paper_figure = paper;
-  c.ours = cat(m.label, ": focus of the ", method, " − focus of the ", other);
-  c.sources = {cat("explain_", m.name, "_s{seed}")};
   const std::string model = m.name, first = method, second = other;
-  c.value = [model, first, second](const std::string& dir, int seed) {
-    return metric(dir, model.c_str(), seed, first, "focus") - metric(dir, model.c_str(), seed, second, "focus");
-  };
-  c.bound = {Bound::AtLeast, 0.0};
+  Claim c = model_claim(m, text, paper, cat("focus of the ", method, " − focus of the ", other),
+                        [model, first, second](const std::string& dir, int seed) {
+                          return metric(dir, model.c_str(), seed, first, "focus") -
+                                 metric(dir, model.c_str(), seed, second, "focus");
+                        },
+                        {Bound::AtLeast, 0.0});
   Premise p;
   p.text = "the model recognises the mosaics' tiles";
   p.ours = "share of the focus mosaics whose top class is the target class";
