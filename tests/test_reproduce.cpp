@@ -98,6 +98,16 @@ Paper counting_paper(std::string* second_part_option) {
   return p;
 }
 
+// The options of a run into `dir` at a fixed commit, one thread, no progress bar.
+RunOptions quiet_run_options(const TempDir& dir) {
+  RunOptions o;
+  o.out_dir = dir.path().string();
+  o.commit = "abc123";
+  o.threads = 1;
+  o.show_progress = false;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("reproduce: a rerun skips finished parts and refuses parts made by another command line or commit") {
@@ -105,11 +115,7 @@ TEST_CASE("reproduce: a rerun skips finished parts and refuses parts made by ano
   std::string option = "--limit=1";
   const Paper paper = counting_paper(&option);
   std::vector<std::string> ran;
-  RunOptions o;
-  o.out_dir = dir.path().string();
-  o.commit = "abc123";
-  o.threads = 1;
-  o.show_progress = false;
+  RunOptions o = quiet_run_options(dir);
   o.run_command = [&](const std::vector<std::string>& words, const std::string&) {
     ran.push_back(words[0]);
     if (words[0] == "train") {  // "{out}" was replaced by the part's folder
@@ -194,11 +200,7 @@ TEST_CASE("reproduce: a part whose outputs were deleted is not finished and runs
   std::string option = "--limit=1";
   const Paper paper = counting_paper(&option);
   std::vector<std::string> ran;
-  RunOptions o;
-  o.out_dir = dir.path().string();
-  o.commit = "abc123";
-  o.threads = 1;
-  o.show_progress = false;
+  RunOptions o = quiet_run_options(dir);
   o.run_command = [&](const std::vector<std::string>& words, const std::string&) {
     ran.push_back(words[0]);
     if (words[0] == "train") {  // the part's output: a checkpoint
