@@ -122,8 +122,10 @@ int checked_count(int64_t count) {
   return int(count);
 }
 
-// The tag of allgather's messages: above every tag Exchange's callers may use.
+// The tags of allgather's and broadcast's messages: above every tag Exchange's callers may
+// use (max_tag()).
 int gather_tag() { return job().tag_ub; }
+int broadcast_tag() { return job().tag_ub - 1; }
 
 // allgather as point-to-point messages under a deadline: each rank's values to every
 // other, so that the rank that does not arrive is named.
@@ -140,6 +142,20 @@ void allgather_named(const T* mine, int64_t count, T* all) {
     if (peer == me) continue;
     exchange.receive_values(all + peer * count, count, peer, gather_tag());
     exchange.send_values(all + me * count, count, peer, gather_tag());
+  }
+  exchange.wait();
+}
+
+// broadcast as point-to-point messages under a deadline: the root's bytes to every other
+// rank, so that a rank whose root does not arrive names it.
+void broadcast_named(void* bytes, int64_t count, int root) {
+  check(root >= 0 && root < job().size, "distributed: a broadcast from rank ", root, " in a job of ", job().size);
+  Exchange exchange;
+  if (job().rank == root) {
+    for (int peer = 0; peer < job().size; ++peer)
+      if (peer != root) exchange.send(bytes, count, peer, broadcast_tag());
+  } else {
+    exchange.receive(bytes, count, root, broadcast_tag());
   }
   exchange.wait();
 }
@@ -201,15 +217,15 @@ void allgather(const double* mine, int64_t count, double* all) { allgather_named
 
 void broadcast(float* values, int64_t count, int root) {
   if (!job().mpi) return;
-  check_mpi(MPI_Bcast(values, checked_count(count), MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
+  broadcast_named(values, count * int64_t(sizeof(float)), root);
 }
 
 void broadcast(std::string& text, int root) {
   if (!job().mpi) return;
   int64_t length = int64_t(text.size());
-  check_mpi(MPI_Bcast(&length, 1, MPI_INT64_T, root, MPI_COMM_WORLD), "MPI_Bcast");
+  broadcast_named(&length, int64_t(sizeof length), root);
   text.resize(size_t(length));
-  check_mpi(MPI_Bcast(text.data(), checked_count(length), MPI_CHAR, root, MPI_COMM_WORLD), "MPI_Bcast");
+  broadcast_named(text.data(), length, root);
 }
 
 void barrier() {
@@ -272,12 +288,14 @@ void set_rank_timeout(double seconds) {
 }
 double rank_timeout() { return timeout_seconds; }
 
-void stall_if_asked(int64_t step) {
+void stall_if_asked(int64_t step, const char* point) {
   const char* hook = std::getenv("ADJOINT_TEST_RANK_STALLS_AT");
   int stalling = -1;
   long long at = -1;
-  if (!hook || std::sscanf(hook, "%d:%lld", &stalling, &at) != 2) return;
-  if (stalling == rank() && at == step) std::this_thread::sleep_for(std::chrono::hours(1));
+  char where[32] = "step";
+  if (!hook || std::sscanf(hook, "%d:%lld:%31s", &stalling, &at, where) < 2) return;
+  if (stalling == rank() && at == step && std::strcmp(where, point) == 0)
+    std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
 #ifdef ADJOINT_HAVE_MPI
@@ -287,7 +305,7 @@ struct Exchange::Requests {
   std::vector<bool> receives;
 };
 
-int max_tag() { return job().tag_ub - 1; }
+int max_tag() { return job().tag_ub - 2; }
 
 void Exchange::send(const void* bytes, int64_t count, int to, int tag) {
   check(job().mpi && to != job().rank, "distributed: a message to rank ", to, " from rank ", job().rank, " of ", job().size);
@@ -353,7 +371,7 @@ Exchange::~Exchange() {
 }
 #else
 struct Exchange::Requests {};
-int max_tag() { return 32766; }
+int max_tag() { return 32765; }
 void Exchange::send(const void*, int64_t, int to, int) {
   throw Error(cat("distributed: a message to rank ", to, " in a build without MPI"));
 }
@@ -564,7 +582,11 @@ void for_each_item(int64_t count, const std::vector<std::vector<int64_t>>& needs
       finished = item;
     }
   }
-  barrier_quietly();  // every rank's last item is finished
+  // Every rank's last item is finished. No deadline here: a rank that ran out of items waits
+  // for the others' last ones, which may take far longer than any exchange's deadline (a
+  // stitch cell trains a stitch). A rank that dies here is named by mpirun, and one whose
+  // item fails ends the job itself (abort above).
+  barrier_quietly();
 #endif
 }
 

@@ -52,7 +52,7 @@ public:
 // the sends of its peer under its tag in the order they were posted. Until test() or wait()
 // says every message is done, neither a sent nor a received buffer may be touched. A job
 // of one has no peers: both throw. Main thread only, as every MPI call. Tags from
-// 0 to max_tag(); the tags of allgather (below) are their own.
+// 0 to max_tag(); the tags of allgather and broadcast (below) are their own.
 class Exchange {
 public:
   Exchange();
@@ -84,13 +84,17 @@ private:
 };
 int max_tag();
 
-// Rank `root`'s `count` values copied into `values` on every rank.
+// Rank `root`'s `count` values copied into `values` on every rank. Point to point (the
+// root's values sent to every other rank), under the deadline of allgather: a rank whose
+// root does not send within rank_timeout() names it (RankTimeout), and a root whose values
+// a rank does not take names that rank.
 void broadcast(float* values, int64_t count, int root = 0);
 
-// Rank `root`'s text copied into `text` on every rank.
+// Rank `root`'s text copied into `text` on every rank, as above (its length, then its bytes).
 void broadcast(std::string& text, int root = 0);
 
-// Returns when every rank has called it.
+// Returns when every rank has called it. No deadline: its callers (the sweeps) wait there
+// for other ranks' last cells, which may take longer than any exchange's deadline.
 void barrier();
 
 // Point to point: `count` 64-bit integers sent to rank `to` under `tag` (a few values: work
@@ -135,9 +139,10 @@ public:
 };
 
 // Test hook: ADJOINT_TEST_RANK_STALLS_AT="r:n" makes rank r sleep for an hour when it
-// calls this with `step` n (a rank that stops, as a stuck node, for the tests of
-// --rank-timeout); nothing otherwise.
-void stall_if_asked(int64_t step);
+// calls this with `step` n and `point` "step", and "r:n:POINT" when it calls this with
+// `step` n and that `point` (a rank that stops, as a stuck node, at a chosen place, for the
+// tests of --rank-timeout); nothing otherwise.
+void stall_if_asked(int64_t step, const char* point = "step");
 
 // Ends the whole job with `code` (every rank), after one line on stderr naming this rank.
 [[noreturn]] void abort(int code, const char* message);

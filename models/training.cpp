@@ -236,11 +236,11 @@ int64_t part_count(const Batch& batch, int64_t wanted) {
   return std::clamp<int64_t>(wanted, 1, std::max<int64_t>(batch.size(), 1));
 }
 
-// Part `s` of `parts`: the contiguous rows s·n/parts … (s+1)·n/parts − 1.
+// Part `s` of `parts`: the contiguous rows of shard_rows.
 BatchPart part_of(const Batch& batch, int64_t s, int64_t parts) {
   if (parts == 1) return BatchPart{batch.inputs, batch.labels};
   const int64_t n = batch.size(), per_example = static_cast<int64_t>(batch.labels.size()) / n;
-  const int64_t begin = s * n / parts, end = (s + 1) * n / parts;
+  const auto [begin, end] = shard_rows(n, s, parts);
   return BatchPart{slice(batch.inputs, 0, begin, end).contiguous(),
                    std::vector<int64_t>(batch.labels.begin() + begin * per_example,
                                         batch.labels.begin() + end * per_example)};
@@ -440,7 +440,39 @@ Sharding sharding_of(const TrainOptions& o) {
   return sharding;
 }
 
+RowRange shard_rows(int64_t rows, int64_t shard, int64_t shards) {
+  return {shard * rows / shards, (shard + 1) * rows / shards};
+}
+
+ShardBlock shards_of_rank(const Sharding& sharding, int64_t rank, int64_t ranks) {
+  const int64_t mine = sharding.shards / ranks;
+  return {rank * mine, mine};
+}
+
+ShardBlock local_shards(const Sharding& sharding) {
+  return shards_of_rank(sharding, distributed::rank(), distributed::size());
+}
+
+LoaderOptions::Rows rows_to_decode(const TrainingStep& step, const Sharding& sharding, int64_t rank, int64_t ranks) {
+  if (!step.reads_own_shards_only) return {};
+  const ShardBlock mine = shards_of_rank(sharding, rank, ranks);
+  return {sharding.shards, mine.first, mine.count};
+}
+
 namespace {
+
+// Runs `exchange` (a part of training that waits for other ranks); a rank that does not
+// arrive within the deadline ends it with one line naming that rank and `what` it owed
+// ("its part of step 3").
+template <class Work>
+auto naming_missing_rank(const std::string& what, Work&& exchange) {
+  try {
+    return exchange();
+  } catch (const distributed::RankTimeout& e) {
+    throw distributed::RankTimeout(e.missing, cat("train: rank ", e.missing, " did not send ", what, " within ",
+                                                  distributed::rank_timeout(), " s (--rank-timeout)"));
+  }
+}
 
 // The whole batch at once, its gradient straight into .grad and BatchNorm's running
 // statistics updated in place: one shard in one process.
@@ -590,7 +622,7 @@ void install_sums(const std::vector<float>& summed, Model& model, int64_t shards
 // running statistics summed over every rank by the fixed tree (BucketedSum).
 StepOutcome sharded_step(Model& model, const Batch& batch, float label_smoothing, const Sharding& sharding,
                          int64_t step, std::vector<std::shared_ptr<Model>>* replicas, GradientBuckets* buckets) {
-  const int64_t shards = sharding.shards, ranks = distributed::size(), rank = distributed::rank();
+  const int64_t shards = sharding.shards, ranks = distributed::size();
   check(shards % ranks == 0, "train: ", shards, " shards over ", ranks, " ranks");
   check(batch.size() >= shards, "train: a batch of ", batch.size(), " examples cannot make ", shards,
         " shards; give --batch at least --shards");
@@ -603,19 +635,24 @@ StepOutcome sharded_step(Model& model, const Batch& batch, float label_smoothing
   std::vector<int64_t> expected_order = buckets != nullptr ? buckets->order : std::vector<int64_t>{};
   if (expected_order.size() != sizes.size())
     expected_order = default_summation_order(parameters, sizes.size() - parameters);
-  const int64_t mine = shards / ranks;
+  const ShardBlock mine = local_shards(sharding);
   distributed::stall_if_asked(step);
-  BucketedSum sum(sizes, expected_order, mine, sharding.bucket_mib);
-  std::vector<double> outcomes(size_t(mine * 3));  // per shard: loss sum, correct, rows
+  BucketedSum sum(sizes, expected_order, mine.count, sharding.bucket_mib);
+  std::vector<double> outcomes(size_t(mine.count * 3));  // per shard: loss sum, correct, rows
   const int64_t started_during_backward =
-      compute_local_shards(model, batch, label_smoothing, sharding, rank * mine, replicas, sum, outcomes);
-  try {
+      compute_local_shards(model, batch, label_smoothing, sharding, mine.first, replicas, sum, outcomes);
+  // Every exchange of the step polls against the deadline: the buckets, the bucket order
+  // (broadcast once) and the outcomes.
+  return naming_missing_rank(cat("its part of step ", step), [&] {
     // Every rank finishes every bucket before the next collective (a diverged shard's
     // buckets are sent at the end, before the loss check that stops every rank).
     const std::vector<float> summed = sum.finish();
     if (buckets != nullptr) {
       // Learnt once (a condition every rank shares: the broadcast is a collective).
-      if (buckets->order.size() != sizes.size()) buckets->order = rank_zeros_order(sum.ready_order());
+      if (buckets->order.size() != sizes.size()) {
+        distributed::stall_if_asked(step, "bucket-order");
+        buckets->order = rank_zeros_order(sum.ready_order());
+      }
       buckets->buckets = sum.buckets();
       buckets->started_during_backward = started_during_backward;
       buckets->counts = sum.counts();
@@ -624,10 +661,7 @@ StepOutcome sharded_step(Model& model, const Batch& batch, float label_smoothing
     install_sums(summed, model, shards);
     total.exchange = sum.counts();
     return total;
-  } catch (const distributed::RankTimeout& e) {
-    throw distributed::RankTimeout(e.missing, cat("train: rank ", e.missing, " did not send its part of step ", step,
-                                                  " within ", distributed::rank_timeout(), " s (--rank-timeout)"));
-  }
+  });
 }
 
 }  // namespace
@@ -742,10 +776,8 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
   check_out_dir(o, checkpoint_path);
   const Sharding sharding = sharding_of(o);
   LoaderOptions loading{o.batch_size, true, true, true, o.seed, data.train_transforms(o.augment, o.random_rescale)};
-  if (training_step.reads_own_shards_only) {  // this rank decodes the shards it computes, no others
-    const int64_t mine = sharding.shards / distributed::size();
-    loading.decode = {sharding.shards, distributed::rank() * mine, mine};
-  }
+  // This rank decodes the shards it computes, no others, where the step reads no others.
+  loading.decode = rows_to_decode(training_step, sharding, distributed::rank(), distributed::size());
   Loader loader(data.train, loading);
   const int64_t per_epoch = loader.batches_per_epoch();
   int64_t total = o.epochs * per_epoch;
@@ -837,14 +869,19 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
                                  double(samples) / seconds_since(start), optimizer->lr(), resumed_from});
         });
     const double train_seconds = seconds_since(start);
-    Evaluation test = evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit, sharding);
+    // The epoch's end gathers the evaluation's sums and the exchange counts, under the deadline.
+    const std::string owed = cat("its part of the evaluation after step ", step);
+    Evaluation test = naming_missing_rank(owed, [&] {
+      return evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit, sharding);
+    });
     model.train(true);
     EpochRecord r{epoch + 1, step, loss_sum / double(std::max<int64_t>(rows_seen, 1)),
                   double(correct) / double(std::max<int64_t>(rows_seen, 1)), test.loss, test.accuracy,
                   train_seconds, double(samples) / train_seconds, optimizer->lr(),
                   /*diverged=*/!std::isfinite(test.loss), per_epoch, distributed::size(), sharding.shards,
-                  distributed::size() > 1 || sharding.shards > 1 ? exchange_per_rank(last_exchange)
-                                                                 : std::vector<ExchangeCounts>{}};
+                  distributed::size() > 1 || sharding.shards > 1
+                      ? naming_missing_rank(owed, [&] { return exchange_per_rank(last_exchange); })
+                      : std::vector<ExchangeCounts>{}};
     records.push_back(r);
     // A diverged model's weights would replace the last good checkpoint: keep that one,
     // log the epoch (its loss as null / nan) and stop; more epochs cannot recover.

@@ -147,6 +147,24 @@ struct Sharding {
 // shards or when, under mpirun, --shards was not given.
 Sharding sharding_of(const TrainOptions& o);
 
+// The rows [begin, end) of shard `shard` of `shards` in a batch of `rows`:
+// shard·rows/S … (shard+1)·rows/S − 1.
+struct RowRange {
+  int64_t begin = 0, end = 0;
+};
+RowRange shard_rows(int64_t rows, int64_t shard, int64_t shards);
+// The shards rank `rank` of `ranks` computes: first … first + count − 1, that is
+// rank·S/K … (rank+1)·S/K − 1. local_shards: this process's in this job.
+struct ShardBlock {
+  int64_t first = 0, count = 1;
+};
+ShardBlock shards_of_rank(const Sharding& sharding, int64_t rank, int64_t ranks);
+ShardBlock local_shards(const Sharding& sharding);
+// The rows of every batch that rank `rank` of `ranks` decodes and augments to train with
+// `step`: those of its own shards when the step reads no others (reads_own_shards_only),
+// else every row.
+LoaderOptions::Rows rows_to_decode(const TrainingStep& step, const Sharding& sharding, int64_t rank, int64_t ranks);
+
 // The classification step: cross-entropy with o.label_smoothing on the batch as it comes,
 // computed in the shards of sharding_of(o).
 TrainingStep classification_step(const TrainOptions& o);

@@ -273,10 +273,12 @@ std::string write_square_images(const TempDir& dir) {
 
 bool mpirun_available() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
 
-ProgramRun adjoint_run(const std::string& args, int ranks, const TempDir& dir, const std::string& environment) {
+ProgramRun adjoint_run(const std::string& args, int ranks, const TempDir& dir, const std::string& environment,
+                       int limit_seconds) {
   if (ranks == 0) return run_adjoint_program(args, dir);
   const std::string log = dir.file("mpirun.log");
-  const std::string command = "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -n " +
+  const std::string limit = limit_seconds > 0 ? "timeout -k 10 " + std::to_string(limit_seconds) + " " : "";
+  const std::string command = limit + "mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -n " +
                               std::to_string(ranks) + (environment.empty() ? "" : " -x " + environment) + " " +
                               adjoint_exe() + " " + args + " > " + log + " 2>&1";
   const int status = std::system(command.c_str());

@@ -121,6 +121,9 @@ bool mpi_tests_skipped();
 // `adjoint ARGS` in one process (ranks 0: run_adjoint_program), or under mpirun with `ranks`
 // ranks (on loopback, oversubscribing the cores, as root where the tests run as root);
 // `environment` is passed to every rank (`-x NAME=VALUE`). Output through `dir`/mpirun.log.
-ProgramRun adjoint_run(const std::string& args, int ranks, const TempDir& dir, const std::string& environment = "");
+// `limit_seconds` > 0: the job is ended after that long (exit code 124), so that a test of a
+// deadline fails rather than hangs when the deadline does not work.
+ProgramRun adjoint_run(const std::string& args, int ranks, const TempDir& dir, const std::string& environment = "",
+                       int limit_seconds = 0);
 
 }  // namespace adjoint::testing

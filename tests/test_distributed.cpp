@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -438,7 +439,7 @@ TEST_CASE("adjoint train under mpirun: a rank that stops is named, with the step
   // Checkpointed after every step, inside the epoch (10 batches): the job stops in step 1.
   const testing::ProgramRun stalled =
       adjoint_run("train " + common + " --checkpoint-every 1 --rank-timeout 2 --out " + dir.file("stalled"), 2, dir,
-                  "ADJOINT_TEST_RANK_STALLS_AT=1:1");
+                  "ADJOINT_TEST_RANK_STALLS_AT=1:1", /*limit_seconds=*/120);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CAPTURE(stalled.output);
   CHECK(stalled.exit_code != 0);
@@ -457,6 +458,35 @@ TEST_CASE("adjoint train under mpirun: a rank that stops is named, with the step
   CHECK(testing::contains(resumed.output, "resumed from step 1"));
   REQUIRE(train_run(common + " --out " + dir.file("uninterrupted"), 0, dir).exit_code == 0);
   CHECK(final_weights(dir.file("stalled")) == final_weights(dir.file("uninterrupted")));
+
+  // A rank that stops just before the one-time broadcast of the bucket order (after the
+  // first step's buckets): rank 0, the root, is named by rank 1, which waited for it; rank
+  // 1 is named by rank 0, which waited for it (at the broadcast, or at the step's next
+  // exchange where its small message went out at once).
+  struct Stall {
+    const char* hook;
+    const char* line;
+  };
+  const Stall stalls[] = {
+      {"ADJOINT_TEST_RANK_STALLS_AT=0:0:bucket-order",
+       "rank 1 of 2: adjoint train: train: rank 0 did not send its part of step 0 within 2 s (--rank-timeout)"},
+      {"ADJOINT_TEST_RANK_STALLS_AT=1:0:bucket-order",
+       "rank 0 of 2: adjoint train: train: rank 1 did not send its part of step 0 within 2 s (--rank-timeout)"},
+  };
+  for (const Stall& stall : stalls) {
+    const std::string hook = stall.hook;
+    CAPTURE(hook);
+    const auto began = std::chrono::steady_clock::now();
+    const testing::ProgramRun run =
+        adjoint_run("train " + common + " --rank-timeout 2 --out " + dir.file("order"), 2, dir, hook, 120);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    CAPTURE(run.output);
+    CHECK(run.exit_code != 0);
+    const size_t found = run.output.find(stall.line);
+    CHECK(found != std::string::npos);
+    CHECK(run.output.find("did not send", found + std::strlen(stall.line)) == std::string::npos);  // once
+    CHECK(took < 30);
+  }
 }
 
 namespace {
