@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 
+#include "analysis/common/robustness.h"
 #include "engine/autograd.h"
 #include "engine/data/idx.h"
 #include "engine/data/loader.h"
@@ -117,41 +118,63 @@ private:
 }  // namespace
 
 TEST_CASE("data loading: each rank decodes and augments only the rows of its own shards, with the values one process "
-          "gives them") {
+          "gives them, for classification and PGD training alike") {
   const int64_t examples = 96, batch = 24, shards = 12;
   const Transforms augment = {std::make_shared<RandomCrop>(6, 6, 2), std::make_shared<RandomHorizontalFlip>()};
   auto whole_data = std::make_shared<CountedImages>(examples);
   const Loader whole(whole_data, LoaderOptions{batch, true, false, false, 9, augment});
   const Batch reference = whole.batch(1, 2);
-  for (int64_t ranks : {1, 2, 3, 4}) {
-    CAPTURE(ranks);
-    const int64_t mine = shards / ranks;
-    std::vector<int64_t> decodes_per_example(size_t(examples), 0);
-    for (int64_t rank = 0; rank < ranks; ++rank) {
-      CAPTURE(rank);
-      auto data = std::make_shared<CountedImages>(examples);
-      LoaderOptions options{batch, true, false, false, 9, augment};
-      options.decode = {shards, rank * mine, mine};
-      const Loader loader(data, options);
-      const Batch b = loader.batch(1, 2);
-      REQUIRE(b.indices == reference.indices);
-      const int64_t first = rank * mine * batch / shards, last = (rank + 1) * mine * batch / shards;
-      int64_t decoded = 0;
-      for (int64_t row = 0; row < batch; ++row) {
-        const int64_t index = b.indices[size_t(row)];
-        decoded += data->gets(index);
-        decodes_per_example[size_t(index)] += data->gets(index);
-        const bool own = row >= first && row < last;
-        CHECK(data->gets(index) == (own ? 1 : 0));
-        if (own) {  // its own rows: the single process's values, augmentation included
-          CHECK(slice(b.inputs, 0, row, row + 1).to_vector() == slice(reference.inputs, 0, row, row + 1).to_vector());
-          CHECK(b.labels[size_t(row)] == reference.labels[size_t(row)]);
+  // The rows train() has each rank's loader decode (rows_to_decode) for each step function.
+  TrainOptions training;
+  training.batch_size = batch;
+  training.shards = shards;
+  const Sharding sharding = sharding_of(training);
+  PgdOptions pgd;
+  pgd.random_start = true;
+  struct Step {
+    const char* name;
+    TrainingStep step;
+  };
+  const Step steps[] = {{"classification", classification_step(training)},
+                        {"pgd", adversarial_training_step(training, pgd, {0.5f}, {0.25f})}};
+  for (const Step& step : steps) {
+    const std::string step_name = step.name;
+    CAPTURE(step_name);
+    for (int64_t ranks : {1, 2, 3, 4}) {
+      CAPTURE(ranks);
+      const int64_t mine = shards / ranks;
+      std::vector<int64_t> decodes_per_example(size_t(examples), 0);
+      for (int64_t rank = 0; rank < ranks; ++rank) {
+        CAPTURE(rank);
+        auto data = std::make_shared<CountedImages>(examples);
+        LoaderOptions options{batch, true, false, false, 9, augment};
+        options.decode = rows_to_decode(step.step, sharding, rank, ranks);
+        const Loader loader(data, options);
+        const Batch b = loader.batch(1, 2);
+        REQUIRE(b.indices == reference.indices);
+        const int64_t first = rank * mine * batch / shards, last = (rank + 1) * mine * batch / shards;
+        int64_t decoded = 0;
+        for (int64_t row = 0; row < batch; ++row) {
+          const int64_t index = b.indices[size_t(row)];
+          decoded += data->gets(index);
+          decodes_per_example[size_t(index)] += data->gets(index);
+          const bool own = row >= first && row < last;
+          CHECK(data->gets(index) == (own ? 1 : 0));
+          if (own) {  // its own rows: the single process's values, augmentation included
+            CHECK(slice(b.inputs, 0, row, row + 1).to_vector() == slice(reference.inputs, 0, row, row + 1).to_vector());
+            CHECK(b.labels[size_t(row)] == reference.labels[size_t(row)]);
+          }
         }
+        CHECK(decoded == last - first);
       }
-      CHECK(decoded == last - first);
+      for (int64_t index : reference.indices) CHECK(decodes_per_example[size_t(index)] == 1);  // once, on one rank
     }
-    for (int64_t index : reference.indices) CHECK(decodes_per_example[size_t(index)] == 1);  // once, on one rank
   }
+  // A step function that may read any row has every row decoded on every rank.
+  TrainingStep reads_all = steps[0].step;
+  reads_all.reads_own_shards_only = false;
+  const LoaderOptions::Rows all_rows = rows_to_decode(reads_all, sharding, 2, 4);
+  CHECK((all_rows.of == 1 && all_rows.first == 0 && all_rows.count == 1));
   LoaderOptions bad{batch, true, false, false, 9, augment};
   bad.decode = {4, 3, 2};
   CHECK_THROWS_WITH(Loader(whole_data, bad), doctest::Contains("parts 3 … 4 of 4"));
@@ -422,6 +445,40 @@ TEST_CASE("adjoint train under mpirun: the reduce-scatter along the shard tree g
   const std::string data = write_square_images(dir);
   check_reduce_scatter("resnet", "resnet18 --width 0.0625", data, dir);
   check_reduce_scatter("vit", "vit_custom --dim 16 --depth 1 --heads 2 --patch 4", data, dir);
+}
+
+TEST_CASE("adjoint train --adversarial pgd under mpirun: each rank attacks only its own shards, and 12 shards over "
+          "K = 2, 3 and 4 ranks end with one process's weights") {
+  if (mpi_tests_skipped()) return;
+  REQUIRE_MESSAGE(fs::exists(adjoint_exe()), "build the adjoint executable first: ", adjoint_exe());
+  TempDir dir;
+  const std::string plain = "--model resnet18 --width 0.0625 --data " + write_square_images(dir) +
+                            " --batch 24 --shards 12 --epochs 1 --max-steps 2 --schedule constant --lr 0.05 --seed 4 "
+                            "--threads 1 --overwrite";
+  const std::string attacked = plain + " --adversarial pgd --pgd-eps 0.1 --pgd-steps 2";
+  const std::string common = attacked + " --pgd-random-start";
+  const std::string reference = dir.file("pgd-one");
+  const testing::ProgramRun one = train_run(common + " --out " + reference, 0, dir);
+  CAPTURE(one.output);
+  REQUIRE(one.exit_code == 0);
+  for (int ranks : {2, 3, 4}) {
+    CAPTURE(ranks);
+    const std::string out = dir.file("pgd-" + std::to_string(ranks));
+    const testing::ProgramRun run = train_run(common + " --out " + out, ranks, dir);
+    CAPTURE(run.output);
+    REQUIRE(run.exit_code == 0);
+    CHECK(testing::contains(run.output, cat("data parallel: ", ranks, " ranks")));
+    CHECK(final_weights(out) == final_weights(reference));
+    CHECK(logged_figures(out) == logged_figures(reference));
+  }
+  // The runs train on the attack from its random start: without the attack, or from the
+  // clean image, the weights differ.
+  for (const std::string& other : {plain, attacked}) {
+    CAPTURE(other);
+    const std::string out = dir.file("pgd-other");
+    REQUIRE(train_run(other + " --out " + out, 0, dir).exit_code == 0);
+    CHECK(final_weights(out) != final_weights(reference));
+  }
 }
 
 TEST_CASE("adjoint train under mpirun: a rank that stops is named, with the step, within --rank-timeout") {

@@ -234,6 +234,128 @@ TEST_CASE("PGD training: one step is a classification step on the batch attacked
   CHECK(adversarial.loss_sum > clean.loss_sum);
 }
 
+TEST_CASE("PGD: with keyed random starts an example's attack is its own: alone, in a batch or reordered, the same") {
+  const Tensor weight = random_tensor({256, 10}, 9, -1.0f, 1.0f);
+  // Each row through the classifier alone, so that no kernel sees rows together: a row's
+  // attack can then depend on nothing but its own start.
+  const RawClassifier row_by_row = [&](const Tensor& raw) {
+    std::vector<Tensor> rows;
+    for (int64_t n = 0; n < raw.size(0); ++n) rows.push_back(matmul(reshape(slice(raw, 0, n, n + 1), {1, 256}), weight));
+    return concat(rows, 0);
+  };
+  const Tensor x = random_tensor({6, 1, 16, 16}, 8, 0.0f, 1.0f);
+  const std::vector<int64_t> labels = predicted(row_by_row, x);
+  const std::vector<int64_t> samples = {40, 3, 17, 9, 25, 31};  // the examples' dataset indices
+  const auto row = [](const Tensor& t, int64_t n) { return slice(t, 0, n, n + 1).contiguous().to_vector(); };
+  PgdOptions o;
+  o.eps = 0.1f;
+  o.steps = 3;
+  o.random_start = true;
+  o.seed = 4;
+  for (const char* norm : {"linf", "l2"}) {
+    CAPTURE(norm);
+    o.norm = norm;
+    const Tensor whole = pgd_attack_keyed(row_by_row, x, labels, o, 7, samples);
+    // Alone (as on a rank whose shard holds it) and in reverse order: the same rows.
+    const std::vector<int64_t> reversed_order = {5, 4, 3, 2, 1, 0};
+    std::vector<Tensor> reversed_rows;
+    std::vector<int64_t> reversed_labels, reversed_samples;
+    for (int64_t n : reversed_order) {
+      reversed_rows.push_back(slice(x, 0, n, n + 1));
+      reversed_labels.push_back(labels[size_t(n)]);
+      reversed_samples.push_back(samples[size_t(n)]);
+    }
+    const Tensor reversed =
+        pgd_attack_keyed(row_by_row, concat(reversed_rows, 0).contiguous(), reversed_labels, o, 7, reversed_samples);
+    for (int64_t n = 0; n < 6; ++n) {
+      CAPTURE(n);
+      const Tensor alone = pgd_attack_keyed(row_by_row, slice(x, 0, n, n + 1).contiguous(), {labels[size_t(n)]}, o, 7,
+                                            {samples[size_t(n)]});
+      CHECK(alone.to_vector() == row(whole, n));
+      CHECK(row(reversed, 5 - n) == row(whole, n));
+    }
+    // The start is random and keyed: another draw, or another sample at the same place,
+    // starts elsewhere; so does the clean start, and one generator drawn over the batch.
+    CHECK(pgd_attack_keyed(row_by_row, x, labels, o, 8, samples).to_vector() != whole.to_vector());
+    std::vector<int64_t> other_samples = samples;
+    other_samples[0] = 41;
+    const Tensor other = pgd_attack_keyed(row_by_row, x, labels, o, 7, other_samples);
+    CHECK(row(other, 0) != row(whole, 0));
+    CHECK(row(other, 1) == row(whole, 1));
+    PgdOptions clean_start = o;
+    clean_start.random_start = false;
+    CHECK(pgd_attack_keyed(row_by_row, x, labels, clean_start, 7, samples).to_vector() != whole.to_vector());
+    CHECK(pgd_attack(row_by_row, x, labels, o).to_vector() != whole.to_vector());
+    CHECK_THROWS_WITH(pgd_attack_keyed(row_by_row, x, labels, o, 7, {1, 2}),
+                      doctest::Contains("2 random-start keys for 6 examples"));
+  }
+}
+
+TEST_CASE("PGD training in shards: each shard is attacked on its own, each example from a start keyed by the step "
+          "and its dataset index") {
+  const DataSource data = halves();
+  TrainOptions o;
+  o.batch_size = 8;
+  o.shards = 4;
+  PgdOptions pgd;
+  pgd.eps = 0.05f;
+  pgd.steps = 2;
+  pgd.random_start = true;
+  pgd.seed = 3;
+  Loader loader(data.train, LoaderOptions{8, true, true, false, 3, data.train_transforms(false)});
+  const Batch batch = loader.next();
+  Generator g1(7), g2(7);
+  auto adversarial_model = make_model(tiny_vgg_config(), g1), reference = make_model(tiny_vgg_config(), g2);
+  adversarial_model->train(true);
+
+  const TrainingStep step = adversarial_training_step(o, pgd, data.mean, data.std);
+  CHECK(step.reads_own_shards_only);  // a rank's loader decodes no other rank's rows
+  CHECK(step.metadata.at("train.shards") == "4");
+  const int64_t at = 5;
+  const StepOutcome adversarial = step.run(*adversarial_model, batch, at);
+  CHECK(adversarial_model->training());
+
+  // By hand: each shard's rows attacked alone in eval mode, then the sharded classification
+  // step on the attacked batch.
+  const Endpoint view{"reference", reference, data.mean, data.std};
+  const Tensor raw = raw_pixels(batch.inputs, view.mean, view.std, view.name);
+  reference->train(false);
+  std::vector<Tensor> shards_attacked;
+  for (int64_t s = 0; s < 4; ++s) {
+    const auto [begin, end] = shard_rows(batch.size(), s, 4);
+    shards_attacked.push_back(pgd_attack_keyed(
+        classifier_of(view), slice(raw, 0, begin, end).contiguous(),
+        std::vector<int64_t>(batch.labels.begin() + begin, batch.labels.begin() + end), pgd, at,
+        std::vector<int64_t>(batch.indices.begin() + begin, batch.indices.begin() + end)));
+  }
+  const Tensor attacked_raw = concat(shards_attacked, 0).contiguous();
+  // The whole batch attacked at once: the same attack (each example's own, in eval mode) up
+  // to the rounding of kernels that see more rows; the step's meaning is shard by shard.
+  const Tensor whole_raw =
+      pgd_attack_keyed(classifier_of(view), raw, batch.labels, pgd, at, batch.indices).contiguous();
+  reference->train(true);
+  const std::vector<float> by_shard = attacked_raw.to_vector(), whole = whole_raw.to_vector();
+  int64_t differing = 0;
+  for (size_t i = 0; i < by_shard.size(); ++i) differing += std::abs(by_shard[i] - whole[i]) > 1e-5f;
+  CHECK(differing <= int64_t(by_shard.size()) / 100);
+  Batch attacked = batch;
+  {
+    NoGrad off;
+    attacked.inputs = view.input(attacked_raw).contiguous();
+  }
+  CHECK(max_abs(attacked.inputs - batch.inputs) > 0.05f);
+  const StepOutcome expected = classification_step(*reference, attacked, 0.0f, Sharding{4, 1}, at);
+  CHECK(adversarial.loss_sum == expected.loss_sum);
+  CHECK(adversarial.correct == expected.correct);
+  const auto got = adversarial_model->named_parameters(), want = reference->named_parameters();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    REQUIRE(got[i].second.grad().defined());
+    CHECK_MESSAGE(got[i].second.grad().to_vector() == want[i].second.grad().to_vector(), got[i].first);
+  }
+  CHECK(all_weights(*adversarial_model) == all_weights(*reference));
+}
+
 TEST_CASE("PGD training: a resumed run equals an uninterrupted one bit for bit, and a changed attack is refused") {
   const DataSource data = halves();
   TrainOptions o = small_run(2);

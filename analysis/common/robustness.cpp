@@ -5,6 +5,7 @@
 
 #include "analysis/common/input_search.h"
 #include "engine/autograd.h"
+#include "engine/data/transform.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
@@ -87,8 +88,28 @@ const NormRule& norm_rule(const std::string& name) {
   throw UsageError(cat("--pgd-norm: unknown norm '", name, "'; norms: ", names));
 }
 
+// The key of PGD's random starts, apart from the seed's other streams.
+constexpr uint64_t kStartStream = 0x5067645f61747461ull;
+
+// Each example's random start from a generator of its own, keyed by (seed, draw, key).
+Tensor keyed_random_start(const NormRule& norm, const Tensor& clean, float eps, uint64_t seed, int64_t draw,
+                          const std::vector<int64_t>& keys) {
+  const int64_t N = clean.size(0), D = clean.numel() / N;
+  check(int64_t(keys.size()) == N, "PGD: ", keys.size(), " random-start keys for ", N, " examples");
+  Tensor x = Tensor::empty(clean.shape());
+  for (int64_t n = 0; n < N; ++n) {
+    Generator gen = example_generator(seed ^ kStartStream, draw, keys[size_t(n)]);
+    const Tensor row = norm.random_start(slice(clean, 0, n, n + 1).contiguous(), eps, gen).contiguous();
+    std::copy(row.data(), row.data() + D, x.data() + n * D);
+  }
+  return x;
+}
+
+// Where PGD starts when options.random_start: a random point of the ε-set around `clean`.
+using RandomStart = std::function<Tensor(const NormRule& norm, const Tensor& clean)>;
+
 Tensor attack(const RawClassifier& logits, const Tensor& raw, const std::vector<int64_t>& labels, const PgdOptions& o,
-              Generator& gen) {
+              const RandomStart& random_start) {
   check_pgd_options(o);
   check(raw.defined() && raw.dim() >= 2 && raw.size(0) == int64_t(labels.size()), "PGD: ",
         raw.defined() ? raw.shape() : Shape{}, " inputs for ", labels.size(), " labels");
@@ -103,11 +124,16 @@ Tensor attack(const RawClassifier& logits, const Tensor& raw, const std::vector<
   search.clamp = true;
   search.keep_best = false;  // the last iterate, as in Madry et al.
   search.project = [&](Tensor& x) { norm.project(x, clean, o.eps); };
-  const Tensor start = o.random_start ? norm.random_start(clean, o.eps, gen) : clean;
+  const Tensor start = o.random_start ? random_start(norm, clean) : clean;
   // Ascending the cross-entropy is descending its negation.
   return minimise_per_example([&](const Tensor& x) { return -per_example_cross_entropy(logits(x), labels); }, start,
                               search)
       .best;
+}
+
+// Random starts drawn in turn from one generator over the batch (pgd_attack, robust_accuracy).
+RandomStart drawn_from(Generator& gen, float eps) {
+  return [&gen, eps](const NormRule& norm, const Tensor& clean) { return norm.random_start(clean, eps, gen); };
 }
 
 // Sets a model's mode for the life of the guard and restores the previous one after.
@@ -159,7 +185,14 @@ Tensor per_example_cross_entropy(const Tensor& logits, const std::vector<int64_t
 Tensor pgd_attack(const RawClassifier& logits, const Tensor& raw, const std::vector<int64_t>& labels,
                   const PgdOptions& o) {
   Generator gen(o.seed);
-  return attack(logits, raw, labels, o, gen);
+  return attack(logits, raw, labels, o, drawn_from(gen, o.eps));
+}
+
+Tensor pgd_attack_keyed(const RawClassifier& logits, const Tensor& raw, const std::vector<int64_t>& labels,
+                        const PgdOptions& o, int64_t draw, const std::vector<int64_t>& keys) {
+  return attack(logits, raw, labels, o, [&](const NormRule& norm, const Tensor& clean) {
+    return keyed_random_start(norm, clean, o.eps, o.seed, draw, keys);
+  });
 }
 
 Tensor normalise_pixels(const Tensor& raw, const std::vector<float>& mean, const std::vector<float>& std,
@@ -198,6 +231,8 @@ Tensor raw_pixels(const Tensor& normalised, const std::vector<float>& mean, cons
 TrainingStep adversarial_training_step(const TrainOptions& options, const PgdOptions& pgd,
                                        const std::vector<float>& mean, const std::vector<float>& std) {
   check_pgd_options(pgd);
+  const TrainingStep classify = classification_step(options);
+  const Sharding sharding = sharding_of(options);
   TrainingStep t;
   t.name = "pgd";
   t.metadata = {{"train.adversarial", "pgd"},
@@ -205,24 +240,36 @@ TrainingStep adversarial_training_step(const TrainOptions& options, const PgdOpt
                 {"train.pgd-eps", cat(pgd.eps)},
                 {"train.pgd-steps", cat(pgd.steps)},
                 {"train.pgd-step-size", cat(pgd_step_size(pgd))},
-                {"train.pgd-random-start", pgd.random_start ? "yes" : "no"}};
-  const TrainingStep classify = classification_step(options);
+                {"train.pgd-random-start", pgd.random_start ? "yes" : "no"},
+                {"train.shards", classify.metadata.at("train.shards")}};
+  t.reads_own_shards_only = true;  // the attack reads this rank's shards, as the classification step does
   t.run = [=](Model& model, const Batch& batch, int64_t step) {
-    check(batch.inputs.dim() == 4 && int64_t(batch.labels.size()) == batch.size(),
+    check(batch.inputs.dim() == 4 && batch.size() > 0 && int64_t(batch.labels.size()) == batch.size(),
           "--adversarial pgd: expects an image classifier's batches (N, C, H, W) with one label each, got ",
           batch.inputs.shape(), " with ", batch.labels.size(), " labels");
     const std::string who = "PGD: the model being trained";
     const auto input = [&](const Tensor& raw) { return normalise_pixels(raw, mean, std, who); };
+    const RawClassifier logits = [&](const Tensor& raw) { return model.forward(input(raw)); };
+    // The rows of other ranks' shards stay zeros, as the loader left them: never read.
     Batch attacked = batch;
+    attacked.inputs = Tensor::zeros(batch.inputs.shape());
+    const int64_t per_example = batch.inputs.numel() / batch.size();
     {
       ModeGuard eval(model, false);
-      // Each step's random start has its own counters: a resumed run draws it again.
-      Generator gen;
-      gen.set_state(pgd.seed ^ 0x5067645f61747461ull, uint64_t(step) << 40);
-      const Tensor adversarial = attack([&](const Tensor& raw) { return model.forward(input(raw)); },
-                                        raw_pixels(batch.inputs, mean, std, who), batch.labels, pgd, gen);
-      NoGrad off;
-      attacked.inputs = input(adversarial).contiguous();
+      const ShardBlock mine = local_shards(sharding);
+      for (int64_t s = mine.first; s < mine.first + mine.count; ++s) {
+        const auto [begin, end] = shard_rows(batch.size(), s, sharding.shards);
+        if (begin == end) continue;  // fewer rows than shards: the classification step refuses the batch
+        const std::vector<int64_t> labels(batch.labels.begin() + begin, batch.labels.begin() + end);
+        const std::vector<int64_t> samples(batch.indices.begin() + begin, batch.indices.begin() + end);
+        const Tensor clean = raw_pixels(slice(batch.inputs, 0, begin, end).contiguous(), mean, std, who);
+        // Each shard attacked on its own, each example from a start keyed by the step and its
+        // dataset index: the same rows at any rank count, and after a resume.
+        const Tensor adversarial = pgd_attack_keyed(logits, clean, labels, pgd, step, samples);
+        NoGrad off;
+        const Tensor rows = input(adversarial).contiguous();
+        std::copy(rows.data(), rows.data() + rows.numel(), attacked.inputs.data() + begin * per_example);
+      }
     }
     return classify.run(model, attacked, step);
   };
@@ -262,7 +309,7 @@ std::vector<double> robust_accuracy(const RawClassifier& logits, const Tensor& r
     for (int64_t begin = 0; begin < N; begin += batch) {
       const int64_t end = std::min(N, begin + batch);
       const std::vector<int64_t> part(labels.begin() + begin, labels.begin() + end);
-      const Tensor a = attack(logits, slice(raw, 0, begin, end).contiguous(), part, o, gen);
+      const Tensor a = attack(logits, slice(raw, 0, begin, end).contiguous(), part, o, drawn_from(gen, o.eps));
       std::copy(a.data(), a.data() + a.numel(), attacked.data() + begin * per);
     }
     out.push_back(accuracy(logits, attacked, labels, batch));

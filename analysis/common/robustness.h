@@ -50,6 +50,13 @@ using RawClassifier = std::function<Tensor(const Tensor& raw)>;
 Tensor pgd_attack(const RawClassifier& logits, const Tensor& raw, const std::vector<int64_t>& labels,
                   const PgdOptions& options);
 
+// The same with each example's random start drawn from a generator of its own, keyed by
+// (options.seed, draw, keys[n]) instead of by its place in `raw`: an example starts at the
+// same point whatever else is attacked with it, on whichever rank. PGD training keys by
+// (step, dataset index).
+Tensor pgd_attack_keyed(const RawClassifier& logits, const Tensor& raw, const std::vector<int64_t>& labels,
+                        const PgdOptions& options, int64_t draw, const std::vector<int64_t>& keys);
+
 // The cross-entropy of every example (N values, recorded): the loss PGD ascends.
 Tensor per_example_cross_entropy(const Tensor& logits, const std::vector<int64_t>& labels);
 
@@ -72,8 +79,12 @@ double accuracy(const std::function<Tensor(const Tensor&)>& logits, const Tensor
 // eval for the attack): BatchNorm uses its running statistics and leaves them alone,
 // dropout is off, and each example's attack is its own; the step itself is in train
 // mode. `mean` and `std` are the data's normalisation (the batches arrive normalised).
-// The random start is drawn from (pgd.seed, step), so a resumed run repeats it. The
-// attack settings are the step's checkpoint metadata (train.adversarial, train.pgd-*).
+// The batch is attacked shard by shard (the shards of sharding_of(options); one shard:
+// the whole batch), and each rank attacks only its own shards (reads_own_shards_only:
+// its loader decodes no other row). Each example's random start is keyed by (pgd.seed,
+// step, its dataset index), so it is the same at any rank count and a resumed run draws
+// it again. The attack settings are the step's checkpoint metadata (train.adversarial,
+// train.pgd-*, train.shards).
 TrainingStep adversarial_training_step(const TrainOptions& options, const PgdOptions& pgd,
                                        const std::vector<float>& mean, const std::vector<float>& std);
 
