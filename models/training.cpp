@@ -871,6 +871,7 @@ std::vector<EpochRecord> train(Model& model, const DataSource& data, const Train
     const double train_seconds = seconds_since(start);
     // The epoch's end gathers the evaluation's sums and the exchange counts, under the deadline.
     const std::string owed = cat("its part of the evaluation after step ", step);
+    distributed::stall_if_asked(step, "evaluation");
     Evaluation test = naming_missing_rank(owed, [&] {
       return evaluate(model, data.test, data.eval_transforms(), o.batch_size, o.eval_limit, sharding);
     });

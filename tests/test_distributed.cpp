@@ -529,6 +529,10 @@ TEST_CASE("adjoint train under mpirun: a rank that stops is named, with the step
        "rank 1 of 2: adjoint train: train: rank 0 did not send its part of step 0 within 2 s (--rank-timeout)"},
       {"ADJOINT_TEST_RANK_STALLS_AT=1:0:bucket-order",
        "rank 0 of 2: adjoint train: train: rank 1 did not send its part of step 0 within 2 s (--rank-timeout)"},
+      // And one that stops before the evaluation at the epoch's end (after step 3).
+      {"ADJOINT_TEST_RANK_STALLS_AT=1:3:evaluation",
+       "rank 0 of 2: adjoint train: train: rank 1 did not send its part of the evaluation after step 3 within 2 s "
+       "(--rank-timeout)"},
   };
   for (const Stall& stall : stalls) {
     const std::string hook = stall.hook;
