@@ -362,6 +362,10 @@ void check_resumable(const Checkpoint& ck, const Model& model, const TrainOption
   const std::string at = cat("--resume ", o.resume, ": ");
   check(ck.config.arch == model.config().arch, at, "checkpoint holds a ", ck.config.arch, ", this run trains a ",
         model.config().arch);
+  for (const std::string& key : step.required_on_resume)
+    if (!ck.metadata.count(key))
+      throw UsageError(cat(at, "the checkpoint records no ", key, ": it was written by an earlier ", step.name,
+                           " step, which this build cannot continue bit for bit; start a new run"));
   for (const auto& [key, value] : resume_keys(o, data, step)) {
     auto it = ck.metadata.find(key);
     const std::string option = key == "data.spec" ? "data" : key.substr(key.find('.') + 1);

@@ -125,6 +125,10 @@ struct TrainingStep {
   // Whether `run`, on rank r of K, reads only the rows of that rank's shards (sharding_of:
   // shards r·S/K … (r+1)·S/K − 1), so that the loader decodes no other row.
   bool reads_own_shards_only = false;
+  // Metadata keys a checkpoint must hold to be continued by this step: keys first written
+  // when what the step computes changed, so that a checkpoint without them was made by the
+  // earlier computation and would continue differently.
+  std::vector<std::string> required_on_resume;
 };
 
 // Sharded data parallelism (docs/cluster.md). Every global batch is cut into `shards`

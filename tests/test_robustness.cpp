@@ -13,6 +13,7 @@
 #include "analysis/stitching/train.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/io/safetensors.h"
 #include "engine/random.h"
 #include "models/checkpoint.h"
 #include "models/training.h"
@@ -400,6 +401,16 @@ TEST_CASE("PGD training: a resumed run equals an uninterrupted one bit for bit, 
   CHECK_THROWS_WITH_AS(train(*again, data, o, adversarial_training_step(o, other, data.mean, data.std)),
                        doctest::Contains("trained with --pgd-eps 0.1, this run has --pgd-eps 0.2"), UsageError);
   CHECK_THROWS_WITH_AS(train(*again, data, o), doctest::Contains("trained with --adversarial pgd, this run has --adversarial none"),
+                       UsageError);
+
+  // A checkpoint of the earlier whole-batch attack (no train.shards) is refused, not
+  // continued with starts drawn another way.
+  const SafetensorsFile whole = read_safetensors(o.resume);
+  std::map<std::string, std::string> metadata = whole.metadata;
+  metadata.erase("train.shards");
+  write_safetensors(o.resume, whole.tensors, metadata);
+  CHECK_THROWS_WITH_AS(train(*again, data, o, step),
+                       doctest::Contains("the checkpoint records no train.shards: it was written by an earlier pgd step"),
                        UsageError);
 }
 

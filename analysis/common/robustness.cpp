@@ -242,6 +242,8 @@ TrainingStep adversarial_training_step(const TrainOptions& options, const PgdOpt
                 {"train.pgd-step-size", cat(pgd_step_size(pgd))},
                 {"train.pgd-random-start", pgd.random_start ? "yes" : "no"},
                 {"train.shards", classify.metadata.at("train.shards")}};
+  // Checkpoints of the whole-batch attack (random starts drawn per batch) lack train.shards.
+  t.required_on_resume = {"train.shards"};
   t.reads_own_shards_only = true;  // the attack reads this rank's shards, as the classification step does
   t.run = [=](Model& model, const Batch& batch, int64_t step) {
     check(batch.inputs.dim() == 4 && batch.size() > 0 && int64_t(batch.labels.size()) == batch.size(),
