@@ -1,0 +1,82 @@
+// What `adjoint explain` does around the methods at ImageNet's size: a model whose weights a
+// file brings is built without drawing the weights the file overwrites.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "engine/autograd.h"
+#include "engine/io/safetensors.h"
+#include "engine/random.h"
+#include "models/model.h"
+#include "models/model_source.h"
+#include "tests/support.h"
+
+namespace adjoint {
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return x.shape() == y.shape() && std::memcmp(x.data(), y.data(), size_t(x.numel()) * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("Generator::without_draws: zeros of the shape, and the counters a drawing generator would use") {
+  Generator drawing(5), skipping = Generator::without_draws();
+  const Tensor u = uniform({3, 7}, -1.0f, 1.0f, skipping), n = normal({11}, 0.0f, 2.0f, skipping);
+  for (const Tensor& t : {u, n})
+    for (int64_t i = 0; i < t.numel(); ++i) CHECK(t.data()[i] == 0.0f);
+  uniform({3, 7}, -1.0f, 1.0f, drawing);
+  normal({11}, 0.0f, 2.0f, drawing);
+  CHECK(skipping.offset() == drawing.offset());
+  CHECK(skipping.offset() == 32);
+  // A generator made the ordinary way still draws.
+  Generator seeded(5);
+  const Tensor drawn = uniform({64}, -1.0f, 1.0f, seeded);
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < drawn.numel(); ++i) nonzero += drawn.data()[i] != 0.0f;
+  CHECK(nonzero == 64);
+}
+
+TEST_CASE("load_weights_model: built without draws, the file's weights bit for bit and the seeded model's logits") {
+  testing::TempDir dir;
+  ModelConfig c;
+  c.arch = "resnet50";
+  c.small_stem = false;
+  c.width = 0.0625;
+  c.num_classes = 5;
+  c.image_size = 64;
+  Generator gen(91);
+  const std::shared_ptr<Model> seeded = make_model(c, gen);
+  seeded->train(false);
+  write_safetensors(dir.file("w.safetensors"), seeded->state_dict());
+
+  const LoadedModel loaded = load_weights_model(c, dir.file("w.safetensors"));
+  const std::map<std::string, Tensor> want = seeded->state_dict(), got = loaded.model->state_dict();
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, tensor] : want) {
+    CAPTURE(name);
+    REQUIRE(got.count(name));
+    CHECK(same_bits(got.at(name), tensor));
+  }
+  Generator inputs(4);
+  const Tensor x = normal({2, 3, 64, 64}, 0.0f, 1.0f, inputs);
+  NoGrad off;
+  const Tensor expected = seeded->forward(x), logits = loaded.model->forward(x);
+  CHECK(same_bits(logits, expected));
+  double largest = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) largest = std::max(largest, double(std::fabs(expected.data()[i])));
+  CHECK(largest > 0);  // not a model of zeros on both sides
+
+  // A file that misses a tensor is refused, so no weight is left at the zeros it was built with.
+  std::map<std::string, Tensor> short_of_one = want;
+  short_of_one.erase("fc.weight");
+  write_safetensors(dir.file("short.safetensors"), short_of_one);
+  CHECK_THROWS_WITH_AS(load_weights_model(c, dir.file("short.safetensors")), doctest::Contains("fc.weight"), Error);
+}
+
+}  // namespace adjoint
