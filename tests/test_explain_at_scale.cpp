@@ -1,5 +1,6 @@
 // What `adjoint explain` does around the methods at ImageNet's size: a model whose weights a
-// file brings is built without drawing the weights the file overwrites.
+// file brings is built without drawing the weights the file overwrites; a metric undefined on
+// every image (guided Grad-CAM's map of zeros) is shown as not computable, with the reason.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "engine/autograd.h"
 #include "engine/io/safetensors.h"
 #include "engine/random.h"
+#include "analysis/pullbacks/report.h"
 #include "models/model.h"
 #include "models/model_source.h"
 #include "tests/support.h"
@@ -77,6 +79,36 @@ TEST_CASE("load_weights_model: built without draws, the file's weights bit for b
   short_of_one.erase("fc.weight");
   write_safetensors(dir.file("short.safetensors"), short_of_one);
   CHECK_THROWS_WITH_AS(load_weights_model(c, dir.file("short.safetensors")), doctest::Contains("fc.weight"), Error);
+}
+
+TEST_CASE("report tables: a metric undefined on every image is not computable, with its reason, never a NaN") {
+  // As on the test's ImageNet folder with random weights: guided Grad-CAM's maps are zero
+  // wherever Grad-CAM's ReLU leaves nothing, and random logit (a correlation with a map of
+  // zeros) and focus (no positive mass) are undefined on all three images.
+  const double nan = std::nan("");
+  MetricTable t;
+  t.methods = {"gradient", "guided_gradcam"};
+  for (const char* name : {"random_logit", "focus"}) {
+    t.metrics.push_back({metric_info(name), 3});
+    t.rows.push_back({"gradient", name, summarize(std::vector<double>{0.25, 0.5, 0.75})});
+    t.rows.push_back({"guided_gradcam", name, summarize(std::vector<double>{nan, nan, nan})});
+  }
+  t.metrics.push_back({metric_info("infidelity"), 3});  // one value defined: a mean, no spread
+  t.rows.push_back({"gradient", "infidelity", summarize(std::vector<double>{2.0, 3.0, 4.0})});
+  t.rows.push_back({"guided_gradcam", "infidelity", summarize(std::vector<double>{1.5, nan, nan})});
+
+  const std::string md = table_markdown(t);
+  CAPTURE(md);
+  CHECK(md.find("nan") == std::string::npos);
+  CHECK(md.find("| guided_gradcam | not computable | not computable | **1.5** |") != std::string::npos);
+  CHECK(md.find("| guided_gradcam | not computable | — | 0 | 3 |") != std::string::npos);
+  CHECK(md.find("| guided_gradcam | 1.5 ± — | — | 1 | 2 |") != std::string::npos);
+  CHECK(md.find("Not computable for guided_gradcam: the metric is undefined on every one of its images, as it is for "
+                "either map constant, as a map of zeros is") != std::string::npos);
+  CHECK(md.find("as it is for a map with no positive value") != std::string::npos);
+  CHECK(md.find("| gradient | 0.5 ± 0.25 | [") != std::string::npos);  // defined rows as before
+  // The machine-readable tables keep their spelling of undefined: nan in CSV, null in JSON.
+  CHECK(table_csv(t).find("guided_gradcam,focus,higher is better,true,nan,nan,nan,nan,0,3,") != std::string::npos);
 }
 
 }  // namespace adjoint

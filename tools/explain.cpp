@@ -181,6 +181,7 @@ void print_summary(const MetricTable& t) {
   for (const std::string& m : t.methods) first = std::max(first, m.size());
   std::printf("\n%-*s", int(first), "method");
   std::vector<int> widths;
+  bool not_computable = false;
   for (const MetricColumn& c : t.metrics) {
     const std::string head = c.info.name + (c.info.higher_is_better ? " (+)" : " (-)");
     widths.push_back(std::max<int>(10, int(head.size())));
@@ -191,12 +192,14 @@ void print_summary(const MetricTable& t) {
     std::printf("%-*s", int(first), m.c_str());
     for (size_t i = 0; i < t.metrics.size(); ++i) {
       const MetricRow* r = t.find(m, t.metrics[i].info.name);
-      if (r) std::printf("  %*.4g", widths[i], r->summary.mean);
-      else std::printf("  %*s", widths[i], "-");
+      if (r && r->summary.count > 0) std::printf("  %*.4g", widths[i], r->summary.mean);
+      else std::printf("  %*s", widths[i], r ? "n/a" : "-");
+      not_computable = not_computable || (r && r->summary.count == 0);
     }
     std::printf("\n");
   }
   std::printf("(+) higher is better, (-) lower is better; means over images, CIs in metrics.md\n");
+  if (not_computable) std::printf("n/a: not computable, the metric is undefined on every image (metrics.md says why)\n");
 }
 
 // What made the numbers of --evaluate's cells besides the report's options: the model
