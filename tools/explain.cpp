@@ -23,6 +23,10 @@
 namespace adjoint {
 namespace {
 
+// Pictures are drawn for the first images only unless --examples asks for more: at 224
+// pixels the pictures of one image under one method cost about as much as its gradient.
+constexpr int64_t kDefaultExamples = 8;
+
 // The metrics that run when --metrics is not given: those the metric table marks as
 // default (all but the ones that re-run the explanation many times over); --evaluate runs
 // all of them.
@@ -202,6 +206,14 @@ void print_summary(const MetricTable& t) {
   if (not_computable) std::printf("n/a: not computable, the metric is undefined on every image (metrics.md says why)\n");
 }
 
+// Where the report's time went (wall clock): the methods' maps are the explanation's own
+// cost, the rest is what the command spends around it.
+void print_times(const ReportTimes& t, int64_t images) {
+  const double rest = std::max(0.0, t.total - t.methods - t.metrics - t.pictures);
+  std::printf("time: %.3g s; methods %.3g s (%.4g ms/image), metrics %.3g s, pictures %.3g s, the rest %.3g s\n",
+              t.total, t.methods, 1e3 * t.methods / double(images), t.metrics, t.pictures, rest);
+}
+
 // What made the numbers of --evaluate's cells besides the report's options: the model
 // (its files' content hashes, not their paths), the images and the commit built from.
 Provenance cell_identity(const cli::Args& a, const Model& model, const Inputs& in) {
@@ -252,7 +264,7 @@ int run_explain(const cli::Args& a) {
   o.randomisation_layers = at_least(a, "randomisation-layers", 0);
   o.metric_seed = uint64_t(a.integer("seed"));
   o.out_dir = a.text("out");
-  o.picture_images = a.has("examples") ? at_least(a, "examples", 0) : evaluate ? 8 : -1;
+  o.picture_images = a.has("examples") ? at_least(a, "examples", 0) : kDefaultExamples;
   o.write_attributions = !evaluate && !a.flag("no-attributions");
   if (a.flag("overwrite") && !evaluate)
     throw UsageError("--overwrite remakes the cells of --evaluate; give --evaluate");
@@ -278,7 +290,7 @@ int run_explain(const cli::Args& a) {
   // --evaluate runs in cells (OUT/cells), shared out over the ranks under mpirun and reused
   // by a rerun that asks for the same numbers.
   o.cells.enabled = evaluate;
-  o.cells.identity = cell_identity(a, model, in);
+  if (evaluate) o.cells.identity = cell_identity(a, model, in);  // hashing the files is for the cells alone
   o.cells.overwrite = a.flag("overwrite");
   o.cells.log = say;
   const bool speaks = distributed::rank() == 0;  // the other ranks of a job work quietly
@@ -299,13 +311,18 @@ int run_explain(const cli::Args& a) {
   if (speaks && !expensive_chosen.empty() && E < N)
     std::printf("  %s on the first %lld images (--expensive-count)\n", spoken_list(expensive_chosen).c_str(),
                 (long long)E);
-  const double unit = seconds_per_image_pass(model, in.x, o.batch_size);
   const double passes = report_cost(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
-  if (speaks)
+  // Timing a pass runs the gradient twice on two images (a warm-up, then the timed call):
+  // about 4 passes, which a run of fewer than kPassesWorthTiming passes does not spend.
+  constexpr double kPassesWorthTiming = 100;
+  if (speaks && passes < kPassesWorthTiming) std::printf("  estimate: %.3g image passes (a short run, not timed)\n", passes);
+  if (speaks && passes >= kPassesWorthTiming) {
+    const double unit = seconds_per_image_pass(model, in.x, std::min<int64_t>(o.batch_size, 2));
     std::printf("  estimate: about %s (%.3g image passes at %.3g ms each)\n",
                 cli::format_duration(passes * unit / double(distributed::size())).c_str(), passes, unit * 1e3);
-  if (speaks && passes * unit > 3600)
-    std::printf("  (to shorten it: lower --count, --expensive-count, --randomisation-layers, or choose --methods)\n");
+    if (passes * unit > 3600)
+      std::printf("  (to shorten it: lower --count, --expensive-count, --randomisation-layers, or choose --methods)\n");
+  }
   std::fflush(stdout);
 
   ReportResult r;
@@ -319,6 +336,7 @@ int run_explain(const cli::Args& a) {
     return 0;  // rank 0 made the tables and writes the report
   }
   print_summary(r.table);
+  print_times(r.times, N);
   std::printf("wrote %zu files to %s%s\n", r.files.size(), o.out_dir.c_str(),
               o.metrics.empty() ? "" : " (metrics.md, metrics.csv, metrics.json)");
   cli::HtmlReport page = cli::folder_report(o.out_dir, cat("adjoint explain: ", join(o.methods, ", "), " on ",
@@ -335,8 +353,9 @@ const cli::Registration explain_command({
     .description =
         "The model: --checkpoint FILE, or --model NAME --weights FILE. The images: files (--image a.png,b.png or\n"
         "as arguments), --input X.safetensors [--tensor NAME] (already normalised), or --data SPEC --count N.\n"
-        "Per image, OUT/image_<i>/ holds the input, a heat-map and an overlay per method, the counterfactual\n"
-        "of pullback_ascent and gradient_ascent, and sheet.png with every method side by side. Heat-maps\n"
+        "For the first --examples images (8), OUT/image_<i>/ holds the input, a heat-map and an overlay per\n"
+        "method, the counterfactual of pullback_ascent and gradient_ascent, and sheet.png with every method\n"
+        "side by side. Heat-maps\n"
         "sum the channels and show blue (negative), white (0), red (positive) on the scale +-max|map|.\n"
         "OUT/attributions_<method>.safetensors holds the raw maps ('attributions', 'inputs', 'targets').\n"
         "OUT/metrics.{md,csv,json}: every method x metric, mean, std and 95% CI over the images, with the\n"
@@ -387,7 +406,7 @@ const cli::Registration explain_command({
                                      "(default: all; 100 with --evaluate)"), ""},
         {"randomisation-layers", "N", "layers re-initialised by randomisation (0: all)", "0"},
         {"batch", "N", "images per explanation call (--evaluate: its protocol's, 50 at 224 pixels)", "32"},
-        {"examples", "N", "pictures for the first N images (default: all; 8 with --evaluate)", ""},
+        {"examples", "N", cat("pictures for the first N images (default ", kDefaultExamples, ")"), ""},
         {"no-attributions", "", "do not write attributions_<method>.safetensors", ""},
         {"evaluate", "", "the full table on --count test images of a data set", ""},
         {"overwrite", "", "with --evaluate: remake the cells in OUT/cells made by another run", ""},

@@ -34,6 +34,19 @@ Tensor example(const Tensor& t, int64_t i) {
   return out;
 }
 
+// Seconds since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Runs `step`, adding its wall-clock seconds to `total`.
+template <class Step>
+void timed(double& total, Step&& step) {
+  const auto start = std::chrono::steady_clock::now();
+  step();
+  total += seconds_since(start);
+}
+
 // Writes rows of `part` into `whole` from row `begin` on.
 void put_rows(Tensor& whole, const Tensor& part, int64_t begin) {
   const int64_t row = whole.numel() / whole.size(0);
@@ -374,25 +387,30 @@ using MethodDone = std::function<void(const std::string& method, const ReportBat
 
 // Batch [first, first + batch_size): every method's maps scored by every metric and its
 // pictures drawn (their paths appended to `files`); returns the scores.
-CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>& files, const MethodDone& done) {
+CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>& files, const MethodDone& done,
+                     ReportTimes& times) {
   const ReportRun& run = w.run;
-  const ReportBatch batch = start_batch(run, w.metrics, first);
+  ReportBatch batch;
+  timed(times.metrics, [&] { batch = start_batch(run, w.metrics, first); });  // the probes
   const BatchCounts counts{run.options, batch.size, batch.expensive, w.patches, run.randomised};
   double probes = probe_cost(w.metrics, counts);
   BatchPictures drawn{run.options, first, std::clamp<int64_t>(w.pictures - first, 0, batch.size), w.scale, files, {}};
-  drawn.inputs(batch);
+  timed(times.pictures, [&] { drawn.inputs(batch); });
   CellScores scores;
   for (const std::string& method : w.methods) {
     Tensor counterfactual;
-    const MethodMaps maps = explain_batch(run, batch, method, counterfactual);
+    MethodMaps maps;
+    timed(times.methods, [&] { maps = explain_batch(run, batch, method, counterfactual); });
     Scores& mine = scores[method];
-    for (const ReportMetric* m : w.metrics)
-      if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
-    drawn.method(method, batch, maps.attr, counterfactual);
+    timed(times.metrics, [&] {
+      for (const ReportMetric* m : w.metrics)
+        if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
+    });
+    timed(times.pictures, [&] { drawn.method(method, batch, maps.attr, counterfactual); });
     if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.metrics, counts));
     probes = 0;
   }
-  drawn.contact_sheets();
+  timed(times.pictures, [&] { drawn.contact_sheets(); });
   return scores;
 }
 
@@ -465,7 +483,8 @@ std::vector<std::string> under(const std::string& out_dir, const std::vector<std
 // The report in cells (ReportOptions::cells): the cells found on disk checked on rank 0, the
 // others handed out over the ranks and written as each is finished, then on rank 0 every
 // cell read back in image order into `scores` and `files`.
-void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::string>& files, const MethodDone& done) {
+void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::string>& files, const MethodDone& done,
+                  ReportTimes& times) {
   const ReportOptions& o = w.run.options;
   const std::string folder = (std::filesystem::path(o.out_dir) / "cells").string();
   const std::vector<ImageRange> cells = image_cells(w.run.images, o.batch_size);
@@ -483,7 +502,7 @@ void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::strin
       return;
     }
     std::vector<std::string> drawn;
-    ImageCell cell{range, run_batch(w, range.first, drawn, done), relative_to(o.out_dir, drawn), wanted};
+    ImageCell cell{range, run_batch(w, range.first, drawn, done, times), relative_to(o.out_dir, drawn), wanted};
     write_file_atomic(path, image_cell_text(cell));
   });
   on_rank_zero([&] {
@@ -502,6 +521,7 @@ void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::strin
 
 ReportResult explain_report(const Model& model, const Tensor& x_in, const std::vector<int64_t>& labels,
                             const ReportOptions& o, const ReportProgress& progress) {
+  const auto start = std::chrono::steady_clock::now();
   check_request(model, x_in, o);
   const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
   const MetricList metrics = metric_rows(resolve_metrics(o.metrics));
@@ -547,15 +567,20 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
     if (progress) progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0, method);
   };
   if (o.cells.enabled) {
-    run_in_cells(work, scores, result.files, method_done);
-    if (distributed::rank() != 0) return result;  // rank 0 makes the table
+    run_in_cells(work, scores, result.files, method_done, result.times);
+    if (distributed::rank() != 0) {  // rank 0 makes the table
+      result.times.total = seconds_since(start);
+      return result;
+    }
   } else {
-    for (int64_t f = 0; f < N; f += o.batch_size) append(scores, run_batch(work, f, result.files, method_done));
+    for (int64_t f = 0; f < N; f += o.batch_size)
+      append(scores, run_batch(work, f, result.files, method_done, result.times));
   }
 
   if (keep_attributions) write_attribution_files(run, methods, all_attributions, all_counterfactuals, result.files);
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
+  result.times.total = seconds_since(start);
   return result;
 }
 

@@ -180,10 +180,19 @@ struct ReportOptions {
 // follow `work`.
 using ReportProgress = std::function<void(int64_t done, int64_t total, double work, const std::string& what)>;
 
+// Where a report's wall-clock time went, in seconds, on this rank: the methods' maps (what
+// the explanation itself costs), the metrics (probes and scores, their explanations of
+// perturbed inputs included) and the pictures (drawn and encoded). The rest of a run (the
+// targets' forward pass, the files of maps and tables) is the report's total less these.
+struct ReportTimes {
+  double methods = 0, metrics = 0, pictures = 0, total = 0;
+};
+
 struct ReportResult {
   std::vector<int64_t> targets;    // the class explained for each image
   MetricTable table;               // empty rows when no metric was asked for
   std::vector<std::string> files;  // every file written, in order
+  ReportTimes times;               // of the batches this rank ran (none for cells made before)
 };
 
 // The record of a report's cells: options.cells.identity and every option that changes a
