@@ -111,4 +111,34 @@ TEST_CASE("report tables: a metric undefined on every image is not computable, w
   CHECK(table_csv(t).find("guided_gradcam,focus,higher is better,true,nan,nan,nan,nan,0,3,") != std::string::npos);
 }
 
+TEST_CASE("shared_cost: batches handed in order to the rank free first; no more ranks busy than batches") {
+  CHECK(shared_cost({4, 1, 2}, 1) == 7);
+  // Two ranks: 4 to rank 0; 1 then 2 to rank 1 (free first), which ends at 3.
+  CHECK(shared_cost({4, 1, 2}, 2) == 4);
+  // The first batch carries the expensive metrics: it bounds the time at any rank count.
+  CHECK(shared_cost({10, 1, 1, 1, 1}, 2) == 10);
+  CHECK(shared_cost({3, 3, 3}, 64) == 3);
+  CHECK(shared_cost({2, 2, 2, 2, 2}, 2) == 6);  // 5 batches on 2 ranks: 3 on one of them
+  // The explain --evaluate batches of 1000 images at 224 pixels over 8 and 64 ranks: 20
+  // batches of 50, of which the first two hold the 100 images of the expensive metrics.
+  ReportOptions o;
+  o.methods = {"gradient"};
+  o.metrics = {"infidelity", "max_sensitivity"};
+  o.batch_size = 50;
+  o.expensive_count = 100;
+  const std::vector<double> batches = report_batch_costs(o, 1000, 224, 224, 1);
+  REQUIRE(batches.size() == 20);
+  CHECK(batches[0] > batches[2]);
+  CHECK(batches[1] == batches[0]);
+  double sum = 0;
+  for (double b : batches) sum += b;
+  CHECK(sum == doctest::Approx(report_cost(o, 1000, 224, 224, 1)));
+  CHECK(shared_cost(batches, 64) == batches[0]);
+  CHECK(shared_cost(batches, 20) == batches[0]);
+  CHECK(shared_cost(batches, 8) > sum / 8);
+  CHECK(report_unshared_cost(o, 1000) == doctest::Approx(1000.0 / 3));  // the targets' forward pass
+  o.target = ReportOptions::Target::Label;
+  CHECK(report_unshared_cost(o, 1000) == 0);
+}
+
 }  // namespace adjoint

@@ -311,16 +311,21 @@ int run_explain(const cli::Args& a) {
   if (speaks && !expensive_chosen.empty() && E < N)
     std::printf("  %s on the first %lld images (--expensive-count)\n", spoken_list(expensive_chosen).c_str(),
                 (long long)E);
-  const double passes = report_cost(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
+  // The batches are shared out over the ranks; the targets' forward pass is every rank's.
+  const std::vector<double> batches =
+      report_batch_costs(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
+  const double unshared = report_unshared_cost(o, N);
+  const double passes = shared_cost(batches, distributed::size()) + unshared;
   // Timing a pass runs the gradient twice on two images (a warm-up, then the timed call):
   // about 4 passes, which a run of fewer than kPassesWorthTiming passes does not spend.
   constexpr double kPassesWorthTiming = 100;
   if (speaks && passes < kPassesWorthTiming) std::printf("  estimate: %.3g image passes (a short run, not timed)\n", passes);
   if (speaks && passes >= kPassesWorthTiming) {
     const double unit = seconds_per_image_pass(model, in.x, std::min<int64_t>(o.batch_size, 2));
-    std::printf("  estimate: about %s (%.3g image passes at %.3g ms each)\n",
-                cli::format_duration(passes * unit / double(distributed::size())).c_str(), passes, unit * 1e3);
-    if (passes * unit > 3600)
+    const double seconds = passes * unit + picture_seconds(o, N, in.x.size(2), in.x.size(3));
+    std::printf("  estimate: about %s (%.3g image passes at %.3g ms each, and the pictures)\n",
+                cli::format_duration(seconds).c_str(), passes, unit * 1e3);
+    if (seconds > 3600)
       std::printf("  (to shorten it: lower --count, --expensive-count, --randomisation-layers, or choose --methods)\n");
   }
   std::fflush(stdout);

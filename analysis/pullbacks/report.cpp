@@ -105,21 +105,40 @@ int64_t expensive_in_batch(int64_t expensive, int64_t first, int64_t size) {
 
 }  // namespace
 
-double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64_t width, int64_t layers) {
+std::vector<double> report_batch_costs(const ReportOptions& o, int64_t images, int64_t height, int64_t width,
+                                       int64_t layers) {
   const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
   const MetricList metrics = metric_rows(resolve_metrics(o.metrics));
   const int64_t E = expensive_images(o, images);
   const double patches = double(patch_count(o.metric_settings, height, width));
   const int64_t batch = std::max<int64_t>(1, o.batch_size), randomised = randomised_layers(o, layers);
   // Batch by batch, as explain_report spends it.
-  double cost = 0;
+  std::vector<double> costs;
   for (int64_t f = 0; f < images; f += batch) {
     const int64_t b = std::min(batch, images - f);
     const BatchCounts counts{o, b, expensive_in_batch(E, f, b), patches, randomised};
-    cost += probe_cost(metrics, counts);
+    double cost = probe_cost(metrics, counts);
     for (const std::string& m : methods) cost += method_batch_cost(m, metrics, counts);
+    costs.push_back(cost);
   }
+  return costs;
+}
+
+double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64_t width, int64_t layers) {
+  double cost = 0;
+  for (double c : report_batch_costs(o, images, height, width, layers)) cost += c;
   return cost;
+}
+
+double report_unshared_cost(const ReportOptions& o, int64_t images) {
+  return o.target == ReportOptions::Target::Predicted ? double(images) / 3.0 : 0.0;
+}
+
+double shared_cost(const std::vector<double>& batch_costs, int64_t ranks) {
+  check(ranks >= 1, "shared_cost: at least one rank, got ", ranks);
+  std::vector<double> busy(size_t(std::min<int64_t>(ranks, std::max<size_t>(batch_costs.size(), 1))), 0.0);
+  for (double c : batch_costs) *std::min_element(busy.begin(), busy.end()) += c;
+  return *std::max_element(busy.begin(), busy.end());
 }
 
 // ---- the report's steps --------------------------------------------------------------------
@@ -582,6 +601,21 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
   result.times.total = seconds_since(start);
   return result;
+}
+
+double picture_seconds(const ReportOptions& o, int64_t images, int64_t height, int64_t width) {
+  const int64_t shown = o.picture_images < 0 ? images : std::min(o.picture_images, images);
+  if (shown == 0 || o.out_dir.empty()) return 0;
+  const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
+  double pictures = 1;  // the input
+  for (const std::string& m : methods) pictures += is_ascent(m) ? 3 : 2;  // heat-map, overlay, counterfactual
+  Generator gen(0);
+  const Tensor x = normal({3, height, width}, 0.0f, 1.0f, gen), map = normal({3, height, width}, 0.0f, 1.0f, gen);
+  const int64_t scale = o.scale > 0 ? o.scale : default_scale(height, width);
+  const auto start = std::chrono::steady_clock::now();
+  encode_png(render_overlay(x, map, o.normalisation, scale));
+  const double one = seconds_since(start);
+  return one * 2 * pictures * double(shown) / double(num_threads());
 }
 
 double seconds_per_image_pass(const Model& model, const Tensor& x, int64_t batch) {

@@ -218,6 +218,21 @@ ReportResult explain_report(const Model& model, const Tensor& x, const std::vect
 // explanations, the probes (a forward pass counted as a third of a pass) and the metrics
 // that explain again. `layers` is the number of layers randomisation may re-initialise.
 double report_cost(const ReportOptions& options, int64_t images, int64_t height, int64_t width, int64_t layers);
+// The same cost batch by batch (report_cost is their sum): the first batches carry the
+// expensive metrics, so they cost the most.
+std::vector<double> report_batch_costs(const ReportOptions& options, int64_t images, int64_t height, int64_t width,
+                                       int64_t layers);
+// Passes that every rank spends whatever the number of ranks, beside the batches: the
+// forward pass that finds the predicted class of every image (a third of a pass each; none
+// for fixed or label targets), which each rank makes for all the images.
+double report_unshared_cost(const ReportOptions& options, int64_t images);
+// The cost of batches shared out over `ranks` as distributed::for_each_item hands them out
+// (in order, each to the rank that is free first): the busiest rank's sum. One rank: the sum.
+double shared_cost(const std::vector<double>& batch_costs, int64_t ranks);
+// The seconds the pictures of a report take (options.picture_images images, -1: all): one
+// overlay of a random map drawn and encoded here, times the tiles the report draws (each
+// picture once alone and once in its image's contact sheet), shared by the worker threads.
+double picture_seconds(const ReportOptions& options, int64_t images, int64_t height, int64_t width);
 // The seconds of one image's forward+backward pass (a gradient), measured on the first
 // `batch` images of `x` after a warm-up call: the unit report_cost's passes are counted in.
 double seconds_per_image_pass(const Model& model, const Tensor& x, int64_t batch);
