@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <set>
 #include <map>
 #include <string>
 
 #include "engine/autograd.h"
 #include "engine/io/safetensors.h"
 #include "engine/random.h"
+#include "analysis/pullbacks/explain.h"
 #include "analysis/pullbacks/report.h"
 #include "models/model.h"
 #include "models/model_source.h"
@@ -139,6 +142,53 @@ TEST_CASE("shared_cost: batches handed in order to the rank free first; no more 
   CHECK(report_unshared_cost(o, 1000) == doctest::Approx(1000.0 / 3));  // the targets' forward pass
   o.target = ReportOptions::Target::Label;
   CHECK(report_unshared_cost(o, 1000) == 0);
+}
+
+TEST_CASE("explain_predicted: the predicted classes read off the method's own forward pass, the same maps") {
+  ModelConfig c;
+  c.arch = "vgg11_bn";
+  c.width = 0.125;
+  c.num_classes = 7;
+  c.image_size = 16;
+  Generator gen(8);
+  const std::shared_ptr<Model> model = make_model(c, gen);
+  model->train(false);
+  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
+  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  CHECK(std::set<int64_t>(expected.begin(), expected.end()).size() > 1);  // not one class for all
+  for (const char* method : {"gradient", "soft_pullback", "pullback", "guided_backprop"}) {
+    CAPTURE(method);
+    REQUIRE(explains_in_one_pass(method));
+    std::vector<int64_t> predicted;
+    const Tensor maps = explain_predicted(method, *model, x, predicted);
+    CHECK(predicted == expected);
+    CHECK(same_bits(maps, explain(method, *model, x, expected)));
+  }
+  CHECK_FALSE(explains_in_one_pass("smoothgrad"));
+  std::vector<int64_t> unused;
+  CHECK_THROWS_WITH_AS(explain_predicted("smoothgrad", *model, x, unused), doctest::Contains("not one transport"), Error);
+
+  // A report without metrics takes them from its first method, batch by batch: the same
+  // targets and maps as one that finds them first (a metric makes it do so).
+  testing::TempDir dir;
+  ReportOptions o;
+  o.methods = {"gradient", "input_x_gradient"};
+  o.batch_size = 4;
+  o.out_dir = dir.file("fused");
+  const ReportResult fused = explain_report(*model, x, {}, o);
+  CHECK(fused.targets == expected);
+  o.metrics = {"sparseness"};
+  o.out_dir = dir.file("first");
+  const ReportResult first = explain_report(*model, x, {}, o);
+  CHECK(first.targets == expected);
+  for (const char* method : {"gradient", "input_x_gradient"}) {
+    CAPTURE(method);
+    const std::string file = cat("/attributions_", method, ".safetensors");
+    const SafetensorsFile a = read_safetensors(dir.file("fused") + file), b = read_safetensors(dir.file("first") + file);
+    CHECK(same_bits(a.tensors.at("attributions"), b.tensors.at("attributions")));
+    CHECK(same_bits(a.tensors.at("targets"), b.tensors.at("targets")));
+  }
+  CHECK(std::filesystem::exists(dir.file("fused/image_0005/input.png")));
 }
 
 }  // namespace adjoint

@@ -192,7 +192,8 @@ std::vector<int64_t> explained_classes(const ReportRun& run) {
 }
 
 // The run: the images, their targets, the metrics' settings, and the metrics' preparations.
-void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labels, const MetricList& metrics) {
+void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labels, const MetricList& metrics,
+               const std::vector<std::string>& methods) {
   const ReportOptions& o = run.options;
   run.classifier = [&model = run.model](const Tensor& in) {
     NoGrad off;
@@ -206,7 +207,11 @@ void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labe
     NoGrad off;
     run.classes = run.model.forward(rows(run.x, 0, 1)).size(1);
   }
-  run.targets = explained_classes(run);
+  // Without metrics nothing reads a batch's targets before its first method has run; a
+  // first method of one pass then finds the predicted classes in its own forward pass.
+  run.targets_from_first_method = o.target == ReportOptions::Target::Predicted && metrics.empty() &&
+                                  !o.cells.enabled && explains_in_one_pass(methods.front());
+  if (!run.targets_from_first_method) run.targets = explained_classes(run);
   run.layers = int64_t(layers_top_down(run.model).size());
   run.randomised = randomised_layers(o, run.layers);
 
@@ -244,9 +249,11 @@ ReportBatch start_batch(const ReportRun& run, const MetricList& metrics, int64_t
   batch.size = std::min(run.options.batch_size, run.images - first);
   batch.expensive = expensive_in_batch(run.expensive, first, batch.size);
   batch.x = rows(run.x, first, batch.size);
-  batch.targets.assign(run.targets.begin() + first, run.targets.begin() + first + batch.size);
   if (batch.expensive > 0) batch.x_expensive = rows(run.x, first, batch.expensive);
-  batch.targets_expensive.assign(run.targets.begin() + first, run.targets.begin() + first + batch.expensive);
+  if (!run.targets_from_first_method) {  // else the first method finds them (explain_finding_targets)
+    batch.targets.assign(run.targets.begin() + first, run.targets.begin() + first + batch.size);
+    batch.targets_expensive.assign(run.targets.begin() + first, run.targets.begin() + first + batch.expensive);
+  }
   const int64_t M = run.mosaic_count();
   batch.first_mosaic = std::min(first, M);
   batch.mosaics = std::clamp<int64_t>(M - first, 0, batch.size);
@@ -268,6 +275,16 @@ MethodMaps explain_batch(const ReportRun& run, const ReportBatch& batch, const s
   }
   check(maps.attr.shape() == batch.x.shape(), "explain_report: ", method, " gave attributions ", maps.attr.shape(),
         " for inputs ", batch.x.shape());
+  if (batch.expensive > 0) maps.attr_expensive = rows(maps.attr, 0, batch.expensive);
+  return maps;
+}
+
+// The first method's maps of a batch whose predicted classes are not known yet: found in
+// the method's own forward pass and kept in the batch for the pictures and the methods after.
+MethodMaps explain_finding_targets(const ReportRun& run, ReportBatch& batch, const std::string& method) {
+  MethodMaps maps{method, {}, {}, make_explainer(method, run.model, run.options.explain)};
+  maps.attr = explain_predicted(method, run.model, batch.x, batch.targets, run.options.explain).contiguous();
+  batch.targets_expensive.assign(batch.targets.begin(), batch.targets.begin() + batch.expensive);
   if (batch.expensive > 0) maps.attr_expensive = rows(maps.attr, 0, batch.expensive);
   return maps;
 }
@@ -414,12 +431,17 @@ CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>
   const BatchCounts counts{run.options, batch.size, batch.expensive, w.patches, run.randomised};
   double probes = probe_cost(w.metrics, counts);
   BatchPictures drawn{run.options, first, std::clamp<int64_t>(w.pictures - first, 0, batch.size), w.scale, files, {}};
-  timed(times.pictures, [&] { drawn.inputs(batch); });
+  if (!run.targets_from_first_method) timed(times.pictures, [&] { drawn.inputs(batch); });
   CellScores scores;
   for (const std::string& method : w.methods) {
     Tensor counterfactual;
     MethodMaps maps;
-    timed(times.methods, [&] { maps = explain_batch(run, batch, method, counterfactual); });
+    if (run.targets_from_first_method && method == w.methods.front()) {
+      timed(times.methods, [&] { maps = explain_finding_targets(run, batch, method); });
+      timed(times.pictures, [&] { drawn.inputs(batch); });  // labelled with the classes just found
+    } else {
+      timed(times.methods, [&] { maps = explain_batch(run, batch, method, counterfactual); });
+    }
     Scores& mine = scores[method];
     timed(times.metrics, [&] {
       for (const ReportMetric* m : w.metrics)
@@ -553,8 +575,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   ReportResult result;
   if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
   ReportRun run{.model = model, .options = o};
-  start_run(run, x_in, labels, metrics);
-  result.targets = run.targets;
+  start_run(run, x_in, labels, metrics, methods);
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);
@@ -575,8 +596,11 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   const double total_cost = report_cost(o, N, run.height, run.width, run.layers);
   double spent = 0;
   if (progress) progress(0, total, 0.0, "");
+  std::vector<int64_t> found_targets;  // with targets_from_first_method: each batch's, in turn
   const MethodDone method_done = [&](const std::string& method, const ReportBatch& batch, const Tensor& attr,
                                      const Tensor& counterfactual, double cost) {
+    if (run.targets_from_first_method && method == methods.front())
+      found_targets.insert(found_targets.end(), batch.targets.begin(), batch.targets.end());
     if (keep_attributions) {
       put_rows(all_attributions[method], attr, batch.first);
       if (counterfactual.defined()) put_rows(all_counterfactuals[method], counterfactual, batch.first);
@@ -588,6 +612,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   if (o.cells.enabled) {
     run_in_cells(work, scores, result.files, method_done, result.times);
     if (distributed::rank() != 0) {  // rank 0 makes the table
+      result.targets = run.targets;
       result.times.total = seconds_since(start);
       return result;
     }
@@ -596,6 +621,8 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
       append(scores, run_batch(work, f, result.files, method_done, result.times));
   }
 
+  if (run.targets_from_first_method) run.targets = found_targets;
+  result.targets = run.targets;
   if (keep_attributions) write_attribution_files(run, methods, all_attributions, all_counterfactuals, result.files);
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
