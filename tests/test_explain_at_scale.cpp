@@ -140,6 +140,10 @@ TEST_CASE("shared_cost: batches handed in order to the rank free first; no more 
   CHECK(shared_cost(batches, 20) == batches[0]);
   CHECK(shared_cost(batches, 8) > sum / 8);
   CHECK(report_unshared_cost(o, 1000) == doctest::Approx(1000.0 / 3));  // the targets' forward pass
+  o.metrics = {};  // the gradient, first, finds them in its own forward pass
+  CHECK(report_unshared_cost(o, 1000) == 0);
+  o.methods = {"smoothgrad", "gradient"};
+  CHECK(report_unshared_cost(o, 1000) == doctest::Approx(1000.0 / 3));
   o.target = ReportOptions::Target::Label;
   CHECK(report_unshared_cost(o, 1000) == 0);
 }

@@ -130,8 +130,20 @@ double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64
   return cost;
 }
 
+namespace {
+
+// Without metrics nothing reads a batch's targets before its first method has run; a first
+// method of one pass then finds the predicted classes in its own forward pass.
+bool targets_from_first_method(const ReportOptions& o) {
+  if (o.target != ReportOptions::Target::Predicted || !o.metrics.empty() || o.cells.enabled) return false;
+  return explains_in_one_pass(o.methods.empty() ? explanation_methods().front() : o.methods.front());
+}
+
+}  // namespace
+
 double report_unshared_cost(const ReportOptions& o, int64_t images) {
-  return o.target == ReportOptions::Target::Predicted ? double(images) / 3.0 : 0.0;
+  const bool found_first = o.target == ReportOptions::Target::Predicted && !targets_from_first_method(o);
+  return found_first ? double(images) / 3.0 : 0.0;
 }
 
 double shared_cost(const std::vector<double>& batch_costs, int64_t ranks) {
@@ -192,8 +204,7 @@ std::vector<int64_t> explained_classes(const ReportRun& run) {
 }
 
 // The run: the images, their targets, the metrics' settings, and the metrics' preparations.
-void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labels, const MetricList& metrics,
-               const std::vector<std::string>& methods) {
+void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labels, const MetricList& metrics) {
   const ReportOptions& o = run.options;
   run.classifier = [&model = run.model](const Tensor& in) {
     NoGrad off;
@@ -207,10 +218,7 @@ void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labe
     NoGrad off;
     run.classes = run.model.forward(rows(run.x, 0, 1)).size(1);
   }
-  // Without metrics nothing reads a batch's targets before its first method has run; a
-  // first method of one pass then finds the predicted classes in its own forward pass.
-  run.targets_from_first_method = o.target == ReportOptions::Target::Predicted && metrics.empty() &&
-                                  !o.cells.enabled && explains_in_one_pass(methods.front());
+  run.targets_from_first_method = targets_from_first_method(o);
   if (!run.targets_from_first_method) run.targets = explained_classes(run);
   run.layers = int64_t(layers_top_down(run.model).size());
   run.randomised = randomised_layers(o, run.layers);
@@ -575,7 +583,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   ReportResult result;
   if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
   ReportRun run{.model = model, .options = o};
-  start_run(run, x_in, labels, metrics, methods);
+  start_run(run, x_in, labels, metrics);
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);

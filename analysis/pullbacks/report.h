@@ -224,7 +224,8 @@ std::vector<double> report_batch_costs(const ReportOptions& options, int64_t ima
                                        int64_t layers);
 // Passes that every rank spends whatever the number of ranks, beside the batches: the
 // forward pass that finds the predicted class of every image (a third of a pass each; none
-// for fixed or label targets), which each rank makes for all the images.
+// for fixed or label targets, nor where the first method finds them in its own pass: no
+// metrics and a method of explains_in_one_pass), which each rank makes for all the images.
 double report_unshared_cost(const ReportOptions& options, int64_t images);
 // The cost of batches shared out over `ranks` as distributed::for_each_item hands them out
 // (in order, each to the rank that is free first): the busiest rank's sum. One rank: the sum.
