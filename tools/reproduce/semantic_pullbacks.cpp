@@ -385,7 +385,7 @@ ModelEstimate estimated_seconds(const PublishedModel& m, const std::string& weig
   o.expensive_count = 100;  // explain --evaluate's default
   o.metric_settings = protocol.metrics;
   o.picture_images = 8;     // and its pictures
-  o.out_dir = "pictures";   // (only to say that pictures are drawn)
+  o.out_dir = "{out}";      // explain --evaluate writes its pictures to the part's folder
   const int64_t images = s.count > 0 ? s.count : protocol.images;
   Generator gen(0);
   const Tensor x = normal({2, 3, side, side}, 0.0f, 1.0f, gen);
