@@ -27,9 +27,15 @@ namespace {
 // A float in [0, 1) from 24 random bits.
 float unit(uint32_t bits) { return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
 
-// Fills `out` with fn(words of element i): one Philox call per element.
+// Fills `out` with fn(words of element i): one Philox call per element (zeros from a
+// generator without draws).
 template <class Fn>
 Tensor fill(const Shape& shape, Generator& gen, Fn fn) {
+  if (!gen.draws()) {
+    Tensor zeros = Tensor::zeros(shape);
+    gen.reserve(static_cast<uint64_t>(zeros.numel()));
+    return zeros;
+  }
   Tensor out = Tensor::empty(shape);
   float* p = out.data();
   const int64_t n = out.numel();

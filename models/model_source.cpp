@@ -63,7 +63,9 @@ LoadedModel load_checkpoint_model(const std::string& path) {
 LoadedModel load_weights_model(const ModelConfig& config, const std::string& weights_path,
                                const std::string& weights_key) {
   LoadedModel m;
-  Generator gen(0);
+  // The loader refuses a file that misses any of the model's tensors, so every parameter is
+  // overwritten: none is drawn first.
+  Generator gen = Generator::without_draws();
   m.model = make_model(config, gen);
   m.origin = "weights " + weights_path;
   load_weights_file(*m.model, weights_path, weights_key);

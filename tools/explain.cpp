@@ -23,6 +23,10 @@
 namespace adjoint {
 namespace {
 
+// Pictures are drawn for the first images only unless --examples asks for more: at 224
+// pixels the pictures of one image under one method cost about as much as its gradient.
+constexpr int64_t kDefaultExamples = 8;
+
 // The metrics that run when --metrics is not given: those the metric table marks as
 // default (all but the ones that re-run the explanation many times over); --evaluate runs
 // all of them.
@@ -181,6 +185,7 @@ void print_summary(const MetricTable& t) {
   for (const std::string& m : t.methods) first = std::max(first, m.size());
   std::printf("\n%-*s", int(first), "method");
   std::vector<int> widths;
+  bool not_computable = false;
   for (const MetricColumn& c : t.metrics) {
     const std::string head = c.info.name + (c.info.higher_is_better ? " (+)" : " (-)");
     widths.push_back(std::max<int>(10, int(head.size())));
@@ -191,12 +196,22 @@ void print_summary(const MetricTable& t) {
     std::printf("%-*s", int(first), m.c_str());
     for (size_t i = 0; i < t.metrics.size(); ++i) {
       const MetricRow* r = t.find(m, t.metrics[i].info.name);
-      if (r) std::printf("  %*.4g", widths[i], r->summary.mean);
-      else std::printf("  %*s", widths[i], "-");
+      if (r && r->summary.count > 0) std::printf("  %*.4g", widths[i], r->summary.mean);
+      else std::printf("  %*s", widths[i], r ? "n/a" : "-");
+      not_computable = not_computable || (r && r->summary.count == 0);
     }
     std::printf("\n");
   }
   std::printf("(+) higher is better, (-) lower is better; means over images, CIs in metrics.md\n");
+  if (not_computable) std::printf("n/a: not computable, the metric is undefined on every image (metrics.md says why)\n");
+}
+
+// Where the report's time went (wall clock): the methods' maps are the explanation's own
+// cost, the rest is what the command spends around it.
+void print_times(const ReportTimes& t, int64_t images) {
+  const double rest = std::max(0.0, t.total - t.methods - t.metrics - t.pictures);
+  std::printf("time: %.3g s; methods %.3g s (%.4g ms/image), metrics %.3g s, pictures %.3g s, the rest %.3g s\n",
+              t.total, t.methods, 1e3 * t.methods / double(images), t.metrics, t.pictures, rest);
 }
 
 // What made the numbers of --evaluate's cells besides the report's options: the model
@@ -249,7 +264,7 @@ int run_explain(const cli::Args& a) {
   o.randomisation_layers = at_least(a, "randomisation-layers", 0);
   o.metric_seed = uint64_t(a.integer("seed"));
   o.out_dir = a.text("out");
-  o.picture_images = a.has("examples") ? at_least(a, "examples", 0) : evaluate ? 8 : -1;
+  o.picture_images = a.has("examples") ? at_least(a, "examples", 0) : kDefaultExamples;
   o.write_attributions = !evaluate && !a.flag("no-attributions");
   if (a.flag("overwrite") && !evaluate)
     throw UsageError("--overwrite remakes the cells of --evaluate; give --evaluate");
@@ -275,7 +290,7 @@ int run_explain(const cli::Args& a) {
   // --evaluate runs in cells (OUT/cells), shared out over the ranks under mpirun and reused
   // by a rerun that asks for the same numbers.
   o.cells.enabled = evaluate;
-  o.cells.identity = cell_identity(a, model, in);
+  if (evaluate) o.cells.identity = cell_identity(a, model, in);  // hashing the files is for the cells alone
   o.cells.overwrite = a.flag("overwrite");
   o.cells.log = say;
   const bool speaks = distributed::rank() == 0;  // the other ranks of a job work quietly
@@ -296,13 +311,23 @@ int run_explain(const cli::Args& a) {
   if (speaks && !expensive_chosen.empty() && E < N)
     std::printf("  %s on the first %lld images (--expensive-count)\n", spoken_list(expensive_chosen).c_str(),
                 (long long)E);
-  const double unit = seconds_per_image_pass(model, in.x, o.batch_size);
-  const double passes = report_cost(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
-  if (speaks)
-    std::printf("  estimate: about %s (%.3g image passes at %.3g ms each)\n",
-                cli::format_duration(passes * unit / double(distributed::size())).c_str(), passes, unit * 1e3);
-  if (speaks && passes * unit > 3600)
-    std::printf("  (to shorten it: lower --count, --expensive-count, --randomisation-layers, or choose --methods)\n");
+  // The batches are shared out over the ranks; the targets' forward pass is every rank's.
+  const std::vector<double> batches =
+      report_batch_costs(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
+  const double unshared = report_unshared_cost(o, N);
+  const double passes = shared_cost(batches, distributed::size()) + unshared;
+  // Timing a pass runs the gradient twice on two images (a warm-up, then the timed call):
+  // about 4 passes, which a run of fewer than kPassesWorthTiming passes does not spend.
+  constexpr double kPassesWorthTiming = 100;
+  if (speaks && passes < kPassesWorthTiming) std::printf("  estimate: %.3g image passes (a short run, not timed)\n", passes);
+  if (speaks && passes >= kPassesWorthTiming) {
+    const double unit = seconds_per_image_pass(model, in.x, std::min<int64_t>(o.batch_size, 2));
+    const double seconds = passes * unit + picture_seconds(o, N, in.x.size(2), in.x.size(3));
+    std::printf("  estimate: about %s (%.3g image passes at %.3g ms each, and the pictures)\n",
+                cli::format_duration(seconds).c_str(), passes, unit * 1e3);
+    if (seconds > 3600)
+      std::printf("  (to shorten it: lower --count, --expensive-count, --randomisation-layers, or choose --methods)\n");
+  }
   std::fflush(stdout);
 
   ReportResult r;
@@ -316,6 +341,7 @@ int run_explain(const cli::Args& a) {
     return 0;  // rank 0 made the tables and writes the report
   }
   print_summary(r.table);
+  print_times(r.times, N);
   std::printf("wrote %zu files to %s%s\n", r.files.size(), o.out_dir.c_str(),
               o.metrics.empty() ? "" : " (metrics.md, metrics.csv, metrics.json)");
   cli::HtmlReport page = cli::folder_report(o.out_dir, cat("adjoint explain: ", join(o.methods, ", "), " on ",
@@ -332,8 +358,9 @@ const cli::Registration explain_command({
     .description =
         "The model: --checkpoint FILE, or --model NAME --weights FILE. The images: files (--image a.png,b.png or\n"
         "as arguments), --input X.safetensors [--tensor NAME] (already normalised), or --data SPEC --count N.\n"
-        "Per image, OUT/image_<i>/ holds the input, a heat-map and an overlay per method, the counterfactual\n"
-        "of pullback_ascent and gradient_ascent, and sheet.png with every method side by side. Heat-maps\n"
+        "For the first --examples images (8), OUT/image_<i>/ holds the input, a heat-map and an overlay per\n"
+        "method, the counterfactual of pullback_ascent and gradient_ascent, and sheet.png with every method\n"
+        "side by side. Heat-maps\n"
         "sum the channels and show blue (negative), white (0), red (positive) on the scale +-max|map|.\n"
         "OUT/attributions_<method>.safetensors holds the raw maps ('attributions', 'inputs', 'targets').\n"
         "OUT/metrics.{md,csv,json}: every method x metric, mean, std and 95% CI over the images, with the\n"
@@ -384,7 +411,7 @@ const cli::Registration explain_command({
                                      "(default: all; 100 with --evaluate)"), ""},
         {"randomisation-layers", "N", "layers re-initialised by randomisation (0: all)", "0"},
         {"batch", "N", "images per explanation call (--evaluate: its protocol's, 50 at 224 pixels)", "32"},
-        {"examples", "N", "pictures for the first N images (default: all; 8 with --evaluate)", ""},
+        {"examples", "N", cat("pictures for the first N images (default ", kDefaultExamples, ")"), ""},
         {"no-attributions", "", "do not write attributions_<method>.safetensors", ""},
         {"evaluate", "", "the full table on --count test images of a data set", ""},
         {"overwrite", "", "with --evaluate: remake the cells in OUT/cells made by another run", ""},

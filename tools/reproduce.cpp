@@ -97,6 +97,7 @@ int run_reproduce(const cli::Args& a) {
                 "measured pass of each model; finished parts are skipped)\n",
                 paper.name.c_str(), imagenet->root.c_str(), imagenet->weights.size(),
                 cli::format_duration(estimate).c_str(), num_threads());
+    for (const std::string& line : paper.estimate_lines) std::printf("  %s\n", line.c_str());
     std::fflush(stdout);
   }
   const std::vector<PartOutcome> outcomes = run_parts(paper, o);

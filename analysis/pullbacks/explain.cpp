@@ -261,19 +261,26 @@ struct NamedMethod {
   const char* name;
   Method run;
   bool reads_gradcam_block = false;  // resolves ExplainOptions::gradcam_block when it is empty
+  // The transport of a method that is one transport of the input; null for the others.
+  Transport (*one_pass)(const ExplainOptions&) = nullptr;
 };
+
+Transport soft_pullback_transport(const ExplainOptions& o) { return Transport::soft_pullback(o.temperatures); }
+Transport pullback_transport(const ExplainOptions&) { return Transport::pullback(); }
+Transport gradient_transport(const ExplainOptions&) { return Transport::gradient(); }
+Transport guided_transport(const ExplainOptions&) { return Transport::guided(); }
 
 const std::vector<NamedMethod>& method_table() {
   static const std::vector<NamedMethod> table = {
-      {"soft_pullback", soft_pullback},
-      {"pullback", pullback},
+      {"soft_pullback", soft_pullback, false, soft_pullback_transport},
+      {"pullback", pullback, false, pullback_transport},
       {"pullback_ascent", pullback_ascent},
       {"gradient_ascent", gradient_ascent},
-      {"gradient", gradient},
+      {"gradient", gradient, false, gradient_transport},
       {"input_x_gradient", input_x_gradient},
       {"smoothgrad", smoothgrad},
       {"integrated_gradients", integrated_gradients},
-      {"guided_backprop", guided_backprop},
+      {"guided_backprop", guided_backprop, false, guided_transport},
       {"gradcam", gradcam, true},
       {"guided_gradcam", guided_gradcam, true},
       {"deeplift", deeplift},
@@ -353,6 +360,29 @@ std::vector<std::string> explanation_methods() {
 Tensor explain(const std::string& method, const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
                const ExplainOptions& options) {
   return find_method(method).run(model, x, targets, options);
+}
+
+bool explains_in_one_pass(const std::string& method) { return find_method(method).one_pass != nullptr; }
+
+Tensor explain_predicted(const std::string& method, const Model& model, const Tensor& x,
+                         std::vector<int64_t>& predicted, const ExplainOptions& options) {
+  const NamedMethod& found = find_method(method);
+  check(found.one_pass != nullptr, "explain_predicted: ", method, " is not one transport of the input");
+  check(x.defined() && x.dim() >= 2 && x.size(0) > 0, method, ": expects a non-empty batch (N, ...), got ",
+        x.defined() ? x.shape() : Shape{});
+  check_ready(found.name, model, x, std::vector<int64_t>(size_t(x.size(0)), 0));
+  Tensor leaf = x.contiguous().detach();
+  leaf.requires_grad_();
+  const Tensor logits = model.forward(leaf);
+  check(logits.dim() == 2, method, ": the model gave logits ", logits.shape(), ", expected (N, classes)");
+  const Tensor values = logits.detach().contiguous();
+  const int64_t C = values.size(1);
+  predicted.clear();
+  for (int64_t n = 0; n < values.size(0); ++n) {
+    const float* row = values.data() + n * C;
+    predicted.push_back(std::max_element(row, row + C) - row);
+  }
+  return grad(logits, {leaf}, one_hot_rows(found.name, predicted, logits), found.one_pass(options))[0];
 }
 
 Explainer make_explainer(const std::string& method, const Model& model, const ExplainOptions& options) {

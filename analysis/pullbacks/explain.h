@@ -85,6 +85,15 @@ std::vector<std::string> explanation_methods();
 Tensor explain(const std::string& method, const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
                const ExplainOptions& options = {});
 
+// Whether `method` is one transport of the input (gradient, soft_pullback, pullback,
+// guided_backprop): one forward pass whose logits also give the predicted classes.
+bool explains_in_one_pass(const std::string& method);
+// A method of explains_in_one_pass for the model's predicted classes, read off the logits of
+// the method's own forward pass (the classes predicted_classes gives) and returned in
+// `predicted`: no separate forward pass finds them first.
+Tensor explain_predicted(const std::string& method, const Model& model, const Tensor& x,
+                         std::vector<int64_t>& predicted, const ExplainOptions& options = {});
+
 // The same as an Explainer (analysis/common/attribution.h). It keeps a reference to `model`,
 // which must outlive it; the method name is checked here, once.
 Explainer make_explainer(const std::string& method, const Model& model, const ExplainOptions& options = {});

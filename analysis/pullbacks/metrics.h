@@ -40,6 +40,9 @@ struct MetricInfo {
   std::string name;  // e.g. "infidelity"
   bool higher_is_better = false;
   std::string description;
+  // Where a value is undefined (NaN, left out of the mean and counted as undefined), said
+  // where a table has no defined value to show; empty: always defined.
+  std::string undefined_when{};
   std::string direction() const { return higher_is_better ? "higher is better" : "lower is better"; }
 };
 

@@ -34,6 +34,19 @@ Tensor example(const Tensor& t, int64_t i) {
   return out;
 }
 
+// Seconds since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Runs `step`, adding its wall-clock seconds to `total`.
+template <class Step>
+void timed(double& total, Step&& step) {
+  const auto start = std::chrono::steady_clock::now();
+  step();
+  total += seconds_since(start);
+}
+
 // Writes rows of `part` into `whole` from row `begin` on.
 void put_rows(Tensor& whole, const Tensor& part, int64_t begin) {
   const int64_t row = whole.numel() / whole.size(0);
@@ -92,21 +105,52 @@ int64_t expensive_in_batch(int64_t expensive, int64_t first, int64_t size) {
 
 }  // namespace
 
-double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64_t width, int64_t layers) {
+std::vector<double> report_batch_costs(const ReportOptions& o, int64_t images, int64_t height, int64_t width,
+                                       int64_t layers) {
   const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
   const MetricList metrics = metric_rows(resolve_metrics(o.metrics));
   const int64_t E = expensive_images(o, images);
   const double patches = double(patch_count(o.metric_settings, height, width));
   const int64_t batch = std::max<int64_t>(1, o.batch_size), randomised = randomised_layers(o, layers);
   // Batch by batch, as explain_report spends it.
-  double cost = 0;
+  std::vector<double> costs;
   for (int64_t f = 0; f < images; f += batch) {
     const int64_t b = std::min(batch, images - f);
     const BatchCounts counts{o, b, expensive_in_batch(E, f, b), patches, randomised};
-    cost += probe_cost(metrics, counts);
+    double cost = probe_cost(metrics, counts);
     for (const std::string& m : methods) cost += method_batch_cost(m, metrics, counts);
+    costs.push_back(cost);
   }
+  return costs;
+}
+
+double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64_t width, int64_t layers) {
+  double cost = 0;
+  for (double c : report_batch_costs(o, images, height, width, layers)) cost += c;
   return cost;
+}
+
+namespace {
+
+// Without metrics nothing reads a batch's targets before its first method has run; a first
+// method of one pass then finds the predicted classes in its own forward pass.
+bool targets_from_first_method(const ReportOptions& o) {
+  if (o.target != ReportOptions::Target::Predicted || !o.metrics.empty() || o.cells.enabled) return false;
+  return explains_in_one_pass(o.methods.empty() ? explanation_methods().front() : o.methods.front());
+}
+
+}  // namespace
+
+double report_unshared_cost(const ReportOptions& o, int64_t images) {
+  const bool found_first = o.target == ReportOptions::Target::Predicted && !targets_from_first_method(o);
+  return found_first ? double(images) / 3.0 : 0.0;
+}
+
+double shared_cost(const std::vector<double>& batch_costs, int64_t ranks) {
+  check(ranks >= 1, "shared_cost: at least one rank, got ", ranks);
+  std::vector<double> busy(size_t(std::min<int64_t>(ranks, std::max<size_t>(batch_costs.size(), 1))), 0.0);
+  for (double c : batch_costs) *std::min_element(busy.begin(), busy.end()) += c;
+  return *std::max_element(busy.begin(), busy.end());
 }
 
 // ---- the report's steps --------------------------------------------------------------------
@@ -174,7 +218,8 @@ void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labe
     NoGrad off;
     run.classes = run.model.forward(rows(run.x, 0, 1)).size(1);
   }
-  run.targets = explained_classes(run);
+  run.targets_from_first_method = targets_from_first_method(o);
+  if (!run.targets_from_first_method) run.targets = explained_classes(run);
   run.layers = int64_t(layers_top_down(run.model).size());
   run.randomised = randomised_layers(o, run.layers);
 
@@ -212,9 +257,11 @@ ReportBatch start_batch(const ReportRun& run, const MetricList& metrics, int64_t
   batch.size = std::min(run.options.batch_size, run.images - first);
   batch.expensive = expensive_in_batch(run.expensive, first, batch.size);
   batch.x = rows(run.x, first, batch.size);
-  batch.targets.assign(run.targets.begin() + first, run.targets.begin() + first + batch.size);
   if (batch.expensive > 0) batch.x_expensive = rows(run.x, first, batch.expensive);
-  batch.targets_expensive.assign(run.targets.begin() + first, run.targets.begin() + first + batch.expensive);
+  if (!run.targets_from_first_method) {  // else the first method finds them (explain_finding_targets)
+    batch.targets.assign(run.targets.begin() + first, run.targets.begin() + first + batch.size);
+    batch.targets_expensive.assign(run.targets.begin() + first, run.targets.begin() + first + batch.expensive);
+  }
   const int64_t M = run.mosaic_count();
   batch.first_mosaic = std::min(first, M);
   batch.mosaics = std::clamp<int64_t>(M - first, 0, batch.size);
@@ -236,6 +283,16 @@ MethodMaps explain_batch(const ReportRun& run, const ReportBatch& batch, const s
   }
   check(maps.attr.shape() == batch.x.shape(), "explain_report: ", method, " gave attributions ", maps.attr.shape(),
         " for inputs ", batch.x.shape());
+  if (batch.expensive > 0) maps.attr_expensive = rows(maps.attr, 0, batch.expensive);
+  return maps;
+}
+
+// The first method's maps of a batch whose predicted classes are not known yet: found in
+// the method's own forward pass and kept in the batch for the pictures and the methods after.
+MethodMaps explain_finding_targets(const ReportRun& run, ReportBatch& batch, const std::string& method) {
+  MethodMaps maps{method, {}, {}, make_explainer(method, run.model, run.options.explain)};
+  maps.attr = explain_predicted(method, run.model, batch.x, batch.targets, run.options.explain).contiguous();
+  batch.targets_expensive.assign(batch.targets.begin(), batch.targets.begin() + batch.expensive);
   if (batch.expensive > 0) maps.attr_expensive = rows(maps.attr, 0, batch.expensive);
   return maps;
 }
@@ -374,25 +431,35 @@ using MethodDone = std::function<void(const std::string& method, const ReportBat
 
 // Batch [first, first + batch_size): every method's maps scored by every metric and its
 // pictures drawn (their paths appended to `files`); returns the scores.
-CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>& files, const MethodDone& done) {
+CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>& files, const MethodDone& done,
+                     ReportTimes& times) {
   const ReportRun& run = w.run;
-  const ReportBatch batch = start_batch(run, w.metrics, first);
+  ReportBatch batch;
+  timed(times.metrics, [&] { batch = start_batch(run, w.metrics, first); });  // the probes
   const BatchCounts counts{run.options, batch.size, batch.expensive, w.patches, run.randomised};
   double probes = probe_cost(w.metrics, counts);
   BatchPictures drawn{run.options, first, std::clamp<int64_t>(w.pictures - first, 0, batch.size), w.scale, files, {}};
-  drawn.inputs(batch);
+  if (!run.targets_from_first_method) timed(times.pictures, [&] { drawn.inputs(batch); });
   CellScores scores;
   for (const std::string& method : w.methods) {
     Tensor counterfactual;
-    const MethodMaps maps = explain_batch(run, batch, method, counterfactual);
+    MethodMaps maps;
+    if (run.targets_from_first_method && method == w.methods.front()) {
+      timed(times.methods, [&] { maps = explain_finding_targets(run, batch, method); });
+      timed(times.pictures, [&] { drawn.inputs(batch); });  // labelled with the classes just found
+    } else {
+      timed(times.methods, [&] { maps = explain_batch(run, batch, method, counterfactual); });
+    }
     Scores& mine = scores[method];
-    for (const ReportMetric* m : w.metrics)
-      if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
-    drawn.method(method, batch, maps.attr, counterfactual);
+    timed(times.metrics, [&] {
+      for (const ReportMetric* m : w.metrics)
+        if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
+    });
+    timed(times.pictures, [&] { drawn.method(method, batch, maps.attr, counterfactual); });
     if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.metrics, counts));
     probes = 0;
   }
-  drawn.contact_sheets();
+  timed(times.pictures, [&] { drawn.contact_sheets(); });
   return scores;
 }
 
@@ -465,7 +532,8 @@ std::vector<std::string> under(const std::string& out_dir, const std::vector<std
 // The report in cells (ReportOptions::cells): the cells found on disk checked on rank 0, the
 // others handed out over the ranks and written as each is finished, then on rank 0 every
 // cell read back in image order into `scores` and `files`.
-void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::string>& files, const MethodDone& done) {
+void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::string>& files, const MethodDone& done,
+                  ReportTimes& times) {
   const ReportOptions& o = w.run.options;
   const std::string folder = (std::filesystem::path(o.out_dir) / "cells").string();
   const std::vector<ImageRange> cells = image_cells(w.run.images, o.batch_size);
@@ -483,7 +551,7 @@ void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::strin
       return;
     }
     std::vector<std::string> drawn;
-    ImageCell cell{range, run_batch(w, range.first, drawn, done), relative_to(o.out_dir, drawn), wanted};
+    ImageCell cell{range, run_batch(w, range.first, drawn, done, times), relative_to(o.out_dir, drawn), wanted};
     write_file_atomic(path, image_cell_text(cell));
   });
   on_rank_zero([&] {
@@ -502,6 +570,7 @@ void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::strin
 
 ReportResult explain_report(const Model& model, const Tensor& x_in, const std::vector<int64_t>& labels,
                             const ReportOptions& o, const ReportProgress& progress) {
+  const auto start = std::chrono::steady_clock::now();
   check_request(model, x_in, o);
   const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
   const MetricList metrics = metric_rows(resolve_metrics(o.metrics));
@@ -515,7 +584,6 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
   ReportRun run{.model = model, .options = o};
   start_run(run, x_in, labels, metrics);
-  result.targets = run.targets;
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);
@@ -536,8 +604,11 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   const double total_cost = report_cost(o, N, run.height, run.width, run.layers);
   double spent = 0;
   if (progress) progress(0, total, 0.0, "");
+  std::vector<int64_t> found_targets;  // with targets_from_first_method: each batch's, in turn
   const MethodDone method_done = [&](const std::string& method, const ReportBatch& batch, const Tensor& attr,
                                      const Tensor& counterfactual, double cost) {
+    if (run.targets_from_first_method && method == methods.front())
+      found_targets.insert(found_targets.end(), batch.targets.begin(), batch.targets.end());
     if (keep_attributions) {
       put_rows(all_attributions[method], attr, batch.first);
       if (counterfactual.defined()) put_rows(all_counterfactuals[method], counterfactual, batch.first);
@@ -547,16 +618,39 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
     if (progress) progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0, method);
   };
   if (o.cells.enabled) {
-    run_in_cells(work, scores, result.files, method_done);
-    if (distributed::rank() != 0) return result;  // rank 0 makes the table
+    run_in_cells(work, scores, result.files, method_done, result.times);
+    if (distributed::rank() != 0) {  // rank 0 makes the table
+      result.targets = run.targets;
+      result.times.total = seconds_since(start);
+      return result;
+    }
   } else {
-    for (int64_t f = 0; f < N; f += o.batch_size) append(scores, run_batch(work, f, result.files, method_done));
+    for (int64_t f = 0; f < N; f += o.batch_size)
+      append(scores, run_batch(work, f, result.files, method_done, result.times));
   }
 
+  if (run.targets_from_first_method) run.targets = found_targets;
+  result.targets = run.targets;
   if (keep_attributions) write_attribution_files(run, methods, all_attributions, all_counterfactuals, result.files);
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
+  result.times.total = seconds_since(start);
   return result;
+}
+
+double picture_seconds(const ReportOptions& o, int64_t images, int64_t height, int64_t width) {
+  const int64_t shown = o.picture_images < 0 ? images : std::min(o.picture_images, images);
+  if (shown == 0 || o.out_dir.empty()) return 0;
+  const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
+  double pictures = 1;  // the input
+  for (const std::string& m : methods) pictures += is_ascent(m) ? 3 : 2;  // heat-map, overlay, counterfactual
+  Generator gen(0);
+  const Tensor x = normal({3, height, width}, 0.0f, 1.0f, gen), map = normal({3, height, width}, 0.0f, 1.0f, gen);
+  const int64_t scale = o.scale > 0 ? o.scale : default_scale(height, width);
+  const auto start = std::chrono::steady_clock::now();
+  encode_png(render_overlay(x, map, o.normalisation, scale));
+  const double one = seconds_since(start);
+  return one * 2 * pictures * double(shown) / double(num_threads());
 }
 
 double seconds_per_image_pass(const Model& model, const Tensor& x, int64_t batch) {

@@ -180,10 +180,19 @@ struct ReportOptions {
 // follow `work`.
 using ReportProgress = std::function<void(int64_t done, int64_t total, double work, const std::string& what)>;
 
+// Where a report's wall-clock time went, in seconds, on this rank: the methods' maps (what
+// the explanation itself costs), the metrics (probes and scores, their explanations of
+// perturbed inputs included) and the pictures (drawn and encoded). The rest of a run (the
+// targets' forward pass, the files of maps and tables) is the report's total less these.
+struct ReportTimes {
+  double methods = 0, metrics = 0, pictures = 0, total = 0;
+};
+
 struct ReportResult {
   std::vector<int64_t> targets;    // the class explained for each image
   MetricTable table;               // empty rows when no metric was asked for
   std::vector<std::string> files;  // every file written, in order
+  ReportTimes times;               // of the batches this rank ran (none for cells made before)
 };
 
 // The record of a report's cells: options.cells.identity and every option that changes a
@@ -209,6 +218,22 @@ ReportResult explain_report(const Model& model, const Tensor& x, const std::vect
 // explanations, the probes (a forward pass counted as a third of a pass) and the metrics
 // that explain again. `layers` is the number of layers randomisation may re-initialise.
 double report_cost(const ReportOptions& options, int64_t images, int64_t height, int64_t width, int64_t layers);
+// The same cost batch by batch (report_cost is their sum): the first batches carry the
+// expensive metrics, so they cost the most.
+std::vector<double> report_batch_costs(const ReportOptions& options, int64_t images, int64_t height, int64_t width,
+                                       int64_t layers);
+// Passes that every rank spends whatever the number of ranks, beside the batches: the
+// forward pass that finds the predicted class of every image (a third of a pass each; none
+// for fixed or label targets, nor where the first method finds them in its own pass: no
+// metrics and a method of explains_in_one_pass), which each rank makes for all the images.
+double report_unshared_cost(const ReportOptions& options, int64_t images);
+// The cost of batches shared out over `ranks` as distributed::for_each_item hands them out
+// (in order, each to the rank that is free first): the busiest rank's sum. One rank: the sum.
+double shared_cost(const std::vector<double>& batch_costs, int64_t ranks);
+// The seconds the pictures of a report take (options.picture_images images, -1: all): one
+// overlay of a random map drawn and encoded here, times the tiles the report draws (each
+// picture once alone and once in its image's contact sheet), shared by the worker threads.
+double picture_seconds(const ReportOptions& options, int64_t images, int64_t height, int64_t width);
 // The seconds of one image's forward+backward pass (a gradient), measured on the first
 // `batch` images of `x` after a warm-up call: the unit report_cost's passes are counted in.
 double seconds_per_image_pass(const Model& model, const Tensor& x, int64_t batch);

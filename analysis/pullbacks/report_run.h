@@ -30,6 +30,9 @@ struct ReportRun {
   Classifier classifier{};                   // the model's logits, recording off
   Tensor x{};                                // (N, C, H, W), contiguous
   std::vector<int64_t> labels{}, targets{};  // labels may be empty
+  // The predicted classes are read off the first method's own forward pass, batch by batch
+  // (explain_predicted), rather than found first: `targets` is empty until the batches are done.
+  bool targets_from_first_method = false;
   int64_t images = 0, height = 0, width = 0;
   int64_t expensive = 0;                     // E: the expensive metrics run on the first E images
   int64_t classes = 0;

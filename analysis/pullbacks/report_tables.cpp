@@ -28,6 +28,16 @@ std::string number(double v) {
 
 // ---- tables --------------------------------------------------------------------------------
 
+namespace {
+
+// A number for a person: a dash where it is undefined (one value has no spread).
+std::string shown(double v) { return std::isfinite(v) ? number(v) : "—"; }
+
+// A mean for a person: "not computable" where no value was defined.
+std::string shown_mean(const Summary& s) { return s.count > 0 ? number(s.mean) : "not computable"; }
+
+}  // namespace
+
 const MetricRow* MetricTable::find(const std::string& method, const std::string& metric) const {
   for (const MetricRow& r : rows)
     if (r.method == method && r.metric == metric) return &r;
@@ -124,9 +134,10 @@ std::string table_markdown(const MetricTable& t) {
   }
   for (const ModelFigure& f : t.model_figures) {
     const Summary& s = f.summary;
-    out += cat("\n## the model: ", f.column.info.name, "\n\n", f.column.info.description, ": ", number(s.mean), " ± ",
-               number(s.std), " (", ci, "% CI [", number(s.ci_low), ", ", number(s.ci_high), "]) over ", s.count, " ",
-               f.column.unit, ".\n");
+    const std::string interval =
+        s.count > 1 ? cat(" ± ", number(s.std), " (", ci, "% CI [", number(s.ci_low), ", ", number(s.ci_high), "])") : "";
+    out += cat("\n## the model: ", f.column.info.name, "\n\n", f.column.info.description, ": ", shown_mean(s), interval,
+               " over ", s.count, " ", f.column.unit, ".\n");
   }
 
   out += "## Summary\n\nMean over images; ↑ higher is better, ↓ lower is better; the best method of each metric in bold.\n\n";
@@ -140,7 +151,7 @@ std::string table_markdown(const MetricTable& t) {
     std::vector<std::string> row = {method};
     for (const MetricColumn& col : t.metrics) {
       const MetricRow* r = t.find(method, col.info.name);
-      const std::string v = r ? number(r->summary.mean) : "—";
+      const std::string v = r ? shown_mean(r->summary) : "—";
       const auto b = best.find(col.info.name);
       row.push_back(b != best.end() && b->second == method ? cat("**", v, "**") : v);
     }
@@ -153,6 +164,7 @@ std::string table_markdown(const MetricTable& t) {
                col.info.description, ". ", col.images, " ", col.unit, col.note.empty() ? "" : "; " + col.note, ".\n\n");
     Table rows{{"method", "mean ± std", cat(ci, "% CI"), "n", "undefined"}};
     rows.align = {Align::Left, Align::Right, Align::Right, Align::Right, Align::Right};
+    std::vector<std::string> not_computable;
     for (const std::string& method : t.methods) {
       const MetricRow* r = t.find(method, col.info.name);
       if (!r) {
@@ -160,10 +172,19 @@ std::string table_markdown(const MetricTable& t) {
         continue;
       }
       const Summary& s = r->summary;
-      rows.add_row({method, cat(number(s.mean), " ± ", number(s.std)),
-                    cat("[", number(s.ci_low), ", ", number(s.ci_high), "]"), cat(s.count), cat(s.undefined)});
+      if (s.count == 0) not_computable.push_back(method);
+      rows.add_row({method, s.count > 0 ? cat(number(s.mean), " ± ", shown(s.std)) : shown_mean(s),
+                    s.count > 1 ? cat("[", number(s.ci_low), ", ", number(s.ci_high), "]") : "—", cat(s.count),
+                    cat(s.undefined)});
     }
     out += rows.markdown();
+    if (!not_computable.empty()) {
+      std::string methods;
+      for (const std::string& m : not_computable) methods += cat(methods.empty() ? "" : ", ", m);
+      out += cat("\nNot computable for ", methods, ": the metric is undefined on every one of its ", col.unit,
+                 col.info.undefined_when.empty() ? std::string(".") : cat(", as it is for ", col.info.undefined_when, "."),
+                 "\n");
+    }
   }
   return out;
 }

@@ -89,6 +89,9 @@ struct Paper {
   // Wall time of the whole paper here (2 shared cores): quick as measured, full estimated
   // from the quick parts' measured times; both said in `reproduce --list`.
   std::string quick_time, full_time;
+  // Lines printed beneath an ImageNet setting's estimate: each model's and the job's over
+  // ranks (empty: none).
+  std::vector<std::string> estimate_lines;
 };
 
 // The table of papers.

@@ -3,6 +3,7 @@
 // the right quarter of a mosaic. Per model: a ResNet-18 and a VGG-11-BN trained here (half
 // of their training images focus's mosaics, which focus presumes they recognise), then
 // `adjoint explain` with the paper's metrics (the protocol of analysis/results/README.md).
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -16,7 +17,9 @@
 #include "engine/error.h"
 #include "engine/io/table.h"
 #include "engine/random.h"
+#include "engine/threads.h"
 #include "models/model_source.h"
+#include "tools/progress.h"
 #include "tools/reproduce/paper.h"
 
 namespace adjoint::reproduce {
@@ -340,17 +343,35 @@ std::vector<std::string> imagenet_explain(const PublishedModel& m, const std::st
   return words;
 }
 
-// Seconds `explain --evaluate` will take on `images` of 224 × 224 pixels: the report's cost
-// in passes (its options as explain --evaluate sets them at 224 pixels, every method and
-// metric unless fewer are chosen) times one pass of this model measured on random images.
-double estimated_seconds(const PublishedModel& m, const std::string& weights, const ImagenetSetting& s) {
+// The ranks of the estimates over a cluster: `mpirun -n K adjoint explain --evaluate`, each
+// rank with the threads of this run.
+constexpr int64_t kEstimateRanks[] = {8, 64};
+
+// What `explain --evaluate` will take for one model on `images` of 224 × 224 pixels, in
+// seconds, in one process and over kEstimateRanks.
+struct ModelEstimate {
+  double seconds = 0;                 // one process
+  std::vector<double> over_ranks;     // one per kEstimateRanks
+  std::string line;                   // how it was made, for the printed estimate
+};
+
+// The estimate of one model: the report's cost in passes (its options as explain --evaluate
+// sets them at 224 pixels, every method and metric unless fewer are chosen) times one pass
+// of this model measured on random images, plus what does not scale with the passes: loading
+// the model (measured here) and the pictures of the first 8 images. Over K ranks the batches
+// are shared out as explain hands them out; the targets' forward pass over every image,
+// loading and the pictures (on the rank of the first batch) are every rank's or one rank's
+// whole, and a batch never splits, so no more ranks than batches are busy.
+ModelEstimate estimated_seconds(const PublishedModel& m, const std::string& weights, const ImagenetSetting& s) {
   ModelConfig config;
   config.arch = m.name;
   config.small_stem = false;
   config.width = s.width;
   config.num_classes = s.classes;
   config.image_size = eval_preset(m.preset).crop;
+  const auto start = std::chrono::steady_clock::now();
   const LoadedModel loaded = load_weights_model(config, weights);
+  const double loading = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t side = config.image_size;
   const EvaluationProtocol protocol = evaluation_protocol(side, side);
   ReportOptions o;
@@ -363,11 +384,28 @@ double estimated_seconds(const PublishedModel& m, const std::string& weights, co
   o.perturbations = protocol.perturbations;
   o.expensive_count = 100;  // explain --evaluate's default
   o.metric_settings = protocol.metrics;
+  o.picture_images = 8;     // and its pictures
+  o.out_dir = "{out}";      // explain --evaluate writes its pictures to the part's folder
   const int64_t images = s.count > 0 ? s.count : protocol.images;
   Generator gen(0);
   const Tensor x = normal({2, 3, side, side}, 0.0f, 1.0f, gen);
-  const double passes = report_cost(o, images, side, side, int64_t(layers_top_down(*loaded.model).size()));
-  return passes * seconds_per_image_pass(*loaded.model, x, 2);
+  const std::vector<double> batches = report_batch_costs(o, images, side, side, int64_t(layers_top_down(*loaded.model).size()));
+  const double unshared = report_unshared_cost(o, images);
+  const double unit = seconds_per_image_pass(*loaded.model, x, 2);
+  const double pictures = picture_seconds(o, images, side, side);
+  ModelEstimate e;
+  double passes = 0;
+  for (double b : batches) passes += b;
+  e.seconds = loading + pictures + unit * (passes + unshared);
+  std::string ranks;
+  for (int64_t K : kEstimateRanks) {
+    e.over_ranks.push_back(loading + pictures + unit * (shared_cost(batches, K) + unshared));
+    ranks += cat(ranks.empty() ? "" : ", ", "K = ", K, ": ", cli::format_duration(e.over_ranks.back()));
+  }
+  e.line = cat(m.label, ": ", cli::format_duration(e.seconds), " (", images, " images in ", batches.size(),
+               " batches, ", fixed(passes + unshared, 0), " passes at ", fixed(unit * 1e3, 1), " ms, loading ",
+               fixed(loading, 1), " s, pictures ", fixed(pictures, 1), " s); over K ranks ", ranks);
+  return e;
 }
 
 Paper imagenet_paper(const Paper& paper, const ImagenetSetting& setting) {
@@ -379,15 +417,24 @@ Paper imagenet_paper(const Paper& paper, const ImagenetSetting& setting) {
   p.title = cat(paper.title, ", on ImageNet with the user's weights");
   p.claims.clear();
   std::vector<Part> parts;
+  std::vector<double> over_ranks(std::size(kEstimateRanks), 0.0);
   for (const auto& [name, file] : setting.weights) {
     const PublishedModel& m = published_model(name);
     for (const Part& earlier : parts)
       if (earlier.name == imagenet_part(m)) throw UsageError(cat("option --weights: ", name, " is given twice"));
     if (!fs::is_regular_file(file)) throw UsageError(cat("option --weights: ", name, "=", file, ": no such file"));
     const std::string weights = fs::absolute(file).lexically_normal().string();
-    parts.push_back({imagenet_part(m), imagenet_explain(m, weights, setting), estimated_seconds(m, weights, setting)});
+    const ModelEstimate estimate = estimated_seconds(m, weights, setting);
+    parts.push_back({imagenet_part(m), imagenet_explain(m, weights, setting), estimate.seconds});
+    p.estimate_lines.push_back(estimate.line);
+    for (size_t k = 0; k < over_ranks.size(); ++k) over_ranks[k] += estimate.over_ranks[k];
     for (Claim& c : imagenet_claims(m)) p.claims.push_back(std::move(c));
   }
+  std::string ranks;
+  for (size_t k = 0; k < over_ranks.size(); ++k)
+    ranks += cat(ranks.empty() ? "" : ", ", "K = ", kEstimateRanks[k], ": ", cli::format_duration(over_ranks[k]));
+  p.estimate_lines.push_back(cat("the models in turn, each explain over K ranks (mpirun -n K, ", num_threads(),
+                                 " threads a rank): ", ranks));
   p.parts = [parts](Scale, int) { return parts; };
   p.draw = [](const std::string&, int, const std::string&) { return std::vector<std::string>{}; };
   p.default_seeds[0] = p.default_seeds[1] = 1;

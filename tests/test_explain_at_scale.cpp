@@ -1,0 +1,198 @@
+// What `adjoint explain` does around the methods at ImageNet's size: a model whose weights a
+// file brings is built without drawing the weights the file overwrites; a metric undefined on
+// every image (guided Grad-CAM's map of zeros) is shown as not computable, with the reason.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <map>
+#include <string>
+
+#include "engine/autograd.h"
+#include "engine/io/safetensors.h"
+#include "engine/random.h"
+#include "analysis/pullbacks/explain.h"
+#include "analysis/pullbacks/report.h"
+#include "models/model.h"
+#include "models/model_source.h"
+#include "tests/support.h"
+
+namespace adjoint {
+namespace {
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return x.shape() == y.shape() && std::memcmp(x.data(), y.data(), size_t(x.numel()) * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("Generator::without_draws: zeros of the shape, and the counters a drawing generator would use") {
+  Generator drawing(5), skipping = Generator::without_draws();
+  const Tensor u = uniform({3, 7}, -1.0f, 1.0f, skipping), n = normal({11}, 0.0f, 2.0f, skipping);
+  for (const Tensor& t : {u, n})
+    for (int64_t i = 0; i < t.numel(); ++i) CHECK(t.data()[i] == 0.0f);
+  uniform({3, 7}, -1.0f, 1.0f, drawing);
+  normal({11}, 0.0f, 2.0f, drawing);
+  CHECK(skipping.offset() == drawing.offset());
+  CHECK(skipping.offset() == 32);
+  // A generator made the ordinary way still draws.
+  Generator seeded(5);
+  const Tensor drawn = uniform({64}, -1.0f, 1.0f, seeded);
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < drawn.numel(); ++i) nonzero += drawn.data()[i] != 0.0f;
+  CHECK(nonzero == 64);
+}
+
+TEST_CASE("load_weights_model: built without draws, the file's weights bit for bit and the seeded model's logits") {
+  testing::TempDir dir;
+  ModelConfig c;
+  c.arch = "resnet50";
+  c.small_stem = false;
+  c.width = 0.0625;
+  c.num_classes = 5;
+  c.image_size = 64;
+  Generator gen(91);
+  const std::shared_ptr<Model> seeded = make_model(c, gen);
+  seeded->train(false);
+  write_safetensors(dir.file("w.safetensors"), seeded->state_dict());
+
+  const LoadedModel loaded = load_weights_model(c, dir.file("w.safetensors"));
+  const std::map<std::string, Tensor> want = seeded->state_dict(), got = loaded.model->state_dict();
+  REQUIRE(got.size() == want.size());
+  for (const auto& [name, tensor] : want) {
+    CAPTURE(name);
+    REQUIRE(got.count(name));
+    CHECK(same_bits(got.at(name), tensor));
+  }
+  Generator inputs(4);
+  const Tensor x = normal({2, 3, 64, 64}, 0.0f, 1.0f, inputs);
+  NoGrad off;
+  const Tensor expected = seeded->forward(x), logits = loaded.model->forward(x);
+  CHECK(same_bits(logits, expected));
+  double largest = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) largest = std::max(largest, double(std::fabs(expected.data()[i])));
+  CHECK(largest > 0);  // not a model of zeros on both sides
+
+  // A file that misses a tensor is refused, so no weight is left at the zeros it was built with.
+  std::map<std::string, Tensor> short_of_one = want;
+  short_of_one.erase("fc.weight");
+  write_safetensors(dir.file("short.safetensors"), short_of_one);
+  CHECK_THROWS_WITH_AS(load_weights_model(c, dir.file("short.safetensors")), doctest::Contains("fc.weight"), Error);
+}
+
+TEST_CASE("report tables: a metric undefined on every image is not computable, with its reason, never a NaN") {
+  // As on the test's ImageNet folder with random weights: guided Grad-CAM's maps are zero
+  // wherever Grad-CAM's ReLU leaves nothing, and random logit (a correlation with a map of
+  // zeros) and focus (no positive mass) are undefined on all three images.
+  const double nan = std::nan("");
+  MetricTable t;
+  t.methods = {"gradient", "guided_gradcam"};
+  for (const char* name : {"random_logit", "focus"}) {
+    t.metrics.push_back({metric_info(name), 3});
+    t.rows.push_back({"gradient", name, summarize(std::vector<double>{0.25, 0.5, 0.75})});
+    t.rows.push_back({"guided_gradcam", name, summarize(std::vector<double>{nan, nan, nan})});
+  }
+  t.metrics.push_back({metric_info("infidelity"), 3});  // one value defined: a mean, no spread
+  t.rows.push_back({"gradient", "infidelity", summarize(std::vector<double>{2.0, 3.0, 4.0})});
+  t.rows.push_back({"guided_gradcam", "infidelity", summarize(std::vector<double>{1.5, nan, nan})});
+
+  const std::string md = table_markdown(t);
+  CAPTURE(md);
+  CHECK(md.find("nan") == std::string::npos);
+  CHECK(md.find("| guided_gradcam | not computable | not computable | **1.5** |") != std::string::npos);
+  CHECK(md.find("| guided_gradcam | not computable | — | 0 | 3 |") != std::string::npos);
+  CHECK(md.find("| guided_gradcam | 1.5 ± — | — | 1 | 2 |") != std::string::npos);
+  CHECK(md.find("Not computable for guided_gradcam: the metric is undefined on every one of its images, as it is for "
+                "either map constant, as a map of zeros is") != std::string::npos);
+  CHECK(md.find("as it is for a map with no positive value") != std::string::npos);
+  CHECK(md.find("| gradient | 0.5 ± 0.25 | [") != std::string::npos);  // defined rows as before
+  // The machine-readable tables keep their spelling of undefined: nan in CSV, null in JSON.
+  CHECK(table_csv(t).find("guided_gradcam,focus,higher is better,true,nan,nan,nan,nan,0,3,") != std::string::npos);
+}
+
+TEST_CASE("shared_cost: batches handed in order to the rank free first; no more ranks busy than batches") {
+  CHECK(shared_cost({4, 1, 2}, 1) == 7);
+  // Two ranks: 4 to rank 0; 1 then 2 to rank 1 (free first), which ends at 3.
+  CHECK(shared_cost({4, 1, 2}, 2) == 4);
+  // The first batch carries the expensive metrics: it bounds the time at any rank count.
+  CHECK(shared_cost({10, 1, 1, 1, 1}, 2) == 10);
+  CHECK(shared_cost({3, 3, 3}, 64) == 3);
+  CHECK(shared_cost({2, 2, 2, 2, 2}, 2) == 6);  // 5 batches on 2 ranks: 3 on one of them
+  // The explain --evaluate batches of 1000 images at 224 pixels over 8 and 64 ranks: 20
+  // batches of 50, of which the first two hold the 100 images of the expensive metrics.
+  ReportOptions o;
+  o.methods = {"gradient"};
+  o.metrics = {"infidelity", "max_sensitivity"};
+  o.batch_size = 50;
+  o.expensive_count = 100;
+  const std::vector<double> batches = report_batch_costs(o, 1000, 224, 224, 1);
+  REQUIRE(batches.size() == 20);
+  CHECK(batches[0] > batches[2]);
+  CHECK(batches[1] == batches[0]);
+  double sum = 0;
+  for (double b : batches) sum += b;
+  CHECK(sum == doctest::Approx(report_cost(o, 1000, 224, 224, 1)));
+  CHECK(shared_cost(batches, 64) == batches[0]);
+  CHECK(shared_cost(batches, 20) == batches[0]);
+  CHECK(shared_cost(batches, 8) > sum / 8);
+  CHECK(report_unshared_cost(o, 1000) == doctest::Approx(1000.0 / 3));  // the targets' forward pass
+  o.metrics = {};  // the gradient, first, finds them in its own forward pass
+  CHECK(report_unshared_cost(o, 1000) == 0);
+  o.methods = {"smoothgrad", "gradient"};
+  CHECK(report_unshared_cost(o, 1000) == doctest::Approx(1000.0 / 3));
+  o.target = ReportOptions::Target::Label;
+  CHECK(report_unshared_cost(o, 1000) == 0);
+}
+
+TEST_CASE("explain_predicted: the predicted classes read off the method's own forward pass, the same maps") {
+  ModelConfig c;
+  c.arch = "vgg11_bn";
+  c.width = 0.125;
+  c.num_classes = 7;
+  c.image_size = 16;
+  Generator gen(8);
+  const std::shared_ptr<Model> model = make_model(c, gen);
+  model->train(false);
+  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
+  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  CHECK(std::set<int64_t>(expected.begin(), expected.end()).size() > 1);  // not one class for all
+  for (const char* method : {"gradient", "soft_pullback", "pullback", "guided_backprop"}) {
+    CAPTURE(method);
+    REQUIRE(explains_in_one_pass(method));
+    std::vector<int64_t> predicted;
+    const Tensor maps = explain_predicted(method, *model, x, predicted);
+    CHECK(predicted == expected);
+    CHECK(same_bits(maps, explain(method, *model, x, expected)));
+  }
+  CHECK_FALSE(explains_in_one_pass("smoothgrad"));
+  std::vector<int64_t> unused;
+  CHECK_THROWS_WITH_AS(explain_predicted("smoothgrad", *model, x, unused), doctest::Contains("not one transport"), Error);
+
+  // A report without metrics takes them from its first method, batch by batch: the same
+  // targets and maps as one that finds them first (a metric makes it do so).
+  testing::TempDir dir;
+  ReportOptions o;
+  o.methods = {"gradient", "input_x_gradient"};
+  o.batch_size = 4;
+  o.out_dir = dir.file("fused");
+  const ReportResult fused = explain_report(*model, x, {}, o);
+  CHECK(fused.targets == expected);
+  o.metrics = {"sparseness"};
+  o.out_dir = dir.file("first");
+  const ReportResult first = explain_report(*model, x, {}, o);
+  CHECK(first.targets == expected);
+  for (const char* method : {"gradient", "input_x_gradient"}) {
+    CAPTURE(method);
+    const std::string file = cat("/attributions_", method, ".safetensors");
+    const SafetensorsFile a = read_safetensors(dir.file("fused") + file), b = read_safetensors(dir.file("first") + file);
+    CHECK(same_bits(a.tensors.at("attributions"), b.tensors.at("attributions")));
+    CHECK(same_bits(a.tensors.at("targets"), b.tensors.at("targets")));
+  }
+  CHECK(std::filesystem::exists(dir.file("fused/image_0005/input.png")));
+}
+
+}  // namespace adjoint
