@@ -472,6 +472,49 @@ TEST_CASE("pool: the 2x2 stride-2 max-pool (its own loop) picks the first maximu
   CHECK(y.at({0, 0, 0, 2}) == -inf);
 }
 
+TEST_CASE("pool: padded and strided max-pools (tap by tap along rows) pick the first maximum, NaN winning") {
+  // Ties, a NaN, windows of -inf and windows cut by the padding, against a brute force over
+  // each window in row-major order; the cotangent goes to the element it picks.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Window {
+    int64_t kh, kw, sh, sw, ph, pw;
+  };
+  for (const Window k : {Window{3, 3, 2, 2, 1, 1}, Window{3, 2, 1, 2, 1, 0}, Window{2, 3, 2, 1, 0, 1}}) {
+    INFO("kernel ", k.kh, "x", k.kw, " stride ", k.sh, "x", k.sw, " padding ", k.ph, "x", k.pw);
+    const int64_t H = 7, W = 9;
+    Tensor x = random_tensor({2, 3, H, W}, 511);
+    x.data()[0] = x.data()[1] = x.data()[W] = x.data()[W + 1] = 0.5f;  // ties at the corner
+    x.data()[3 * W + 4] = nan;
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t w = 5; w < 9; ++w) x.data()[63 + h * W + w] = -inf;  // whole windows of -inf in plane 1
+    const auto pool = [k](const std::vector<Tensor>& in) { return max_pool2d(in[0], k.kh, k.kw, k.sh, k.sw, k.ph, k.pw); };
+    const Tensor y = pool({x});
+    const int64_t OH = y.size(2), OW = y.size(3);
+    const std::vector<float> dx = vjp(pool, {x}, Tensor::ones(y.shape()))[0].to_vector();
+    std::vector<float> want_dx(dx.size(), 0.0f);
+    int bad = 0;
+    for (int64_t p = 0; p < 6; ++p)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          float best = -inf;
+          int64_t at = -1;
+          for (int64_t a = 0; a < k.kh; ++a)
+            for (int64_t b = 0; b < k.kw; ++b) {
+              const int64_t h = i * k.sh - k.ph + a, w = j * k.sw - k.pw + b;
+              if (h < 0 || h >= H || w < 0 || w >= W) continue;
+              const int64_t e = p * H * W + h * W + w;
+              if (at < 0) at = e;
+              if (x.data()[e] > best || std::isnan(x.data()[e])) best = x.data()[e], at = e;
+            }
+          const float got = y.data()[(p * OH + i) * OW + j];
+          bad += !(got == best || (std::isnan(got) && std::isnan(best)));
+          want_dx[size_t(at)] += 1.0f;
+        }
+    CHECK(bad == 0);
+    CHECK(dx == want_dx);
+  }
+}
+
 TEST_CASE("pool: max-pool pullback routes like the gradient") {
   const Tensor x = golden("conv", "maxpool.ties.in0"), u = golden("conv", "maxpool.ties.u");
   const Fn f = [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 1, 1); };
