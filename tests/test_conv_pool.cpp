@@ -313,12 +313,14 @@ TEST_CASE("conv2d: one rule for every transport") {
 
 TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops' bits") {
   // Every forward path: Winograd (3x3 stride 1), one image per GEMM in row tiles (large
-  // images), blocks of images through a staging matrix (small images), 1x1 read in place.
+  // images), blocks of images through a staging matrix (small images), 1x1 read in place,
+  // and 1x1 with so many outputs that the product runs in column pieces.
   const std::vector<ConvCase> cases = {
       {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
       {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
       {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
+      {{1, 4, 20, 20}, {600, 4, 1, 1}, Conv2dOptions::square(1, 0)},
   };
   uint64_t seed = 900;
   for (const ConvCase& c : cases)
