@@ -75,8 +75,9 @@ class Conv2dNode : public Node {
     Tensor dx, dw, db;
     const bool winograd = winograd_applies(g_);
     const std::optional<DirectConvShape> direct = needs[0] ? direct_shape(g_, true) : std::nullopt;
-    // conv_backward adds into dx; winograd_backward and direct_conv write every entry.
-    if (needs[0]) dx = winograd || direct ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
+    // conv_backward adds into dx, except for a 1×1 stride-1 conv, whose input gradient it
+    // writes as it does winograd_backward and direct_conv: every entry.
+    if (needs[0]) dx = winograd || direct || g_.pointwise ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     if (direct) direct_conv(*direct, u.data(), w_.data(), true, dx.data(), [](float*, int64_t) {});
