@@ -16,6 +16,7 @@
 #include "engine/vectorize.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
+#include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/pool.h"
 #include "ops/reference/reference.h"
@@ -311,12 +312,14 @@ TEST_CASE("conv2d: one rule for every transport") {
   }
 }
 
-TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops' bits") {
-  // Every forward path: Winograd (3x3 stride 1), one image per GEMM in row tiles (large
-  // images), blocks of images through a staging matrix (small images), 1x1 read in place,
-  // and 1x1 with so many outputs that the product runs in column pieces.
+TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops' bits, with a residual too") {
+  // Every forward path: the direct kernels, Winograd (3x3 stride 1; a residual is added
+  // after it), one image per GEMM in row tiles (large images), blocks of images through a
+  // staging matrix (small images), 1x1 read in place, and 1x1 with so many outputs that
+  // the product runs in column pieces.
   const std::vector<ConvCase> cases = {
       {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 20, 20}, {40, 32, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
       {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
       {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
@@ -325,22 +328,26 @@ TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops
   uint64_t seed = 900;
   for (const ConvCase& c : cases)
     for (const bool with_bias : {false, true})
-      for (const bool then_relu : {false, true}) {
-        INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu);
-        const int64_t O = c.w[0];
-        const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-        const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
-        const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
-                               random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
-        NoGrad off;
-        const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu);
-        Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
-                                     bn.running_var, false, 0.1f, bn.eps);
-        if (then_relu) separate = relu(separate);
-        const std::vector<float> values = fused.to_vector();
-        CHECK(values == separate.to_vector());
-        if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
-      }
+      for (const bool then_relu : {false, true})
+        for (const bool with_residual : {false, true}) {
+          INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu, " residual ",
+               with_residual, " ", std::string(to_string(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options))));
+          const int64_t O = c.w[0];
+          const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+          const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
+          const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
+                                 random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
+          NoGrad off;
+          Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
+                                       bn.running_var, false, 0.1f, bn.eps);
+          const Tensor residual = with_residual ? random_tensor(separate.shape(), seed++) : Tensor();
+          const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu, residual);
+          if (with_residual) separate = add(separate, residual);
+          if (then_relu) separate = relu(separate);
+          const std::vector<float> values = fused.to_vector();
+          CHECK(values == separate.to_vector());
+          if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
+        }
 }
 
 TEST_CASE("conv2d_batch_norm_eval: recorded, it is the separate ops (gradients, every transport)") {
