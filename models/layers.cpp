@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/bilinear.h"
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/layout.h"
 #include "ops/matmul.h"
@@ -39,11 +40,12 @@ Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions opts, bool
 }
 Tensor Conv2d::forward(const Tensor& x) const { return conv2d(x, weight, bias, options); }
 
-Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x, bool then_relu) {
+Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x, bool then_relu, const Tensor& residual) {
   if (!bn.training())
     return conv2d_batch_norm_eval(x, conv.weight, conv.bias, conv.options,
-                                  {bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps}, then_relu);
+                                  {bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps}, then_relu, residual);
   Tensor y = bn.forward(conv.forward(x));
+  if (residual.defined()) return then_relu ? add_relu(y, residual) : add(y, residual);
   return then_relu ? relu(y) : y;
 }
 

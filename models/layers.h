@@ -37,9 +37,11 @@ public:
   float eps, momentum;
 };
 
-// bn(conv(x)), then a ReLU when `then_relu`. In eval mode one op, which fuses the three when
-// nothing is recorded (ops/conv.h conv2d_batch_norm_eval); in training mode the layers.
-Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x, bool then_relu);
+// bn(conv(x)), + residual when defined (a residual block's shortcut), then a ReLU when
+// `then_relu`. In eval mode one op, which fuses them when nothing is recorded (ops/conv.h
+// conv2d_batch_norm_eval); in training mode the layers.
+Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x, bool then_relu,
+               const Tensor& residual = Tensor());
 
 // LayerNorm over the last axis.
 class LayerNorm : public Module {

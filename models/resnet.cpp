@@ -55,9 +55,10 @@ public:
 
   Tensor forward(const Tensor& x) const {
     Tensor h = x;
-    for (size_t i = 0; i < convs_.size(); ++i) h = conv_bn(*convs_[i], *bns_[i], h, i + 1 < convs_.size());
-    Tensor identity = down_conv_ ? conv_bn(*down_conv_, *down_bn_, x, false) : x;
-    return add_relu(h, identity);
+    for (size_t i = 0; i + 1 < convs_.size(); ++i) h = conv_bn(*convs_[i], *bns_[i], h, true);
+    // The shortcut before the last convolution, which adds it (and the ReLU) as it writes.
+    const Tensor identity = down_conv_ ? conv_bn(*down_conv_, *down_bn_, x, false) : x;
+    return conv_bn(*convs_.back(), *bns_.back(), h, true, identity);
   }
 
 private:

@@ -691,7 +691,8 @@ TrainingStep classification_step(const TrainOptions& o) {
            buckets = std::make_shared<GradientBuckets>()](Model& model, const Batch& batch, int64_t step) {
             return classification_step(model, batch, label_smoothing, sharding, step, replicas.get(), buckets.get());
           },
-          /*reads_own_shards_only=*/true};
+          /*reads_own_shards_only=*/true,
+          /*required_on_resume=*/{}};
 }
 
 void run_steps(Loader& loader, Optimizer& optimizer, const Schedule& schedule, int64_t first, int64_t last,

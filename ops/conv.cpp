@@ -26,6 +26,7 @@
 #include "engine/flops.h"
 #include "engine/vectorize.h"
 #include "ops/activation.h"
+#include "ops/elementwise.h"
 #include "ops/conv/direct.h"
 #include "ops/conv/geometry.h"
 #include "ops/conv/im2col.h"
@@ -75,8 +76,9 @@ class Conv2dNode : public Node {
     Tensor dx, dw, db;
     const bool winograd = winograd_applies(g_);
     const std::optional<DirectConvShape> direct = needs[0] ? direct_shape(g_, true) : std::nullopt;
-    // conv_backward adds into dx; winograd_backward and direct_conv write every entry.
-    if (needs[0]) dx = winograd || direct ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
+    // conv_backward adds into dx, except for a 1×1 stride-1 conv, whose input gradient it
+    // writes as it does winograd_backward and direct_conv: every entry.
+    if (needs[0]) dx = winograd || direct || g_.pointwise ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     if (direct) direct_conv(*direct, u.data(), w_.data(), true, dx.data(), [](float*, int64_t) {});
@@ -97,11 +99,14 @@ class Conv2dNode : public Node {
   Tensor x_, w_;
 };
 
-// The output of a convolution with `epilogue` (its bias pointer is set here, from `bias`).
-Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue) {
+// The output of a convolution with `epilogue` (its bias pointer is set here, from `bias`,
+// and its residual from `residual`, when defined).
+Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue,
+                const Tensor& residual = Tensor()) {
   Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
   count_multiply_adds(g.N * g.O * g.P * g.rows_g);
   epilogue.bias = bias.defined() ? bias.data() : nullptr;
+  if (residual.defined()) epilogue.residual = residual.data(), epilogue.output = out.data();
   if (g.N == 0) return out;
   switch (choose_algorithm(g, false)) {
     case ConvAlgorithm::Direct:
@@ -184,8 +189,14 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
 }
 
 Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
-                              const Conv2dOptions& options, const EvalBatchNorm& bn, bool then_relu) {
-  if (needs_grad({x_in, weight_in, bias_in, bn.weight, bn.bias})) {
+                              const Conv2dOptions& options, const EvalBatchNorm& bn, bool then_relu,
+                              const Tensor& residual) {
+  // What follows the BatchNorm when it runs as its own op: + residual, then the ReLU.
+  const auto finish = [&](const Tensor& y) {
+    if (!residual.defined()) return then_relu ? relu(y) : y;
+    return then_relu ? add_relu(y, residual) : add(y, residual);
+  };
+  if (needs_grad({x_in, weight_in, bias_in, bn.weight, bn.bias, residual})) {
     // Only the input in a graph (a stitch's frozen models, an explanation): the BatchNorm is
     // the map z ↦ scale·z + shift under every transport, so it folds into the convolution,
     // w·scale per output channel and b·scale + shift: one op, and a pass over memory each
@@ -202,21 +213,29 @@ Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const
         for (int64_t k = 0; k < per_channel; ++k) row[k] *= affine.scale[o];
         b.data()[o] = (conv_bias.defined() ? conv_bias.data()[o] : 0.0f) * affine.scale[o] + affine.shift[o];
       }
-      const Tensor y = conv2d(x_in, w, b, options);
-      return then_relu ? relu(y) : y;
+      return finish(conv2d(x_in, w, b, options));
     }
-    Tensor y = batch_norm(conv2d(x_in, weight_in, bias_in, options), bn.weight, bn.bias, bn.running_mean,
-                          bn.running_var, false, 0.0f, bn.eps);
-    return then_relu ? relu(y) : y;
+    return finish(batch_norm(conv2d(x_in, weight_in, bias_in, options), bn.weight, bn.bias, bn.running_mean,
+                             bn.running_var, false, 0.0f, bn.eps));
   }
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
   Tensor cut_w;
   Conv2dOptions cut_o;
   if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o))
-    return conv2d_batch_norm_eval(x_in, cut_w, bias_in, cut_o, bn, then_relu);
+    return conv2d_batch_norm_eval(x_in, cut_w, bias_in, cut_o, bn, then_relu, residual);
   const ChannelAffine affine = eval_batch_norm_affine(g.O, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
-  return convolve(g, x_in.contiguous(), weight_in.contiguous(), contiguous_or_undefined(bias_in),
-                  Epilogue{nullptr, affine.scale.data(), affine.shift.data(), then_relu});
+  const Epilogue epilogue{nullptr, affine.scale.data(), affine.shift.data()};
+  const Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
+  if (residual.defined()) {
+    check(residual.shape() == Shape{g.N, g.O, g.OH, g.OW}, "conv2d_batch_norm_eval: residual ", residual.shape(),
+          " does not match the output [", g.N, ", ", g.O, ", ", g.OH, ", ", g.OW, "]");
+    // Winograd finishes its rows in a staging copy, where no residual can be found: the
+    // addition runs after it.
+    if (choose_algorithm(g, false) == ConvAlgorithm::Winograd) return finish(convolve(g, x, w, bias, epilogue));
+  }
+  Epilogue fused = epilogue;
+  fused.relu = then_relu;
+  return convolve(g, x, w, bias, fused, contiguous_or_undefined(residual));
 }
 
 }  // namespace adjoint

@@ -68,12 +68,14 @@ struct EvalBatchNorm {
   float eps = 1e-5f;
 };
 
-// relu(batch_norm(conv2d(x, weight, bias, options), eval mode)), the ReLU only when
+// relu(batch_norm(conv2d(x, weight, bias, options), eval mode) + residual), the residual only
+// when defined (of the output's shape: a residual block's shortcut), the ReLU only when
 // `then_relu`. When nothing is recorded (inference), the convolution applies BatchNorm's
-// per-channel affine map and the ReLU to each output as it writes it: one pass over the
-// output instead of three and one tensor instead of three, with bitwise the same values.
-// When a graph is recorded, it runs the three ops, so every transport sees their nodes.
+// per-channel affine map, the residual and the ReLU to each output as it writes it: one
+// pass over the output instead of three and one tensor instead of three, with bitwise the
+// same values. When a graph is recorded, it runs the separate ops, so every transport sees
+// their nodes.
 Tensor conv2d_batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options,
-                              const EvalBatchNorm& bn, bool then_relu);
+                              const EvalBatchNorm& bn, bool then_relu, const Tensor& residual = Tensor());
 
 }  // namespace adjoint

@@ -45,6 +45,14 @@ struct PoolGeometry {
     if (!adaptive) return kh * kw;
     return ((H + OH - 1) / OH + 1) * ((W + OW - 1) / OW + 1);
   }
+  // The outputs ow of a row whose kernel tap j lies inside the input row, 0 ≤ ow·sw − pw + j
+  // < W, as [lo, hi) (fixed windows).
+  std::pair<int64_t, int64_t> outputs_inside(int64_t j) const {
+    const int64_t last = W - 1 + pw - j;  // ow·sw ≤ last
+    const int64_t lo = std::max<int64_t>(0, (pw - j + sw - 1) / sw);
+    const int64_t hi = last < 0 ? 0 : std::min<int64_t>(OW, last / sw + 1);
+    return {std::min(lo, hi), hi};
+  }
   // Planes per task: about 16K window reads each.
   int64_t grain() const {
     const int64_t per_plane = std::max<int64_t>(1, OH * OW * (adaptive ? (H / OH + 1) * (W / OW + 1) : kh * kw));
@@ -89,6 +97,32 @@ void max_of_pairs(const float* __restrict rows, int64_t W, int64_t OW, int32_t f
     out[j] = best;
     argmax[j] = at;
   }
+}
+
+// One output row oh of any fixed-window max-pool, kernel tap by kernel tap in the window's
+// row-major order, each tap a pass along the row (which vectorises): per output the same
+// comparisons in the same order as a window at a time (the first strict maximum, NaN
+// winning, padding never), so the same values and arg-maxes.
+void max_of_taps(const PoolGeometry& g, const float* __restrict plane, int64_t oh, float* __restrict out,
+                 int32_t* __restrict argmax) {
+  const int64_t top = oh * g.sh - g.ph;
+  const int64_t h0 = std::max<int64_t>(top, 0), h1 = std::min(top + g.kh, g.H);
+  for (int64_t ow = 0; ow < g.OW; ++ow) {
+    out[ow] = -std::numeric_limits<float>::infinity();
+    argmax[ow] = static_cast<int32_t>(h0 * g.W + std::max<int64_t>(ow * g.sw - g.pw, 0));
+  }
+  for (int64_t h = h0; h < h1; ++h)
+    for (int64_t j = 0; j < g.kw; ++j) {
+      const auto [lo, hi] = g.outputs_inside(j);
+      const int64_t offset = h * g.W - g.pw + j;  // input index of tap j of output ow: offset + ow·sw
+      const float* row = plane + offset;
+      for (int64_t ow = lo; ow < hi; ++ow) {
+        const float v = row[ow * g.sw];
+        const bool take = v > out[ow] || v != v;
+        out[ow] = take ? v : out[ow];
+        argmax[ow] = take ? static_cast<int32_t>(offset + ow * g.sw) : argmax[ow];
+      }
+    }
 }
 
 // Under Gradient and Pullback the cotangent goes to the saved arg-max; under SoftPullback
@@ -140,13 +174,6 @@ class MaxPoolNode : public Node {
     const int64_t OW = g_.OW, W = g_.W, out_plane = g_.OH * OW;
     std::vector<float> weights(static_cast<size_t>(g_.kh * g_.kw * OW)), top(static_cast<size_t>(OW)),
         total(static_cast<size_t>(OW));
-    // The outputs whose tap j lies inside a row: 0 ≤ ow·sw − pw + j < W.
-    const auto inside = [&](int64_t j) {
-      const int64_t last = W - 1 + g_.pw - j;  // ow·sw ≤ last
-      const int64_t lo = std::max<int64_t>(0, (g_.pw - j + g_.sw - 1) / g_.sw);
-      const int64_t hi = last < 0 ? 0 : std::min<int64_t>(OW, last / g_.sw + 1);
-      return std::pair<int64_t, int64_t>{std::min(lo, hi), hi};
-    };
     for (int64_t oh = 0; oh < g_.OH; ++oh) {
       const int32_t* at = argmax_.data() + q * out_plane + oh * OW;
       for (int64_t ow = 0; ow < OW; ++ow) top[ow] = xp[at[ow]], total[ow] = 0.0f;
@@ -154,7 +181,7 @@ class MaxPoolNode : public Node {
         const int64_t h = oh * g_.sh - g_.ph + i;
         if (h < 0 || h >= g_.H) continue;
         for (int64_t j = 0; j < g_.kw; ++j) {
-          const auto [lo, hi] = inside(j);
+          const auto [lo, hi] = g_.outputs_inside(j);
           const float* row = xp + h * W - g_.pw + j;
           float* e = weights.data() + (i * g_.kw + j) * OW;
           for (int64_t ow = lo; ow < hi; ++ow) {
@@ -169,7 +196,7 @@ class MaxPoolNode : public Node {
         const int64_t h = oh * g_.sh - g_.ph + i;
         if (h < 0 || h >= g_.H) continue;
         for (int64_t j = 0; j < g_.kw; ++j) {
-          const auto [lo, hi] = inside(j);
+          const auto [lo, hi] = g_.outputs_inside(j);
           float* row = dp + h * W - g_.pw + j;
           const float* e = weights.data() + (i * g_.kw + j) * OW;
           for (int64_t ow = lo; ow < hi; ++ow) row[ow * g_.sw] += e[ow] * total[ow];
@@ -320,21 +347,9 @@ Tensor max_pool2d(const Tensor& x_in, int64_t kh, int64_t kw, int64_t sh, int64_
                        y + (q * g.OH + oh) * g.OW, argmax.data() + (q * g.OH + oh) * g.OW);
         continue;
       }
+      // As PyTorch: the first strict maximum in row-major order, NaN wins; padding never does.
       for (int64_t oh = 0; oh < g.OH; ++oh)
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const Window win = g.window(oh, ow);
-          // As PyTorch: the first strict maximum in row-major order, NaN wins; padding never does.
-          float best = -std::numeric_limits<float>::infinity();
-          int64_t at = win.h0 * g.W + win.w0;
-          for (int64_t h = win.h0; h < win.h1; ++h)
-            for (int64_t w = win.w0; w < win.w1; ++w) {
-              const float v = xp[h * g.W + w];
-              if (v > best || std::isnan(v)) best = v, at = h * g.W + w;
-            }
-          const int64_t o = (q * g.OH + oh) * g.OW + ow;
-          y[o] = best;
-          argmax[o] = static_cast<int32_t>(at);
-        }
+        max_of_taps(g, xp, oh, y + (q * g.OH + oh) * g.OW, argmax.data() + (q * g.OH + oh) * g.OW);
     }
   });
   if (needs_grad({x})) attach(out, std::make_shared<MaxPoolNode>(g, x.detach(), std::move(argmax)), {x});

@@ -138,6 +138,7 @@ TEST_CASE("bench models --size: bad workloads, sizes and models exit 2 naming th
   CHECK(model.code == 2);
   CHECK(contains(model.err, "unknown model 'resnet18'"));
   CHECK(contains(model.err, "resnet50"));
+  CHECK(contains(model.err, "pvt_v2_b1"));  // the paper's third model has its row
 }
 
 TEST_CASE("bench models --size: a tiny run of the ImageNet models writes the chosen workloads per image") {

@@ -16,6 +16,7 @@
 #include "engine/vectorize.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
+#include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/pool.h"
 #include "ops/reference/reference.h"
@@ -311,34 +312,42 @@ TEST_CASE("conv2d: one rule for every transport") {
   }
 }
 
-TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops' bits") {
-  // Every forward path: Winograd (3x3 stride 1), one image per GEMM in row tiles (large
-  // images), blocks of images through a staging matrix (small images), 1x1 read in place.
+TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops' bits, with a residual too") {
+  // Every forward path: the direct kernels, Winograd (3x3 stride 1; a residual is added
+  // after it), one image per GEMM in row tiles (large images), blocks of images through a
+  // staging matrix (small images), 1x1 read in place, and 1x1 with so many outputs that
+  // the product runs in column pieces.
   const std::vector<ConvCase> cases = {
       {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 20, 20}, {40, 32, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
       {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
       {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
+      {{1, 4, 20, 20}, {600, 4, 1, 1}, Conv2dOptions::square(1, 0)},
   };
   uint64_t seed = 900;
   for (const ConvCase& c : cases)
     for (const bool with_bias : {false, true})
-      for (const bool then_relu : {false, true}) {
-        INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu);
-        const int64_t O = c.w[0];
-        const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-        const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
-        const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
-                               random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
-        NoGrad off;
-        const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu);
-        Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
-                                     bn.running_var, false, 0.1f, bn.eps);
-        if (then_relu) separate = relu(separate);
-        const std::vector<float> values = fused.to_vector();
-        CHECK(values == separate.to_vector());
-        if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
-      }
+      for (const bool then_relu : {false, true})
+        for (const bool with_residual : {false, true}) {
+          INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu, " residual ",
+               with_residual, " ", std::string(to_string(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options))));
+          const int64_t O = c.w[0];
+          const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+          const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
+          const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
+                                 random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
+          NoGrad off;
+          Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
+                                       bn.running_var, false, 0.1f, bn.eps);
+          const Tensor residual = with_residual ? random_tensor(separate.shape(), seed++) : Tensor();
+          const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu, residual);
+          if (with_residual) separate = add(separate, residual);
+          if (then_relu) separate = relu(separate);
+          const std::vector<float> values = fused.to_vector();
+          CHECK(values == separate.to_vector());
+          if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
+        }
 }
 
 TEST_CASE("conv2d_batch_norm_eval: recorded, it is the separate ops (gradients, every transport)") {
@@ -470,6 +479,49 @@ TEST_CASE("pool: the 2x2 stride-2 max-pool (its own loop) picks the first maximu
   CHECK(dx == want_dx);
   CHECK(std::isnan(y.at({0, 0, 1, 1})));
   CHECK(y.at({0, 0, 0, 2}) == -inf);
+}
+
+TEST_CASE("pool: padded and strided max-pools (tap by tap along rows) pick the first maximum, NaN winning") {
+  // Ties, a NaN, windows of -inf and windows cut by the padding, against a brute force over
+  // each window in row-major order; the cotangent goes to the element it picks.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Window {
+    int64_t kh, kw, sh, sw, ph, pw;
+  };
+  for (const Window k : {Window{3, 3, 2, 2, 1, 1}, Window{3, 2, 1, 2, 1, 0}, Window{2, 3, 2, 1, 0, 1}}) {
+    INFO("kernel ", k.kh, "x", k.kw, " stride ", k.sh, "x", k.sw, " padding ", k.ph, "x", k.pw);
+    const int64_t H = 7, W = 9;
+    Tensor x = random_tensor({2, 3, H, W}, 511);
+    x.data()[0] = x.data()[1] = x.data()[W] = x.data()[W + 1] = 0.5f;  // ties at the corner
+    x.data()[3 * W + 4] = nan;
+    for (int64_t h = 0; h < 3; ++h)
+      for (int64_t w = 5; w < 9; ++w) x.data()[63 + h * W + w] = -inf;  // whole windows of -inf in plane 1
+    const auto pool = [k](const std::vector<Tensor>& in) { return max_pool2d(in[0], k.kh, k.kw, k.sh, k.sw, k.ph, k.pw); };
+    const Tensor y = pool({x});
+    const int64_t OH = y.size(2), OW = y.size(3);
+    const std::vector<float> dx = vjp(pool, {x}, Tensor::ones(y.shape()))[0].to_vector();
+    std::vector<float> want_dx(dx.size(), 0.0f);
+    int bad = 0;
+    for (int64_t p = 0; p < 6; ++p)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          float best = -inf;
+          int64_t at = -1;
+          for (int64_t a = 0; a < k.kh; ++a)
+            for (int64_t b = 0; b < k.kw; ++b) {
+              const int64_t h = i * k.sh - k.ph + a, w = j * k.sw - k.pw + b;
+              if (h < 0 || h >= H || w < 0 || w >= W) continue;
+              const int64_t e = p * H * W + h * W + w;
+              if (at < 0) at = e;
+              if (x.data()[e] > best || std::isnan(x.data()[e])) best = x.data()[e], at = e;
+            }
+          const float got = y.data()[(p * OH + i) * OW + j];
+          bad += !(got == best || (std::isnan(got) && std::isnan(best)));
+          want_dx[size_t(at)] += 1.0f;
+        }
+    CHECK(bad == 0);
+    CHECK(dx == want_dx);
+  }
 }
 
 TEST_CASE("pool: max-pool pullback routes like the gradient") {

@@ -92,11 +92,11 @@ TEST_CASE("report tables: a metric undefined on every image is not computable, w
   MetricTable t;
   t.methods = {"gradient", "guided_gradcam"};
   for (const char* name : {"random_logit", "focus"}) {
-    t.metrics.push_back({metric_info(name), 3});
+    t.metrics.push_back({metric_info(name), 3, "", "images"});
     t.rows.push_back({"gradient", name, summarize(std::vector<double>{0.25, 0.5, 0.75})});
     t.rows.push_back({"guided_gradcam", name, summarize(std::vector<double>{nan, nan, nan})});
   }
-  t.metrics.push_back({metric_info("infidelity"), 3});  // one value defined: a mean, no spread
+  t.metrics.push_back({metric_info("infidelity"), 3, "", "images"});  // one value defined: a mean, no spread
   t.rows.push_back({"gradient", "infidelity", summarize(std::vector<double>{2.0, 3.0, 4.0})});
   t.rows.push_back({"guided_gradcam", "infidelity", summarize(std::vector<double>{1.5, nan, nan})});
 

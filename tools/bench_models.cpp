@@ -11,7 +11,7 @@
 // in the same run.
 //
 // At ImageNet's size (--size 224) the models are the paper's (ResNet-50, VGG-16-BN, ViT-B/16,
-// batch 8), and beside inference and the training step it times the explanation workloads
+// PVT-v2-b1, batch 8), and beside inference and the training step it times the explanation workloads
 // per image (gradient, soft pullback, pullback ascent K=5, SmoothGrad and integrated
 // gradients) with the peak tensor memory of each; --workloads and --only choose a part of
 // that grid, which at 224 pixels is long.
@@ -63,7 +63,8 @@ std::vector<ModelCase> imagenet_cases() {
   };
   return {{"resnet50", image_model("resnet50", 0)},
           {"vgg16_bn", image_model("vgg16_bn", 0)},
-          {"vit_b_16", image_model("vit_base", 16)}};
+          {"vit_b_16", image_model("vit_base", 16)},
+          {"pvt_v2_b1", image_model("pvt_v2_b1", 0)}};
 }
 
 std::vector<ModelCase> small_cases() {

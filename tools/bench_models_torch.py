@@ -6,9 +6,11 @@ training (SGD step: forward, cross-entropy, backward, update) and inference thro
 
 prints both with the ratio ours/PyTorch (> 1: adjoint is faster). With --size S (as
 `adjoint bench models --size S` or --imagenet), the models are torchvision's ResNet-50,
-VGG-16-BN and ViT-B/16 at S pixels with 1000 classes, batch 8, each convolutional one run in
-the faster of the two memory formats (contiguous or channels-last, chosen by its inference),
-and the gradient, SmoothGrad and integrated gradients per image are timed beside ours. With --ours, each side's
+VGG-16-BN and ViT-B/16 and the goldens' plain-PyTorch PVT-v2-b1 (tests/goldens/gen_pvt.py)
+at S pixels with 1000 classes, batch 8, each one with convolutions run in the faster of the
+two memory formats (contiguous or channels-last, chosen by its inference), and the
+explanation workloads per image are timed beside ours: gradient, soft pullback and pullback
+ascent (K=5) through surrogate ops (soft_pullback_model), SmoothGrad and integrated gradients. With --ours, each side's
 achieved GFLOP/s is also printed as a share of the sgemm rate that `adjoint bench models`
 measured in its run (its FLOP counts, engine/flops.h: training counts 3x forward). With
 --clock cpu (1 thread only, as adjoint's --clock cpu) steps are timed in process CPU time,
@@ -18,7 +20,9 @@ the time adjoint's steps spent in OpenBLAS (the kernels both sides share), each 
 is printed beside it: PyTorch's step time over that time.
 """
 import argparse
+import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -29,9 +33,13 @@ import torch_peer  # noqa: E402
 torch_peer.use_best_blas()  # before torch loads OpenBLAS: the engine's kernel choice
 
 import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import torch_models  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "goldens"))
+import gen_pvt  # noqa: E402  (a plain-PyTorch PVT-v2, the goldens' model)
 
 
 def models(classes=10):
@@ -50,7 +58,93 @@ def imagenet_models(size):
         "resnet50": lambda: torchvision.models.resnet50(num_classes=1000),
         "vgg16_bn": lambda: torchvision.models.vgg16_bn(num_classes=1000),
         "vit_b_16": lambda: torchvision.models.vit_b_16(image_size=size, num_classes=1000),
+        "pvt_v2_b1": lambda: gen_pvt.pvt_v2("pvt_v2_b1"),
     }
+
+
+# The soft pullback's temperatures, as adjoint's defaults (engine/transport.h).
+TAU = {"relu": 0.6, "gelu": 1.0, "max_pool": 0.3, "attention": 1.0}
+
+
+def surrogate(value, gate, z):
+    """value in the forward pass; u ↦ gate·u in the backward pass (gate detached)."""
+    g = gate.detach()
+    return value.detach() + g * z - (g * z).detach()
+
+
+class SoftRelu(nn.Module):
+    def forward(self, z):
+        return surrogate(F.relu(z), 0.5 * (1 + torch.erf(z / TAU["relu"] / math.sqrt(2))), z)
+
+
+class SoftGelu(nn.Module):
+    def forward(self, z):
+        return surrogate(F.gelu(z), 0.5 * (1 + torch.erf(z / TAU["gelu"] / math.sqrt(2))), z)
+
+
+class SoftMaxPool(nn.Module):
+    """Max-pooling whose backward spreads u over each window by softmax(window/τ)."""
+    def __init__(self, pool):
+        super().__init__()
+        self.pool = pool
+
+    def forward(self, z):
+        k, s, p = self.pool.kernel_size, self.pool.stride, self.pool.padding
+        B, C, H, W = z.shape
+        y = self.pool(z)
+        padded = F.pad(z, (p, p, p, p), value=-1e30) if p else z
+        windows = F.unfold(padded.reshape(B * C, 1, H + 2 * p, W + 2 * p), k, stride=s)  # (B·C, k·k, positions)
+        spread = (torch.softmax(windows / TAU["max_pool"], 1).detach() * windows).sum(1).reshape(y.shape)
+        return y.detach() + spread - spread.detach()
+
+
+class FrozenLayerNorm(nn.Module):
+    """LayerNorm with its mean and deviation detached (the pullbacks' rule)."""
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True).detach()
+        sigma = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + self.norm.eps).detach()
+        return (x - mu) / sigma * self.norm.weight + self.norm.bias
+
+
+class FrozenPatternAttention(nn.Module):
+    """torchvision's self-attention with its pattern (at τ = 1) detached: through V only."""
+    def __init__(self, mha):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, query, key, value, need_weights=False):
+        m, (B, N, C) = self.mha, query.shape
+        heads = m.num_heads
+        q, k, v = F.linear(query, m.in_proj_weight, m.in_proj_bias).reshape(B, N, 3, heads, C // heads).permute(
+            2, 0, 3, 1, 4)
+        pattern = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(C // heads) / TAU["attention"], -1).detach()
+        return m.out_proj((pattern @ v).transpose(1, 2).reshape(B, N, C)), None
+
+
+def soft_pullback_model(model):
+    """A copy of `model` whose backward pass is the soft pullback: each ReLU, GELU, max-pool,
+    LayerNorm and attention replaced by its surrogate (the forward values are the model's)."""
+    if isinstance(model, gen_pvt.PvtV2):
+        rule = gen_pvt.Rule("soft", tau_gelu=TAU["gelu"], tau_attention=TAU["attention"])
+        return lambda x: model(x, rule)
+    soft = copy.deepcopy(model)
+    for parent in list(soft.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.ReLU):
+                setattr(parent, name, SoftRelu())
+            elif isinstance(child, nn.GELU):
+                setattr(parent, name, SoftGelu())
+            elif isinstance(child, nn.MaxPool2d):
+                setattr(parent, name, SoftMaxPool(child))
+            elif isinstance(child, nn.LayerNorm):
+                setattr(parent, name, FrozenLayerNorm(child))
+            elif isinstance(child, nn.MultiheadAttention):
+                setattr(parent, name, FrozenPatternAttention(child))
+    return soft
 
 
 def batch_for(name, batch, size=0):
@@ -92,9 +186,21 @@ def weighted_gradients(model, x, targets, points):
 
 
 def explanation_workloads(samples):
-    """The explanations PyTorch has a plain peer for, as functions of (model, x, targets)."""
+    """The explanations, as functions of (model, x, targets); the soft pullback's through a
+    copy of the model with surrogate ops (soft_pullback_model), made once beforehand."""
     def gradient(model, x, targets):
         return weighted_gradients(model, x, targets, [(x, 1.0)])
+
+    def soft_pullback(soft, x, targets):
+        return weighted_gradients(soft, x, targets, [(x, 1.0)])
+
+    def pullback_ascent(soft, x, targets, steps=5):
+        alpha = 20 * math.sqrt(x[0].numel() / 150528)  # adjoint's step for inputs in [-1, 1]
+        xt = x
+        for _ in range(steps):
+            nu = weighted_gradients(soft, xt, targets, [(xt, 1.0)])
+            xt = xt + alpha * nu / nu.flatten(1).norm(dim=1).clamp_min(1e-30).reshape(-1, 1, 1, 1)
+        return xt - x
 
     def smoothgrad(model, x, targets):
         g = torch.Generator().manual_seed(0)
@@ -104,8 +210,11 @@ def explanation_workloads(samples):
     def integrated_gradients(model, x, targets):
         alphas = [k / (samples - 1) for k in range(samples)]
         return x * weighted_gradients(model, x, targets, ((a * x, 1.0 / samples) for a in alphas))
-    return {"gradient": gradient, f"smoothgrad({samples})": smoothgrad,
-            f"integrated_gradients({samples})": integrated_gradients}
+    return {"gradient": gradient, "soft_pullback": soft_pullback, "pullback_ascent(K=5)": pullback_ascent,
+            f"smoothgrad({samples})": smoothgrad, f"integrated_gradients({samples})": integrated_gradients}
+
+
+EXPLANATIONS = ("gradient", "soft_pullback", "pullback_ascent", "smoothgrad", "integrated_gradients")
 
 
 def bench(name, batch, repeats, clock, size=0, workloads=("train", "infer"), samples=50):
@@ -119,7 +228,7 @@ def bench(name, batch, repeats, clock, size=0, workloads=("train", "infer"), sam
             model(x)
 
     model.eval()
-    if size and name != "vit_b_16":  # the faster memory format for this convolutional model
+    if size and name != "vit_b_16":  # the faster memory format for this model with convolutions
         t_plain = time_steps(infer, 1, clock, warmup=1)
         model = model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
@@ -133,15 +242,17 @@ def bench(name, batch, repeats, clock, size=0, workloads=("train", "infer"), sam
         model.eval()
     if "infer" in workloads:
         result["infer_samples_per_s"] = n / time_steps(infer, repeats, clock)
-    explained = [w for w in workloads if w in ("gradient", "smoothgrad", "integrated_gradients")]
+    explained = [w for w in workloads if w in EXPLANATIONS]
     if explained:
         with torch.no_grad():
             targets = model(x).argmax(1)
+        soft = soft_pullback_model(model) if {"soft_pullback", "pullback_ascent"} & set(explained) else None
         for label, fn in explanation_workloads(samples).items():
             if label.split("(")[0] not in explained:
                 continue
-            many = label != "gradient"
-            seconds = time_steps(lambda: fn(model, x, targets), 1 if many else repeats, clock, warmup=0 if many else 2)
+            many = label.startswith(("smoothgrad", "integrated_gradients"))
+            net = soft if label.startswith(("soft_pullback", "pullback_ascent")) else model
+            seconds = time_steps(lambda: fn(net, x, targets), 1 if many else repeats, clock, warmup=0 if many else 2)
             result["explanations"][label] = seconds * 1e3 / n
     return result
 
@@ -202,7 +313,7 @@ def main():
             if json.load(f).get("image_size", 32) != 32:
                 ap.error(f"{args.ours} holds the ImageNet models: pass --size as adjoint was run")
     workloads = args.workloads.split(",") if args.workloads else (
-        ["train", "infer", "gradient", "smoothgrad", "integrated_gradients"] if args.size else ["train", "infer"])
+        ["train", "infer", *EXPLANATIONS] if args.size else ["train", "infer"])
     names = args.only.split(",") if args.only else list(imagenet_models(args.size) if args.size else models())
     ours, ours_blas, ours_conv, sgemm = {}, None, None, None
     if args.ours:

@@ -43,19 +43,26 @@ ConvGeometry make_geometry(const Tensor& x, const Tensor& w, const Tensor& bias,
 
 // What the forward pass does to each output value of channel o as it writes it: + bias[o];
 // then, with eval-mode BatchNorm fused in (conv2d_batch_norm_eval), ·scale[o] + shift[o];
-// then, with a fused ReLU, max(·, 0). These are the float operations of the separate ops
-// in their order, so a fused output is bitwise the unfused one.
+// then, with a residual, + the residual's value at the same place; then, with a fused ReLU,
+// max(·, 0). These are the float operations of the separate ops in their order, so a fused
+// output is bitwise the unfused one.
 struct Epilogue {
   const float* bias = nullptr;
   const float* scale = nullptr;  // with shift, or neither
   const float* shift = nullptr;
+  // A tensor of the output's shape, and the output's data, by which a row of the output
+  // finds its residual. Only for algorithms that finish rows in place in the output
+  // (im2col, direct), never a staging copy.
+  const float* residual = nullptr;
+  const float* output = nullptr;
   bool relu = false;
 
   // Anything beyond the bias (which the GEMMs may add themselves).
-  bool after_bias() const { return scale != nullptr || relu; }
+  bool after_bias() const { return scale != nullptr || residual != nullptr || relu; }
   // The steps after the bias on n values of channel o, in place. One branch-free loop per
   // case, so that each vectorises (std::max keeps a NaN, as ReLU does).
   void finish_row(float* __restrict row, int64_t n, int64_t o) const {
+    if (residual) return finish_with_residual(row, n, o, residual + (row - output));
     if (scale) {
       const float k = scale[o], s = shift[o];
       if (relu)
@@ -65,6 +72,19 @@ struct Epilogue {
     } else if (relu) {
       for (int64_t i = 0; i < n; ++i) row[i] = std::max(row[i], 0.0f);
     }
+  }
+
+ private:
+  void finish_with_residual(float* __restrict row, int64_t n, int64_t o, const float* __restrict r) const {
+    const float k = scale ? scale[o] : 1.0f, s = shift ? shift[o] : 0.0f;
+    if (scale && relu)
+      for (int64_t i = 0; i < n; ++i) row[i] = std::max((row[i] * k + s) + r[i], 0.0f);
+    else if (scale)
+      for (int64_t i = 0; i < n; ++i) row[i] = (row[i] * k + s) + r[i];
+    else if (relu)
+      for (int64_t i = 0; i < n; ++i) row[i] = std::max(row[i] + r[i], 0.0f);
+    else
+      for (int64_t i = 0; i < n; ++i) row[i] = row[i] + r[i];
   }
 };
 

@@ -27,6 +27,15 @@ constexpr int64_t kMinColumnsBackward = 1024;
 // runs too far below the GEMM's rate.
 constexpr int64_t kPointwiseInPlace = 64;
 
+// The output columns of one product that the epilogue then finishes in place: `rows`
+// outputs of each about kEpilogueBytes in all (in the L2 cache), a multiple of the GEMM's
+// 32-column register tile, at least kMinColumns.
+constexpr int64_t kEpilogueBytes = 512 << 10;
+int64_t epilogue_columns(int64_t rows, int64_t ncols) {
+  const int64_t fit = kEpilogueBytes / (int64_t(sizeof(float)) * std::max<int64_t>(rows, 1)) / 32 * 32;
+  return std::min(ncols, std::max(kMinColumns, fit));
+}
+
 // How the batch is cut into GEMMs: blocks of images, each in tiles of output rows.
 struct Tiling {
   int64_t N;          // images
@@ -251,14 +260,18 @@ void conv_forward(const ConvGeometry& g, const float* x, const float* w, const E
         const float beta = nb == 1 && bias ? 1.0f : 0.0f;
         if (beta != 0.0f)
           for (int64_t o = 0; o < g.O; ++o) std::fill(out.data + o * out.ld, out.data + o * out.ld + ncols, bias[o]);
-        for (int64_t gi = 0; gi < g.groups; ++gi)
-          product(weights[gi], false, ncols, 1.0f, cols.data + gi * g.rows_g * cols.ld, cols.ld, beta,
-                  out.data + gi * g.Og * out.ld, out.ld);
-        if (nb > 1) {
-          matrix_to_planes(staging.data(), nb, g.O, g.P, epilogue, y_block);
-        } else if (epilogue.after_bias()) {  // the tile is still in cache
-          for (int64_t o = 0; o < g.O; ++o) epilogue.finish_row(out.data + o * out.ld, ncols, o);
+        // Written straight into y, the product runs in column pieces, each finished by the
+        // epilogue while it is still in cache (the same bits as one product: gemm.h).
+        const int64_t piece = nb == 1 && epilogue.after_bias() ? epilogue_columns(g.O, ncols) : ncols;
+        for (int64_t j0 = 0; j0 < ncols; j0 += piece) {
+          const int64_t width = std::min(piece, ncols - j0);
+          for (int64_t gi = 0; gi < g.groups; ++gi)
+            product(weights[gi], false, width, 1.0f, cols.data + gi * g.rows_g * cols.ld + j0, cols.ld, beta,
+                    out.data + gi * g.Og * out.ld + j0, out.ld);
+          if (nb == 1 && epilogue.after_bias())
+            for (int64_t o = 0; o < g.O; ++o) epilogue.finish_row(out.data + o * out.ld + j0, width, o);
         }
+        if (nb > 1) matrix_to_planes(staging.data(), nb, g.O, g.P, epilogue, y_block);
       }
     }
   });

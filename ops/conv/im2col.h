@@ -15,7 +15,8 @@ namespace adjoint::conv {
 void conv_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y);
 
 // dx = col2im(Wᵀ·dY), dw = Σ_tiles dY·colsᵀ and db = Σ_tiles Σ_columns dY, each skipped when
-// its pointer is null; dx arrives zeroed (col2im adds).
+// its pointer is null; dx arrives zeroed (col2im adds), except for a 1×1 stride-1 conv
+// (g.pointwise), whose every entry of dx is written.
 void conv_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
                    float* db);
 

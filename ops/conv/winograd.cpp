@@ -503,6 +503,7 @@ WinogradTiling winograd_tiling(const ConvGeometry& g, int64_t min_tiles) {
 
 // y = epilogue(conv(x, w)).
 void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
+  check(epilogue.residual == nullptr, "winograd_forward: a residual cannot be fused (rows finish in a staging copy)");
   const WinogradTiling tiling = winograd_tiling(g, winograd_min_tiles(g, false));
   const WinogradWeights packed_u(g, w, false);
   const ConvGemm product(tiling.blocks());
