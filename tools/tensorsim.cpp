@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <tuple>
 
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/tensor_similarity.h"
@@ -83,6 +84,8 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.input_std = a.number("input-std");
   o.recursion = a.flag("recursion");
   o.tolerance = a.number("tolerance");
+  if (a.integer("seed") < 0) throw UsageError(cat("--seed must be 0 or more, got ", a.integer("seed")));
+  o.seed = uint64_t(a.integer("seed"));
   if (!(std::isfinite(o.tolerance) && o.tolerance > 0))
     throw UsageError(cat("--tolerance must be a positive finite number, got ", o.tolerance));
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
@@ -223,7 +226,8 @@ int run_pair(const cli::Args& a) {
   std::optional<MonteCarloSimilarity> mc;
   if (a.integer("check-mc") != 0) {
     mc = naming(pair, [&] {
-      return monte_carlo_check(*ca.model, *cb.model, o, a.integer("check-mc"), reference ? reference->model.get() : nullptr);
+      return monte_carlo_check(*ca.model, *cb.model, o, a.integer("check-mc"), reference ? reference->model.get() : nullptr,
+                               o.seed);
     });
     const double off = (score.total - mc->similarity) / mc->similarity_se;
     std::printf("Monte Carlo check, %lld samples: %s ± %s (s.e.); %s %s − Monte Carlo = %.1f s.e.\n",
@@ -234,6 +238,12 @@ int run_pair(const cli::Args& a) {
     csv.add_row({"monte_carlo_samples", cat(mc->samples), "", "", "", ""});
     csv.add_row(csv_row("monte_carlo_similarity", mc->similarity, 0, 0, 0, false, compared));
     csv.add_row(csv_row("monte_carlo_standard_error", mc->similarity_se, 0, 0, 0, false, compared));
+    // Each inner product apart, with its standard error (value column: the inner product).
+    for (const auto& [name, value, se] : {std::tuple{"ab", mc->inner_ab, mc->inner_ab_se}, std::tuple{"aa", mc->inner_aa, mc->inner_aa_se},
+                                          std::tuple{"bb", mc->inner_bb, mc->inner_bb_se}}) {
+      csv.add_row(csv_row(cat("monte_carlo_inner_", name), value, 0, 0, 0, false, compared));
+      csv.add_row(csv_row(cat("monte_carlo_inner_", name, "_standard_error"), se, 0, 0, 0, false, compared));
+    }
     md.add_row({cat("Monte Carlo, ", mc->samples, " samples (± s.e.)"),
                 cat(fixed(mc->similarity, 4), " ± ", fixed(mc->similarity_se, 4)), "", "", ""});
   }
@@ -553,6 +563,7 @@ const cli::Registration tensorsim_command({
                  "0"},
                 {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
                 {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},
+                {"seed", "N", "the draws of sampled estimates and of --check-mc (runs with different seeds are independent)", "1"},
                 {"run", "DIR", "compare every kept checkpoint of a training run (or a folder of the paper's LM checkpoints: config.json, checkpoints/)", ""},
                 {"config", "FILE", "the tensor-similarity paper's LM checkpoints: their config.json (default: beside them or in the folder above)", ""},
                 {"data", "SPEC", "data set for the baselines and accuracy (default: the checkpoint's)", ""},

@@ -11,8 +11,9 @@
 // inner products), each estimated RUNS times from independent seeds to TOLERANCE with each
 // estimator; prints per pair and estimator how many intervals covered the cosine and each of
 // the three inner products, the mean standard error and time, and the largest tail share seen.
-// drift: the safetensors file's network (the paper's layout, 2 heads) against a random one of
-// the same shape, estimated at each number of draws (no tolerance), by both estimators.
+// drift: the safetensors file's network (the paper's layout, 2 heads, 4 positions) against
+// itself with layers.1.o.weight halved, estimated at each number of draws (no tolerance), by
+// both estimators (plain sampling given the same network evaluations).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -94,9 +95,12 @@ void drift(double input_std, const std::string& path, const std::vector<int64_t>
   PaperLmShape shape;
   shape.heads = 2;
   const PolynomialView a = paper_lm_view(file.tensors, shape, kPaperLmPositions, path);
-  shape.vocab = a.input_dim, shape.dim = a.steps.front().weight.size(0), shape.layers = int64_t(a.steps.size()) - 2;
-  Generator gen(20261205);
-  const PolynomialView b = paper_lm_view(paper_lm_random_state(shape, gen), shape, kPaperLmPositions, "random");
+  // B: A with its last layer's output projection halved (a cosine near 0.95).
+  std::map<std::string, Tensor> other = file.tensors;
+  std::vector<float> halved = other.at("layers.1.o.weight").to_vector();
+  for (float& w : halved) w *= 0.5f;
+  other["layers.1.o.weight"] = Tensor::from_vector(other.at("layers.1.o.weight").shape(), halved);
+  const PolynomialView b = paper_lm_view(other, shape, kPaperLmPositions, "halved");
   std::printf("| estimator | draws | evaluations | cosine ± s.e. | <A|B> ± s.e. | <A|A> ± s.e. | <B|B> ± s.e. | tail share | reliable | time (s) |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
   for (bool radial : {true, false})
