@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/tensor_similarity.h"
 #include "analysis/common/plot.h"
 #include "engine/distributed.h"
+#include "engine/io/state_dict_file.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
@@ -56,10 +58,11 @@ int64_t step_in_name(const std::string& path) {
 }
 
 // An adjoint checkpoint (its metadata names its format), else one of the paper's LMs, whose
-// head count comes from `config` (--config) or the config.json of the checkpoint's folder.
-// Such a file names no data set: the data-based baselines need --data.
+// head count comes from `config` (--config) or the config.json of the checkpoint's folder:
+// a safetensors file or a state dict saved by torch.save, told apart by content
+// (read_state_dict). Such a file names no data set: the data-based baselines need --data.
 LoadedCheckpoint load(const std::string& path, const std::string& config = "") {
-  const SafetensorsFile file = read_safetensors(path);
+  const SafetensorsFile file = read_state_dict(path);
   if (file.metadata.count("format")) {
     LoadedCheckpoint c{path, load_checkpoint(path), nullptr};
     c.model = model_from_checkpoint(c.checkpoint);
@@ -333,14 +336,22 @@ int run_pair(const cli::Args& a) {
   return 0;
 }
 
-// The kept checkpoints of a run folder (adjoint train --keep-checkpoints), in step order.
+// The files a run's checkpoints/ folder may hold: adjoint's and safetensors files of the paper's
+// LMs, or their state dicts as torch.save writes them.
+const std::set<std::string> kCheckpointExtensions = {".safetensors", ".pt", ".pth"};
+
+// The kept checkpoints of a run folder (adjoint train --keep-checkpoints, or the paper's
+// checkpoints/step_*.pt), in step order.
 std::vector<std::string> run_checkpoints(const std::string& dir) {
   const fs::path folder = fs::path(dir) / "checkpoints";
   check(fs::is_directory(folder), "tensorsim --run ", dir, ": no checkpoints folder (train with --keep-checkpoints)");
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(folder))
-    if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
-  std::sort(files.begin(), files.end());  // step_%08d names sort by step
+    if (kCheckpointExtensions.count(entry.path().extension().string())) files.push_back(entry.path().string());
+  // By the step in the name (step_5 before step_40, whatever the padding), then by name.
+  std::sort(files.begin(), files.end(), [](const std::string& x, const std::string& y) {
+    return std::pair(step_in_name(x), x) < std::pair(step_in_name(y), y);
+  });
   check(files.size() >= 2, "tensorsim --run ", dir, ": ", files.size(), " checkpoint(s) in ", folder.string(),
         "; at least two are needed");
   return files;
