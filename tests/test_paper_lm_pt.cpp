@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/io/json.h"
+#include "engine/io/safetensors.h"
 #include "engine/io/state_dict_file.h"
 #include "models/paper_lm.h"
 #include "tests/support.h"
@@ -55,4 +56,26 @@ TEST_CASE("paper LM: tensorsim --run over a folder of checkpoints/step_*.pt") {
   const Json j = parse_json(adjoint::testing::read_text(dir.file("out/run_similarity.json")));
   CHECK(adjoint::testing::contains(j.find("method")->as_string(), "monte-carlo"));
   CHECK(matrix.find("1,1\n") != std::string::npos);
+}
+
+TEST_CASE("paper LM: tensorsim --run says how many pairs' intervals the tail diagnostic marks unreliable") {
+  // The fixture against itself with its last layer's output halved, at input std 0.25: one
+  // draw carries far over 5% of the sample variance (analysis/results/monte_carlo_tails.md).
+  adjoint::testing::TempDir dir;
+  const std::string run = dir.file("run");
+  fs::create_directories(run + "/checkpoints");
+  std::ofstream(run + "/config.json") << R"({"n_head": 2})";
+  std::map<std::string, Tensor> halved = read_state_dict(kPaperLmPt).tensors;
+  std::vector<float> w = halved.at("layers.1.o.weight").to_vector();
+  for (float& x : w) x *= 0.5f;
+  halved["layers.1.o.weight"] = Tensor::from_vector({8, 8}, w);
+  fs::copy_file(kPaperLmPt, run + "/checkpoints/step_1.pt");
+  write_safetensors(run + "/checkpoints/step_2.safetensors", halved, {});
+  const adjoint::testing::CommandOutcome o = adjoint::testing::run_adjoint(
+      {"tensorsim", "--run", run, "--out", dir.file("out"), "--tolerance", "0.05", "--input-std", "0.25"});
+  REQUIRE_MESSAGE(o.code == 0, o.err);
+  const Json j = parse_json(adjoint::testing::read_text(dir.file("out/run_similarity.json")));
+  MESSAGE(j.find("method")->as_string());
+  CHECK(adjoint::testing::contains(j.find("method")->as_string(), "NO reliable interval"));
+  CHECK(adjoint::testing::contains(j.find("method")->as_string(), "1 of 1 pairs marked unreliable"));
 }

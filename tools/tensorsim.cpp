@@ -384,11 +384,13 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
   // The pairs (i < j), each computed on one rank (under mpirun, handed out by rank 0 to
   // whichever rank is free), then gathered: a pair's score does not depend on who computed
   // it, so every rank ends with the single process's matrix. The method named is the last
-  // pair's, sent by the rank that computed it.
+  // pair's, sent by the rank that computed it, with how many pairs' intervals are marked
+  // unreliable (heavy tails).
   std::vector<std::pair<size_t, size_t>> pairs;
   for (size_t i = 0; i < K; ++i)
     for (size_t j = i + 1; j < K; ++j) pairs.push_back({i, j});
-  std::vector<double> mine(pairs.size(), NAN), mine_se(pairs.size(), NAN);  // NaN: computed on another rank
+  // NaN: computed on another rank.
+  std::vector<double> mine(pairs.size(), NAN), mine_se(pairs.size(), NAN), mine_unreliable(pairs.size(), NAN);
   MomentCache traces;
   distributed::for_each_item(int64_t(pairs.size()), [&](int64_t p) {
     const auto [i, j] = pairs[size_t(p)];
@@ -399,22 +401,29 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
     });
     mine[size_t(p)] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
     mine_se[size_t(p)] = s.standard_error;
+    mine_unreliable[size_t(p)] = s.reliable ? 0.0 : 1.0;
     if (size_t(p) + 1 == pairs.size()) method = s.kind + ": " + s.method;
   });
   const size_t ranks = size_t(distributed::size());
-  std::vector<double> all(ranks * pairs.size()), all_se(ranks * pairs.size());
+  std::vector<double> all(ranks * pairs.size()), all_se(ranks * pairs.size()), all_unreliable(ranks * pairs.size());
   distributed::allgather(mine.data(), int64_t(pairs.size()), all.data());
   distributed::allgather(mine_se.data(), int64_t(pairs.size()), all_se.data());
+  distributed::allgather(mine_unreliable.data(), int64_t(pairs.size()), all_unreliable.data());
   int last_pair_rank = 0;
+  int64_t unreliable = 0;
   for (size_t p = 0; p < pairs.size(); ++p)
     for (size_t r = 0; r < ranks; ++r)
       if (!std::isnan(all[r * pairs.size() + p])) {
         const auto [i, j] = pairs[p];
         pairwise[i * K + j] = pairwise[j * K + i] = all[r * pairs.size() + p];
         standard_error[i * K + j] = standard_error[j * K + i] = all_se[r * pairs.size() + p];
+        unreliable += all_unreliable[r * pairs.size() + p] > 0;
         if (p + 1 == pairs.size()) last_pair_rank = int(r);
       }
   distributed::broadcast(method, last_pair_rank);
+  if (unreliable > 0)
+    method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (a draw carries over ",
+                  MonteCarloPlan{}.tail_share_limit, " of the sample variance: heavy tails, the standard error may understate the error)");
   return pairwise;
 }
 

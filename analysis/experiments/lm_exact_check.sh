@@ -10,6 +10,8 @@
 #
 #   analysis/experiments/lm_exact_check.sh OUT [SAMPLES] [BATCHES]     (defaults 200000 and 5)
 #
+# POSITIONS (default "2 4") picks the contexts compared. A rerun into the same OUT reuses the
+# trained models and each cell's exact and recursion scores.
 # Writes OUT/lm_exact_check.csv (a row per cell and batch) and OUT/lm_exact_check.md. For each
 # inner product: the batches' mean against the exact value in units of the batch means' own
 # standard error (their spread over sqrt(BATCHES), no single run's variance trusted), and how
@@ -29,15 +31,18 @@ done
 a=$out/lm_s0/checkpoint.safetensors b=$out/lm_s1/checkpoint.safetensors
 csv=$out/lm_exact_check.csv
 echo "positions,input_std,batch,exact,exact_ab,exact_aa,exact_bb,seconds,mc,mc_se,mc_ab,mc_ab_se,mc_aa,mc_aa_se,mc_bb,mc_bb_se,recursion" > "$csv"
-for positions in 2 4; do
+for positions in ${POSITIONS:-2 4}; do
   for std in 1 0.0625; do
     cell=$out/T${positions}_std$std
-    start=$(date +%s.%N)
-    "$adjoint" --threads 1 tensorsim "$a" "$b" --positions "$positions" --input-std "$std" --no-baselines \
-      --out "$cell" > "$cell.log"
-    seconds=$(echo "$(date +%s.%N) - $start" | bc)
-    "$adjoint" --threads 1 tensorsim "$a" "$b" --positions "$positions" --input-std "$std" --no-baselines --recursion \
-      --out "$cell/recursion" > "$cell.recursion.log"
+    if [ ! -f "$cell/seconds" ]; then
+      start=$(date +%s.%N)
+      "$adjoint" --threads 1 tensorsim "$a" "$b" --positions "$positions" --input-std "$std" --no-baselines \
+        --out "$cell" > "$cell.log"
+      echo "$(date +%s.%N) - $start" | bc > "$cell/seconds"
+      "$adjoint" --threads 1 tensorsim "$a" "$b" --positions "$positions" --input-std "$std" --no-baselines --recursion \
+        --out "$cell/recursion" > "$cell.recursion.log"
+    fi
+    seconds=$(cat "$cell/seconds")
     for batch in $(seq 1 "$batches"); do
       "$adjoint" --threads 1 tensorsim "$a" "$b" --positions "$positions" --input-std "$std" --no-baselines \
         --check-mc "$samples" --seed "$batch" --out "$cell/mc$batch" > "$cell.mc$batch.log"

@@ -397,6 +397,7 @@ TensorSimScore monte_carlo(RoutePair& p) {
                                          " of the sample variance (heavy tails; the standard error understates the error)"),
                      "; no exact route: ", p.why);
   score.total = mc.similarity, score.standard_error = mc.similarity_se, score.samples = mc.samples;
+  score.reliable = mc.reliable;
   score.inner_ab = mc.inner_ab, score.inner_aa = mc.inner_aa, score.inner_bb = mc.inner_bb;
   score.slices = mc.slices, score.slice_se = mc.slice_se;
   return score;
