@@ -4,6 +4,7 @@
 //
 //   build/analysis/experiments/mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]
 //   build/analysis/experiments/mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...
+//   build/analysis/experiments/mc_coverage versus A B POSITIONS INPUT_STD RUNS TOLERANCE EXACT_AB EXACT_AA EXACT_BB
 //
 // coverage: PAIRS (default 1) pairs of random networks, the second the first with its weights
 // moved by PERTURBATION times a fresh draw (plain attention: no QK bias, no rotary
@@ -11,6 +12,8 @@
 // inner products), each estimated RUNS times from independent seeds to TOLERANCE with each
 // estimator; prints per pair and estimator how many intervals covered the cosine and each of
 // the three inner products, the mean standard error and time, and the largest tail share seen.
+// versus: two adjoint checkpoints whose exact inner products are known (lm_exact_check.csv),
+// estimated RUNS times by each estimator: how many intervals cover each.
 // drift: the safetensors file's network (the paper's layout, 2 heads, 4 positions) against
 // itself with layers.1.o.weight halved, estimated at each number of draws (no tolerance), by
 // both estimators (plain sampling given the same network evaluations).
@@ -27,6 +30,7 @@
 #include "analysis/similarity/radial_quadrature.h"
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
+#include "models/checkpoint.h"
 #include "models/paper_lm.h"
 
 using namespace adjoint;
@@ -119,6 +123,33 @@ void drift(double input_std, const std::string& path, const std::vector<int64_t>
     }
 }
 
+void versus(const std::string& path_a, const std::string& path_b, int64_t positions, double input_std, int runs,
+            double tolerance, double ab, double aa, double bb) {
+  const PolynomialView a = model_from_checkpoint(load_checkpoint(path_a))->polynomial_view(positions),
+                       b = model_from_checkpoint(load_checkpoint(path_b))->polynomial_view(positions);
+  const double cosine = ab / std::sqrt(aa * bb);
+  std::printf("| estimator | cosine | <A|B> | <A|A> | <B|B> | mean s.e. | mean draws | mean evaluations | mean time (s) | "
+              "marked unreliable |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (bool radial : {true, false}) {
+    int c = 0, cab = 0, caa = 0, cbb = 0, flagged = 0;
+    double se = 0, draws = 0, evaluations = 0, time = 0;
+    for (int run = 1; run <= runs; ++run) {
+      MonteCarloPlan plan;
+      plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial, plan.seed = uint64_t(run) * 104729;
+      const auto start = std::chrono::steady_clock::now();
+      const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
+      time += seconds_since(start) / runs;
+      c += covers(mc.similarity, mc.similarity_se, cosine), cab += covers(mc.inner_ab, mc.inner_ab_se, ab);
+      caa += covers(mc.inner_aa, mc.inner_aa_se, aa), cbb += covers(mc.inner_bb, mc.inner_bb_se, bb);
+      se += mc.similarity_se / runs, draws += double(mc.samples) / runs, evaluations += double(mc.evaluations) / runs;
+      flagged += !mc.reliable;
+    }
+    std::printf("| %s | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.1f | %d |\n", radial ? "spherical-radial" : "plain", c,
+                runs, cab, runs, caa, runs, cbb, runs, se, draws, evaluations, time, flagged);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -134,8 +165,14 @@ int main(int argc, char** argv) try {
     drift(std::stod(argv[2]), argv[3], budgets);
     return 0;
   }
+  if (mode == "versus" && argc == 11) {
+    versus(argv[2], argv[3], std::stoll(argv[4]), std::stod(argv[5]), std::stoi(argv[6]), std::stod(argv[7]),
+           std::stod(argv[8]), std::stod(argv[9]), std::stod(argv[10]));
+    return 0;
+  }
   std::fprintf(stderr, "usage: mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]\n"
-                       "       mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...\n");
+                       "       mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...\n"
+                       "       mc_coverage versus A B POSITIONS INPUT_STD RUNS TOLERANCE EXACT_AB EXACT_AA EXACT_BB\n");
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "mc_coverage: %s\n", e.what());
