@@ -88,7 +88,7 @@ PolynomialView view_of_absorbed(const std::map<std::string, Tensor>& state, cons
     a.qkv = Tensor::from_vector({5 * d, d}, qkv);
     if (shape.qk_bias) a.qk_bias = Tensor::from_vector({4 * d}, bias);
     a.proj = tensor(state, p + "o.weight", {d, d}, source);
-    a.heads = shape.heads, a.rotary = true, a.residual = true, a.scale = shape.attention_scale;
+    a.heads = shape.heads, a.rotary = shape.rotary, a.residual = true, a.scale = shape.attention_scale;
     v.steps.push_back(a);
   }
   PolynomialStep u;
@@ -105,6 +105,36 @@ const Json& member(const Json& block, const char* key, const std::string& path) 
 }
 
 }  // namespace
+
+std::map<std::string, Tensor> paper_lm_random_state(const PaperLmShape& shape, Generator& gen, double weight_std,
+                                                    double bias_std, const std::map<std::string, Tensor>* from) {
+  check(shape.vocab > 0 && shape.dim > 0 && shape.layers > 0, "paper_lm_random_state: vocab, dim and layers must be set, got ",
+        shape.vocab, ", ", shape.dim, ", ", shape.layers);
+  const int64_t d = shape.dim;
+  std::map<std::string, Tensor> state;
+  state["embed.weight"] = normal({shape.vocab, d}, 0.0f, float(weight_std), gen);
+  for (int64_t i = 0; i < shape.layers; ++i) {
+    const std::string p = cat("layers.", i, ".");
+    for (const char* part : {"q1", "k1", "q2", "k2"}) {
+      state[p + part + ".weight"] = normal({d, d}, 0.0f, float(weight_std), gen);
+      if (shape.qk_bias) state[p + part + ".bias"] = normal({d}, 0.0f, float(bias_std), gen);
+    }
+    state[p + "v.weight"] = normal({d, d}, 0.0f, float(weight_std), gen);
+    state[p + "o.weight"] = normal({d, d}, 0.0f, float(weight_std), gen);
+  }
+  state["unembed.weight"] = normal({shape.vocab, d}, 0.0f, float(weight_std), gen);
+  if (from)
+    for (auto& [name, w] : state) {
+      const auto it = from->find(name);
+      check(it != from->end() && it->second.shape() == w.shape(), "paper_lm_random_state: the state to start from has no ", name,
+            " of shape ", to_string(w.shape()));
+      std::vector<float> v = w.to_vector();
+      const std::vector<float> base = it->second.contiguous().to_vector();
+      for (size_t i = 0; i < v.size(); ++i) v[i] += base[i];
+      w = Tensor::from_vector(w.shape(), v);
+    }
+  return state;
+}
 
 PolynomialView paper_lm_view(const std::map<std::string, Tensor>& state, const PaperLmShape& shape, int64_t positions,
                              const std::string& source) {

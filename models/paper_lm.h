@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/random.h"
 #include "engine/tensor.h"
 #include "models/model.h"
 #include "models/polynomial.h"
@@ -28,6 +29,7 @@ struct PaperLmShape {
   int64_t heads = 0;               // n_head of the model's config.json: not in the weights
   double attention_scale = 0.35;   // attn_scale
   bool qk_bias = true;             // use_bias_qk
+  bool rotary = true;              // the family's rotary positions; off only for tests (plain attention, which exact routes take)
   // Sizes the config states (0: not stated), checked against the tensors.
   int64_t vocab = 0, dim = 0, layers = 0;  // vocab_size, d_model, n_layers
 };
@@ -55,6 +57,15 @@ constexpr int64_t kPaperLmPositions = 4;
 // Throws as paper_lm_view does, and names a tensor that is neither the model's nor final_norm.*.
 std::shared_ptr<Model> paper_lm_model(const std::map<std::string, Tensor>& state, const PaperLmShape& shape,
                                       const std::string& source);
+
+// A state dict of the family with random weights (entries ~ N(0, weight_std²), the q and k
+// biases ~ N(0, bias_std²) when shape.qk_bias), of shape.vocab tokens, width shape.dim and
+// shape.layers attention layers: the networks of tests and experiments, in the layout a
+// checkpoint has (no final norm: an identity there). With `from`, that state plus the draw
+// (a network near another, for pairs of a cosine well inside (0, 1)).
+std::map<std::string, Tensor> paper_lm_random_state(const PaperLmShape& shape, Generator& gen, double weight_std = 0.5,
+                                                    double bias_std = 0.3,
+                                                    const std::map<std::string, Tensor>* from = nullptr);
 
 // Throws an Error naming `source` and the tensor that is missing or of the wrong shape.
 // `positions`: the context compared (the paper's analysis uses 4).

@@ -12,11 +12,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/tensor_similarity.h"
 #include "analysis/common/plot.h"
 #include "engine/distributed.h"
+#include "engine/io/state_dict_file.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
@@ -55,10 +58,11 @@ int64_t step_in_name(const std::string& path) {
 }
 
 // An adjoint checkpoint (its metadata names its format), else one of the paper's LMs, whose
-// head count comes from `config` (--config) or the config.json of the checkpoint's folder.
-// Such a file names no data set: the data-based baselines need --data.
+// head count comes from `config` (--config) or the config.json of the checkpoint's folder:
+// a safetensors file or a state dict saved by torch.save, told apart by content
+// (read_state_dict). Such a file names no data set: the data-based baselines need --data.
 LoadedCheckpoint load(const std::string& path, const std::string& config = "") {
-  const SafetensorsFile file = read_safetensors(path);
+  const SafetensorsFile file = read_state_dict(path);
   if (file.metadata.count("format")) {
     LoadedCheckpoint c{path, load_checkpoint(path), nullptr};
     c.model = model_from_checkpoint(c.checkpoint);
@@ -83,6 +87,8 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.input_std = a.number("input-std");
   o.recursion = a.flag("recursion");
   o.tolerance = a.number("tolerance");
+  if (a.integer("seed") < 0) throw UsageError(cat("--seed must be 0 or more, got ", a.integer("seed")));
+  o.seed = uint64_t(a.integer("seed"));
   if (!(std::isfinite(o.tolerance) && o.tolerance > 0))
     throw UsageError(cat("--tolerance must be a positive finite number, got ", o.tolerance));
   if (o.positions < 0) throw UsageError(cat("--positions must be 0 or more, got ", o.positions));
@@ -223,7 +229,8 @@ int run_pair(const cli::Args& a) {
   std::optional<MonteCarloSimilarity> mc;
   if (a.integer("check-mc") != 0) {
     mc = naming(pair, [&] {
-      return monte_carlo_check(*ca.model, *cb.model, o, a.integer("check-mc"), reference ? reference->model.get() : nullptr);
+      return monte_carlo_check(*ca.model, *cb.model, o, a.integer("check-mc"), reference ? reference->model.get() : nullptr,
+                               o.seed);
     });
     const double off = (score.total - mc->similarity) / mc->similarity_se;
     std::printf("Monte Carlo check, %lld samples: %s ± %s (s.e.); %s %s − Monte Carlo = %.1f s.e.\n",
@@ -234,6 +241,12 @@ int run_pair(const cli::Args& a) {
     csv.add_row({"monte_carlo_samples", cat(mc->samples), "", "", "", ""});
     csv.add_row(csv_row("monte_carlo_similarity", mc->similarity, 0, 0, 0, false, compared));
     csv.add_row(csv_row("monte_carlo_standard_error", mc->similarity_se, 0, 0, 0, false, compared));
+    // Each inner product apart, with its standard error (value column: the inner product).
+    for (const auto& [name, value, se] : {std::tuple{"ab", mc->inner_ab, mc->inner_ab_se}, std::tuple{"aa", mc->inner_aa, mc->inner_aa_se},
+                                          std::tuple{"bb", mc->inner_bb, mc->inner_bb_se}}) {
+      csv.add_row(csv_row(cat("monte_carlo_inner_", name), value, 0, 0, 0, false, compared));
+      csv.add_row(csv_row(cat("monte_carlo_inner_", name, "_standard_error"), se, 0, 0, 0, false, compared));
+    }
     md.add_row({cat("Monte Carlo, ", mc->samples, " samples (± s.e.)"),
                 cat(fixed(mc->similarity, 4), " ± ", fixed(mc->similarity_se, 4)), "", "", ""});
   }
@@ -323,14 +336,22 @@ int run_pair(const cli::Args& a) {
   return 0;
 }
 
-// The kept checkpoints of a run folder (adjoint train --keep-checkpoints), in step order.
+// The files a run's checkpoints/ folder may hold: adjoint's and safetensors files of the paper's
+// LMs, or their state dicts as torch.save writes them.
+const std::set<std::string> kCheckpointExtensions = {".safetensors", ".pt", ".pth"};
+
+// The kept checkpoints of a run folder (adjoint train --keep-checkpoints, or the paper's
+// checkpoints/step_*.pt), in step order.
 std::vector<std::string> run_checkpoints(const std::string& dir) {
   const fs::path folder = fs::path(dir) / "checkpoints";
   check(fs::is_directory(folder), "tensorsim --run ", dir, ": no checkpoints folder (train with --keep-checkpoints)");
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(folder))
-    if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
-  std::sort(files.begin(), files.end());  // step_%08d names sort by step
+    if (kCheckpointExtensions.count(entry.path().extension().string())) files.push_back(entry.path().string());
+  // By the step in the name (step_5 before step_40, whatever the padding), then by name.
+  std::sort(files.begin(), files.end(), [](const std::string& x, const std::string& y) {
+    return std::pair(step_in_name(x), x) < std::pair(step_in_name(y), y);
+  });
   check(files.size() >= 2, "tensorsim --run ", dir, ": ", files.size(), " checkpoint(s) in ", folder.string(),
         "; at least two are needed");
   return files;
@@ -363,11 +384,13 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
   // The pairs (i < j), each computed on one rank (under mpirun, handed out by rank 0 to
   // whichever rank is free), then gathered: a pair's score does not depend on who computed
   // it, so every rank ends with the single process's matrix. The method named is the last
-  // pair's, sent by the rank that computed it.
+  // pair's, sent by the rank that computed it, with how many pairs' intervals are marked
+  // unreliable (heavy tails).
   std::vector<std::pair<size_t, size_t>> pairs;
   for (size_t i = 0; i < K; ++i)
     for (size_t j = i + 1; j < K; ++j) pairs.push_back({i, j});
-  std::vector<double> mine(pairs.size(), NAN), mine_se(pairs.size(), NAN);  // NaN: computed on another rank
+  // NaN: computed on another rank.
+  std::vector<double> mine(pairs.size(), NAN), mine_se(pairs.size(), NAN), mine_unreliable(pairs.size(), NAN);
   MomentCache traces;
   distributed::for_each_item(int64_t(pairs.size()), [&](int64_t p) {
     const auto [i, j] = pairs[size_t(p)];
@@ -378,22 +401,29 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
     });
     mine[size_t(p)] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
     mine_se[size_t(p)] = s.standard_error;
+    mine_unreliable[size_t(p)] = s.reliable ? 0.0 : 1.0;
     if (size_t(p) + 1 == pairs.size()) method = s.kind + ": " + s.method;
   });
   const size_t ranks = size_t(distributed::size());
-  std::vector<double> all(ranks * pairs.size()), all_se(ranks * pairs.size());
+  std::vector<double> all(ranks * pairs.size()), all_se(ranks * pairs.size()), all_unreliable(ranks * pairs.size());
   distributed::allgather(mine.data(), int64_t(pairs.size()), all.data());
   distributed::allgather(mine_se.data(), int64_t(pairs.size()), all_se.data());
+  distributed::allgather(mine_unreliable.data(), int64_t(pairs.size()), all_unreliable.data());
   int last_pair_rank = 0;
+  int64_t unreliable = 0;
   for (size_t p = 0; p < pairs.size(); ++p)
     for (size_t r = 0; r < ranks; ++r)
       if (!std::isnan(all[r * pairs.size() + p])) {
         const auto [i, j] = pairs[p];
         pairwise[i * K + j] = pairwise[j * K + i] = all[r * pairs.size() + p];
         standard_error[i * K + j] = standard_error[j * K + i] = all_se[r * pairs.size() + p];
+        unreliable += all_unreliable[r * pairs.size() + p] > 0;
         if (p + 1 == pairs.size()) last_pair_rank = int(r);
       }
   distributed::broadcast(method, last_pair_rank);
+  if (unreliable > 0)
+    method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (a draw carries over ",
+                  MonteCarloPlan{}.tail_share_limit, " of the sample variance: heavy tails, the standard error may understate the error)");
   return pairwise;
 }
 
@@ -553,6 +583,7 @@ const cli::Registration tensorsim_command({
                  "0"},
                 {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
                 {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},
+                {"seed", "N", "the draws of sampled estimates and of --check-mc (runs with different seeds are independent)", "1"},
                 {"run", "DIR", "compare every kept checkpoint of a training run (or a folder of the paper's LM checkpoints: config.json, checkpoints/)", ""},
                 {"config", "FILE", "the tensor-similarity paper's LM checkpoints: their config.json (default: beside them or in the folder above)", ""},
                 {"data", "SPEC", "data set for the baselines and accuracy (default: the checkpoint's)", ""},

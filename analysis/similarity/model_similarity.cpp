@@ -387,11 +387,17 @@ TensorSimScore monte_carlo(RoutePair& p) {
   const MonteCarloSimilarity mc = monte_carlo_sized(p.va, p.vb, plan, p.reference ? &p.vr : nullptr);
   TensorSimScore score;
   score.kind = "monte-carlo";
-  score.method = cat("Monte Carlo estimate (gaussian), ", mc.samples, " samples", mc.control_variate
-                         ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
-                     ", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ", mc.similarity + 1.96 * mc.similarity_se,
+  score.method = cat("Monte Carlo estimate (gaussian), ",
+                     mc.radial_points ? cat(mc.samples, " directions, each along the ", mc.radial_points, "-point radial rule")
+                                      : cat(mc.samples, " samples"),
+                     mc.control_variate ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
+                     mc.reliable ? cat(", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ",
+                                         mc.similarity + 1.96 * mc.similarity_se)
+                                   : cat(", NO reliable interval: one draw carries ", mc.tail_share,
+                                         " of the sample variance (heavy tails; the standard error understates the error)"),
                      "; no exact route: ", p.why);
   score.total = mc.similarity, score.standard_error = mc.similarity_se, score.samples = mc.samples;
+  score.reliable = mc.reliable;
   score.inner_ab = mc.inner_ab, score.inner_aa = mc.inner_aa, score.inner_bb = mc.inner_bb;
   score.slices = mc.slices, score.slice_se = mc.slice_se;
   return score;

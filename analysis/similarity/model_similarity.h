@@ -85,6 +85,7 @@ struct TensorSimScore {
   double standard_error = 0;
   std::vector<double> slice_se;
   int64_t samples = 0;
+  bool reliable = true;  // false: a Monte Carlo estimate whose tail diagnostic marks its interval untrustworthy
 };
 
 // A model of one bilinear layer (tensor_similarity.h's closed form), prepared for many

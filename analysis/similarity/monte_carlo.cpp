@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "analysis/similarity/polynomial_moments.h"
+#include "analysis/similarity/radial_quadrature.h"
 #include "engine/error.h"
 #include "engine/matrix64.h"
 #include "engine/random.h"
@@ -14,12 +15,32 @@ namespace adjoint {
 
 namespace {
 
+// The smallest and largest of a series.
+struct Extremes {
+  double low = INFINITY, high = -INFINITY;
+  void add(double x) { low = std::min(low, x), high = std::max(high, x); }
+};
+
 // Running sums of the three per-sample products and of their pairwise products.
 struct CosineSums {
   double ab = 0, aa = 0, bb = 0, ab_ab = 0, aa_aa = 0, bb_bb = 0, ab_aa = 0, ab_bb = 0, aa_bb = 0;
+  Extremes ab_range, aa_range, bb_range;
   void add(double x, double y, double z) {
     ab += x, aa += y, bb += z;
     ab_ab += x * x, aa_aa += y * y, bb_bb += z * z, ab_aa += x * y, ab_bb += x * z, aa_bb += y * z;
+    ab_range.add(x), aa_range.add(y), bb_range.add(z);
+  }
+  // The largest draw's share of the sum of squared deviations from the mean, the largest over
+  // the three products: about 2·ln(N)/N for draws with light tails, and a sizeable fraction,
+  // however many draws, when a few huge draws carry the variance (the sample variance then
+  // understates the error).
+  double tail_share(int64_t n) const {
+    auto share = [n](double sum, double sum_sq, const Extremes& e) {
+      const double N = double(n), mean = sum / N, squares = sum_sq - N * mean * mean;
+      const double largest = std::max((e.high - mean) * (e.high - mean), (e.low - mean) * (e.low - mean));
+      return squares > 0 ? std::min(largest / squares, 1.0) : 0.0;
+    };
+    return std::max({share(ab, ab_ab, ab_range), share(aa, aa_aa, aa_range), share(bb, bb_bb, bb_range)});
   }
   // The cosine mean(ab)/sqrt(mean(aa)·mean(bb)) and its delta-method standard error.
   std::pair<double, double> cosine(int64_t n) const {
@@ -64,7 +85,7 @@ std::vector<double> outputs(const PolynomialView& a, const PolynomialView* refer
   return f;
 }
 
-// Per sample: f_a·f_b, |f_a|², |f_b|² summed over every output coordinate.
+// Per input row: f_a·f_b, |f_a|², |f_b|² summed over every output coordinate.
 struct Products {
   std::vector<double> ab, aa, bb;
 };
@@ -77,18 +98,33 @@ Products products(const std::vector<double>& fa, const std::vector<double>& fb, 
   return p;
 }
 
-// The per-class sums of one batch into the slices' running sums.
-void add_slices(const std::vector<double>& fa, const std::vector<double>& fb, int64_t n, int64_t T, int64_t classes,
-                std::vector<CosineSums>& slice) {
-  const size_t C = size_t(classes);
+// A draw is `weights.size()` consecutive input rows averaged with those weights: one row of
+// weight 1 when sampling plainly, a direction's points on the radial rule otherwise.
+Products per_draw(const Products& rows, const std::vector<double>& weights) {
+  const size_t k = weights.size(), draws = rows.ab.size() / k;
+  Products d{std::vector<double>(draws), std::vector<double>(draws), std::vector<double>(draws)};
+  for (size_t s = 0; s < draws; ++s)
+    for (size_t i = 0; i < k; ++i) {
+      const size_t row = s * k + i;
+      d.ab[s] += weights[i] * rows.ab[row], d.aa[s] += weights[i] * rows.aa[row], d.bb[s] += weights[i] * rows.bb[row];
+    }
+  return d;
+}
+
+// The per-class sums of one batch's draws into the slices' running sums.
+void add_slices(const std::vector<double>& fa, const std::vector<double>& fb, int64_t draws,
+                const std::vector<double>& weights, int64_t T, int64_t classes, std::vector<CosineSums>& slice) {
+  const size_t C = size_t(classes), k = weights.size();
   std::vector<double> ab(C), aa(C), bb(C);
-  for (int64_t s = 0; s < n; ++s) {
+  for (int64_t s = 0; s < draws; ++s) {
     std::fill(ab.begin(), ab.end(), 0.0), std::fill(aa.begin(), aa.end(), 0.0), std::fill(bb.begin(), bb.end(), 0.0);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t o = 0; o < classes; ++o) {
-        const size_t i = size_t((s * T + t) * classes + o);
-        ab[size_t(o)] += fa[i] * fb[i], aa[size_t(o)] += fa[i] * fa[i], bb[size_t(o)] += fb[i] * fb[i];
-      }
+    for (size_t i = 0; i < k; ++i)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < classes; ++o) {
+          const size_t j = size_t(((s * int64_t(k) + int64_t(i)) * T + t) * classes + o);
+          const double w = weights[i];
+          ab[size_t(o)] += w * fa[j] * fb[j], aa[size_t(o)] += w * fa[j] * fa[j], bb[size_t(o)] += w * fb[j] * fb[j];
+        }
     for (size_t o = 0; o < C; ++o) slice[o].add(ab[o], aa[o], bb[o]);
   }
 }
@@ -168,7 +204,7 @@ MonteCarloSimilarity monte_carlo_estimate(const PolynomialView& a, const Polynom
     const std::vector<double> fa = outputs(a, reference, x, n), fb = evaluate_polynomial(b, x, n);
     const Products p = products(fa, fb, n);
     for (int64_t s = 0; s < n; ++s) total.add(p.ab[size_t(s)], p.aa[size_t(s)], p.bb[size_t(s)]);
-    add_slices(fa, fb, n, T, classes, slice);
+    add_slices(fa, fb, n, {1.0}, T, classes, slice);
   }
   return finish(total, slice, samples);
 }
@@ -201,8 +237,31 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   const PolynomialView* reference = reference_in ? (basis.cols ? &read_reference : reference_in) : nullptr;
   check(plan.tolerance > 0 && std::isfinite(plan.tolerance), "monte carlo similarity: the tolerance must be positive, got ",
         plan.tolerance);
+  // The draws: a direction and the radial rule's points along it, or one input each.
+  const int64_t features = a.positions * a.input_dim;
+  const int degree = std::max(polynomial_degree(a), reference ? polynomial_degree(*reference) : 0) + polynomial_degree(b);
+  const RadialRule rule = plan.radial ? radial_rule(features, radial_points_for(degree)) : RadialRule{};
+  const std::vector<double> weights = plan.radial ? rule.weights : std::vector<double>{1.0};
+  const int64_t per_draw_rows = int64_t(weights.size());
   Generator gen(plan.seed);
-  const int64_t T = a.positions, classes = a.output_dim(), chunk = 4096;
+  auto draw = [&](int64_t draws) {
+    if (!plan.radial) return draw_inputs(a, draws, plan.input_std, gen);
+    std::vector<double> u = draw_inputs(a, draws, 1.0, gen), x(size_t(draws * per_draw_rows * features));
+    for (int64_t s = 0; s < draws; ++s) {
+      const double* us = u.data() + s * features;
+      double norm = 0;
+      for (int64_t f = 0; f < features; ++f) norm += us[f] * us[f];
+      norm = std::sqrt(norm);
+      for (int64_t i = 0; i < per_draw_rows; ++i) {
+        const double scale = plan.input_std * rule.nodes[size_t(i)] / norm;
+        double* row = x.data() + (s * per_draw_rows + i) * features;
+        for (int64_t f = 0; f < features; ++f) row[f] = scale * us[f];
+      }
+    }
+    return x;
+  };
+  const int64_t T = a.positions, classes = a.output_dim(), chunk = std::max<int64_t>(4096 / per_draw_rows, 64);
+  const int64_t minimum = std::max(2 * chunk, plan.min_draws);
   // The direct paths, when every network has one: the control variate.
   std::optional<PolynomialView> da, db, dr;
   if (plan.control_variate) {
@@ -212,52 +271,55 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   const bool cv = da && db && (!reference || dr);
   const PolynomialView* dref = cv && reference ? &*dr : nullptr;
   double mean_ab = 0, mean_aa = 0, mean_bb = 0, beta_ab = 0, beta_aa = 0, beta_bb = 0;
-  auto direct = [&](const std::vector<double>& x, int64_t n) {
-    const std::vector<double> la = outputs(*da, dref, x, n), lb = evaluate_polynomial(*db, x, n);
-    return products(la, lb, n);
+  auto direct = [&](const std::vector<double>& x, int64_t rows) {
+    const std::vector<double> la = outputs(*da, dref, x, rows), lb = evaluate_polynomial(*db, x, rows);
+    return per_draw(products(la, lb, rows), weights);
   };
+  const int64_t pilot = cv ? std::max<int64_t>(plan.pilot / per_draw_rows, 16) : 0;
   if (cv) {
-    const int64_t n = a.positions * a.input_dim;
     const std::vector<double> ra = affine_rows(*da, dref), rb = affine_rows(*db, nullptr);
-    mean_ab = direct_inner(ra, rb, n, plan.input_std), mean_aa = direct_inner(ra, ra, n, plan.input_std),
-    mean_bb = direct_inner(rb, rb, n, plan.input_std);
+    mean_ab = direct_inner(ra, rb, features, plan.input_std), mean_aa = direct_inner(ra, ra, features, plan.input_std),
+    mean_bb = direct_inner(rb, rb, features, plan.input_std);
     // The pilot: fits β, then is set aside.
-    const int64_t m = std::max<int64_t>(plan.pilot, 16);
-    const std::vector<double> x = draw_inputs(a, m, plan.input_std, gen);
-    const Products q = products(outputs(a, reference, x, m), evaluate_polynomial(b, x, m), m), g = direct(x, m);
+    const int64_t rows = pilot * per_draw_rows;
+    const std::vector<double> x = draw(pilot);
+    const Products q = per_draw(products(outputs(a, reference, x, rows), evaluate_polynomial(b, x, rows), rows), weights);
+    const Products g = direct(x, rows);
     beta_ab = coefficient(q.ab, g.ab), beta_aa = coefficient(q.aa, g.aa), beta_bb = coefficient(q.bb, g.bb);
   }
   CosineSums total;
   std::vector<CosineSums> slice(static_cast<size_t>(classes));
   int64_t done = 0;
   for (;;) {
-    const int64_t n = std::min(chunk, plan.max_samples - done);
-    const std::vector<double> x = draw_inputs(a, n, plan.input_std, gen);
-    const std::vector<double> fa = outputs(a, reference, x, n), fb = evaluate_polynomial(b, x, n);
-    const Products q = products(fa, fb, n);
+    const int64_t n = std::min(chunk, plan.max_samples - done), rows = n * per_draw_rows;
+    const std::vector<double> x = draw(n);
+    const std::vector<double> fa = outputs(a, reference, x, rows), fb = evaluate_polynomial(b, x, rows);
+    Products q = per_draw(products(fa, fb, rows), weights);
     if (cv) {
-      const Products g = direct(x, n);
+      const Products g = direct(x, rows);
       for (size_t s = 0; s < size_t(n); ++s)
-        total.add(q.ab[s] - beta_ab * (g.ab[s] - mean_ab), q.aa[s] - beta_aa * (g.aa[s] - mean_aa),
-                  q.bb[s] - beta_bb * (g.bb[s] - mean_bb));
-    } else {
-      for (size_t s = 0; s < size_t(n); ++s) total.add(q.ab[s], q.aa[s], q.bb[s]);
+        q.ab[s] -= beta_ab * (g.ab[s] - mean_ab), q.aa[s] -= beta_aa * (g.aa[s] - mean_aa), q.bb[s] -= beta_bb * (g.bb[s] - mean_bb);
     }
-    add_slices(fa, fb, n, T, classes, slice);
+    for (size_t s = 0; s < size_t(n); ++s) total.add(q.ab[s], q.aa[s], q.bb[s]);
+    add_slices(fa, fb, n, weights, T, classes, slice);
     done += n;
     const double se = total.cosine(done).second;
     check(std::isfinite(se) && std::isfinite(total.aa) && std::isfinite(total.bb), "monte carlo similarity: after ", done,
-          " samples the products of ", a.arch, "'s and ", b.arch, "'s outputs are out of range (",
+          " draws the products of ", a.arch, "'s and ", b.arch, "'s outputs are out of range (",
           "outputs this heavy-tailed at input scale ", plan.input_std, " have no usable sample mean; a smaller --input-std, ",
           "e.g. 1/sqrt(vocab) for one-hot tokens)");
     const double ratio = se / plan.tolerance;
     const int64_t needed = std::max(done, int64_t(double(done) * ratio * ratio));
     if (plan.progress) plan.progress(done, std::min(needed, plan.max_samples), se);
-    if ((done >= 2 * chunk && se <= plan.tolerance) || done >= plan.max_samples) break;
+    if ((done >= minimum && se <= plan.tolerance) || done >= plan.max_samples) break;
   }
   MonteCarloSimilarity r = finish(total, slice, done);
   r.control_variate = cv;
-  r.pilot_samples = cv ? std::max<int64_t>(plan.pilot, 16) : 0;
+  r.pilot_samples = pilot;
+  r.radial_points = plan.radial ? int(per_draw_rows) : 0;
+  r.evaluations = (done + pilot) * per_draw_rows;
+  r.tail_share = total.tail_share(done);
+  r.reliable = r.tail_share <= plan.tail_share_limit;
   return r;
 }
 

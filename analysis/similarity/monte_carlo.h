@@ -17,9 +17,16 @@ struct MonteCarloSimilarity {
   double inner_ab = 0, inner_ab_se = 0, inner_aa = 0, inner_aa_se = 0, inner_bb = 0, inner_bb_se = 0;
   // Per output feature (class, token), summed over positions, like the closed forms' slices.
   std::vector<double> slices, slice_se;
-  // Sized estimates: whether the control variate was used, and the samples spent fitting it.
+  // Sized estimates: whether the control variate was used, and the draws spent fitting it.
   bool control_variate = false;
   int64_t pilot_samples = 0;
+  // Sized estimates: the radial rule's points per draw (0: plain sampling, a draw is one input;
+  // otherwise `samples` counts directions), the network evaluations spent in all, and the
+  // largest draw's share of the sample variance, the largest over the three inner products.
+  int radial_points = 0;
+  int64_t evaluations = 0;
+  double tail_share = 0;
+  bool reliable = true;  // tail_share within the plan's limit
 };
 
 // `reference`, when given, is subtracted from a (the difference tensor of --diff).
@@ -30,7 +37,14 @@ MonteCarloSimilarity monte_carlo_estimate(const PolynomialView& a, const Polynom
                                           const PolynomialView* reference = nullptr);
 
 // An estimate sized to a requested standard error: batches are drawn until the cosine's
-// standard error is at most `tolerance` (or `max_samples` are spent).
+// standard error is at most `tolerance` (or `max_samples` draws are spent).
+//
+// Spherical–radial splitting (radial_quadrature.h), the default: x = σ·r·u, and a draw is a
+// direction u with E_r[f_a·f_b] along it done exactly by the radial rule (degree of a plus
+// degree of b, so deg/2 + 1 evaluations of each network a draw). Every inner product's
+// estimate is the mean of i.i.d. draws whose expectation is exactly the inner product: unbiased,
+// and without the radial factor r^deg whose spread makes plain sampling of a degree-25 network
+// heavy-tailed, so that the sample variance, and the interval, can be trusted.
 //
 // The control variate. A residual network's output is its direct path, the linear map left when
 // every residual branch is dropped (embedding, head), plus the branches. The direct paths'
@@ -45,10 +59,16 @@ struct MonteCarloPlan {
   int64_t max_samples = int64_t(1) << 24;
   int64_t pilot = 2048;
   bool control_variate = true;
+  bool radial = true;          // spherical–radial splitting; false: plain sampling
+  // Sampling stops at the requested standard error, after at least min_draws. An estimate whose
+  // largest draw carries more than tail_share_limit of the sample variance is marked unreliable
+  // (MonteCarloSimilarity::reliable): its standard error may understate the error.
+  double tail_share_limit = 0.05;
+  int64_t min_draws = 1024;
   bool embedding_span = true;  // sample x in the span of the embeddings' rows (below), where they begin with one
   uint64_t seed = 1;
   double input_std = 1.0;
-  // Hears (samples so far, samples the current standard error says are needed, that error).
+  // Hears (draws so far, draws the current standard error says are needed, that error).
   std::function<void(int64_t done, int64_t needed, double standard_error)> progress;
 };
 MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a, const PolynomialView& b, const MonteCarloPlan& plan,

@@ -1,0 +1,180 @@
+// How often the sized Monte Carlo estimate's 95% intervals cover the truth on 2-block
+// attention-only LMs of the tensor-similarity paper's family, spherical–radial against plain
+// sampling; and whether either drifts with the number of draws on a network of the paper's layout.
+//
+//   build/analysis/experiments/mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]
+//   build/analysis/experiments/mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...
+//   build/analysis/experiments/mc_coverage versus A B POSITIONS INPUT_STD RUNS TOLERANCE EXACT_AB EXACT_AA EXACT_BB
+//
+// coverage: PAIRS (default 1) pairs of random networks, the second the first with its weights
+// moved by PERTURBATION times a fresh draw (plain attention: no QK bias, no rotary
+// positions, so that writing them out as polynomials, polynomial_moments.h, gives the exact
+// inner products), each estimated RUNS times from independent seeds to TOLERANCE with each
+// estimator; prints per pair and estimator how many intervals covered the cosine and each of
+// the three inner products, the mean standard error and time, and the largest tail share seen.
+// versus: two adjoint checkpoints whose exact inner products are known (lm_exact_check.csv),
+// estimated RUNS times by each estimator: how many intervals cover each.
+// drift: the safetensors file's network (the paper's layout, 2 heads, 4 positions) against
+// itself with layers.1.o.weight halved, estimated at each number of draws (no tolerance), by
+// both estimators (plain sampling given the same network evaluations).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "analysis/similarity/exact_moments.h"
+#include "analysis/similarity/monte_carlo.h"
+#include "analysis/similarity/polynomial_moments.h"
+#include "analysis/similarity/radial_quadrature.h"
+#include "engine/error.h"
+#include "engine/io/safetensors.h"
+#include "models/checkpoint.h"
+#include "models/paper_lm.h"
+
+using namespace adjoint;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+bool covers(double estimate, double se, double exact) { return std::abs(estimate - exact) <= 1.96 * se; }
+
+// A pair of random networks, the second the first with every weight moved by `perturbation`
+// times a fresh draw (a cosine well inside (0, 1)).
+std::pair<PolynomialView, PolynomialView> plain_attention_pair(int64_t vocab, int64_t dim, int64_t positions, double weight_std,
+                                                               double perturbation, Generator& gen) {
+  PaperLmShape shape;
+  shape.heads = 2, shape.qk_bias = false, shape.rotary = false, shape.vocab = vocab, shape.dim = dim, shape.layers = 2;
+  const std::map<std::string, Tensor> first = paper_lm_random_state(shape, gen, weight_std),
+                                      second = paper_lm_random_state(shape, gen, perturbation * weight_std, 0, &first);
+  return {paper_lm_view(first, shape, positions, "a"), paper_lm_view(second, shape, positions, "b")};
+}
+
+void coverage(int runs, double tolerance, double input_std, int64_t vocab, int64_t dim, int64_t positions, double weight_std,
+              double perturbation, int pairs) {
+  std::printf("| pair | estimator | exact cosine | cosine | <A|B> | <A|A> | <B|B> | mean s.e. | mean draws | mean evaluations | "
+              "mean time (s) | largest tail share | marked unreliable (of them, cosine missed) |\n"
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (int pair = 0; pair < pairs; ++pair) {
+    Generator gen(uint64_t(1000 + pair));
+    const auto [a, b] = plain_attention_pair(vocab, dim, positions, weight_std, perturbation, gen);
+    const HermiteExpansion ha = hermite_expansion(a, input_std), hb = hermite_expansion(b, input_std);
+    auto total = [](const std::vector<double>& v) {
+      double s = 0;
+      for (double x : v) s += x;
+      return s;
+    };
+    const double ab = total(hermite_output_inner(ha, hb)), aa = total(hermite_output_inner(ha, ha)),
+                 bb = total(hermite_output_inner(hb, hb)), cosine = ab / std::sqrt(aa * bb);
+    for (bool radial : {true, false}) {
+      int c = 0, cab = 0, caa = 0, cbb = 0;
+      int flagged = 0, flagged_missed = 0;
+      double se = 0, draws = 0, evaluations = 0, time = 0, tail = 0;
+      for (int run = 1; run <= runs; ++run) {
+        MonteCarloPlan plan;
+        plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial, plan.seed = uint64_t(run) * 7919 + 13;
+        const auto start = std::chrono::steady_clock::now();
+        const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
+        time += seconds_since(start) / runs;
+        c += covers(mc.similarity, mc.similarity_se, cosine), cab += covers(mc.inner_ab, mc.inner_ab_se, ab);
+        caa += covers(mc.inner_aa, mc.inner_aa_se, aa), cbb += covers(mc.inner_bb, mc.inner_bb_se, bb);
+        se += mc.similarity_se / runs, draws += double(mc.samples) / runs, evaluations += double(mc.evaluations) / runs;
+        tail = std::max(tail, mc.tail_share);
+        flagged += !mc.reliable, flagged_missed += !mc.reliable && !covers(mc.similarity, mc.similarity_se, cosine);
+      }
+      std::printf("| %d | %s | %.6f | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.2f | %.3f | %d (%d) |\n", pair,
+                  radial ? "spherical-radial" : "plain", cosine, c, runs, cab, runs, caa, runs, cbb, runs, se, draws,
+                  evaluations, time, tail, flagged, flagged_missed);
+      std::fflush(stdout);
+    }
+  }
+}
+
+void drift(double input_std, const std::string& path, const std::vector<int64_t>& budgets) {
+  const SafetensorsFile file = read_safetensors(path);
+  PaperLmShape shape;
+  shape.heads = 2;
+  const PolynomialView a = paper_lm_view(file.tensors, shape, kPaperLmPositions, path);
+  // B: A with its last layer's output projection halved (a cosine near 0.95).
+  std::map<std::string, Tensor> other = file.tensors;
+  std::vector<float> halved = other.at("layers.1.o.weight").to_vector();
+  for (float& w : halved) w *= 0.5f;
+  other["layers.1.o.weight"] = Tensor::from_vector(other.at("layers.1.o.weight").shape(), halved);
+  const PolynomialView b = paper_lm_view(other, shape, kPaperLmPositions, "halved");
+  std::printf("| estimator | draws | evaluations | cosine ± s.e. | <A|B> ± s.e. | <A|A> ± s.e. | <B|B> ± s.e. | tail share | reliable | time (s) |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+  for (bool radial : {true, false})
+    for (int64_t draws : budgets) {
+      MonteCarloPlan plan;
+      plan.tolerance = 1e-12, plan.input_std = input_std, plan.radial = radial, plan.seed = uint64_t(draws) + 1;
+      // Plain sampling gets the same network evaluations.
+      plan.max_samples = radial ? draws : draws * radial_points_for(polynomial_degree(a) + polynomial_degree(b));
+      const auto start = std::chrono::steady_clock::now();
+      const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
+      std::printf("| %s | %lld | %lld | %.4f ± %.4f | %.4g ± %.2g | %.4g ± %.2g | %.4g ± %.2g | %.3f | %s | %.1f |\n",
+                  radial ? "spherical-radial" : "plain", (long long)mc.samples, (long long)mc.evaluations, mc.similarity,
+                  mc.similarity_se, mc.inner_ab, mc.inner_ab_se, mc.inner_aa, mc.inner_aa_se, mc.inner_bb, mc.inner_bb_se,
+                  mc.tail_share, mc.reliable ? "yes" : "no", seconds_since(start));
+      std::fflush(stdout);
+    }
+}
+
+void versus(const std::string& path_a, const std::string& path_b, int64_t positions, double input_std, int runs,
+            double tolerance, double ab, double aa, double bb) {
+  const PolynomialView a = model_from_checkpoint(load_checkpoint(path_a))->polynomial_view(positions),
+                       b = model_from_checkpoint(load_checkpoint(path_b))->polynomial_view(positions);
+  const double cosine = ab / std::sqrt(aa * bb);
+  std::printf("| estimator | cosine | <A|B> | <A|A> | <B|B> | mean s.e. | mean draws | mean evaluations | mean time (s) | "
+              "marked unreliable |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (bool radial : {true, false}) {
+    int c = 0, cab = 0, caa = 0, cbb = 0, flagged = 0;
+    double se = 0, draws = 0, evaluations = 0, time = 0;
+    for (int run = 1; run <= runs; ++run) {
+      MonteCarloPlan plan;
+      plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial, plan.seed = uint64_t(run) * 104729;
+      const auto start = std::chrono::steady_clock::now();
+      const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
+      time += seconds_since(start) / runs;
+      c += covers(mc.similarity, mc.similarity_se, cosine), cab += covers(mc.inner_ab, mc.inner_ab_se, ab);
+      caa += covers(mc.inner_aa, mc.inner_aa_se, aa), cbb += covers(mc.inner_bb, mc.inner_bb_se, bb);
+      se += mc.similarity_se / runs, draws += double(mc.samples) / runs, evaluations += double(mc.evaluations) / runs;
+      flagged += !mc.reliable;
+    }
+    std::printf("| %s | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.1f | %d |\n", radial ? "spherical-radial" : "plain", c,
+                runs, cab, runs, caa, runs, cbb, runs, se, draws, evaluations, time, flagged);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "coverage" && (argc == 10 || argc == 11)) {
+    coverage(std::stoi(argv[2]), std::stod(argv[3]), std::stod(argv[4]), std::stoll(argv[5]), std::stoll(argv[6]),
+             std::stoll(argv[7]), std::stod(argv[8]), std::stod(argv[9]), argc == 11 ? std::stoi(argv[10]) : 1);
+    return 0;
+  }
+  if (mode == "drift" && argc >= 5) {
+    std::vector<int64_t> budgets;
+    for (int i = 4; i < argc; ++i) budgets.push_back(std::stoll(argv[i]));
+    drift(std::stod(argv[2]), argv[3], budgets);
+    return 0;
+  }
+  if (mode == "versus" && argc == 11) {
+    versus(argv[2], argv[3], std::stoll(argv[4]), std::stod(argv[5]), std::stoi(argv[6]), std::stod(argv[7]),
+           std::stod(argv[8]), std::stod(argv[9]), std::stod(argv[10]));
+    return 0;
+  }
+  std::fprintf(stderr, "usage: mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]\n"
+                       "       mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...\n"
+                       "       mc_coverage versus A B POSITIONS INPUT_STD RUNS TOLERANCE EXACT_AB EXACT_AA EXACT_BB\n");
+  return 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "mc_coverage: %s\n", e.what());
+  return 1;
+}
