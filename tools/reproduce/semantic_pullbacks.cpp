@@ -422,11 +422,15 @@ Paper semantic_pullbacks_paper() {
   p.draw = draw;
   p.default_seeds[0] = 2;
   p.default_seeds[1] = 2;
-  p.quick_time = "2m00s measured here at commit ec3ca23 (2 seeds, 2 shared cores: a ResNet-18 ~43 s and a VGG-11-BN "
-                 "~10 s per seed, explanations of 32 images ~5 s and ~2 s)";
+  p.quick_time = "about 6 min, estimated at commit 4011bcc (2 seeds, 2 cores: 300 training steps per model, a "
+                 "ResNet-18 ~2.2 min and a VGG-11-BN ~30 s per seed from 43 s and 10 s per 100 steps measured at "
+                 "ec3ca23, and explanations of 64 images; not timed end to end)";
   p.full_time =
-      "8m36s measured here at commit 01f11fa (2 seeds, 2 threads: per seed 938 training steps, a ResNet-18 ~3.1 min "
-      "and a VGG-11-BN ~48 s, and explanations of 200 images with 50 perturbations, ~16 s and ~5 s)";
+      "8m36s measured here at commit 01f11fa on plain images (2 seeds, 2 threads: per seed 936 training steps, a "
+      "ResNet-18 ~3.1 min and a VGG-11-BN ~48 s, and explanations of 200 images with 50 perturbations, ~16 s and "
+      "~5 s); at commit 4011bcc, on mosaics and with focus on 128 of them, one seed took 38m38s on the same cores "
+      "shared with other jobs (load 8–13: a ResNet-18 29 min to train and 3.3 min to explain, a VGG-11-BN 5.7 min "
+      "and 26 s)";
   p.on_imagenet = [p](const ImagenetSetting& setting) { return imagenet_paper(p, setting); };
   return p;
 }
