@@ -11,12 +11,17 @@
 
 #include "engine/data/idx.h"
 #include "engine/data/open.h"
+#include "engine/io/safetensors.h"
+#include "models/model_source.h"
 #include "tests/support.h"
 #include "tools/reproduce/paper.h"
 
 using namespace adjoint;
 using namespace adjoint::reproduce;
+using adjoint::testing::CommandOutcome;
 using adjoint::testing::contains;
+using adjoint::testing::read_text;
+using adjoint::testing::run_adjoint;
 using adjoint::testing::TempDir;
 
 namespace {
@@ -130,4 +135,32 @@ TEST_CASE("focus protocol: the reproduce trains on mosaics of the training split
     CHECK(trained == 4);
     CHECK(explained == 4);
   }
+}
+
+TEST_CASE("focus protocol: explain scores a mosaic-trained checkpoint's focus on mosaics of its test images") {
+  // One training step on all-mosaic training images, then explain's focus: every image it
+  // explains, and so every tile of its mosaics, is a test image (all pixels 250), none a
+  // training image (pixels 1–60), and the recognition rate counts those mosaics.
+  TempDir dir;
+  write_split_coded_fashion_mnist(dir);
+  const std::string spec = cat("fashion-mnist:", dir.path().string(), "+mosaics:1");
+  const CommandOutcome trained = run_adjoint({"train", "--model", "resnet18", "--width", "0.0625", "--data", spec,
+                                              "--batch", "16", "--max-steps", "1", "--out", dir.file("model")});
+  REQUIRE_MESSAGE(trained.code == 0, trained.err);
+  const CommandOutcome explained =
+      run_adjoint({"explain", "--checkpoint", dir.file("model/checkpoint.safetensors"), "--methods", "gradient",
+                   "--metrics", "focus", "--count", "12", "--expensive-count", "6", "--examples", "0", "--out",
+                   dir.file("explain")});
+  REQUIRE_MESSAGE(explained.code == 0, explained.err);
+  const SafetensorsFile maps = read_safetensors(dir.file("explain/attributions_gradient.safetensors"));
+  const Tensor& inputs = maps.tensors.at("inputs");
+  REQUIRE(inputs.shape() == Shape{12, 1, 8, 8});
+  for (int64_t i = 1; i < inputs.numel(); ++i) REQUIRE(inputs.data()[i] == inputs.data()[0]);
+  const LoadedModel loaded = load_checkpoint_model(dir.file("model/checkpoint.safetensors"));
+  REQUIRE(loaded.mean.size() == 1);
+  CHECK(inputs.data()[0] == doctest::Approx((250.0f / 255.0f - loaded.mean[0]) / loaded.std[0]).epsilon(1e-5));
+  const std::string metrics = read_text(dir.file("explain/metrics.md"));
+  CHECK_MESSAGE(contains(metrics, "(test, first 12)"), metrics);
+  CHECK_MESSAGE(contains(metrics, "6 mosaics of 2x2 downscaled images drawn from the 12 images"), metrics);
+  CHECK_MESSAGE(contains(metrics, "over 6 mosaics"), metrics);
 }
