@@ -422,9 +422,9 @@ Paper semantic_pullbacks_paper() {
   p.draw = draw;
   p.default_seeds[0] = 2;
   p.default_seeds[1] = 2;
-  p.quick_time = "about 6 min, estimated at commit 4011bcc (2 seeds, 2 cores: 300 training steps per model, a "
-                 "ResNet-18 ~2.2 min and a VGG-11-BN ~30 s per seed from 43 s and 10 s per 100 steps measured at "
-                 "ec3ca23, and explanations of 64 images; not timed end to end)";
+  p.quick_time = "6m31s measured here at commit 9d16746 for 1 seed (2 threads, the 2 cores shared with other jobs, "
+                 "load 8–10: 300 training steps on mosaics, a ResNet-18 5.0 min and a VGG-11-BN 55 s, and explanations "
+                 "of 64 images, 26 s and 10 s)";
   p.full_time =
       "8m36s measured here at commit 01f11fa on plain images (2 seeds, 2 threads: per seed 936 training steps, a "
       "ResNet-18 ~3.1 min and a VGG-11-BN ~48 s, and explanations of 200 images with 50 perturbations, ~16 s and "
