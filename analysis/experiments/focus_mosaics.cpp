@@ -10,7 +10,8 @@
 //
 // The mosaics are those of `adjoint explain --metrics focus` (make_mosaics, seed 0) drawn
 // from the first 2·MOSAICS test images (default 200 mosaics). Results:
-// analysis/results/reproduce/README.md, "Why focus does not separate the methods here".
+// analysis/results/reproduce/README.md, "Why focus does not separate the methods here", and
+// analysis/results/reproduce/focus_recognition.md.
 #include <cmath>
 #include <cstdio>
 #include <string>

@@ -428,7 +428,7 @@ Paper semantic_pullbacks_paper() {
   p.full_time =
       "8m36s measured here at commit 01f11fa on plain images (2 seeds, 2 threads: per seed 936 training steps, a "
       "ResNet-18 ~3.1 min and a VGG-11-BN ~48 s, and explanations of 200 images with 50 perturbations, ~16 s and "
-      "~5 s); at commit 4011bcc, on mosaics and with focus on 128 of them, one seed took 38m38s on the same cores "
+      "~5 s); at commit 4011bcc, on mosaics and with focus on 128 of them, one seed took 38m38s on a 2-core Intel Xeon "
       "shared with other jobs (load 8–13: a ResNet-18 29 min to train and 3.3 min to explain, a VGG-11-BN 5.7 min "
       "and 26 s)";
   p.on_imagenet = [p](const ImagenetSetting& setting) { return imagenet_paper(p, setting); };
