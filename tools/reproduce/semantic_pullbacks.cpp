@@ -430,7 +430,7 @@ Paper semantic_pullbacks_paper() {
       "ResNet-18 ~3.1 min and a VGG-11-BN ~48 s, and explanations of 200 images with 50 perturbations, ~16 s and "
       "~5 s); at commit 4011bcc, on mosaics and with focus on 128 of them, one seed took 38m38s on a 2-core Intel Xeon "
       "shared with other jobs (load 8–13: a ResNet-18 29 min to train and 3.3 min to explain, a VGG-11-BN 5.7 min "
-      "and 26 s)";
+      "and 26 s) and another 14m12s at load 6–9";
   p.on_imagenet = [p](const ImagenetSetting& setting) { return imagenet_paper(p, setting); };
   return p;
 }
