@@ -115,6 +115,7 @@ TEST_CASE("focus protocol: the reproduce trains on mosaics of the training split
         ++trained;
         // Training reads the training split, a share of it made into mosaics.
         CHECK(contains(option_value(part.words, "--data"), "+mosaics"));
+        if (scale == Scale::Full) CHECK(std::stoll(option_value(part.words, "--epochs")) >= 2);
         CHECK_FALSE(has_word(part.words, "--split"));
       } else if (part.words[0] == "explain") {
         ++explained;
