@@ -108,6 +108,24 @@ std::vector<float> all_weights(const Model& m) {
   return out;
 }
 
+// Every parameter of `got` has a gradient, bit for bit the one of the same parameter of `want`.
+void check_same_gradients(const Model& got_model, const Model& want_model) {
+  const auto got = got_model.named_parameters(), want = want_model.named_parameters();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    REQUIRE(got[i].second.grad().defined());
+    CHECK_MESSAGE(got[i].second.grad().to_vector() == want[i].second.grad().to_vector(), got[i].first);
+  }
+}
+
+// `batch` with its inputs replaced by raw pixels seen through the endpoint's normalisation.
+Batch with_raw_inputs(const Batch& batch, const Endpoint& view, const Tensor& raw) {
+  Batch out = batch;
+  NoGrad off;
+  out.inputs = view.input(raw).contiguous();
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("PGD: the adversarial example stays in its ε-set and in [0, 1], and raises every example's loss") {
@@ -213,21 +231,12 @@ TEST_CASE("PGD training: one step is a classification step on the batch attacked
   reference->train(false);
   const Tensor attacked_raw = pgd_attack(classifier_of(view), raw_pixels(batch.inputs, view.mean, view.std, view.name), batch.labels, pgd);
   reference->train(true);
-  Batch attacked = batch;
-  {
-    NoGrad off;
-    attacked.inputs = view.input(attacked_raw).contiguous();
-  }
+  const Batch attacked = with_raw_inputs(batch, view, attacked_raw);
   CHECK(max_abs(attacked.inputs - batch.inputs) > 0.05f);  // the attack moved the batch
   const StepOutcome expected = classification_step(*reference, attacked, 0.0f, 1, 0);
   CHECK(adversarial.loss_sum == expected.loss_sum);
   CHECK(adversarial.correct == expected.correct);
-  const auto got = adversarial_model->named_parameters(), want = reference->named_parameters();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    REQUIRE(got[i].second.grad().defined());
-    CHECK_MESSAGE(got[i].second.grad().to_vector() == want[i].second.grad().to_vector(), got[i].first);
-  }
+  check_same_gradients(*adversarial_model, *reference);
   // BatchNorm's running statistics moved once, by the training forward pass only.
   CHECK(all_weights(*adversarial_model) == all_weights(*reference));
   // The attacked batch is harder than the clean one.
@@ -339,21 +348,12 @@ TEST_CASE("PGD training in shards: each shard is attacked on its own, each examp
   int64_t differing = 0;
   for (size_t i = 0; i < by_shard.size(); ++i) differing += std::abs(by_shard[i] - whole[i]) > 1e-5f;
   CHECK(differing <= int64_t(by_shard.size()) / 100);
-  Batch attacked = batch;
-  {
-    NoGrad off;
-    attacked.inputs = view.input(attacked_raw).contiguous();
-  }
+  const Batch attacked = with_raw_inputs(batch, view, attacked_raw);
   CHECK(max_abs(attacked.inputs - batch.inputs) > 0.05f);
   const StepOutcome expected = classification_step(*reference, attacked, 0.0f, Sharding{4, 1}, at);
   CHECK(adversarial.loss_sum == expected.loss_sum);
   CHECK(adversarial.correct == expected.correct);
-  const auto got = adversarial_model->named_parameters(), want = reference->named_parameters();
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    REQUIRE(got[i].second.grad().defined());
-    CHECK_MESSAGE(got[i].second.grad().to_vector() == want[i].second.grad().to_vector(), got[i].first);
-  }
+  check_same_gradients(*adversarial_model, *reference);
   CHECK(all_weights(*adversarial_model) == all_weights(*reference));
 }
 

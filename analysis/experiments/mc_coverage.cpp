@@ -43,6 +43,38 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 bool covers(double estimate, double se, double exact) { return std::abs(estimate - exact) <= 1.96 * se; }
 
+// The exact inner products of a pair, and the cosine they give.
+struct Truth {
+  double ab, aa, bb;
+  double cosine() const { return ab / std::sqrt(aa * bb); }
+};
+
+// What `runs` independent sized estimates of one pair did against the truth: how often each
+// interval covered it, the means of their costs, and what the tail diagnostic marked.
+struct Tally {
+  int cosine = 0, ab = 0, aa = 0, bb = 0, marked = 0, marked_missed = 0;
+  double se = 0, draws = 0, evaluations = 0, time = 0, tail = 0;
+};
+
+// Run r is seeded seed_step·r + seed_offset, so that each table's rows regenerate.
+Tally repeated_runs(const PolynomialView& a, const PolynomialView& b, MonteCarloPlan plan, int runs, uint64_t seed_step,
+                    uint64_t seed_offset, const Truth& truth) {
+  Tally t;
+  for (int run = 1; run <= runs; ++run) {
+    plan.seed = uint64_t(run) * seed_step + seed_offset;
+    const auto start = std::chrono::steady_clock::now();
+    const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
+    t.time += seconds_since(start) / runs;
+    const bool cosine_covered = covers(mc.similarity, mc.similarity_se, truth.cosine());
+    t.cosine += cosine_covered, t.ab += covers(mc.inner_ab, mc.inner_ab_se, truth.ab);
+    t.aa += covers(mc.inner_aa, mc.inner_aa_se, truth.aa), t.bb += covers(mc.inner_bb, mc.inner_bb_se, truth.bb);
+    t.se += mc.similarity_se / runs, t.draws += double(mc.samples) / runs, t.evaluations += double(mc.evaluations) / runs;
+    t.tail = std::max(t.tail, mc.tail_share);
+    t.marked += !mc.reliable, t.marked_missed += !mc.reliable && !cosine_covered;
+  }
+  return t;
+}
+
 // A pair of random networks, the second the first with every weight moved by `perturbation`
 // times a fresh draw (a cosine well inside (0, 1)).
 std::pair<PolynomialView, PolynomialView> plain_attention_pair(int64_t vocab, int64_t dim, int64_t positions, double weight_std,
@@ -69,26 +101,15 @@ void coverage(int runs, double tolerance, double input_std, int64_t vocab, int64
       return s;
     };
     const double ab = total(hermite_output_inner(ha, hb)), aa = total(hermite_output_inner(ha, ha)),
-                 bb = total(hermite_output_inner(hb, hb)), cosine = ab / std::sqrt(aa * bb);
+                 bb = total(hermite_output_inner(hb, hb));
+    const Truth truth{ab, aa, bb};
     for (bool radial : {true, false}) {
-      int c = 0, cab = 0, caa = 0, cbb = 0;
-      int flagged = 0, flagged_missed = 0;
-      double se = 0, draws = 0, evaluations = 0, time = 0, tail = 0;
-      for (int run = 1; run <= runs; ++run) {
-        MonteCarloPlan plan;
-        plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial, plan.seed = uint64_t(run) * 7919 + 13;
-        const auto start = std::chrono::steady_clock::now();
-        const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
-        time += seconds_since(start) / runs;
-        c += covers(mc.similarity, mc.similarity_se, cosine), cab += covers(mc.inner_ab, mc.inner_ab_se, ab);
-        caa += covers(mc.inner_aa, mc.inner_aa_se, aa), cbb += covers(mc.inner_bb, mc.inner_bb_se, bb);
-        se += mc.similarity_se / runs, draws += double(mc.samples) / runs, evaluations += double(mc.evaluations) / runs;
-        tail = std::max(tail, mc.tail_share);
-        flagged += !mc.reliable, flagged_missed += !mc.reliable && !covers(mc.similarity, mc.similarity_se, cosine);
-      }
+      MonteCarloPlan plan;
+      plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial;
+      const Tally t = repeated_runs(a, b, plan, runs, 7919, 13, truth);
       std::printf("| %d | %s | %.6f | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.2f | %.3f | %d (%d) |\n", pair,
-                  radial ? "spherical-radial" : "plain", cosine, c, runs, cab, runs, caa, runs, cbb, runs, se, draws,
-                  evaluations, time, tail, flagged, flagged_missed);
+                  radial ? "spherical-radial" : "plain", truth.cosine(), t.cosine, runs, t.ab, runs, t.aa, runs, t.bb, runs, t.se,
+                  t.draws, t.evaluations, t.time, t.tail, t.marked, t.marked_missed);
       std::fflush(stdout);
     }
   }
@@ -127,25 +148,14 @@ void versus(const std::string& path_a, const std::string& path_b, int64_t positi
             double tolerance, double ab, double aa, double bb) {
   const PolynomialView a = model_from_checkpoint(load_checkpoint(path_a))->polynomial_view(positions),
                        b = model_from_checkpoint(load_checkpoint(path_b))->polynomial_view(positions);
-  const double cosine = ab / std::sqrt(aa * bb);
   std::printf("| estimator | cosine | <A|B> | <A|A> | <B|B> | mean s.e. | mean draws | mean evaluations | mean time (s) | "
               "marked unreliable |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (bool radial : {true, false}) {
-    int c = 0, cab = 0, caa = 0, cbb = 0, flagged = 0;
-    double se = 0, draws = 0, evaluations = 0, time = 0;
-    for (int run = 1; run <= runs; ++run) {
-      MonteCarloPlan plan;
-      plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial, plan.seed = uint64_t(run) * 104729;
-      const auto start = std::chrono::steady_clock::now();
-      const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
-      time += seconds_since(start) / runs;
-      c += covers(mc.similarity, mc.similarity_se, cosine), cab += covers(mc.inner_ab, mc.inner_ab_se, ab);
-      caa += covers(mc.inner_aa, mc.inner_aa_se, aa), cbb += covers(mc.inner_bb, mc.inner_bb_se, bb);
-      se += mc.similarity_se / runs, draws += double(mc.samples) / runs, evaluations += double(mc.evaluations) / runs;
-      flagged += !mc.reliable;
-    }
-    std::printf("| %s | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.1f | %d |\n", radial ? "spherical-radial" : "plain", c,
-                runs, cab, runs, caa, runs, cbb, runs, se, draws, evaluations, time, flagged);
+    MonteCarloPlan plan;
+    plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial;
+    const Tally t = repeated_runs(a, b, plan, runs, 104729, 0, {ab, aa, bb});
+    std::printf("| %s | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.1f | %d |\n", radial ? "spherical-radial" : "plain",
+                t.cosine, runs, t.ab, runs, t.aa, runs, t.bb, runs, t.se, t.draws, t.evaluations, t.time, t.marked);
     std::fflush(stdout);
   }
 }
