@@ -252,10 +252,17 @@ TEST_CASE("conv2d: a batch's gradients equal the sums of its images' gradients")
 
 TEST_CASE("conv2d: the same bits at 1 and 2 threads") {
   ThreadCount restore;
-  // Winograd (3x3, stride 1) and im2col (stride 2), with enough images for parallel blocks.
-  for (const Conv2dOptions& options : {Conv2dOptions::square(1, 1), Conv2dOptions::square(2, 1)}) {
-    const Tensor x = random_tensor({8, 32, 16, 16}, 300), w = random_tensor({48, 32, 3, 3}, 301),
-                 b = random_tensor({48}, 302);
+  // Winograd (3x3, stride 1) and im2col (stride 2), with enough images for parallel blocks;
+  // and Winograd over two small maps, one image block whose 16 products run side by side.
+  struct Case {
+    Shape x;
+    Conv2dOptions options;
+  };
+  for (const Case& c : {Case{{8, 32, 16, 16}, Conv2dOptions::square(1, 1)}, Case{{8, 32, 16, 16}, Conv2dOptions::square(2, 1)},
+                        Case{{2, 32, 8, 8}, Conv2dOptions::square(1, 1)}}) {
+    const Conv2dOptions& options = c.options;
+    const Tensor x = random_tensor(c.x, 300), w = random_tensor({48, 32, 3, 3}, 301), b = random_tensor({48}, 302);
+    if (options.stride_h == 1) CHECK(conv2d_algorithm(x, w, options) == ConvAlgorithm::Winograd);
     const Fn f = conv_with(options);
     Tensor y1, y2;
     {

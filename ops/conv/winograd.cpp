@@ -1,6 +1,7 @@
 #include "ops/conv/winograd.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -499,6 +500,20 @@ WinogradTiling winograd_tiling(const ConvGeometry& g, int64_t min_tiles) {
   return t;
 }
 
+// Runs body(xi) for the 16 products of a band, one per transform position. With few image
+// blocks (ConvGemm not serial) a product of a small map is often too narrow for gemm to
+// split, so the 16 run side by side instead; each writes its own slice, by the same kernel
+// either way, so the bits do not depend on the thread count.
+void for_each_slice(const ConvGemm& product, const std::function<void(int)>& body) {
+  if (product.serial) {
+    for (int xi = 0; xi < 16; ++xi) body(xi);
+    return;
+  }
+  parallel_for(16, 1, [&](int64_t x0, int64_t x1) {
+    for (int64_t xi = x0; xi < x1; ++xi) body(static_cast<int>(xi));
+  });
+}
+
 }  // namespace
 
 // y = epilogue(conv(x, w)).
@@ -516,9 +531,10 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
         const WinogradBand band{nb, 2 * r0, std::min(tiling.band_rows, tiling.TH - r0), tiling.TW};
         const int64_t T = band.tiles();
         winograd_input(g, x + n0 * g.C * g.H * g.W, band, V.data());
-        for (int xi = 0; xi < 16; ++xi)
+        for_each_slice(product, [&](int xi) {
           product(packed_u[xi], false, T, 1.0f, V.data() + xi * slice_stride(g.C, T), T, 0.0f,
                   M.data() + xi * slice_stride(g.O, T), T);
+        });
         winograd_output(g, M.data(), band, epilogue, y + n0 * g.O * g.P);
       }
     }
@@ -570,13 +586,15 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
         if (dw) {
           winograd_input(g, x + n0 * g.C * g.H * g.W, band, V.data());
           const float beta = k == k0 && r0 == 0 ? 0.0f : 1.0f;  // the chunk's first band starts its sum
-          for (int xi = 0; xi < 16; ++xi)
+          for_each_slice(product, [&](int xi) {
             product(false, true, g.O, g.C, T, 1.0f, dM.data() + xi * ms, T, V.data() + xi * vs, T, beta,
                     dU_chunk + xi * us, g.C);
+          });
         }
         if (dx_block) {
-          for (int xi = 0; xi < 16; ++xi)  // dV, in V's buffer
+          for_each_slice(product, [&](int xi) {  // dV, in V's buffer
             product((*packed_u_t)[xi], false, T, 1.0f, dM.data() + xi * ms, T, 0.0f, V.data() + xi * vs, T);
+          });
           winograd_input_adjoint(g, V.data(), band, dx_block);
         }
       }
