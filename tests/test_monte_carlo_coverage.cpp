@@ -32,34 +32,19 @@ Pair attention_pair() {
   return {paper_lm_view(first, shape, 2, "a"), paper_lm_view(second, shape, 2, "b")};
 }
 
-struct Exact {
-  double ab, aa, bb, cosine;
-};
-Exact exact_inner(const Pair& p, double input_std) {
-  const HermiteExpansion ha = hermite_expansion(p.a, input_std), hb = hermite_expansion(p.b, input_std);
-  auto total = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return s;
-  };
-  const double ab = total(hermite_output_inner(ha, hb)), aa = total(hermite_output_inner(ha, ha)),
-               bb = total(hermite_output_inner(hb, hb));
-  return {ab, aa, bb, ab / std::sqrt(aa * bb)};
-}
-
 bool covers(double estimate, double se, double exact) { return std::abs(estimate - exact) <= 1.96 * se; }
 
 struct Coverage {
   int cosine = 0, ab = 0, aa = 0, bb = 0, unreliable = 0;
 };
-Coverage coverage(const Pair& p, const Exact& exact, double input_std, bool radial, int runs) {
+Coverage coverage(const Pair& p, const ExactInnerProducts& exact, double input_std, bool radial, int runs) {
   Coverage c;
   for (int run = 1; run <= runs; ++run) {
     MonteCarloPlan plan;
     plan.tolerance = 0.002, plan.input_std = input_std, plan.radial = radial, plan.seed = uint64_t(run) * 7919 + 13;
     const MonteCarloSimilarity mc = monte_carlo_sized(p.a, p.b, plan);
     CHECK(mc.similarity_se <= 0.002);
-    c.cosine += covers(mc.similarity, mc.similarity_se, exact.cosine);
+    c.cosine += covers(mc.similarity, mc.similarity_se, exact.cosine());
     c.ab += covers(mc.inner_ab, mc.inner_ab_se, exact.ab);
     c.aa += covers(mc.inner_aa, mc.inner_aa_se, exact.aa);
     c.bb += covers(mc.inner_bb, mc.inner_bb_se, exact.bb);
@@ -74,10 +59,10 @@ TEST_CASE("Monte Carlo coverage: spherical–radial intervals cover a 2-block at
   const Pair p = attention_pair();
   REQUIRE(polynomial_degree(p.a) == 25);
   const double input_std = 0.35;
-  const Exact exact = exact_inner(p, input_std);
+  const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
   const int runs = 20;
   const Coverage radial = coverage(p, exact, input_std, true, runs);
-  MESSAGE("exact cosine ", exact.cosine, "; covered of ", runs, ": cosine ", radial.cosine, ", <A|B> ", radial.ab, ", <A|A> ",
+  MESSAGE("exact cosine ", exact.cosine(), "; covered of ", runs, ": cosine ", radial.cosine, ", <A|B> ", radial.ab, ", <A|A> ",
           radial.aa, ", <B|B> ", radial.bb, "; marked unreliable ", radial.unreliable);
   // Binomial(20, 0.95): 17 or more with probability 0.98 each; an interval half as wide covers
   // about 13 of 20 (a normal error within ±0.98 s.e.), 17 or more with probability 0.02.
@@ -91,10 +76,10 @@ TEST_CASE("Monte Carlo coverage: spherical–radial intervals cover a 2-block at
 TEST_CASE("Monte Carlo coverage: plain sampling of the same LM under-covers, and its tail share says so") {
   const Pair p = attention_pair();
   const double input_std = 0.4;
-  const Exact exact = exact_inner(p, input_std);
+  const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
   const int runs = 20;
   const Coverage radial = coverage(p, exact, input_std, true, runs), plain = coverage(p, exact, input_std, false, runs);
-  MESSAGE("exact cosine ", exact.cosine, "; cosine covered of ", runs, ": spherical–radial ", radial.cosine, ", plain ",
+  MESSAGE("exact cosine ", exact.cosine(), "; cosine covered of ", runs, ": spherical–radial ", radial.cosine, ", plain ",
           plain.cosine, "; plain marked unreliable ", plain.unreliable);
   CHECK(radial.cosine >= 17);
   CHECK(plain.cosine <= 10);

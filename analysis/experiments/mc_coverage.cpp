@@ -43,12 +43,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 bool covers(double estimate, double se, double exact) { return std::abs(estimate - exact) <= 1.96 * se; }
 
-// The exact inner products of a pair, and the cosine they give.
-struct Truth {
-  double ab, aa, bb;
-  double cosine() const { return ab / std::sqrt(aa * bb); }
-};
-
 // What `runs` independent sized estimates of one pair did against the truth: how often each
 // interval covered it, the means of their costs, and what the tail diagnostic marked.
 struct Tally {
@@ -58,7 +52,7 @@ struct Tally {
 
 // Run r is seeded seed_step·r + seed_offset, so that each table's rows regenerate.
 Tally repeated_runs(const PolynomialView& a, const PolynomialView& b, MonteCarloPlan plan, int runs, uint64_t seed_step,
-                    uint64_t seed_offset, const Truth& truth) {
+                    uint64_t seed_offset, const ExactInnerProducts& truth) {
   Tally t;
   for (int run = 1; run <= runs; ++run) {
     plan.seed = uint64_t(run) * seed_step + seed_offset;
@@ -94,15 +88,7 @@ void coverage(int runs, double tolerance, double input_std, int64_t vocab, int64
   for (int pair = 0; pair < pairs; ++pair) {
     Generator gen(uint64_t(1000 + pair));
     const auto [a, b] = plain_attention_pair(vocab, dim, positions, weight_std, perturbation, gen);
-    const HermiteExpansion ha = hermite_expansion(a, input_std), hb = hermite_expansion(b, input_std);
-    auto total = [](const std::vector<double>& v) {
-      double s = 0;
-      for (double x : v) s += x;
-      return s;
-    };
-    const double ab = total(hermite_output_inner(ha, hb)), aa = total(hermite_output_inner(ha, ha)),
-                 bb = total(hermite_output_inner(hb, hb));
-    const Truth truth{ab, aa, bb};
+    const ExactInnerProducts truth = exact_inner_products(a, b, input_std);
     for (bool radial : {true, false}) {
       MonteCarloPlan plan;
       plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial;

@@ -711,4 +711,16 @@ std::vector<double> hermite_output_inner(const HermiteExpansion& a, const Hermit
   return out;
 }
 
+double ExactInnerProducts::cosine() const { return ab / std::sqrt(aa * bb); }
+
+ExactInnerProducts exact_inner_products(const PolynomialView& a, const PolynomialView& b, double input_std) {
+  const HermiteExpansion ha = hermite_expansion(a, input_std), hb = hermite_expansion(b, input_std);
+  auto total = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return sum;
+  };
+  return {total(hermite_output_inner(ha, hb)), total(hermite_output_inner(ha, ha)), total(hermite_output_inner(hb, hb))};
+}
+
 }  // namespace adjoint

@@ -75,6 +75,14 @@ HermiteExpansion hermite_expansion(const PolynomialView& view, double input_std 
 // be in the same variables (the same input basis).
 std::vector<double> hermite_output_inner(const HermiteExpansion& a, const HermiteExpansion& b);
 
+// The three Gaussian inner products of a pair summed over their output coordinates, exactly:
+// ⟨A|B⟩, ⟨A|A⟩, ⟨B|B⟩ and the cosine they give. The truth Monte Carlo estimates are checked against.
+struct ExactInnerProducts {
+  double ab = 0, aa = 0, bb = 0;
+  double cosine() const;
+};
+ExactInnerProducts exact_inner_products(const PolynomialView& a, const PolynomialView& b, double input_std);
+
 // The building blocks, for tests: a dense polynomial in n variables of degree ≤ `degree`,
 // its value at y, its conversion from monomials to Hermite polynomials, and E[p·q] for two
 // polynomials in the Hermite basis.
