@@ -362,6 +362,17 @@ Tensor explain(const std::string& method, const Model& model, const Tensor& x, c
   return find_method(method).run(model, x, targets, options);
 }
 
+// The highest-scoring class of each row of contiguous (N, classes) logits (the first on ties).
+static std::vector<int64_t> classes_of(const Tensor& logits) {
+  std::vector<int64_t> classes;
+  const int64_t C = logits.size(1);
+  for (int64_t n = 0; n < logits.size(0); ++n) {
+    const float* row = logits.data() + n * C;
+    classes.push_back(std::max_element(row, row + C) - row);
+  }
+  return classes;
+}
+
 bool explains_in_one_pass(const std::string& method) { return find_method(method).one_pass != nullptr; }
 
 Tensor explain_predicted(const std::string& method, const Model& model, const Tensor& x,
@@ -375,13 +386,7 @@ Tensor explain_predicted(const std::string& method, const Model& model, const Te
   leaf.requires_grad_();
   const Tensor logits = model.forward(leaf);
   check(logits.dim() == 2, method, ": the model gave logits ", logits.shape(), ", expected (N, classes)");
-  const Tensor values = logits.detach().contiguous();
-  const int64_t C = values.size(1);
-  predicted.clear();
-  for (int64_t n = 0; n < values.size(0); ++n) {
-    const float* row = values.data() + n * C;
-    predicted.push_back(std::max_element(row, row + C) - row);
-  }
+  predicted = classes_of(logits.detach().contiguous());
   return grad(logits, {leaf}, one_hot_rows(found.name, predicted, logits), found.one_pass(options))[0];
 }
 
@@ -422,13 +427,7 @@ std::vector<int64_t> predicted_classes(const Model& model, const Tensor& x) {
     logits = model.forward(x).contiguous();
   }
   check(logits.dim() == 2, "predicted_classes: the model gave logits ", logits.shape(), ", expected (N, classes)");
-  std::vector<int64_t> classes;
-  const int64_t C = logits.size(1);
-  for (int64_t n = 0; n < logits.size(0); ++n) {
-    const float* row = logits.data() + n * C;
-    classes.push_back(std::max_element(row, row + C) - row);
-  }
-  return classes;
+  return classes_of(logits);
 }
 
 float default_ascent_alpha(const Tensor& x, const InputRange& range) {
