@@ -12,6 +12,7 @@
 #include "engine/threads.h"
 #include "engine/vectorize.h"
 #include "ops/conv/winograd_avx512.h"
+#include "ops/conv/winograd_common.h"
 
 #if defined(__x86_64__)
 #include "engine/avx512.h"
@@ -69,129 +70,30 @@ bool winograd_applies(const ConvGeometry& g) {
 namespace {
 
 
-// The 16 transform-domain matrices of U, V and M lie one after the other, `slice_stride`
-// floats apart: padded by a cache line, since matrices a power of two apart would put the
-// 16 write streams of a transform into one cache set, which thrashes.
-int64_t slice_stride(int64_t rows, int64_t cols) { return rows * cols + 16; }
-
 // (G k Gᵀ) for a 3×3 kernel k (row-major), its 16 values in ξ order, with
-// G = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]]. T is a float, or a vector of floats
-// holding one kernel per lane (the same operations, so the same bits, lane by lane).
-template <class T>
-[[gnu::always_inline]] inline void winograd_kernel_transform(const T k[9], T u[16]) {
-  T t[4][3];  // G · k
-  for (int j = 0; j < 3; ++j) {
-    t[0][j] = k[j], t[3][j] = k[6 + j];
-    t[1][j] = 0.5f * (k[j] + k[3 + j] + k[6 + j]), t[2][j] = 0.5f * (k[j] - k[3 + j] + k[6 + j]);
-  }
-  for (int i = 0; i < 4; ++i) {  // (G · k) · Gᵀ
-    u[4 * i + 0] = t[i][0];
-    u[4 * i + 1] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
-    u[4 * i + 2] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
-    u[4 * i + 3] = t[i][2];
-  }
-}
-
-// Panels p0 .. p1 (rows p·kAvx512PanelRows onwards) at depths k0 .. k1 of the 16 slices of U
-// (or Uᵀ) in the AVX-512 kernels' packed layout (slices `stride` floats apart), entry (i, k)
-// from the kernel at w + i·row_step + k·depth_step. A panel's kernels at one depth are
-// loaded a kernel a vector and transposed, so that tap t of every row lies in one vector
-// (the panel's rows in its lanes); every slice's entries at that depth are then one store
-// of consecutive floats. The pass is bound by memory: it writes 16/9 of the weights (at
-// batch 1 on a small map, it is most of a wide layer's time). The loops run along w's
-// memory: Uᵀ's rows are w's input
-// channels, so its panels are the inner loop (panel by panel, each read 12 kernels of every
-// output channel, and a 512-channel layer's weights passed through the cache 43 times).
-#if defined(__x86_64__)
-ADJOINT_AVX512 void winograd_transform_packed(const float* w, int64_t row_step, int64_t depth_step, int64_t M,
-                                              int64_t K, int64_t p0, int64_t p1, int64_t k0, int64_t k1, float* u,
-                                              int64_t stride) {
-  const __mmask16 panel = first_lanes(kAvx512PanelRows), nine = first_lanes(9);
-  const bool panels_inner = row_step < depth_step;
-  const int64_t outer_end = panels_inner ? k1 : p1, inner_end = panels_inner ? p1 : k1;
-  for (int64_t outer = panels_inner ? k0 : p0; outer < outer_end; ++outer)
-    for (int64_t inner = panels_inner ? p0 : k0; inner < inner_end; ++inner) {
-      const int64_t i0 = (panels_inner ? inner : outer) * kAvx512PanelRows, k = panels_inner ? outer : inner;
-      const int64_t block = k / kAvx512DepthBlock * kAvx512DepthBlock;
-      float* out = u + avx512_packed_a_panel(M, K, i0, block) + (k - block) * kAvx512PanelRows;
-      const int64_t rows = std::min(kAvx512PanelRows, M - i0);
-      const float* kernels = w + i0 * row_step + k * depth_step;
-      __m512 taps[16], v[16];  // row r's kernel, then (transposed) tap t of every row; rows past M stay zero
-      for (int64_t r = 0; r < 16; ++r)
-        taps[r] = r < rows ? _mm512_maskz_loadu_ps(nine, kernels + r * row_step) : _mm512_setzero_ps();
-      transpose16(taps);
-      winograd_kernel_transform(taps, v);
-      for (int xi = 0; xi < 16; ++xi) _mm512_mask_storeu_ps(out + xi * stride, panel, v[xi]);
+// G = [[1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1]] (ops/conv/winograd_common.h).
+struct WinogradF2Kernel {
+  static constexpr int kSlices = 16;
+  template <class T>
+  [[gnu::always_inline]] static inline void apply(const T k[9], T u[16]) {
+    T t[4][3];  // G · k
+    for (int j = 0; j < 3; ++j) {
+      t[0][j] = k[j], t[3][j] = k[6 + j];
+      t[1][j] = 0.5f * (k[j] + k[3 + j] + k[6 + j]), t[2][j] = 0.5f * (k[j] - k[3 + j] + k[6 + j]);
     }
-}
-#else
-void winograd_transform_packed(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                               float*, int64_t) {
-  throw Error("winograd_transform_packed: not an x86-64 build");  // never called: no AVX-512 kernels
-}
-#endif
-
-// U[ξ] (O × C, U[ξ][o][c] = (G w[o][c] Gᵀ)[ξ]) for the forward products, or its transpose
-// Uᵀ[ξ] (C × O) for the input gradient's, ready for the 16 products of a pass. Where the
-// AVX-512 kernels run them, the transform writes their packed layout directly: one pass
-// over memory, where a transform and then a pack made three (a deep layer on a small map
-// reads its weights for few tiles, so preparing them weighs as much as the products).
-// Elsewhere it writes plain matrices for OpenBLAS.
-class WinogradWeights {
- public:
-  WinogradWeights(const ConvGeometry& g, const float* w, bool transposed)
-      : M_(transposed ? g.C : g.O),
-        K_(transposed ? g.O : g.C),
-        packs_(avx512_gemm_available()),
-        // The 16 slices one after the other, a cache line apart beyond their size (slice_stride).
-        stride_((packs_ ? avx512_packed_a_size(M_, K_) : M_ * K_) + 16),
-        storage_(16 * stride_) {
-    float* u = storage_.data();
-    // Entry (i, k) of a slice comes from kernel w[o][c]: (o, c) = (i, k), transposed (k, i).
-    const int64_t row_step = 9 * (transposed ? 1 : g.C), depth_step = 9 * (transposed ? g.C : 1);
-    if (packs_)
-      transform_packed(w, row_step, depth_step, u);
-    else
-      transform_plain(w, row_step, depth_step, u);
-    slices_.reserve(16);
-    for (int64_t xi = 0; xi < 16; ++xi)
-      slices_.push_back(packs_ ? PackedA(M_, K_, u + xi * stride_)
-                               : PackedA(false, M_, K_, u + xi * stride_, K_, GemmKernel::blas));
+    for (int i = 0; i < 4; ++i) {  // (G · k) · Gᵀ
+      u[4 * i + 0] = t[i][0];
+      u[4 * i + 1] = 0.5f * (t[i][0] + t[i][1] + t[i][2]);
+      u[4 * i + 2] = 0.5f * (t[i][0] - t[i][1] + t[i][2]);
+      u[4 * i + 3] = t[i][2];
+    }
   }
-  const PackedA& operator[](int xi) const { return slices_[static_cast<size_t>(xi)]; }
-
- private:
-  void transform_plain(const float* w, int64_t row_step, int64_t depth_step, float* u) const {
-    parallel_for(M_, std::max<int64_t>(1, 1024 / K_), [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        for (int64_t k = 0; k < K_; ++k) {
-          float taps[9], v[16];
-          std::copy(w + i * row_step + k * depth_step, w + i * row_step + k * depth_step + 9, taps);
-          winograd_kernel_transform(taps, v);
-          for (int64_t xi = 0; xi < 16; ++xi) u[xi * stride_ + i * K_ + k] = v[xi];
-        }
-    });
-  }
-
-  void transform_packed(const float* w, int64_t row_step, int64_t depth_step, float* u) const {
-    const int64_t panels = avx512_padded_rows(M_) / kAvx512PanelRows;
-    if (row_step < depth_step)  // split along the depth, the outer loop (winograd_transform_packed)
-      parallel_for(K_, std::max<int64_t>(1, 256 / panels), [&](int64_t k0, int64_t k1) {
-        winograd_transform_packed(w, row_step, depth_step, M_, K_, 0, panels, k0, k1, u, stride_);
-      });
-    else
-      parallel_for(panels, std::max<int64_t>(1, 256 / K_), [&](int64_t p0, int64_t p1) {
-        winograd_transform_packed(w, row_step, depth_step, M_, K_, p0, p1, 0, K_, u, stride_);
-      });
-  }
-  int64_t M_, K_;
-  bool packs_;
-  int64_t stride_;
-  Scratch storage_;
-  std::vector<PackedA> slices_;
 };
+using WinogradF2Weights = WinogradWeights<WinogradF2Kernel>;
 
-// dW[o][c] = Gᵀ dU[·][o][c] G, the adjoint of winograd_kernel_transform.
+int64_t slice_stride(int64_t rows, int64_t cols) { return winograd_slice_stride(rows, cols); }
+
+// dW[o][c] = Gᵀ dU[·][o][c] G, the adjoint of WinogradF2Kernel.
 void winograd_weight_grad(const ConvGeometry& g, const float* dU, float* dw) {
   const int64_t count = g.O * g.C, stride = slice_stride(g.O, g.C);
   parallel_for(count, 1024, [&](int64_t e0, int64_t e1) {
@@ -476,51 +378,13 @@ void winograd_output_adjoint(const ConvGeometry& g, const float* dy, const Winog
   });
 }
 
-// How the batch is cut for Winograd: blocks of images of few tiles, or one image in bands
-// of tile rows; about `target` tiles per GEMM.
-struct WinogradTiling {
-  int64_t N, block, band_rows, TH, TW;
-  int64_t blocks() const { return (N + block - 1) / block; }
-  int64_t images_in(int64_t k) const { return std::min(block, N - k * block); }
-};
-WinogradTiling winograd_tiling(const ConvGeometry& g, int64_t min_tiles) {
-  WinogradTiling t{g.N, 1, 0, (g.OH + 1) / 2, (g.OW + 1) / 2};
-  // A tile holds 16·C values of V and 16·O of M; keep a block's near kWinogradBytes.
-  const int64_t target =
-      std::clamp<int64_t>(kWinogradBytes / (16 * int64_t(sizeof(float)) * (g.C + g.O)), min_tiles, kMaxColumns);
-  const int64_t per_image = t.TH * t.TW;
-  t.band_rows = t.TH;
-  if (per_image >= target) {
-    const int64_t rows = std::clamp<int64_t>((target + t.TW / 2) / t.TW, 1, t.TH);
-    const int64_t bands = (t.TH + rows - 1) / rows;
-    t.band_rows = (t.TH + bands - 1) / bands;
-  } else {
-    t.block = std::clamp<int64_t>((target + per_image - 1) / per_image, 1, std::max<int64_t>(g.N, 1));
-  }
-  return t;
-}
-
-// Runs body(xi) for the 16 products of a band, one per transform position. With few image
-// blocks (ConvGemm not serial) a product of a small map is often too narrow for gemm to
-// split, so the 16 run side by side instead; each writes its own slice, by the same kernel
-// either way, so the bits do not depend on the thread count.
-void for_each_slice(const ConvGemm& product, const std::function<void(int)>& body) {
-  if (product.serial) {
-    for (int xi = 0; xi < 16; ++xi) body(xi);
-    return;
-  }
-  parallel_for(16, 1, [&](int64_t x0, int64_t x1) {
-    for (int64_t xi = x0; xi < x1; ++xi) body(static_cast<int>(xi));
-  });
-}
-
 }  // namespace
 
 // y = epilogue(conv(x, w)).
 void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
   check(epilogue.residual == nullptr, "winograd_forward: a residual cannot be fused (rows finish in a staging copy)");
-  const WinogradTiling tiling = winograd_tiling(g, winograd_min_tiles(g, false));
-  const WinogradWeights packed_u(g, w, false);
+  const WinogradTiling tiling = winograd_tiling(g, 2, 16, kWinogradBytes, winograd_min_tiles(g, false));
+  const WinogradF2Weights packed_u(g, w, false);
   const ConvGemm product(tiling.blocks());
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
@@ -531,7 +395,7 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
         const WinogradBand band{nb, 2 * r0, std::min(tiling.band_rows, tiling.TH - r0), tiling.TW};
         const int64_t T = band.tiles();
         winograd_input(g, x + n0 * g.C * g.H * g.W, band, V.data());
-        for_each_slice(product, [&](int xi) {
+        for_each_slice(product, 16, [&](int xi) {
           product(packed_u[xi], false, T, 1.0f, V.data() + xi * slice_stride(g.C, T), T, 0.0f,
                   M.data() + xi * slice_stride(g.O, T), T);
         });
@@ -545,7 +409,7 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
 // not arrive zeroed).
 void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
                        float* db) {
-  const WinogradTiling tiling = winograd_tiling(g, winograd_min_tiles(g, true));
+  const WinogradTiling tiling = winograd_tiling(g, 2, 16, kWinogradBytes, winograd_min_tiles(g, true));
   const int64_t blocks = tiling.blocks();
   if (blocks == 0) {  // an empty batch: the parameter gradients are zero
     if (dw) std::fill(dw, dw + g.O * g.rows_g, 0.0f);
@@ -555,7 +419,7 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
   const ConvGemm product(blocks);
   const int64_t us = slice_stride(g.O, g.C), u_size = 16 * us;
   // The weights in the transform domain, transposed, for the input gradient.
-  std::optional<WinogradWeights> packed_u_t;
+  std::optional<WinogradF2Weights> packed_u_t;
   if (dx) packed_u_t.emplace(g, w, true);
   const int64_t chunk = (blocks + kMaxPartials - 1) / kMaxPartials;  // blocks per partial sum
   const int64_t chunks = (blocks + chunk - 1) / chunk;
@@ -586,13 +450,13 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
         if (dw) {
           winograd_input(g, x + n0 * g.C * g.H * g.W, band, V.data());
           const float beta = k == k0 && r0 == 0 ? 0.0f : 1.0f;  // the chunk's first band starts its sum
-          for_each_slice(product, [&](int xi) {
+          for_each_slice(product, 16, [&](int xi) {
             product(false, true, g.O, g.C, T, 1.0f, dM.data() + xi * ms, T, V.data() + xi * vs, T, beta,
                     dU_chunk + xi * us, g.C);
           });
         }
         if (dx_block) {
-          for_each_slice(product, [&](int xi) {  // dV, in V's buffer
+          for_each_slice(product, 16, [&](int xi) {  // dV, in V's buffer
             product((*packed_u_t)[xi], false, T, 1.0f, dM.data() + xi * ms, T, 0.0f, V.data() + xi * vs, T);
           });
           winograd_input_adjoint(g, V.data(), band, dx_block);
