@@ -6,14 +6,16 @@
 //                               applied to each output, the scratch pool, the GEMM call
 //   ops/conv/im2col.h           im2col + GEMM (and col2im for the input gradient): any shape
 //   ops/conv/winograd.h         Winograd F(2×2, 3×3): 3×3 kernels at stride 1
+//   ops/conv/winograd_f4.h      Winograd F(4×4, 3×3): the same on maps of 28 and more
 //   ops/conv/winograd_avx512.h  Winograd's transforms 16 tiles at a time, on AVX-512
 //   ops/conv/direct.h           direct convolution kernels, on AVX-512: narrow layers,
 //                               small maps, strided 3×3 layers
 //
 // The choice (forward and input gradient each choose; the weight gradient always runs
-// through GEMMs): direct where its kernels suit the shape, else Winograd where it applies,
-// else im2col. Why each rule sits where it does: ops/conv.h; the measurements behind the
-// constants: docs/benchmarks.md, "Convolution tuning constants".
+// through GEMMs): direct where its kernels suit the shape, else Winograd where it applies
+// (F(4×4) on maps of 28 and more, else F(2×2)), else im2col. Why each rule sits where it
+// does: ops/conv.h; the measurements behind the constants: docs/benchmarks.md,
+// "Convolution tuning constants".
 #include "ops/conv.h"
 
 #include <algorithm>
@@ -31,6 +33,7 @@
 #include "ops/conv/geometry.h"
 #include "ops/conv/im2col.h"
 #include "ops/conv/winograd.h"
+#include "ops/conv/winograd_f4.h"
 #include "ops/layout.h"
 #include "ops/norm.h"
 
@@ -59,10 +62,14 @@ std::optional<DirectConvShape> direct_shape(const ConvGeometry& g, bool input_gr
 }
 
 // The choice rule, forward or for the input gradient: direct where its kernels suit the
-// shape, else Winograd where it applies, else im2col. (The weight gradient always runs
-// through GEMMs: Winograd's where it applies, else im2col's.)
+// shape, else Winograd where it applies (F(4×4) where its tiles fit the map, else F(2×2)),
+// else im2col. The input gradient by F(4×4) is the forward pass of its own convolution
+// (winograd_f4_input_gradient_geometry). (The weight gradient always runs through GEMMs:
+// F(2×2)'s where Winograd applies, else im2col's.)
 ConvAlgorithm choose_algorithm(const ConvGeometry& g, bool input_gradient) {
   if (direct_shape(g, input_gradient)) return ConvAlgorithm::Direct;
+  if (winograd_f4_applies(input_gradient ? winograd_f4_input_gradient_geometry(g) : g))
+    return ConvAlgorithm::WinogradF4;
   return winograd_applies(g) ? ConvAlgorithm::Winograd : ConvAlgorithm::Im2col;
 }
 
@@ -75,15 +82,20 @@ class Conv2dNode : public Node {
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
     Tensor dx, dw, db;
     const bool winograd = winograd_applies(g_);
-    const std::optional<DirectConvShape> direct = needs[0] ? direct_shape(g_, true) : std::nullopt;
+    const ConvAlgorithm dx_algorithm = needs[0] ? choose_algorithm(g_, true) : ConvAlgorithm::Im2col;
+    const std::optional<DirectConvShape> direct =
+        dx_algorithm == ConvAlgorithm::Direct ? direct_shape(g_, true) : std::nullopt;
+    const bool dx_f4 = dx_algorithm == ConvAlgorithm::WinogradF4;
     // conv_backward adds into dx, except for a 1×1 stride-1 conv, whose input gradient it
-    // writes as it does winograd_backward and direct_conv: every entry.
-    if (needs[0]) dx = winograd || direct || g_.pointwise ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
+    // writes as it does winograd_backward, winograd_f4_input_gradient and direct_conv: every entry.
+    if (needs[0])
+      dx = winograd || direct || dx_f4 || g_.pointwise ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     if (direct) direct_conv(*direct, u.data(), w_.data(), true, dx.data(), [](float*, int64_t) {});
+    if (dx_f4) winograd_f4_input_gradient(g_, w_.data(), u.data(), dx.data());
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
-    float* dx_left = direct ? nullptr : pointer(dx);  // what the GEMM paths still compute
+    float* dx_left = direct || dx_f4 ? nullptr : pointer(dx);  // what the GEMM paths still compute
     if (!dx_left && !dw.defined() && !db.defined()) return {dx, dw, db};
     if (winograd)
       winograd_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
@@ -119,6 +131,7 @@ Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const T
       });
       break;
     case ConvAlgorithm::Winograd: winograd_forward(g, x.data(), w.data(), epilogue, out.data()); break;
+    case ConvAlgorithm::WinogradF4: winograd_f4_forward(g, x.data(), w.data(), epilogue, out.data()); break;
     case ConvAlgorithm::Im2col: conv_forward(g, x.data(), w.data(), epilogue, out.data()); break;
   }
   return out;
@@ -162,6 +175,7 @@ const char* to_string(ConvAlgorithm algorithm) {
   switch (algorithm) {
     case ConvAlgorithm::Im2col: return "im2col";
     case ConvAlgorithm::Winograd: return "winograd";
+    case ConvAlgorithm::WinogradF4: return "winograd-f4";
     case ConvAlgorithm::Direct: return "direct";
   }
   return "?";
@@ -229,9 +243,10 @@ Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const
   if (residual.defined()) {
     check(residual.shape() == Shape{g.N, g.O, g.OH, g.OW}, "conv2d_batch_norm_eval: residual ", residual.shape(),
           " does not match the output [", g.N, ", ", g.O, ", ", g.OH, ", ", g.OW, "]");
-    // Winograd finishes its rows in a staging copy, where no residual can be found: the
-    // addition runs after it.
-    if (choose_algorithm(g, false) == ConvAlgorithm::Winograd) return finish(convolve(g, x, w, bias, epilogue));
+    // Winograd finishes its rows in a staging copy (F(2×2)) or scatters them (F(4×4)),
+    // without the residual: the addition runs after it.
+    if (const ConvAlgorithm a = choose_algorithm(g, false); a == ConvAlgorithm::Winograd || a == ConvAlgorithm::WinogradF4)
+      return finish(convolve(g, x, w, bias, epilogue));
   }
   Epilogue fused = epilogue;
   fused.relu = then_relu;

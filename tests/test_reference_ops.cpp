@@ -112,6 +112,8 @@ TEST_CASE("reference ops: conv2d by every algorithm and transport matches the re
       {"im2col, 1x1 images gathered", {3, 8, 4, 4}, {6, 8, 1, 1}, {}, A::Im2col},
       {"winograd, 48 channels", {2, 48, 10, 9}, {48, 48, 3, 3}, Conv2dOptions::square(1, 1), A::Winograd},
       {"winograd, no padding, odd map", {1, 24, 7, 11}, {40, 24, 3, 3}, {}, A::Winograd},
+      {"winograd F(4x4), clipped edge tiles", {2, 40, 30, 29}, {36, 40, 3, 3}, Conv2dOptions::square(1, 1),
+       A::WinogradF4},
       {"direct by rows, 16 channels", {2, 16, 14, 14}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1), A::Direct},
       {"direct by channels, small map", {2, 32, 6, 6}, {32, 32, 3, 3}, Conv2dOptions::square(1, 1), A::Direct},
       {"direct by channels, strided", {2, 16, 12, 12}, {32, 16, 3, 3}, Conv2dOptions::square(2, 1), A::Direct},
@@ -152,35 +154,42 @@ TEST_CASE("reference ops: conv2d by every algorithm and transport matches the re
   }
   CHECK(seen.count(A::Im2col) == 1);
   CHECK(seen.count(A::Winograd) == 1);
+  CHECK(seen.count(A::WinogradF4) == 1);
   if (avx512) CHECK(seen.count(A::Direct) == 1);
 }
 
 TEST_CASE("reference ops: conv2d's portable loops (vectors capped) match the reference") {
   // Winograd's transforms and the elementwise loops have portable forms that the AVX-512
-  // build replaces; capping the vector width runs them.
-  const ConvCase c{"winograd", {2, 32, 8, 8}, {32, 32, 3, 3}, Conv2dOptions::square(1, 1), ConvAlgorithm::Winograd};
-  const ref::ConvShape s = conv_shape(c);
-  const Values x = random_values(size_t(numel(c.x)), 41), w = random_values(size_t(numel(c.w)), 42, -0.5, 0.5),
-               b = random_values(32, 43);
-  const Tensor xt = as_tensor(c.x, x), wt = as_tensor(c.w, w), bt = as_tensor({32}, b);
-  const Values u = random_values(size_t(2 * 32 * 8 * 8), 44);
-  const ref::ConvGrads expected = ref::conv2d_backward(u, x, w, s);
-  for (VectorIsa isa : {VectorIsa::Avx2, VectorIsa::Baseline}) {
-    INFO("vectors capped at ", static_cast<int>(isa));
-    cap_vector_isa(isa);
-    CHECK(conv2d_algorithm(xt, wt, c.options) == ConvAlgorithm::Winograd);
-    const Fn f = [&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], c.options); };
-    const auto g = fast_vjp(f, {xt, wt, bt}, as_tensor({2, 32, 8, 8}, u), Transport::gradient());
-    Tensor y;
-    {
-      NoGrad no_grad;
-      y = f({xt, wt, bt});
+  // build replaces; capping the vector width runs them. F(2×2) on a small map, F(4×4) on a
+  // larger one.
+  for (const ConvCase& c :
+       {ConvCase{"winograd", {2, 32, 8, 8}, {32, 32, 3, 3}, Conv2dOptions::square(1, 1), ConvAlgorithm::Winograd},
+        ConvCase{"winograd F(4x4)", {2, 32, 29, 30}, {32, 32, 3, 3}, Conv2dOptions::square(1, 1),
+                 ConvAlgorithm::WinogradF4}}) {
+    const ref::ConvShape s = conv_shape(c);
+    const Values x = random_values(size_t(numel(c.x)), 41), w = random_values(size_t(numel(c.w)), 42, -0.5, 0.5),
+                 b = random_values(32, 43);
+    const Tensor xt = as_tensor(c.x, x), wt = as_tensor(c.w, w), bt = as_tensor({32}, b);
+    const Values u = random_values(size_t(numel(c.x)), 44);
+    const ref::ConvGrads expected = ref::conv2d_backward(u, x, w, s);
+    for (VectorIsa isa : {VectorIsa::Avx2, VectorIsa::Baseline}) {
+      INFO("vectors capped at ", static_cast<int>(isa));
+      cap_vector_isa(isa);
+      CHECK(conv2d_algorithm(xt, wt, c.options) == c.algorithm);
+      CHECK(conv2d_algorithm(xt, wt, c.options, true) == c.algorithm);
+      const Fn f = [&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], c.options); };
+      const auto g = fast_vjp(f, {xt, wt, bt}, as_tensor(c.x, u), Transport::gradient());
+      Tensor y;
+      {
+        NoGrad no_grad;
+        y = f({xt, wt, bt});
+      }
+      check_matches(y, ref::conv2d_forward(x, w, b, s), 1e-4, "forward");
+      check_matches(g[0], expected.dx, 1e-4, "input cotangent");
+      check_matches(g[1], expected.dw, 2e-4, "weight cotangent");
     }
-    check_matches(y, ref::conv2d_forward(x, w, b, s), 1e-4, "forward");
-    check_matches(g[0], expected.dx, 1e-4, "input cotangent");
-    check_matches(g[1], expected.dw, 2e-4, "weight cotangent");
+    cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
   }
-  cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
 }
 
 TEST_CASE("reference ops: the reference conv2d's gradients match finite differences") {
