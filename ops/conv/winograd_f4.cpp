@@ -194,28 +194,59 @@ ADJOINT_AVX512 void patch_columns(const float* row, int64_t q0, int64_t W, __m51
   col[5] = next_tile(col[1], next_tile(v4, v4));
 }
 
-// input_row_tiles, the n tiles in the lanes of vectors.
-ADJOINT_AVX512 void input_row_tiles_avx512(const float* const rows[6], int64_t W, int64_t q0, int64_t n, float* out,
-                                           int64_t vs) {
+// input_row_tiles for k rows of n tiles in the lanes of vectors: tile t of row a in lane
+// a·n + t (k > 1 where a row of tiles is at most half a vector: the rows' tiles lie one after
+// the other in V, so their lanes store as one). rows[a] is row a's patch rows.
+ADJOINT_AVX512 void input_tiles_avx512(const float* const rows[][6], int64_t k, int64_t W, int64_t q0, int64_t n,
+                                       float* out, int64_t vs) {
   __m512 d[36], v[36];
-  for (int i = 0; i < 6; ++i) {
-    if (rows[i]) {
-      patch_columns(rows[i], q0, W, d + 6 * i);
-    } else {
-      for (int j = 0; j < 6; ++j) d[6 * i + j] = _mm512_setzero_ps();
+  for (int64_t a = 0; a < k; ++a) {
+    __m512 col[36];  // row a's patch values, its tiles in lanes 0 .. n
+    for (int i = 0; i < 6; ++i) {
+      if (rows[a][i]) {
+        patch_columns(rows[a][i], q0, W, col + 6 * i);
+      } else {
+        for (int j = 0; j < 6; ++j) col[6 * i + j] = _mm512_setzero_ps();
+      }
     }
+    if (a == 0) {
+      std::copy(col, col + 36, d);
+      continue;
+    }
+    const __mmask16 lanes = lanes_between(a * n, a * n + n);  // moved up by a·n lanes
+    const __m512i from = _mm512_sub_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(int(a * n)));
+    for (int e = 0; e < 36; ++e) d[e] = _mm512_mask_permutexvar_ps(d[e], lanes, from, col[e]);
   }
   input_transform(d, v);
-  const __mmask16 tiles = first_lanes(n);
+  const __mmask16 tiles = first_lanes(k * n);
   for (int xi = 0; xi < kSlices; ++xi) _mm512_mask_storeu_ps(out + xi * vs, tiles, v[xi]);
 }
 
-// output_row_tiles, the n tiles in the lanes of vectors: an output row of 16 tiles is its
-// four columns interleaved (a 4 × 4 transpose in each 128-bit lane, then the lanes
-// regrouped), 64 consecutive outputs.
-ADJOINT_AVX512 void output_row_tiles_avx512(const float* in, int64_t ms, int64_t n, const ChannelFinish& finish,
-                                            float* const y_rows[4], int64_t col0, int64_t width) {
-  const __mmask16 tiles = first_lanes(n);
+// One output row of up to 16 tiles (y[j] lane t: column j of tile t) from `col0`, those
+// below `width`: the four columns interleaved (a 4 × 4 transpose in each 128-bit lane, then
+// the lanes regrouped), 64 consecutive outputs.
+ADJOINT_AVX512 void store_output_row(const __m512 c[4], float* row, int64_t col0, int64_t width) {
+  const int64_t count = std::min<int64_t>(64, width - col0);
+  const __m512 t0 = _mm512_unpacklo_ps(c[0], c[1]), t1 = _mm512_unpackhi_ps(c[0], c[1]);
+  const __m512 t2 = _mm512_unpacklo_ps(c[2], c[3]), t3 = _mm512_unpackhi_ps(c[2], c[3]);
+  const __m512d p0 = _mm512_castps_pd(t0), p1 = _mm512_castps_pd(t1), p2 = _mm512_castps_pd(t2),
+                p3 = _mm512_castps_pd(t3);
+  // r_k: tiles k, k + 4, k + 8, k + 12, one per 128-bit lane, their four columns in order.
+  const __m512 r0 = _mm512_castpd_ps(_mm512_unpacklo_pd(p0, p2)), r1 = _mm512_castpd_ps(_mm512_unpackhi_pd(p0, p2));
+  const __m512 r2 = _mm512_castpd_ps(_mm512_unpacklo_pd(p1, p3)), r3 = _mm512_castpd_ps(_mm512_unpackhi_pd(p1, p3));
+  const __m512 a = _mm512_shuffle_f32x4(r0, r1, 0x44), b = _mm512_shuffle_f32x4(r2, r3, 0x44);  // tiles 0 4 1 5, 2 6 3 7
+  const __m512 e = _mm512_shuffle_f32x4(r0, r1, 0xee), f = _mm512_shuffle_f32x4(r2, r3, 0xee);  // 8 12 9 13, 10 14 11 15
+  const __m512 out[4] = {_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd),
+                         _mm512_shuffle_f32x4(e, f, 0x88), _mm512_shuffle_f32x4(e, f, 0xdd)};
+  for (int q = 0; q < 4; ++q) _mm512_mask_storeu_ps(row + col0 + 16 * q, lanes_between(0, count - 16 * q), out[q]);
+}
+
+// output_row_tiles for k rows of n tiles in the lanes of vectors, tile t of row a in lane
+// a·n + t (as input_tiles_avx512); y_rows[a] is row a's output rows.
+ADJOINT_AVX512 void output_tiles_avx512(const float* in, int64_t ms, int64_t k, int64_t n, const ChannelFinish& finish,
+                                        float* const y_rows[][4], int64_t col0, int64_t width) {
+  const __mmask16 tiles = first_lanes(k * n);
   __m512 m[36], y[16];
   for (int xi = 0; xi < kSlices; ++xi) m[xi] = _mm512_maskz_loadu_ps(tiles, in + xi * ms);
   output_transform(m, y);
@@ -226,60 +257,59 @@ ADJOINT_AVX512 void output_row_tiles_avx512(const float* in, int64_t ms, int64_t
     if (finish.affine) v = v * scale + shift;
     if (finish.relu) v = _mm512_max_ps(zero, v);  // zero > v ? zero : v keeps a NaN and −0, as std::max(v, 0)
   }
-  const int64_t count = std::min<int64_t>(64, width - col0);
-  for (int i = 0; i < 4; ++i) {
-    if (!y_rows[i]) continue;
-    const __m512 *c = y + 4 * i;
-    const __m512 t0 = _mm512_unpacklo_ps(c[0], c[1]), t1 = _mm512_unpackhi_ps(c[0], c[1]);
-    const __m512 t2 = _mm512_unpacklo_ps(c[2], c[3]), t3 = _mm512_unpackhi_ps(c[2], c[3]);
-    const __m512d p0 = _mm512_castps_pd(t0), p1 = _mm512_castps_pd(t1), p2 = _mm512_castps_pd(t2),
-                  p3 = _mm512_castps_pd(t3);
-    // r_k: tiles k, k + 4, k + 8, k + 12, one per 128-bit lane, their four columns in order.
-    const __m512 r0 = _mm512_castpd_ps(_mm512_unpacklo_pd(p0, p2)), r1 = _mm512_castpd_ps(_mm512_unpackhi_pd(p0, p2));
-    const __m512 r2 = _mm512_castpd_ps(_mm512_unpacklo_pd(p1, p3)), r3 = _mm512_castpd_ps(_mm512_unpackhi_pd(p1, p3));
-    const __m512 a = _mm512_shuffle_f32x4(r0, r1, 0x44), b = _mm512_shuffle_f32x4(r2, r3, 0x44);  // tiles 0 4 1 5, 2 6 3 7
-    const __m512 e = _mm512_shuffle_f32x4(r0, r1, 0xee), f = _mm512_shuffle_f32x4(r2, r3, 0xee);  // 8 12 9 13, 10 14 11 15
-    const __m512 out[4] = {_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd),
-                           _mm512_shuffle_f32x4(e, f, 0x88), _mm512_shuffle_f32x4(e, f, 0xdd)};
-    for (int k = 0; k < 4; ++k)
-      _mm512_mask_storeu_ps(y_rows[i] + col0 + 16 * k, lanes_between(0, count - 16 * k), out[k]);
+  for (int64_t a = 0; a < k; ++a) {
+    __m512 row_y[16];  // row a's tiles moved down to lanes 0 .. n
+    const __m512i from = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(int(a * n)));
+    for (int e = 0; e < 16; ++e) row_y[e] = a == 0 ? y[e] : _mm512_permutexvar_ps(from, y[e]);
+    for (int i = 0; i < 4; ++i)
+      if (y_rows[a][i]) store_output_row(row_y + 4 * i, y_rows[a][i], col0, width);
   }
 }
 #else
-void input_row_tiles_avx512(const float* const*, int64_t, int64_t, int64_t, float*, int64_t) {
-  throw Error("input_row_tiles_avx512: not an x86-64 build");  // never called: vector_isa() is below AVX-512
+void input_tiles_avx512(const float* const[][6], int64_t, int64_t, int64_t, int64_t, float*, int64_t) {
+  throw Error("input_tiles_avx512: not an x86-64 build");  // never called: vector_isa() is below AVX-512
 }
-void output_row_tiles_avx512(const float*, int64_t, int64_t, const ChannelFinish&, float* const*, int64_t, int64_t) {
-  throw Error("output_row_tiles_avx512: not an x86-64 build");
+void output_tiles_avx512(const float*, int64_t, int64_t, int64_t, const ChannelFinish&, float* const[][4], int64_t,
+                         int64_t) {
+  throw Error("output_tiles_avx512: not an x86-64 build");
 }
 #endif
+
+// How many rows of TW tiles the vector transforms take at once: one where a row fills more
+// than half a vector (in pieces of 16 tiles), else as many whole rows as fit (a 28-wide map's
+// 7 tiles a row run two rows a vector, a 14-wide map's 4 tiles four).
+int64_t tile_rows_a_vector(int64_t TW) { return TW <= kLanes / 2 ? kLanes / TW : 1; }
 
 // V[ξ][c][t] = (Bᵀ d B)[ξ] for the input patch d of each tile t of the band (zero outside
 // the input); x is the block's first value.
 void winograd_f4_input(const ConvGeometry& g, const float* x, const F4Band& band, float* V) {
   const int64_t T = band.tiles(), TW = band.TW, vs = winograd_slice_stride(g.C, T);
   const bool vectors = vector_isa() == VectorIsa::Avx512;
+  const int64_t stack = tile_rows_a_vector(TW);
   // The input rows under the band, which plane after plane streams in from memory: the
   // rows two planes ahead are prefetched (as in winograd_input).
   const int64_t h0 = std::max<int64_t>(0, band.oh0 - g.ph), h1 = std::min(g.H, band.oh0 + kTile * band.rows - g.ph + 2);
   parallel_for(g.C, std::max<int64_t>(1, kCopyGrain / (kSlices * T)), [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < band.nb; ++b)
-        for (int64_t r = 0; r < band.rows; ++r) {
+        for (int64_t r = 0; r < band.rows; r += stack) {
           const float* plane = x + (b * g.C + c) * g.H * g.W;
           if (r == 0 && c + 2 < c1 && h1 > h0) prefetch(plane + (2 * g.H + h0) * g.W, (h1 - h0) * g.W);
-          const float* rows[6];
-          for (int i = 0; i < 6; ++i) {
-            const int64_t h = band.oh0 + kTile * r - g.ph + i;
-            rows[i] = h < 0 || h >= g.H ? nullptr : plane + h * g.W;
-          }
+          const int64_t k = std::min(stack, band.rows - r);
+          const float* rows[kLanes][6];  // tile row r + a's patch rows
+          for (int64_t a = 0; a < k; ++a)
+            for (int i = 0; i < 6; ++i) {
+              const int64_t h = band.oh0 + kTile * (r + a) - g.ph + i;
+              rows[a][i] = h < 0 || h >= g.H ? nullptr : plane + h * g.W;
+            }
           float* out = V + c * T + (b * band.rows + r) * TW;  // V[ξ] is out + ξ·vs
           for (int64_t s0 = 0; s0 < TW; s0 += kLanes) {
             const int64_t n = std::min<int64_t>(kLanes, TW - s0), q0 = kTile * s0 - g.pw;
             if (vectors)
-              input_row_tiles_avx512(rows, g.W, q0, n, out + s0, vs);
+              input_tiles_avx512(rows, k, g.W, q0, n, out + s0, vs);
             else
-              input_row_tiles(rows, g.W, q0, n, out + s0, vs);
+              for (int64_t a = 0; a < k; ++a) input_row_tiles(rows[a], g.W, q0, n, out + a * TW + s0, vs);
           }
         }
   });
@@ -290,23 +320,27 @@ void winograd_f4_output(const ConvGeometry& g, const float* M, const F4Band& ban
                         float* y) {
   const int64_t T = band.tiles(), TW = band.TW, ms = winograd_slice_stride(g.O, T);
   const bool vectors = vector_isa() == VectorIsa::Avx512;
+  const int64_t stack = tile_rows_a_vector(TW);
   parallel_for(g.O, std::max<int64_t>(1, kCopyGrain / (kSlices * T)), [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
       const ChannelFinish finish(epilogue, o);
       for (int64_t b = 0; b < band.nb; ++b)
-        for (int64_t r = 0; r < band.rows; ++r) {
-          float* y_rows[4];
-          for (int i = 0; i < 4; ++i) {
-            const int64_t oh = band.oh0 + kTile * r + i;
-            y_rows[i] = oh < g.OH ? y + (b * g.O + o) * g.P + oh * g.OW : nullptr;
-          }
+        for (int64_t r = 0; r < band.rows; r += stack) {
+          const int64_t k = std::min(stack, band.rows - r);
+          float* y_rows[kLanes][4];  // tile row r + a's output rows
+          for (int64_t a = 0; a < k; ++a)
+            for (int i = 0; i < 4; ++i) {
+              const int64_t oh = band.oh0 + kTile * (r + a) + i;
+              y_rows[a][i] = oh < g.OH ? y + (b * g.O + o) * g.P + oh * g.OW : nullptr;
+            }
           const float* in = M + o * T + (b * band.rows + r) * TW;  // M[ξ] is in + ξ·ms
           for (int64_t s0 = 0; s0 < TW; s0 += kLanes) {
             const int64_t n = std::min<int64_t>(kLanes, TW - s0);
             if (vectors)
-              output_row_tiles_avx512(in + s0, ms, n, finish, y_rows, kTile * s0, g.OW);
+              output_tiles_avx512(in + s0, ms, k, n, finish, y_rows, kTile * s0, g.OW);
             else
-              output_row_tiles(in + s0, ms, n, finish, y_rows, kTile * s0, g.OW);
+              for (int64_t a = 0; a < k; ++a)
+                output_row_tiles(in + a * TW + s0, ms, n, finish, y_rows[a], kTile * s0, g.OW);
           }
         }
     }
