@@ -6,14 +6,14 @@
 //                               applied to each output, the scratch pool, the GEMM call
 //   ops/conv/im2col.h           im2col + GEMM (and col2im for the input gradient): any shape
 //   ops/conv/winograd.h         Winograd F(2×2, 3×3): 3×3 kernels at stride 1
-//   ops/conv/winograd_f4.h      Winograd F(4×4, 3×3): the same on maps of 28 and more
+//   ops/conv/winograd_f4.h      Winograd F(4×4, 3×3): the same on maps of 14 and more
 //   ops/conv/winograd_avx512.h  Winograd's transforms 16 tiles at a time, on AVX-512
 //   ops/conv/direct.h           direct convolution kernels, on AVX-512: narrow layers,
 //                               small maps, strided 3×3 layers
 //
 // The choice (forward and input gradient each choose; the weight gradient always runs
 // through GEMMs): direct where its kernels suit the shape, else Winograd where it applies
-// (F(4×4) on maps of 28 and more, else F(2×2)), else im2col. Why each rule sits where it
+// (F(4×4) on maps of 14 and more, else F(2×2)), else im2col. Why each rule sits where it
 // does: ops/conv.h; the measurements behind the constants: docs/benchmarks.md,
 // "Convolution tuning constants".
 #include "ops/conv.h"

@@ -10,7 +10,7 @@
 //   the weights' transform is redone every call): 16 GEMMs in a transform domain, 2.25×
 //   fewer multiplications than direct convolution. On AVX-512 its transforms run 16 tiles
 //   at a time (ops/conv/winograd_avx512.h) and the weights' transform writes the GEMM kernel's
-//   packed layout directly. On maps of 28 and more rows and columns, F(4×4, 3×3) instead
+//   packed layout directly. On maps of 14 and more rows and columns, F(4×4, 3×3) instead
 //   (ops/conv/winograd_f4.h): 36 GEMMs over 4×4 tiles, 4× fewer multiplications, at about
 //   ten times F(2×2)'s rounding error (1e-5 of the outputs' RMS); its input gradient is the
 //   same forward pass on the transposed, flipped weights.

@@ -154,13 +154,13 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
       {{2, 16, 11, 13}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
       {{2, 24, 9, 8}, {20, 24, 3, 3}, Conv2dOptions::square(1, 0)},
       {{1, 16, 7, 7}, {16, 16, 3, 3}, Conv2dOptions::square(1, 2)},
-      {{1, 64, 26, 27}, {64, 64, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{1, 128, 13, 13}, {128, 128, 3, 3}, Conv2dOptions::square(1, 1)},
       // The weights' transform written straight into the packed layout: two depth blocks
       // (256 + 8 channels) and a partial panel of rows (260 = 21·12 + 8), both ways round;
-      // 128 tiles, the fewest that large weights run Winograd for.
-      {{2, 264, 16, 16}, {260, 264, 3, 3}, Conv2dOptions::square(1, 1)},
+      // 144 tiles, over the fewest that large weights run Winograd for.
+      {{4, 264, 12, 12}, {260, 264, 3, 3}, Conv2dOptions::square(1, 1)},
   };
-  // Winograd F(4x4, 3x3) (maps of 28 and more), held to kWinogradF4Tolerance: clipped edge
+  // Winograd F(4x4, 3x3) (maps of 14 and more), held to kWinogradF4Tolerance: clipped edge
   // tiles both ways, every padding, several images a block, bands of tile rows in one image,
   // and its weights' packed transform over two depth blocks and a partial panel. (Maps
   // wider than 32 or more than 32 channels: the direct kernels take narrower layers.)
@@ -172,6 +172,7 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
       {{1, 128, 40, 40}, {16, 128, 3, 3}, Conv2dOptions::square(1, 1)},
       {{1, 16, 70, 66}, {16, 16, 3, 3}, Conv2dOptions::square(1, 1)},
       {{1, 264, 28, 28}, {260, 264, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{3, 64, 14, 15}, {72, 64, 3, 3}, Conv2dOptions::square(1, 1)},  // four rows of tiles a vector
   };
   const auto check_all = [&] {
     uint64_t seed = 700;
@@ -287,7 +288,8 @@ TEST_CASE("conv2d: the same bits at 1 and 2 threads") {
   ThreadCount restore;
   // Winograd (3x3, stride 1) and im2col (stride 2), with enough images for parallel blocks;
   // and Winograd over two small maps, one image block whose 16 products run side by side;
-  // F(4x4) on 28x28 maps, in parallel blocks and in one block (its 36 products side by side).
+  // F(4x4) on 16x16 and 28x28 maps, in parallel blocks and in one block (its 36 products
+  // side by side).
   struct Case {
     Shape x;
     Conv2dOptions options;
@@ -298,7 +300,7 @@ TEST_CASE("conv2d: the same bits at 1 and 2 threads") {
     const Conv2dOptions& options = c.options;
     const Tensor x = random_tensor(c.x, 300), w = random_tensor({48, 32, 3, 3}, 301), b = random_tensor({48}, 302);
     if (options.stride_h == 1)
-      CHECK(conv2d_algorithm(x, w, options) == (c.x[2] >= 28 ? ConvAlgorithm::WinogradF4 : ConvAlgorithm::Winograd));
+      CHECK(conv2d_algorithm(x, w, options) == (c.x[2] >= 14 ? ConvAlgorithm::WinogradF4 : ConvAlgorithm::Winograd));
     const Fn f = conv_with(options);
     Tensor y1, y2;
     {

@@ -23,10 +23,11 @@ constexpr int kSlices = 36;  // transform positions: a 6 × 6 patch
 constexpr int64_t kTile = 4;  // outputs per tile side
 constexpr int kLanes = 16;    // tiles per transform call
 
-// Below this map size F(2×2) runs the layer: a 14-wide map is 4 tiles of 4 across where 14
-// outputs are wanted (a seventh of the products wasted), and the transformed weights (36·O·C
-// floats, read for every block of tiles) weigh more against the few tiles of a small map.
-constexpr int64_t kWinogradF4MinMap = 28;
+// Below this map size F(2×2) runs the layer: on a 7-wide map, 2 tiles of 4 across where 7
+// outputs are wanted, the transformed weights (36·O·C floats, 2.25 times F(2×2)'s, written
+// and read every call) cost more than the products save (ResNet-50's 512-channel layer at
+// 7 × 7 runs a third slower by F(4×4); at 14 × 14 a quarter faster).
+constexpr int64_t kWinogradF4MinMap = 14;
 // Tiles per GEMM: V and M of a block within about kF4Bytes (they stay in L2 between the
 // transforms and the products), but at least kF4MinTiles, so that each product is wide
 // enough for the GEMM kernel's panels and the weights' slices are read for enough tiles.
