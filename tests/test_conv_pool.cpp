@@ -320,6 +320,31 @@ TEST_CASE("conv2d: the same bits at 1 and 2 threads") {
   }
 }
 
+TEST_CASE("conv2d: a 1x1 layer on a small map in balanced image blocks, the same bits at 1 and 2 threads") {
+  // 8 images of a 7x7 map with 1024 input channels: blocks of 4 and 4 (not 6 and 2).
+  ThreadCount restore;
+  const Tensor x = random_tensor({8, 1024, 7, 7}, 310), w = random_tensor({16, 1024, 1, 1}, 311),
+               b = random_tensor({16}, 312);
+  const Fn f = conv_with({});
+  Tensor y1, y2;
+  {
+    NoGrad no_grad;
+    set_num_threads(1);
+    y1 = f({x, w, b});
+    set_num_threads(2);
+    y2 = f({x, w, b});
+  }
+  CHECK(y1.to_vector() == y2.to_vector());
+  const Tensor u = random_tensor(y1.shape(), 313);
+  set_num_threads(1);
+  const auto one = vjp(f, {x, w, b}, u);
+  set_num_threads(2);
+  const auto two = vjp(f, {x, w, b}, u);
+  for (size_t i = 0; i < 3; ++i) CHECK(one[i].to_vector() == two[i].to_vector());
+  uint64_t seed = 314;
+  check_against_reference_conv({{8, 1024, 7, 7}, {16, 1024, 1, 1}, {}}, seed, 1e-4, 1e-3, {Transport::gradient()});
+}
+
 TEST_CASE("conv2d: backward skips the gradients nobody needs") {
   const Tensor x = golden("conv", "conv.basic.in0"), w = golden("conv", "conv.basic.in1").detach(),
                b = golden("conv", "conv.basic.in2");

@@ -24,6 +24,15 @@ constexpr int64_t kMaxPartials = 8;
 // Elements copied per task in the im2col/col2im/gather loops.
 constexpr int64_t kCopyGrain = 1 << 15;
 
+// Blocks of about `block` images for a batch of N: as many blocks as that size makes, but
+// equal to within an image (8 images in blocks of 6 would run as 6 and 2, one thread
+// finishing long before the other; as 4 and 4 they take the same time).
+inline int64_t balanced_block(int64_t N, int64_t block) {
+  if (N <= 0 || block <= 0) return std::max<int64_t>(block, 1);
+  const int64_t blocks = (N + block - 1) / block;
+  return (N + blocks - 1) / blocks;
+}
+
 // Every extent of one convolution.
 struct ConvGeometry {
   int64_t N, C, H, W;  // input

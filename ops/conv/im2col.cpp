@@ -61,7 +61,7 @@ Tiling choose_tiling(const ConvGeometry& g, int64_t min_columns) {
     t.tile_rows = (g.OH + tiles - 1) / tiles;
     return t;
   }
-  t.block = std::clamp<int64_t>((target + g.P - 1) / g.P, 1, std::max<int64_t>(g.N, 1));
+  t.block = balanced_block(g.N, std::clamp<int64_t>((target + g.P - 1) / g.P, 1, std::max<int64_t>(g.N, 1)));
   return t;
 }
 

@@ -52,7 +52,8 @@ inline WinogradTiling winograd_tiling(const ConvGeometry& g, int64_t tile, int64
     const int64_t bands = (t.TH + rows - 1) / rows;
     t.band_rows = (t.TH + bands - 1) / bands;
   } else {
-    t.block = std::clamp<int64_t>((target + per_image - 1) / per_image, 1, std::max<int64_t>(g.N, 1));
+    const int64_t block = std::clamp<int64_t>((target + per_image - 1) / per_image, 1, std::max<int64_t>(g.N, 1));
+    t.block = balanced_block(g.N, block);
   }
   return t;
 }
