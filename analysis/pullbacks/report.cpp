@@ -10,6 +10,7 @@
 
 #include "analysis/pullbacks/cells.h"
 #include "analysis/pullbacks/focus.h"
+#include "analysis/pullbacks/picture_writer.h"
 #include "analysis/pullbacks/randomisation.h"
 #include "analysis/pullbacks/report_run.h"
 #include "engine/autograd.h"
@@ -214,7 +215,10 @@ void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labe
   run.labels = labels;
   run.images = run.x.size(0), run.height = run.x.size(2), run.width = run.x.size(3);
   run.expensive = expensive_images(o, run.images);
-  {
+  // The class count costs a forward pass: found only for those that read it.
+  const bool classes_read = o.target == ReportOptions::Target::Fixed ||
+                            std::any_of(metrics.begin(), metrics.end(), [](const ReportMetric* m) { return m->reads_classes; });
+  if (classes_read) {
     NoGrad off;
     run.classes = run.model.forward(rows(run.x, 0, 1)).size(1);
   }
@@ -298,38 +302,31 @@ MethodMaps explain_finding_targets(const ReportRun& run, ReportBatch& batch, con
 }
 
 // The pictures of a batch's first `shown` images: the inputs, then per method a heat-map,
-// an overlay and the counterfactual, then one contact sheet per image.
+// an overlay and the counterfactual, then one contact sheet per image. Each is handed to the
+// report's PictureWriter as soon as it is drawn; the list of files keeps the order they
+// were drawn in.
 struct BatchPictures {
   const ReportOptions& options;
   int64_t first = 0, shown = 0, scale = 0;
   std::vector<std::string>& files;
-  std::vector<std::vector<SheetColumn>> sheets;
-  std::vector<std::pair<std::string, Image>> pending = {};  // drawn, not yet encoded
+  PictureWriter& writer;
+  std::vector<Image> input_images = {};
+  std::vector<std::vector<SheetColumn>> method_columns = {};
 
-  // Queued here and encoded by encode_pending, one picture per thread: PNG compression is
-  // most of a picture's cost. The list of files keeps the order they were drawn in.
   void write(const std::string& path, const Image& image) {
-    pending.emplace_back(path, image);
+    writer.write(path, image);
     files.push_back(path);
   }
 
-  void encode_pending() {
-    parallel_for(int64_t(pending.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) write_png(pending[size_t(i)].first, pending[size_t(i)].second);
-    });
-    pending.clear();
-  }
-
+  // Needs no targets: drawn before the batch's first method, which may find them.
   void inputs(const ReportBatch& batch) {
-    sheets.resize(size_t(shown));
+    method_columns.resize(size_t(shown));
     for (int64_t i = 0; i < shown; ++i) {
       const std::string dir = picture_dir(options.out_dir, first + i);
       std::filesystem::create_directories(dir);
-      const Image input = render_input(example(batch.x, i), options.normalisation, scale);
-      write(dir + "/input.png", input);
-      sheets[size_t(i)].push_back({"input", {{input, class_name(options.class_names, batch.targets[size_t(i)])}}});
+      input_images.push_back(render_input(example(batch.x, i), options.normalisation, scale));
+      write(dir + "/input.png", input_images.back());
     }
-    encode_pending();
   }
 
   void method(const std::string& method, const ReportBatch& batch, const Tensor& attr, const Tensor& counterfactual) {
@@ -347,15 +344,18 @@ struct BatchPictures {
         write(dir + "/" + method + "_counterfactual.png", cf);
         column.cells.push_back({cf, "counterfactual x_K"});
       }
-      sheets[size_t(i)].push_back(std::move(column));
+      method_columns[size_t(i)].push_back(std::move(column));
     }
-    encode_pending();
   }
 
-  void contact_sheets() {
-    for (int64_t i = 0; i < shown; ++i)
-      write(picture_dir(options.out_dir, first + i) + "/sheet.png", contact_sheet(sheets[size_t(i)]));
-    encode_pending();
+  // The input, labelled with the class explained, then every method's column.
+  void contact_sheets(const ReportBatch& batch) {
+    for (int64_t i = 0; i < shown; ++i) {
+      std::vector<SheetColumn> sheet = {
+          {"input", {{input_images[size_t(i)], class_name(options.class_names, batch.targets[size_t(i)])}}}};
+      for (SheetColumn& column : method_columns[size_t(i)]) sheet.push_back(std::move(column));
+      write(picture_dir(options.out_dir, first + i) + "/sheet.png", contact_sheet(sheet));
+    }
   }
 };
 
@@ -422,6 +422,7 @@ struct BatchWork {
   const std::vector<std::string>& methods;
   int64_t pictures = 0, scale = 0;  // pictures of the first `pictures` images, enlarged `scale` times
   double patches = 0;               // for the cost model
+  PictureWriter& writer;            // encodes and writes the pictures beside the report's work
 };
 
 // Told after each method of a batch, with its maps and counterfactuals (undefined but for
@@ -438,15 +439,15 @@ CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>
   timed(times.metrics, [&] { batch = start_batch(run, w.metrics, first); });  // the probes
   const BatchCounts counts{run.options, batch.size, batch.expensive, w.patches, run.randomised};
   double probes = probe_cost(w.metrics, counts);
-  BatchPictures drawn{run.options, first, std::clamp<int64_t>(w.pictures - first, 0, batch.size), w.scale, files, {}};
-  if (!run.targets_from_first_method) timed(times.pictures, [&] { drawn.inputs(batch); });
+  BatchPictures drawn{run.options, first, std::clamp<int64_t>(w.pictures - first, 0, batch.size), w.scale, files,
+                      w.writer};
+  timed(times.pictures, [&] { drawn.inputs(batch); });
   CellScores scores;
   for (const std::string& method : w.methods) {
     Tensor counterfactual;
     MethodMaps maps;
     if (run.targets_from_first_method && method == w.methods.front()) {
       timed(times.methods, [&] { maps = explain_finding_targets(run, batch, method); });
-      timed(times.pictures, [&] { drawn.inputs(batch); });  // labelled with the classes just found
     } else {
       timed(times.methods, [&] { maps = explain_batch(run, batch, method, counterfactual); });
     }
@@ -459,7 +460,7 @@ CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>
     if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.metrics, counts));
     probes = 0;
   }
-  timed(times.pictures, [&] { drawn.contact_sheets(); });
+  timed(times.pictures, [&] { drawn.contact_sheets(batch); });
   return scores;
 }
 
@@ -552,6 +553,7 @@ void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::strin
     }
     std::vector<std::string> drawn;
     ImageCell cell{range, run_batch(w, range.first, drawn, done, times), relative_to(o.out_dir, drawn), wanted};
+    timed(times.pictures, [&] { w.writer.finish(); });  // a cell on disk has its pictures on disk
     write_file_atomic(path, image_cell_text(cell));
   });
   on_rank_zero([&] {
@@ -587,7 +589,9 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);
-  const BatchWork work{run, metrics, methods, pictures, scale, double(patch_count(o.metric_settings, run.height, run.width))};
+  PictureWriter writer;
+  const BatchWork work{run,   metrics, methods, pictures, scale, double(patch_count(o.metric_settings, run.height, run.width)),
+                       writer};
   const bool keep_attributions = !o.out_dir.empty() && o.write_attributions;
   CellScores scores;  // method → metric → values
   std::map<std::string, Tensor> all_attributions, all_counterfactuals;
@@ -634,6 +638,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   if (keep_attributions) write_attribution_files(run, methods, all_attributions, all_counterfactuals, result.files);
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
+  timed(result.times.pictures, [&] { writer.finish(); });  // the last pictures, written beside the files above
   result.times.total = seconds_since(start);
   return result;
 }

@@ -98,6 +98,7 @@ struct ReportMetric {
   bool expensive = false;     // runs on the first expensive_count images only
   bool by_default = false;    // runs when no metric is named (`adjoint explain` without --metrics)
   bool on_mosaics = false;    // scored on mosaics of the images rather than on the images
+  bool reads_classes = false; // reads the model's class count (ReportRun::classes)
   std::string help{};         // its line in `adjoint explain --help`
   // Once per report, before the first batch (focus draws its mosaics); null: nothing.
   void (*prepare)(ReportRun& run) = nullptr;

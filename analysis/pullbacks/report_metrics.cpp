@@ -231,6 +231,7 @@ const std::vector<ReportMetric>& report_metrics() {
        .note = max_sensitivity_note},
       {.info = metric_info("random_logit"),
        .by_default = true,
+       .reads_classes = true,
        .help = "how alike the maps of the target and of a random other class are",
        .score = score_random_logit,
        .explanations = [](const BatchCounts& c) { return double(c.images); },

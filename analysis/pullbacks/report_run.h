@@ -35,7 +35,7 @@ struct ReportRun {
   bool targets_from_first_method = false;
   int64_t images = 0, height = 0, width = 0;
   int64_t expensive = 0;                     // E: the expensive metrics run on the first E images
-  int64_t classes = 0;
+  int64_t classes = 0;                       // found only where read (ReportMetric::reads_classes, a fixed target)
   int64_t layers = 0, randomised = 0;        // the model's layers; those randomisation re-initialises
   // The metrics' settings, seeded by options.metric_seed (first_example is set per batch).
   InfidelityOptions infidelity{};
