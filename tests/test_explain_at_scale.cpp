@@ -148,6 +148,49 @@ TEST_CASE("shared_cost: batches handed in order to the rank free first; no more 
   CHECK(report_unshared_cost(o, 1000) == 0);
 }
 
+TEST_CASE("report_cells: randomisation in pieces of 8 steps per method and batch, so that more ranks share the work") {
+  // The paper's evaluation of a ResNet-50-like model (107 layers): 1000 images in batches of
+  // 50, every metric on the first 100, with a one-pass method and the 50-pass SmoothGrad.
+  ReportOptions o;
+  o.methods = {"gradient", "smoothgrad"};
+  for (const ReportMetric& m : report_metrics()) o.metrics.push_back(m.info.name);
+  o.batch_size = 50;
+  o.expensive_count = 100;
+  const int64_t layers = 107;
+  const std::vector<double> batches = report_batch_costs(o, 1000, 224, 224, layers);
+  double whole = 0;
+  for (double b : batches) whole += b;
+  // Without cells (one process, explain without --evaluate): the batches as they are.
+  CHECK(report_work_costs(o, 1000, 224, 224, layers) == batches);
+
+  o.cells.enabled = true;
+  const std::vector<ReportCell> cells = report_cells(o, 1000, 224, 224, layers);
+  const int64_t pieces_per_method = (layers + 7) / 8;  // 14: 13 of 8 steps and one of 3
+  REQUIRE(int64_t(cells.size()) == 20 + 2 * 2 * pieces_per_method);
+  double sum = 0, pieces_of_first = 0, made_again = 0;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (i > 0) CHECK(cells[i - 1].cost >= cells[i].cost);  // handed out costliest first
+    sum += cells[i].cost;
+    if (!cells[i].piece) continue;
+    CHECK(cells[i].images.first < 100);  // pieces of the expensive images' batches only
+    const double one = cells[i].piece->method == "smoothgrad" ? 50 : 1;
+    made_again += 50 * one;  // each piece makes its method's maps of the batch again
+    if (cells[i].images.first == 0) pieces_of_first += cells[i].cost;
+    if (cells[i].piece->first_step + cells[i].piece->steps == layers) CHECK(cells[i].piece->steps == 3);
+  }
+  // The pieces' steps are the metric's explanations: the work is the batches' plus the maps made again.
+  CHECK(sum == doctest::Approx(whole + made_again));
+  CHECK(pieces_of_first == doctest::Approx(50.0 * layers * 51 + made_again / 2));
+  // Over ranks the work now divides past the two expensive batches: at 64 ranks the job lasts
+  // a fraction of what the first batch alone took.
+  std::vector<double> costs;
+  for (const ReportCell& c : cells) costs.push_back(c.cost);
+  CHECK(shared_cost(batches, 8) == batches[0]);
+  CHECK(shared_cost(costs, 8) < 0.7 * batches[0]);
+  CHECK(shared_cost(costs, 64) < 0.5 * shared_cost(costs, 8));
+  CHECK(shared_cost(costs, 64) >= sum / 64);
+}
+
 TEST_CASE("explain_predicted: the predicted classes read off the method's own forward pass, the same maps") {
   ModelConfig c;
   c.arch = "vgg11_bn";

@@ -311,11 +311,12 @@ int run_explain(const cli::Args& a) {
   if (speaks && !expensive_chosen.empty() && E < N)
     std::printf("  %s on the first %lld images (--expensive-count)\n", spoken_list(expensive_chosen).c_str(),
                 (long long)E);
-  // The batches are shared out over the ranks; the targets' forward pass is every rank's.
-  const std::vector<double> batches =
-      report_batch_costs(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
+  // The batches (with --evaluate, the cells) are shared out over the ranks; the targets'
+  // forward pass is every rank's.
+  const std::vector<double> work =
+      report_work_costs(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
   const double unshared = report_unshared_cost(o, N);
-  const double passes = shared_cost(batches, distributed::size()) + unshared;
+  const double passes = shared_cost(work, distributed::size()) + unshared;
   // Timing a pass runs the gradient twice on two images (a warm-up, then the timed call):
   // about 4 passes, which a run of fewer than kPassesWorthTiming passes does not spend.
   constexpr double kPassesWorthTiming = 100;

@@ -63,17 +63,34 @@ std::vector<ImageRange> image_cells(int64_t images, int64_t batch) {
   return cells;
 }
 
-std::string cell_file_name(const ImageRange& range) {
+std::string cell_file_name(const ImageRange& range, const std::optional<RandomisationPiece>& piece) {
   char name[64];
-  std::snprintf(name, sizeof name, "images_%04lld-%04lld.json", static_cast<long long>(range.first),
+  std::snprintf(name, sizeof name, "images_%04lld-%04lld", static_cast<long long>(range.first),
                 static_cast<long long>(range.first + range.count - 1));
-  return name;
+  if (!piece) return cat(name, ".json");
+  char steps[48];
+  std::snprintf(steps, sizeof steps, "steps_%03lld-%03lld", static_cast<long long>(piece->first_step),
+                static_cast<long long>(piece->first_step + piece->steps - 1));
+  return cat(name, ".randomisation.", piece->method, ".", steps, ".json");
+}
+
+std::string piece_step_key(int64_t step) {
+  char key[48];
+  std::snprintf(key, sizeof key, "randomisation_step_%03lld", static_cast<long long>(step));
+  return key;
 }
 
 std::string image_cell_text(const ImageCell& cell) {
   Json root = Json::object();
   root["first_image"] = cell.images.first;
   root["images"] = cell.images.count;
+  if (cell.piece) {
+    Json piece = Json::object();
+    piece["method"] = cell.piece->method;
+    piece["first_step"] = cell.piece->first_step;
+    piece["steps"] = cell.piece->steps;
+    root["randomisation_piece"] = piece;
+  }
   Json scores = Json::object();
   for (const auto& [method, metrics] : cell.scores) {
     Json by_metric = Json::object();
@@ -105,6 +122,17 @@ ImageCell read_image_cell_text(const std::string& text, const std::string& path)
   ImageCell cell;
   cell.images.first = count_entry(root, "first_image", 0, path);
   cell.images.count = count_entry(root, "images", 1, path);
+  if (const Json* piece = root.find("randomisation_piece")) {
+    of_kind(*piece, piece->is_object(), "an object", path, "'randomisation_piece'");
+    const Json& method = entry(*piece, "method", path, "'randomisation_piece'");
+    of_kind(method, method.is_string(), "a string", path, "the piece's method");
+    // A method's name: it becomes part of a file name.
+    const std::string& name = method.as_string();
+    check(!name.empty() && name.size() <= 64 && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz_0123456789") ==
+                                                     std::string::npos,
+          path, ": the piece's method '", name, "' is not a method's name");
+    cell.piece = RandomisationPiece{name, count_entry(*piece, "first_step", 0, path), count_entry(*piece, "steps", 1, path)};
+  }
 
   const Json& scores = entry(root, "scores", path, "the cell");
   of_kind(scores, scores.is_object(), "an object", path, "'scores'");

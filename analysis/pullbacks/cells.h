@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,24 @@ struct ImageRange {
 // The cells of `images` images in batches of `batch`: [0, batch), [batch, 2·batch), …
 std::vector<ImageRange> image_cells(int64_t images, int64_t batch);
 
-// "images_0032-0063.json": the cell's file name in OUT/cells/.
-std::string cell_file_name(const ImageRange& range);
+// A piece of a batch's work that runs as a cell of its own: one method's model-parameter
+// randomisation (analysis/pullbacks/randomisation.h) of the batch's expensive images over
+// steps [first_step, first_step + steps). That metric re-explains every expensive image once
+// per layer, most of an evaluation's cost; split into pieces, it is shared by more ranks than
+// there are batches. Its scores are, for its method, one entry per step (piece_step_key) with
+// the correlation of each expensive image.
+struct RandomisationPiece {
+  std::string method;
+  int64_t first_step = 0, steps = 0;
+  bool operator==(const RandomisationPiece&) const = default;
+};
+
+// "images_0032-0063.json": the cell's file name in OUT/cells/; a piece's
+// "images_0032-0063.randomisation.gradient.steps_016-023.json".
+std::string cell_file_name(const ImageRange& range, const std::optional<RandomisationPiece>& piece = std::nullopt);
+
+// "randomisation_step_016": a piece's score entry of step 16.
+std::string piece_step_key(int64_t step);
 
 // Per method, per metric: the values of the cell's images in image order (of its mosaics,
 // for focus); NaN where a metric is undefined. A metric that does not run on the cell (past
@@ -41,6 +58,7 @@ using CellScores = std::map<std::string, std::map<std::string, std::vector<doubl
 
 struct ImageCell {
   ImageRange images;
+  std::optional<RandomisationPiece> piece;  // none: the batch's own cell
   CellScores scores;
   std::vector<std::string> files;  // the pictures it drew, relative to the report's folder
   Provenance made;                 // what made it
@@ -48,7 +66,7 @@ struct ImageCell {
 
 // The cell file's text (JSON), and back. The reader throws Error naming `path` and the entry
 // at fault: not JSON, a missing or mistyped entry, a value that is not a number's text, a
-// picture path that leaves the report's folder.
+// picture path that leaves the report's folder, a piece whose method is not a name.
 std::string image_cell_text(const ImageCell& cell);
 ImageCell read_image_cell_text(const std::string& text, const std::string& path);
 

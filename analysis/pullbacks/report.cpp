@@ -125,6 +125,56 @@ std::vector<double> report_batch_costs(const ReportOptions& o, int64_t images, i
   return costs;
 }
 
+namespace {
+
+// Steps of randomisation in one piece: enough that making the method's maps again, which
+// each piece does, is a small share of it (1/8), few enough that the costliest method's
+// randomisation of a batch splits into many cells.
+constexpr int64_t kStepsPerPiece = 8;
+
+bool randomisation_chosen(const MetricList& metrics) {
+  return std::any_of(metrics.begin(), metrics.end(),
+                     [](const ReportMetric* m) { return m->info.name == "model_parameter_randomisation"; });
+}
+
+}  // namespace
+
+std::vector<ReportCell> report_cells(const ReportOptions& o, int64_t images, int64_t height, int64_t width,
+                                     int64_t layers) {
+  const std::vector<double> batch_costs = report_batch_costs(o, images, height, width, layers);
+  const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
+  const int64_t E = expensive_images(o, images), randomised = randomised_layers(o, layers);
+  const bool in_pieces = o.cells.enabled && randomised > 0 && randomisation_chosen(metric_rows(resolve_metrics(o.metrics)));
+  std::vector<ReportCell> cells, pieces;
+  const std::vector<ImageRange> batches = image_cells(images, std::max<int64_t>(1, o.batch_size));
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const ImageRange& range = batches[b];
+    ReportCell cell{range, std::nullopt, batch_costs[b]};
+    const int64_t expensive = expensive_in_batch(E, range.first, range.count);
+    if (in_pieces && expensive > 0)
+      for (const std::string& method : methods) {
+        const double one = method_cost(method, o.explain);
+        cell.cost -= double(expensive * randomised) * one;  // the metric's explanations, now the pieces'
+        for (int64_t first = 0; first < randomised; first += kStepsPerPiece) {
+          const int64_t steps = std::min(kStepsPerPiece, randomised - first);
+          pieces.push_back({range, RandomisationPiece{method, first, steps}, double(range.count + expensive * steps) * one});
+        }
+      }
+    cells.push_back(cell);
+  }
+  cells.insert(cells.end(), pieces.begin(), pieces.end());
+  std::stable_sort(cells.begin(), cells.end(), [](const ReportCell& a, const ReportCell& b) { return a.cost > b.cost; });
+  return cells;
+}
+
+std::vector<double> report_work_costs(const ReportOptions& o, int64_t images, int64_t height, int64_t width,
+                                      int64_t layers) {
+  if (!o.cells.enabled) return report_batch_costs(o, images, height, width, layers);
+  std::vector<double> costs;
+  for (const ReportCell& c : report_cells(o, images, height, width, layers)) costs.push_back(c.cost);
+  return costs;
+}
+
 double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64_t width, int64_t layers) {
   double cost = 0;
   for (double c : report_batch_costs(o, images, height, width, layers)) cost += c;
@@ -254,8 +304,8 @@ void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labe
     if (m->prepare) m->prepare(run);
 }
 
-// Batch [first, first + batch_size) with its probes.
-ReportBatch start_batch(const ReportRun& run, const MetricList& metrics, int64_t first) {
+// Batch [first, first + batch_size): its images and targets.
+ReportBatch batch_of(const ReportRun& run, int64_t first) {
   ReportBatch batch;
   batch.first = first;
   batch.size = std::min(run.options.batch_size, run.images - first);
@@ -269,6 +319,12 @@ ReportBatch start_batch(const ReportRun& run, const MetricList& metrics, int64_t
   const int64_t M = run.mosaic_count();
   batch.first_mosaic = std::min(first, M);
   batch.mosaics = std::clamp<int64_t>(M - first, 0, batch.size);
+  return batch;
+}
+
+// The batch with its probes.
+ReportBatch start_batch(const ReportRun& run, const MetricList& metrics, int64_t first) {
+  ReportBatch batch = batch_of(run, first);
   for (const ReportMetric* m : metrics)
     if (m->probe) m->probe(run, batch);
   return batch;
@@ -478,16 +534,53 @@ void on_rank_zero(const std::function<void()>& step) {
   }
 }
 
-// A cell file read back and checked against what this report asks: its images, its record,
-// its methods. Throws Error (malformed, or not the images its name says) or, through
-// may_reuse, UsageError (made by another run); false when --overwrite remakes it.
-bool reusable_cell(const std::string& path, const ImageCell& cell, const std::vector<ImageRange>& cells,
+// One piece of a batch's randomisation (cells.h): the method's maps of the batch made again,
+// as the batch's own cell makes them, then the piece's steps; their correlations by step.
+CellScores run_piece(const BatchWork& w, const ImageRange& images, const RandomisationPiece& piece,
+                     ReportTimes& times) {
+  const ReportRun& run = w.run;
+  const ReportBatch batch = batch_of(run, images.first);
+  Tensor counterfactual;
+  MethodMaps maps;
+  timed(times.methods, [&] { maps = explain_batch(run, batch, piece.method, counterfactual); });
+  RandomisationOptions options = run.randomisation;
+  options.first_step = piece.first_step;
+  options.step_count = piece.steps;
+  RandomisationResult r;
+  timed(times.metrics, [&] { r = randomisation_of(run, batch, maps, options); });
+  check(int64_t(r.per_layer.size()) == piece.steps, "explain_report: randomisation ran ", r.per_layer.size(),
+        " steps of the piece's ", piece.steps);
+  CellScores scores;
+  for (int64_t k = 0; k < piece.steps; ++k)
+    scores[piece.method][piece_step_key(piece.first_step + k)] = r.per_layer[size_t(k)];
+  return scores;
+}
+
+// A cell file read back and checked against what this report asks: its images (and piece),
+// its record, its methods (a piece: its method's steps). Throws Error (malformed, or not the
+// cell its name says) or, through may_reuse, UsageError (made by another run); false when
+// --overwrite remakes it.
+bool reusable_cell(const std::string& path, const ImageCell& cell, const std::vector<ReportCell>& cells,
                    const Provenance& wanted, const std::vector<std::string>& methods, const ReportOptions& o) {
-  check(std::filesystem::path(path).filename() == cell_file_name(cell.images), path, ": holds images ",
-        cell.images.first, " to ", cell.images.first + cell.images.count - 1, ", not those its name says");
+  const std::string what = cat("images ", cell.images.first, " to ", cell.images.first + cell.images.count - 1,
+                               cell.piece ? cat(", randomisation of ", cell.piece->method, " steps ", cell.piece->first_step,
+                                                " to ", cell.piece->first_step + cell.piece->steps - 1)
+                                          : std::string());
+  check(std::filesystem::path(path).filename() == cell_file_name(cell.images, cell.piece), path, ": holds ", what,
+        ", not what its name says");
   if (!may_reuse("explain", path, cell.made, wanted, o.cells.overwrite, o.cells.log)) return false;
-  check(std::find(cells.begin(), cells.end(), cell.images) != cells.end(), path, ": images ", cell.images.first,
-        " to ", cell.images.first + cell.images.count - 1, " are not a batch of this report");
+  check(std::any_of(cells.begin(), cells.end(),
+                    [&](const ReportCell& c) { return c.images == cell.images && c.piece == cell.piece; }),
+        path, ": ", what, " is not a cell of this report");
+  if (cell.piece) {
+    const auto it = cell.scores.find(cell.piece->method);
+    check(cell.scores.size() == 1 && it != cell.scores.end() && int64_t(it->second.size()) == cell.piece->steps, path,
+          ": not the scores of ", cell.piece->method, "'s ", cell.piece->steps, " steps");
+    for (int64_t k = 0; k < cell.piece->steps; ++k)
+      check(it->second.count(piece_step_key(cell.piece->first_step + k)), path, ": no ",
+            piece_step_key(cell.piece->first_step + k));
+    return true;
+  }
   for (const std::string& method : methods)
     check(cell.scores.count(method), path, ": no scores of ", method);
   check(cell.scores.size() == methods.size(), path, ": scores of methods this report does not run");
@@ -496,7 +589,7 @@ bool reusable_cell(const std::string& path, const ImageCell& cell, const std::ve
 
 // The cell files already in `folder` (images_*.json), each checked: one made by another run
 // refuses the report, or with --overwrite is removed so that it is made again.
-void check_cells_on_disk(const std::string& folder, const std::vector<ImageRange>& cells, const Provenance& wanted,
+void check_cells_on_disk(const std::string& folder, const std::vector<ReportCell>& cells, const Provenance& wanted,
                          const std::vector<std::string>& methods, const ReportOptions& o) {
   std::vector<std::string> paths;
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {
@@ -530,14 +623,44 @@ std::vector<std::string> under(const std::string& out_dir, const std::vector<std
   return out;
 }
 
+// A batch's randomisation scores put back from its pieces, into `scores` (its cell's): per
+// method, the steps in order, each image's mean over them as the whole test takes it.
+void put_back_pieces(const ImageRange& batch, const std::vector<ReportCell>& cells, const std::string& folder,
+                     const Provenance& wanted, const std::vector<std::string>& methods, const ReportRun& run,
+                     CellScores& scores) {
+  const int64_t expensive = expensive_in_batch(run.expensive, batch.first, batch.count);
+  for (const std::string& method : methods) {
+    std::vector<const ReportCell*> pieces;
+    for (const ReportCell& c : cells)
+      if (c.piece && c.images == batch && c.piece->method == method) pieces.push_back(&c);
+    if (pieces.empty()) continue;
+    std::sort(pieces.begin(), pieces.end(),
+              [](const ReportCell* a, const ReportCell* b) { return a->piece->first_step < b->piece->first_step; });
+    std::vector<std::vector<double>> per_step;
+    for (const ReportCell* piece : pieces) {
+      const std::string path = (std::filesystem::path(folder) / cell_file_name(batch, piece->piece)).string();
+      const ImageCell cell = read_image_cell_text(read_text_file(path), path);
+      check(reusable_cell(path, cell, cells, wanted, methods, run.options), path, ": made by another run");
+      for (int64_t k = 0; k < piece->piece->steps; ++k) {
+        const std::vector<double>& step = cell.scores.at(method).at(piece_step_key(piece->piece->first_step + k));
+        check(int64_t(step.size()) == expensive, path, ": ", step.size(), " values of a step for ", expensive,
+              " expensive images");
+        per_step.push_back(step);
+      }
+    }
+    scores[method][metric_info("model_parameter_randomisation").name] = mean_over_steps(per_step, expensive);
+  }
+}
+
 // The report in cells (ReportOptions::cells): the cells found on disk checked on rank 0, the
-// others handed out over the ranks and written as each is finished, then on rank 0 every
-// cell read back in image order into `scores` and `files`.
+// others handed out over the ranks (the costliest first) and written as each is finished,
+// then on rank 0 every batch's cell, with its pieces put back, read in image order into
+// `scores` and `files`.
 void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::string>& files, const MethodDone& done,
                   ReportTimes& times) {
   const ReportOptions& o = w.run.options;
   const std::string folder = (std::filesystem::path(o.out_dir) / "cells").string();
-  const std::vector<ImageRange> cells = image_cells(w.run.images, o.batch_size);
+  const std::vector<ReportCell> cells = report_cells(o, w.run.images, w.run.height, w.run.width, w.run.layers);
   const Provenance wanted = report_record(o, w.run.images);
   on_rank_zero([&] {
     std::filesystem::create_directories(folder);
@@ -545,22 +668,29 @@ void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::strin
     check_cells_on_disk(folder, cells, wanted, w.methods, o);
   });
   distributed::for_each_item(int64_t(cells.size()), [&](int64_t i) {
-    const ImageRange& range = cells[size_t(i)];
-    const std::string path = (std::filesystem::path(folder) / cell_file_name(range)).string();
+    const ReportCell& c = cells[size_t(i)];
+    const std::string name = cell_file_name(c.images, c.piece);
+    const std::string path = (std::filesystem::path(folder) / name).string();
     if (std::filesystem::exists(path)) {  // checked by rank 0 before any cell was handed out
-      if (o.cells.log) o.cells.log(cat(cell_file_name(range), ": done before"));
+      if (o.cells.log) o.cells.log(cat(name, ": done before"));
+      return;
+    }
+    if (c.piece) {
+      write_file_atomic(path, image_cell_text({c.images, c.piece, run_piece(w, c.images, *c.piece, times), {}, wanted}));
       return;
     }
     std::vector<std::string> drawn;
-    ImageCell cell{range, run_batch(w, range.first, drawn, done, times), relative_to(o.out_dir, drawn), wanted};
+    ImageCell cell{c.images, std::nullopt, run_batch(w, c.images.first, drawn, done, times), relative_to(o.out_dir, drawn),
+                   wanted};
     timed(times.pictures, [&] { w.writer.finish(); });  // a cell on disk has its pictures on disk
     write_file_atomic(path, image_cell_text(cell));
   });
   on_rank_zero([&] {
-    for (const ImageRange& range : cells) {
+    for (const ImageRange& range : image_cells(w.run.images, o.batch_size)) {
       const std::string path = (std::filesystem::path(folder) / cell_file_name(range)).string();
-      const ImageCell cell = read_image_cell_text(read_text_file(path), path);
+      ImageCell cell = read_image_cell_text(read_text_file(path), path);
       check(reusable_cell(path, cell, cells, wanted, w.methods, o), path, ": made by another run");
+      put_back_pieces(range, cells, folder, wanted, w.methods, w.run, cell.scores);
       append(scores, cell.scores);
       const std::vector<std::string> pictures = under(o.out_dir, cell.files);
       files.insert(files.end(), pictures.begin(), pictures.end());
@@ -586,6 +716,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
   ReportRun run{.model = model, .options = o};
   start_run(run, x_in, labels, metrics);
+  run.randomisation_in_pieces = o.cells.enabled && run.randomised > 0 && randomisation_chosen(metrics);
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);

@@ -22,6 +22,7 @@
 
 #include "analysis/common/heatmap.h"
 #include "analysis/common/provenance.h"
+#include "analysis/pullbacks/cells.h"
 #include "analysis/pullbacks/explain.h"
 #include "analysis/pullbacks/metrics.h"
 #include "analysis/pullbacks/protocol.h"
@@ -228,6 +229,21 @@ std::vector<double> report_batch_costs(const ReportOptions& options, int64_t ima
 // for fixed or label targets, nor where the first method finds them in its own pass: no
 // metrics and a method of explains_in_one_pass), which each rank makes for all the images.
 double report_unshared_cost(const ReportOptions& options, int64_t images);
+// The cells of a report run in cells (ReportOptions::cells), in the order they are handed out
+// (the costliest first), each with its cost in passes: every batch, and, where randomisation
+// is chosen, its pieces (cells.h: each method's steps over a batch's expensive images, a few
+// layers each, with the method's maps made again) apart from their batch. They follow from the
+// options, the image count and the model's layers alone, never from the number of ranks.
+struct ReportCell {
+  ImageRange images;
+  std::optional<RandomisationPiece> piece;
+  double cost = 0;
+};
+std::vector<ReportCell> report_cells(const ReportOptions& options, int64_t images, int64_t height, int64_t width,
+                                     int64_t layers);
+// The costs of report_cells, or of report_batch_costs without cells: what ranks share.
+std::vector<double> report_work_costs(const ReportOptions& options, int64_t images, int64_t height, int64_t width,
+                                      int64_t layers);
 // The cost of batches shared out over `ranks` as distributed::for_each_item hands them out
 // (in order, each to the rank that is free first): the busiest rank's sum. One rank: the sum.
 double shared_cost(const std::vector<double>& batch_costs, int64_t ranks);

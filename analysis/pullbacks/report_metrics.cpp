@@ -155,14 +155,22 @@ std::optional<MetricResult> score_complexity(const ReportRun&, const ReportBatch
 std::string pixel_map_note(const ReportRun&) { return "pixel maps (summed over channels)"; }
 
 // -- model-parameter randomisation: explains the expensive images once per layer
-std::optional<MetricResult> score_randomisation(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps) {
-  if (batch.expensive == 0) return std::nullopt;
+}  // namespace
+
+RandomisationResult randomisation_of(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps,
+                                     const RandomisationOptions& options) {
   const ExplainerFactory factory = [method = maps.method, eo = run.options.explain](const Model& m) {
     return make_explainer(method, m, eo);
   };
-  return model_parameter_randomisation(run.model, factory, batch.x_expensive, batch.targets_expensive,
-                                       run.randomisation, maps.attr_expensive)
-      .mean;
+  return model_parameter_randomisation(run.model, factory, batch.x_expensive, batch.targets_expensive, options,
+                                       maps.attr_expensive);
+}
+
+namespace {
+std::optional<MetricResult> score_randomisation(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps) {
+  // In pieces, cells of their own run it (randomisation_piece) and the report puts it back.
+  if (batch.expensive == 0 || run.randomisation_in_pieces) return std::nullopt;
+  return randomisation_of(run, batch, maps, run.randomisation).mean;
 }
 std::string randomisation_note(const ReportRun& run) {
   return join_notes(run.expensive_note(), cat("mean Spearman correlation of |attr| over ", run.randomised, " of ",

@@ -44,6 +44,9 @@ struct ReportRun {
   MonotonicityOptions monotonicity{};
   MaxSensitivityOptions max_sensitivity{};
   RandomisationOptions randomisation{};
+  // In cells, randomisation runs in pieces of its own (analysis/pullbacks/cells.h), not in
+  // the batches' cells.
+  bool randomisation_in_pieces = false;
   uint64_t random_logit_seed = 0;
   // Focus: mosaics drawn once from the whole set (its prepare step), and how.
   Mosaics mosaics{};
@@ -123,6 +126,11 @@ inline int64_t expensive_images(const ReportOptions& o, int64_t images) {
 
 // A number as the tables and pictures show it: 4 significant digits, "nan" (report_tables.cpp).
 std::string number(double v);
+
+// Model-parameter randomisation of one method's maps of a batch's expensive images, over the
+// steps `options` chooses: the metric's score, and a piece of it (cells.h).
+RandomisationResult randomisation_of(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps,
+                                     const RandomisationOptions& options);
 
 // The model's top class of every row of x, `batch` rows at a time.
 std::vector<int64_t> predicted_in_batches(const Model& model, const Tensor& x, int64_t batch);
