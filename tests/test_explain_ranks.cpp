@@ -46,9 +46,10 @@ int64_t lines_with(const std::string& text, const std::string& what) {
 
 // A tiny ResNet (6 steps on 8×8 squares), and the evaluation of 12 of its test images in 6
 // batches of 2: three cheap methods, every metric, the expensive ones on the first 6 images.
-// Its cells: the 6 batches, and for each of the 3 with expensive images, each method's
-// randomisation of the 41 layers in 6 pieces (of 8 steps, the last of 1).
-constexpr int64_t kCells = 6 + 3 * 3 * 6;
+// Its cells: the 6 batches, and for each of the 3 with expensive images and each of the 3
+// methods, max-sensitivity and the randomisation of the 41 layers in 6 pieces (of 8 steps,
+// the last of 1).
+constexpr int64_t kCells = 6 + 3 * 3 * (1 + 6);
 struct TinyEvaluation {
   TempDir dir;
   std::string data, command;
@@ -96,9 +97,12 @@ TEST_CASE("explain cell files: values read back to the bit; every malformed file
     CHECK_THROWS_WITH_AS(read_image_cell_text(text, "bad.json"), doctest::Contains(message.c_str()), Error);
   }
 
-  // A piece of a batch's randomisation: its own name, its method and steps read back.
-  const RandomisationPiece piece{"smoothgrad", 16, 8};
-  CHECK(cell_file_name({32, 32}, piece) == "images_0032-0063.randomisation.smoothgrad.steps_016-023.json");
+  // A piece of a batch's expensive images: its own name, its metric, method and steps read back.
+  const MetricPiece piece{"model_parameter_randomisation", "smoothgrad", 16, 8};
+  CHECK(cell_file_name({32, 32}, piece) ==
+        "images_0032-0063.model_parameter_randomisation.smoothgrad.steps_016-023.json");
+  CHECK(cell_file_name({32, 32}, MetricPiece{"max_sensitivity", "gradient"}) ==
+        "images_0032-0063.max_sensitivity.gradient.json");
   CHECK(piece_step_key(16) == "randomisation_step_016");
   const ImageCell part{{32, 32}, piece, {{"smoothgrad", {{piece_step_key(16), {0.25, -0.5}}}}}, {}, {{"seed", "0"}}};
   const ImageCell part_back = read_image_cell_text(image_cell_text(part), "p.json");
@@ -107,8 +111,9 @@ TEST_CASE("explain cell files: values read back to the bit; every malformed file
   CHECK(part_back.scores.at("smoothgrad").at("randomisation_step_016")[1] == -0.5);
   const std::string piece_text = image_cell_text(part);
   for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
-           {std::string(piece_text).replace(piece_text.find("\"smoothgrad\""), 12, "\"../x\""), "is not a method's name"},
-           {std::string(piece_text).replace(piece_text.find("\"steps\": 8"), 11, "\"steps\": 0"), "'steps' is 0"}}) {
+           {std::string(piece_text).replace(piece_text.find("\"smoothgrad\""), 12, "\"../x\""), "method '../x' is not a name"},
+           {std::string(piece_text).replace(piece_text.find("\"model_"), 7, "\"Model_"), "metric 'Model_"},
+           {std::string(piece_text).replace(piece_text.find("\"steps\": 8"), 11, "\"steps\": -1"), "'steps' is -1"}}) {
     CAPTURE(text);
     CHECK_THROWS_WITH_AS(read_image_cell_text(text, "bad.json"), doctest::Contains(message.c_str()), Error);
   }

@@ -32,21 +32,22 @@ struct ImageRange {
 // The cells of `images` images in batches of `batch`: [0, batch), [batch, 2·batch), …
 std::vector<ImageRange> image_cells(int64_t images, int64_t batch);
 
-// A piece of a batch's work that runs as a cell of its own: one method's model-parameter
-// randomisation (analysis/pullbacks/randomisation.h) of the batch's expensive images over
-// steps [first_step, first_step + steps). That metric re-explains every expensive image once
-// per layer, most of an evaluation's cost; split into pieces, it is shared by more ranks than
-// there are batches. Its scores are, for its method, one entry per step (piece_step_key) with
-// the correlation of each expensive image.
-struct RandomisationPiece {
-  std::string method;
-  int64_t first_step = 0, steps = 0;
-  bool operator==(const RandomisationPiece&) const = default;
+// A piece of a batch's work that runs as a cell of its own: one method's scores by one
+// metric of the batch's expensive images, and for model-parameter randomisation only steps
+// [first_step, first_step + steps) of it. The metrics that explain each expensive image many
+// times over (randomisation once per layer, max-sensitivity once per sample) are most of an
+// evaluation's cost; in pieces, more ranks than there are batches share them. Its scores are,
+// for its method, the metric's values, or one entry per step (piece_step_key).
+struct MetricPiece {
+  std::string metric, method;
+  int64_t first_step = 0, steps = 0;  // steps 0: the whole metric
+  bool operator==(const MetricPiece&) const = default;
 };
 
 // "images_0032-0063.json": the cell's file name in OUT/cells/; a piece's
-// "images_0032-0063.randomisation.gradient.steps_016-023.json".
-std::string cell_file_name(const ImageRange& range, const std::optional<RandomisationPiece>& piece = std::nullopt);
+// "images_0032-0063.max_sensitivity.gradient.json" or
+// "images_0032-0063.model_parameter_randomisation.gradient.steps_016-023.json".
+std::string cell_file_name(const ImageRange& range, const std::optional<MetricPiece>& piece = std::nullopt);
 
 // "randomisation_step_016": a piece's score entry of step 16.
 std::string piece_step_key(int64_t step);
@@ -58,7 +59,7 @@ using CellScores = std::map<std::string, std::map<std::string, std::vector<doubl
 
 struct ImageCell {
   ImageRange images;
-  std::optional<RandomisationPiece> piece;  // none: the batch's own cell
+  std::optional<MetricPiece> piece;  // none: the batch's own cell
   CellScores scores;
   std::vector<std::string> files;  // the pictures it drew, relative to the report's folder
   Provenance made;                 // what made it
@@ -66,7 +67,7 @@ struct ImageCell {
 
 // The cell file's text (JSON), and back. The reader throws Error naming `path` and the entry
 // at fault: not JSON, a missing or mistyped entry, a value that is not a number's text, a
-// picture path that leaves the report's folder, a piece whose method is not a name.
+// picture path that leaves the report's folder, a piece whose metric or method is not a name.
 std::string image_cell_text(const ImageCell& cell);
 ImageCell read_image_cell_text(const std::string& text, const std::string& path);
 

@@ -132,34 +132,37 @@ namespace {
 // randomisation of a batch splits into many cells.
 constexpr int64_t kStepsPerPiece = 8;
 
-bool randomisation_chosen(const MetricList& metrics) {
-  return std::any_of(metrics.begin(), metrics.end(),
-                     [](const ReportMetric* m) { return m->info.name == "model_parameter_randomisation"; });
-}
-
 }  // namespace
 
 std::vector<ReportCell> report_cells(const ReportOptions& o, int64_t images, int64_t height, int64_t width,
                                      int64_t layers) {
   const std::vector<double> batch_costs = report_batch_costs(o, images, height, width, layers);
   const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
+  const MetricList metrics = metric_rows(resolve_metrics(o.metrics));
   const int64_t E = expensive_images(o, images), randomised = randomised_layers(o, layers);
-  const bool in_pieces = o.cells.enabled && randomised > 0 && randomisation_chosen(metric_rows(resolve_metrics(o.metrics)));
+  const double patches = double(patch_count(o.metric_settings, height, width));
   std::vector<ReportCell> cells, pieces;
   const std::vector<ImageRange> batches = image_cells(images, std::max<int64_t>(1, o.batch_size));
   for (size_t b = 0; b < batches.size(); ++b) {
     const ImageRange& range = batches[b];
     ReportCell cell{range, std::nullopt, batch_costs[b]};
-    const int64_t expensive = expensive_in_batch(E, range.first, range.count);
-    if (in_pieces && expensive > 0)
+    const BatchCounts counts{o, range.count, expensive_in_batch(E, range.first, range.count), patches, randomised};
+    for (const ReportMetric* m : metrics) {
+      if (counts.expensive == 0 || !runs_in_pieces(o, *m, randomised)) continue;
       for (const std::string& method : methods) {
         const double one = method_cost(method, o.explain);
-        cell.cost -= double(expensive * randomised) * one;  // the metric's explanations, now the pieces'
+        cell.cost -= m->explanations(counts) * one;  // the metric's explanations, now the pieces'
+        if (m->pieces == ReportMetric::Pieces::Whole) {
+          pieces.push_back({range, MetricPiece{m->info.name, method}, (double(range.count) + m->explanations(counts)) * one});
+          continue;
+        }
         for (int64_t first = 0; first < randomised; first += kStepsPerPiece) {
           const int64_t steps = std::min(kStepsPerPiece, randomised - first);
-          pieces.push_back({range, RandomisationPiece{method, first, steps}, double(range.count + expensive * steps) * one});
+          pieces.push_back({range, MetricPiece{m->info.name, method, first, steps},
+                            double(range.count + counts.expensive * steps) * one});
         }
       }
+    }
     cells.push_back(cell);
   }
   cells.insert(cells.end(), pieces.begin(), pieces.end());
@@ -510,7 +513,8 @@ CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>
     Scores& mine = scores[method];
     timed(times.metrics, [&] {
       for (const ReportMetric* m : w.metrics)
-        if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
+        if (!runs_in_pieces(run.options, *m, run.randomised))  // else in cells of their own (run_piece)
+          if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
     });
     timed(times.pictures, [&] { drawn.method(method, batch, maps.attr, counterfactual); });
     if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.metrics, counts));
@@ -534,15 +538,23 @@ void on_rank_zero(const std::function<void()>& step) {
   }
 }
 
-// One piece of a batch's randomisation (cells.h): the method's maps of the batch made again,
-// as the batch's own cell makes them, then the piece's steps; their correlations by step.
-CellScores run_piece(const BatchWork& w, const ImageRange& images, const RandomisationPiece& piece,
-                     ReportTimes& times) {
+// One piece of a batch's expensive images (cells.h): the method's maps of the batch made
+// again, as the batch's own cell makes them, then the metric's scores of them (randomisation:
+// the piece's steps, their correlations by step).
+CellScores run_piece(const BatchWork& w, const ImageRange& images, const MetricPiece& piece, ReportTimes& times) {
   const ReportRun& run = w.run;
+  const ReportMetric& metric = *find_report_metric(piece.metric);
   const ReportBatch batch = batch_of(run, images.first);
   Tensor counterfactual;
   MethodMaps maps;
   timed(times.methods, [&] { maps = explain_batch(run, batch, piece.method, counterfactual); });
+  CellScores scores;
+  if (metric.pieces == ReportMetric::Pieces::Whole) {
+    timed(times.metrics, [&] {
+      if (const std::optional<MetricResult> r = metric.score(run, batch, maps)) scores[piece.method][piece.metric] = r->values;
+    });
+    return scores;
+  }
   RandomisationOptions options = run.randomisation;
   options.first_step = piece.first_step;
   options.step_count = piece.steps;
@@ -550,22 +562,27 @@ CellScores run_piece(const BatchWork& w, const ImageRange& images, const Randomi
   timed(times.metrics, [&] { r = randomisation_of(run, batch, maps, options); });
   check(int64_t(r.per_layer.size()) == piece.steps, "explain_report: randomisation ran ", r.per_layer.size(),
         " steps of the piece's ", piece.steps);
-  CellScores scores;
   for (int64_t k = 0; k < piece.steps; ++k)
     scores[piece.method][piece_step_key(piece.first_step + k)] = r.per_layer[size_t(k)];
   return scores;
 }
 
+// The score entries a piece holds: the metric's name, or one per step.
+std::vector<std::string> piece_keys(const MetricPiece& piece) {
+  if (piece.steps == 0) return {piece.metric};
+  std::vector<std::string> keys;
+  for (int64_t k = 0; k < piece.steps; ++k) keys.push_back(piece_step_key(piece.first_step + k));
+  return keys;
+}
+
 // A cell file read back and checked against what this report asks: its images (and piece),
-// its record, its methods (a piece: its method's steps). Throws Error (malformed, or not the
+// its record, its methods (a piece: its method's entries). Throws Error (malformed, or not the
 // cell its name says) or, through may_reuse, UsageError (made by another run); false when
 // --overwrite remakes it.
 bool reusable_cell(const std::string& path, const ImageCell& cell, const std::vector<ReportCell>& cells,
                    const Provenance& wanted, const std::vector<std::string>& methods, const ReportOptions& o) {
   const std::string what = cat("images ", cell.images.first, " to ", cell.images.first + cell.images.count - 1,
-                               cell.piece ? cat(", randomisation of ", cell.piece->method, " steps ", cell.piece->first_step,
-                                                " to ", cell.piece->first_step + cell.piece->steps - 1)
-                                          : std::string());
+                               cell.piece ? cat(", ", cell.piece->metric, " of ", cell.piece->method) : std::string());
   check(std::filesystem::path(path).filename() == cell_file_name(cell.images, cell.piece), path, ": holds ", what,
         ", not what its name says");
   if (!may_reuse("explain", path, cell.made, wanted, o.cells.overwrite, o.cells.log)) return false;
@@ -574,11 +591,10 @@ bool reusable_cell(const std::string& path, const ImageCell& cell, const std::ve
         path, ": ", what, " is not a cell of this report");
   if (cell.piece) {
     const auto it = cell.scores.find(cell.piece->method);
-    check(cell.scores.size() == 1 && it != cell.scores.end() && int64_t(it->second.size()) == cell.piece->steps, path,
-          ": not the scores of ", cell.piece->method, "'s ", cell.piece->steps, " steps");
-    for (int64_t k = 0; k < cell.piece->steps; ++k)
-      check(it->second.count(piece_step_key(cell.piece->first_step + k)), path, ": no ",
-            piece_step_key(cell.piece->first_step + k));
+    const std::vector<std::string> keys = piece_keys(*cell.piece);
+    check(cell.scores.size() == 1 && it != cell.scores.end() && it->second.size() == keys.size(), path,
+          ": not the scores of ", what);
+    for (const std::string& key : keys) check(it->second.count(key), path, ": no ", key);
     return true;
   }
   for (const std::string& method : methods)
@@ -623,32 +639,34 @@ std::vector<std::string> under(const std::string& out_dir, const std::vector<std
   return out;
 }
 
-// A batch's randomisation scores put back from its pieces, into `scores` (its cell's): per
-// method, the steps in order, each image's mean over them as the whole test takes it.
+// A batch's scores put back from its pieces, into `scores` (its cell's): per metric and
+// method, the values of its expensive images, or for randomisation the steps in order and
+// each image's mean over them as the whole test takes it.
 void put_back_pieces(const ImageRange& batch, const std::vector<ReportCell>& cells, const std::string& folder,
                      const Provenance& wanted, const std::vector<std::string>& methods, const ReportRun& run,
                      CellScores& scores) {
   const int64_t expensive = expensive_in_batch(run.expensive, batch.first, batch.count);
-  for (const std::string& method : methods) {
-    std::vector<const ReportCell*> pieces;
-    for (const ReportCell& c : cells)
-      if (c.piece && c.images == batch && c.piece->method == method) pieces.push_back(&c);
-    if (pieces.empty()) continue;
+  std::map<std::pair<std::string, std::string>, std::vector<const ReportCell*>> by_metric_method;
+  for (const ReportCell& c : cells)
+    if (c.piece && c.images == batch) by_metric_method[{c.piece->metric, c.piece->method}].push_back(&c);
+  for (auto& [key, pieces] : by_metric_method) {
+    const auto& [metric, method] = key;
     std::sort(pieces.begin(), pieces.end(),
               [](const ReportCell* a, const ReportCell* b) { return a->piece->first_step < b->piece->first_step; });
-    std::vector<std::vector<double>> per_step;
+    std::vector<std::vector<double>> values;  // per entry, in order
     for (const ReportCell* piece : pieces) {
       const std::string path = (std::filesystem::path(folder) / cell_file_name(batch, piece->piece)).string();
       const ImageCell cell = read_image_cell_text(read_text_file(path), path);
       check(reusable_cell(path, cell, cells, wanted, methods, run.options), path, ": made by another run");
-      for (int64_t k = 0; k < piece->piece->steps; ++k) {
-        const std::vector<double>& step = cell.scores.at(method).at(piece_step_key(piece->piece->first_step + k));
-        check(int64_t(step.size()) == expensive, path, ": ", step.size(), " values of a step for ", expensive,
+      for (const std::string& entry : piece_keys(*piece->piece)) {
+        const std::vector<double>& v = cell.scores.at(method).at(entry);
+        check(int64_t(v.size()) == expensive, path, ": ", v.size(), " values of ", entry, " for ", expensive,
               " expensive images");
-        per_step.push_back(step);
+        values.push_back(v);
       }
     }
-    scores[method][metric_info("model_parameter_randomisation").name] = mean_over_steps(per_step, expensive);
+    const bool by_step = pieces.front()->piece->steps > 0;
+    scores[method][metric] = by_step ? mean_over_steps(values, expensive) : values.front();
   }
 }
 
@@ -716,7 +734,6 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   if (!o.out_dir.empty()) std::filesystem::create_directories(o.out_dir);
   ReportRun run{.model = model, .options = o};
   start_run(run, x_in, labels, metrics);
-  run.randomisation_in_pieces = o.cells.enabled && run.randomised > 0 && randomisation_chosen(metrics);
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);

@@ -117,6 +117,10 @@ struct ReportMetric {
   std::string (*note)(const ReportRun& run) = nullptr;
   // A figure of the model measured with the metric, for the table (null, or nothing: none).
   std::optional<ModelFigure> (*model_figure)(const ReportRun& run, double confidence) = nullptr;
+  // In cells (ReportOptions::cells), whether each method's scores of a batch's expensive
+  // images are cells of their own (pieces, cells.h): whole, or a few steps each.
+  enum class Pieces { None, Whole, ByStep };
+  Pieces pieces = Pieces::None;
 };
 
 // Every metric of the catalogue (analysis/pullbacks/metrics.h), in its order: the table's columns.
@@ -230,13 +234,14 @@ std::vector<double> report_batch_costs(const ReportOptions& options, int64_t ima
 // metrics and a method of explains_in_one_pass), which each rank makes for all the images.
 double report_unshared_cost(const ReportOptions& options, int64_t images);
 // The cells of a report run in cells (ReportOptions::cells), in the order they are handed out
-// (the costliest first), each with its cost in passes: every batch, and, where randomisation
-// is chosen, its pieces (cells.h: each method's steps over a batch's expensive images, a few
-// layers each, with the method's maps made again) apart from their batch. They follow from the
-// options, the image count and the model's layers alone, never from the number of ranks.
+// (the costliest first), each with its cost in passes: every batch, and apart from it the
+// pieces of its expensive images (cells.h: per method, max-sensitivity whole and
+// randomisation a few layers at a time, each piece making the method's maps again). They
+// follow from the options, the image count and the model's layers alone, never from the
+// number of ranks.
 struct ReportCell {
   ImageRange images;
-  std::optional<RandomisationPiece> piece;
+  std::optional<MetricPiece> piece;
   double cost = 0;
 };
 std::vector<ReportCell> report_cells(const ReportOptions& options, int64_t images, int64_t height, int64_t width,

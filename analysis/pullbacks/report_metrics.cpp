@@ -168,8 +168,7 @@ RandomisationResult randomisation_of(const ReportRun& run, const ReportBatch& ba
 
 namespace {
 std::optional<MetricResult> score_randomisation(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps) {
-  // In pieces, cells of their own run it (randomisation_piece) and the report puts it back.
-  if (batch.expensive == 0 || run.randomisation_in_pieces) return std::nullopt;
+  if (batch.expensive == 0) return std::nullopt;
   return randomisation_of(run, batch, maps, run.randomisation).mean;
 }
 std::string randomisation_note(const ReportRun& run) {
@@ -236,7 +235,8 @@ const std::vector<ReportMetric>& report_metrics() {
        .explanations = [](const BatchCounts& c) {
          return double(c.expensive * c.options.metric_settings.sensitivity_samples);
        },
-       .note = max_sensitivity_note},
+       .note = max_sensitivity_note,
+       .pieces = ReportMetric::Pieces::Whole},
       {.info = metric_info("random_logit"),
        .by_default = true,
        .reads_classes = true,
@@ -286,7 +286,8 @@ const std::vector<ReportMetric>& report_metrics() {
        .help = "how alike the maps stay as the model's layers are re-initialised",
        .score = score_randomisation,
        .explanations = [](const BatchCounts& c) { return double(c.expensive * c.randomised); },
-       .note = randomisation_note},
+       .note = randomisation_note,
+       .pieces = ReportMetric::Pieces::ByStep},
       {.info = metric_info("focus"),
        .expensive = true,
        .on_mosaics = true,

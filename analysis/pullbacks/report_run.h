@@ -44,9 +44,6 @@ struct ReportRun {
   MonotonicityOptions monotonicity{};
   MaxSensitivityOptions max_sensitivity{};
   RandomisationOptions randomisation{};
-  // In cells, randomisation runs in pieces of its own (analysis/pullbacks/cells.h), not in
-  // the batches' cells.
-  bool randomisation_in_pieces = false;
   uint64_t random_logit_seed = 0;
   // Focus: mosaics drawn once from the whole set (its prepare step), and how.
   Mosaics mosaics{};
@@ -126,6 +123,13 @@ inline int64_t expensive_images(const ReportOptions& o, int64_t images) {
 
 // A number as the tables and pictures show it: 4 significant digits, "nan" (report_tables.cpp).
 std::string number(double v);
+
+// Whether metric `m` runs in pieces (ReportMetric::pieces) rather than in its batches' cells:
+// in cells only, and randomisation only where it has layers to re-initialise.
+inline bool runs_in_pieces(const ReportOptions& o, const ReportMetric& m, int64_t randomised) {
+  if (!o.cells.enabled || m.pieces == ReportMetric::Pieces::None) return false;
+  return m.pieces != ReportMetric::Pieces::ByStep || randomised > 0;
+}
 
 // Model-parameter randomisation of one method's maps of a batch's expensive images, over the
 // steps `options` chooses: the metric's score, and a piece of it (cells.h).
