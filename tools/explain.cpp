@@ -374,7 +374,9 @@ const cli::Registration explain_command({
         "Each batch of --evaluate is a cell, OUT/cells/images_<a>-<b>.json, written when finished: a rerun\n"
         "reuses the cells made with the same model, images and options (refusing others; --overwrite remakes\n"
         "them), and under `mpirun -n K adjoint explain --evaluate` the cells are shared out over the K\n"
-        "ranks, with the same tables byte for byte.\n"
+        "ranks, with the same tables byte for byte. Max-sensitivity and model-parameter randomisation of a batch's\n"
+        "expensive images run apart, per method, as cells of their own (images_<a>-<b>.<metric>.<method>[.steps_<i>-<j>].json;\n"
+        "randomisation 8 layers a cell), so that more ranks than batches share them.\n"
         "Methods: soft_pullback, pullback, pullback_ascent, gradient_ascent, gradient, input_x_gradient,\n"
         "smoothgrad, integrated_gradients, guided_backprop, gradcam, guided_gradcam, deeplift.\n" +
         metrics_help(),
