@@ -482,6 +482,7 @@ struct BatchWork {
   int64_t pictures = 0, scale = 0;  // pictures of the first `pictures` images, enlarged `scale` times
   double patches = 0;               // for the cost model
   PictureWriter& writer;            // encodes and writes the pictures beside the report's work
+  MetricList in_batch;              // the metrics scored in the batch, not in pieces: its cost
 };
 
 // Told after each method of a batch, with its maps and counterfactuals (undefined but for
@@ -512,12 +513,11 @@ CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>
     }
     Scores& mine = scores[method];
     timed(times.metrics, [&] {
-      for (const ReportMetric* m : w.metrics)
-        if (!runs_in_pieces(run.options, *m, run.randomised))  // else in cells of their own (run_piece)
-          if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
+      for (const ReportMetric* m : w.in_batch)  // the others in cells of their own (run_piece)
+        if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
     });
     timed(times.pictures, [&] { drawn.method(method, batch, maps.attr, counterfactual); });
-    if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.metrics, counts));
+    if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.in_batch, counts));
     probes = 0;
   }
   timed(times.pictures, [&] { drawn.contact_sheets(batch); });
@@ -675,7 +675,7 @@ void put_back_pieces(const ImageRange& batch, const std::vector<ReportCell>& cel
 // then on rank 0 every batch's cell, with its pieces put back, read in image order into
 // `scores` and `files`.
 void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::string>& files, const MethodDone& done,
-                  ReportTimes& times) {
+                  const std::function<void(const ReportCell&)>& piece_done, ReportTimes& times) {
   const ReportOptions& o = w.run.options;
   const std::string folder = (std::filesystem::path(o.out_dir) / "cells").string();
   const std::vector<ReportCell> cells = report_cells(o, w.run.images, w.run.height, w.run.width, w.run.layers);
@@ -695,6 +695,7 @@ void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::strin
     }
     if (c.piece) {
       write_file_atomic(path, image_cell_text({c.images, c.piece, run_piece(w, c.images, *c.piece, times), {}, wanted}));
+      if (piece_done) piece_done(c);
       return;
     }
     std::vector<std::string> drawn;
@@ -738,8 +739,11 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);
   PictureWriter writer;
-  const BatchWork work{run,   metrics, methods, pictures, scale, double(patch_count(o.metric_settings, run.height, run.width)),
-                       writer};
+  MetricList in_batch;
+  for (const ReportMetric* m : metrics)
+    if (!runs_in_pieces(o, *m, run.randomised)) in_batch.push_back(m);
+  const BatchWork work{run,    metrics, methods, pictures, scale, double(patch_count(o.metric_settings, run.height, run.width)),
+                       writer, in_batch};
   const bool keep_attributions = !o.out_dir.empty() && o.write_attributions;
   CellScores scores;  // method → metric → values
   std::map<std::string, Tensor> all_attributions, all_counterfactuals;
@@ -753,7 +757,8 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   // expensive metrics make the first batches much slower than the last.
   const int64_t total = N * int64_t(methods.size());
   int64_t done = 0;
-  const double total_cost = report_cost(o, N, run.height, run.width, run.layers);
+  double total_cost = 0;
+  for (double c : report_work_costs(o, N, run.height, run.width, run.layers)) total_cost += c;
   double spent = 0;
   if (progress) progress(0, total, 0.0, "");
   std::vector<int64_t> found_targets;  // with targets_from_first_method: each batch's, in turn
@@ -770,7 +775,13 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
     if (progress) progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0, method);
   };
   if (o.cells.enabled) {
-    run_in_cells(work, scores, result.files, method_done, result.times);
+    const auto piece_done = [&](const ReportCell& piece) {
+      spent += piece.cost;
+      if (progress)
+        progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0,
+                 cat(piece.piece->metric, " of ", piece.piece->method));
+    };
+    run_in_cells(work, scores, result.files, method_done, piece_done, result.times);
     if (distributed::rank() != 0) {  // rank 0 makes the table
       result.targets = run.targets;
       result.times.total = seconds_since(start);
