@@ -1,8 +1,9 @@
 // The cells of an explanation report that runs in pieces (`adjoint explain --evaluate`,
 // also spread over ranks under mpirun: analysis/pullbacks/report.h).
 //
-// A cell is one batch of images, [first, first + count): the cells follow from the image
-// count and the batch size alone, never from how many processes share the work. A finished
+// A cell is one batch of images, [first, first + count), or a piece of a batch's expensive
+// work (MetricPiece below): the cells follow from the options, the image count, the batch
+// size and the model's layers alone, never from how many processes share the work. A finished
 // cell is written atomically to OUT/cells/images_<a>-<b>.json (a, b: its first and last
 // image) with the metric values of its images under every method, each as the shortest
 // text that reads back as the same double (so the tables made from cells are the tables
