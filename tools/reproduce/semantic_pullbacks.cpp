@@ -486,7 +486,8 @@ Paper semantic_pullbacks_paper() {
       "ResNet-18 ~3.1 min and a VGG-11-BN ~48 s, and explanations of 200 images with 50 perturbations, ~16 s and "
       "~5 s); at commit 4011bcc, on mosaics and with focus on 128 of them, one seed took 38m38s on a 2-core Intel Xeon "
       "shared with other jobs (load 8–13: a ResNet-18 29 min to train and 3.3 min to explain, a VGG-11-BN 5.7 min "
-      "and 26 s) and another 14m12s at load 6–9; the VGG-11-BN's third epoch since adds 100–240 s a seed";
+      "and 26 s) and another 14m12s at load 6–9; the VGG-11-BN's third epoch since adds 100–240 s a seed; at commit "
+      "63385b9 both seeds' parts took 1h22m at nice 15 beside other jobs (load 5–11), seed 0's 47 min";
   p.on_imagenet = [p](const ImagenetSetting& setting) { return imagenet_paper(p, setting); };
   return p;
 }
