@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const adjoint::ImageCell back = adjoint::read_image_cell_text(adjoint::image_cell_text(cell), "again.json");
-  if (!(back.images == cell.images) || back.files != cell.files || back.made != cell.made) std::abort();
+  if (!(back.images == cell.images) || back.piece != cell.piece || back.files != cell.files || back.made != cell.made)
+    std::abort();
   if (back.scores.size() != cell.scores.size()) std::abort();
   for (const auto& [method, metrics] : cell.scores)
     for (const auto& [metric, values] : metrics) {

@@ -83,8 +83,9 @@ void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensor
   for (const auto& [name, t] : tensors) {
     const Tensor values = t.contiguous();
     const float* p = values.data();
+    const int64_t n = values.numel();
     int64_t bad = 0;
-    for (int64_t i = 0; i < values.numel(); ++i) bad += !std::isfinite(p[i]);
+    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(p[i]);
     if (bad > 0)
       throw Error(cat("loading ", source, ": tensor '", name, "' holds ", bad, " NaN or infinite value",
                       bad > 1 ? "s" : "", " of ", values.numel(), " (a diverged or corrupted model)"));

@@ -148,6 +148,59 @@ TEST_CASE("shared_cost: batches handed in order to the rank free first; no more 
   CHECK(report_unshared_cost(o, 1000) == 0);
 }
 
+TEST_CASE("report_cells: max-sensitivity and randomisation (8 steps a piece) apart per method, so that more ranks share the work") {
+  // The paper's evaluation of a ResNet-50-like model (107 layers): 1000 images in batches of
+  // 50, every metric on the first 100, with a one-pass method and the 50-pass SmoothGrad.
+  ReportOptions o;
+  o.methods = {"gradient", "smoothgrad"};
+  for (const ReportMetric& m : report_metrics()) o.metrics.push_back(m.info.name);
+  o.batch_size = 50;
+  o.expensive_count = 100;
+  const int64_t layers = 107;
+  const std::vector<double> batches = report_batch_costs(o, 1000, 224, 224, layers);
+  double whole = 0;
+  for (double b : batches) whole += b;
+  // Without cells (one process, explain without --evaluate): the batches as they are.
+  CHECK(report_work_costs(o, 1000, 224, 224, layers) == batches);
+
+  o.cells.enabled = true;
+  const std::vector<ReportCell> cells = report_cells(o, 1000, 224, 224, layers);
+  const int64_t steps_pieces = (layers + 7) / 8;  // 14: 13 of 8 steps and one of 3
+  REQUIRE(int64_t(cells.size()) == 20 + 2 * 2 * (1 + steps_pieces));
+  double sum = 0, randomisation_of_first = 0, made_again = 0, made_again_first = 0;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (i > 0) CHECK(cells[i - 1].cost >= cells[i].cost);  // handed out costliest first
+    sum += cells[i].cost;
+    if (!cells[i].piece) continue;
+    const MetricPiece& piece = *cells[i].piece;
+    CHECK(cells[i].images.first < 100);  // pieces of the expensive images' batches only
+    const double one = piece.method == "smoothgrad" ? 50 : 1;
+    made_again += 50 * one;  // each piece makes its method's maps of the batch again
+    if (piece.metric == "max_sensitivity") {
+      CHECK(piece.steps == 0);
+      CHECK(cells[i].cost == doctest::Approx((50 + 50 * 10) * one));  // 10 samples of each image
+      continue;
+    }
+    CHECK(piece.metric == "model_parameter_randomisation");
+    if (piece.first_step + piece.steps == layers) CHECK(piece.steps == 3);
+    if (cells[i].images.first == 0) {
+      randomisation_of_first += cells[i].cost;
+      made_again_first += 50 * one;
+    }
+  }
+  // The pieces' explanations are the metrics': the work is the batches' plus the maps made again.
+  CHECK(sum == doctest::Approx(whole + made_again));
+  CHECK(randomisation_of_first == doctest::Approx(50.0 * layers * 51 + made_again_first));
+  // Over ranks the work now divides past the two expensive batches: at 64 ranks the job lasts
+  // a fraction of what the first batch alone took.
+  std::vector<double> costs;
+  for (const ReportCell& c : cells) costs.push_back(c.cost);
+  CHECK(shared_cost(batches, 8) == batches[0]);
+  CHECK(shared_cost(costs, 8) < 0.7 * batches[0]);
+  CHECK(shared_cost(costs, 64) < 0.5 * shared_cost(costs, 8));
+  CHECK(shared_cost(costs, 64) >= sum / 64);
+}
+
 TEST_CASE("explain_predicted: the predicted classes read off the method's own forward pass, the same maps") {
   ModelConfig c;
   c.arch = "vgg11_bn";

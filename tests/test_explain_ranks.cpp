@@ -45,7 +45,11 @@ int64_t lines_with(const std::string& text, const std::string& what) {
 }
 
 // A tiny ResNet (6 steps on 8×8 squares), and the evaluation of 12 of its test images in 6
-// cells of 2: three cheap methods, every metric, the expensive ones on the first 6 images.
+// batches of 2: three cheap methods, every metric, the expensive ones on the first 6 images.
+// Its cells: the 6 batches, and for each of the 3 with expensive images and each of the 3
+// methods, max-sensitivity and the randomisation of the 41 layers in 6 pieces (of 8 steps,
+// the last of 1).
+constexpr int64_t kCells = 6 + 3 * 3 * (1 + 6);
 struct TinyEvaluation {
   TempDir dir;
   std::string data, command;
@@ -67,7 +71,7 @@ struct TinyEvaluation {
 TEST_CASE("explain cell files: values read back to the bit; every malformed file is one Error naming it") {
   CHECK(image_cells(5, 2) == std::vector<ImageRange>{{0, 2}, {2, 2}, {4, 1}});
   CHECK(cell_file_name({32, 32}) == "images_0032-0063.json");
-  ImageCell cell{{4, 2}, {{"gradient", {{"infidelity", {0.1, NAN}}, {"focus", {-1.0 / 3.0}}}}},
+  ImageCell cell{{4, 2}, std::nullopt, {{"gradient", {{"infidelity", {0.1, NAN}}, {"focus", {-1.0 / 3.0}}}}},
                  {"image_0004/input.png"}, {{"seed", "0"}}};
   const ImageCell back = read_image_cell_text(image_cell_text(cell), "c.json");
   CHECK(back.images == cell.images);
@@ -92,6 +96,27 @@ TEST_CASE("explain cell files: values read back to the bit; every malformed file
     CHECK_THROWS_WITH_AS(read_image_cell_text(text, "bad.json"), doctest::Contains("bad.json: "), Error);
     CHECK_THROWS_WITH_AS(read_image_cell_text(text, "bad.json"), doctest::Contains(message.c_str()), Error);
   }
+
+  // A piece of a batch's expensive images: its own name, its metric, method and steps read back.
+  const MetricPiece piece{"model_parameter_randomisation", "smoothgrad", 16, 8};
+  CHECK(cell_file_name({32, 32}, piece) ==
+        "images_0032-0063.model_parameter_randomisation.smoothgrad.steps_016-023.json");
+  CHECK(cell_file_name({32, 32}, MetricPiece{"max_sensitivity", "gradient"}) ==
+        "images_0032-0063.max_sensitivity.gradient.json");
+  CHECK(piece_step_key(16) == "randomisation_step_016");
+  const ImageCell part{{32, 32}, piece, {{"smoothgrad", {{piece_step_key(16), {0.25, -0.5}}}}}, {}, {{"seed", "0"}}};
+  const ImageCell part_back = read_image_cell_text(image_cell_text(part), "p.json");
+  REQUIRE(part_back.piece.has_value());
+  CHECK(*part_back.piece == piece);
+  CHECK(part_back.scores.at("smoothgrad").at("randomisation_step_016")[1] == -0.5);
+  const std::string piece_text = image_cell_text(part);
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {std::string(piece_text).replace(piece_text.find("\"smoothgrad\""), 12, "\"../x\""), "method '../x' is not a name"},
+           {std::string(piece_text).replace(piece_text.find("\"model_"), 7, "\"Model_"), "metric 'Model_"},
+           {std::string(piece_text).replace(piece_text.find("\"steps\": 8"), 11, "\"steps\": -1"), "'steps' is -1"}}) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(read_image_cell_text(text, "bad.json"), doctest::Contains(message.c_str()), Error);
+  }
 }
 
 TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same tables, refuses another option in one "
@@ -104,7 +129,7 @@ TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same t
   const std::map<std::string, std::string> reference = report_tables(out);
   // every method × metric, and the share of focus mosaics the model recognises
   CHECK(lines_with(reference.at("metrics.csv"), "\n") == 1 + 3 * 10 + 1);
-  CHECK(cell_files(out) == 6);
+  CHECK(cell_files(out) == kCells);
   CHECK(fs::exists(out + "/image_0002/sheet.png"));
   CHECK(!fs::exists(out + "/image_0003"));
   // The report made in one go, without cells, gives the same bytes: the cells keep every
@@ -120,7 +145,7 @@ TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same t
 
   const testing::ProgramRun again = adjoint_run(e.command + out, 0, e.dir);
   REQUIRE_MESSAGE(again.exit_code == 0, again.output);
-  CHECK(lines_with(again.output, ": done before") == 6);
+  CHECK(lines_with(again.output, ": done before") == kCells);
   CHECK(report_tables(out) == reference);
 
   // Another seed changes the numbers: refused in one line naming what differs.
@@ -131,7 +156,7 @@ TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same t
   CHECK(report_tables(out) == reference);
   const testing::ProgramRun remade = adjoint_run(e.command + out + " --seed 1 --overwrite", 0, e.dir);
   REQUIRE_MESSAGE(remade.exit_code == 0, remade.output);
-  CHECK(lines_with(remade.output, "remaking ") == 6);
+  CHECK(lines_with(remade.output, "remaking ") == kCells);
   CHECK(report_tables(out) != reference);
 
   // A malformed cell: one line naming the file, exit 1; --overwrite remakes it.
@@ -141,7 +166,7 @@ TEST_CASE("explain --evaluate in cells: a rerun reuses its cells with the same t
   CHECK(contains(broken.output, "images_0004-0005.json: no 'first_image' in the cell"));
   const testing::ProgramRun mended = adjoint_run(e.command + out + " --seed 1 --overwrite", 0, e.dir);
   CHECK(mended.exit_code == 0);
-  CHECK(lines_with(mended.output, ": done before") == 5);
+  CHECK(lines_with(mended.output, ": done before") == kCells - 1);
 }
 
 TEST_CASE("explain --evaluate under mpirun: the same tables at 1, 2 and 3 ranks, and after a killed rank and a rerun") {
@@ -157,7 +182,7 @@ TEST_CASE("explain --evaluate under mpirun: the same tables at 1, 2 and 3 ranks,
     CAPTURE(run.output);
     REQUIRE(run.exit_code == 0);
     CHECK(report_tables(out) == reference);
-    CHECK(cell_files(out) == 6);
+    CHECK(cell_files(out) == kCells);
   }
 
   // Rank 2 of 3 dies (SIGKILL) when handed its second cell (with the hook set, ranks 1 and 2
@@ -170,7 +195,7 @@ TEST_CASE("explain --evaluate under mpirun: the same tables at 1, 2 and 3 ranks,
   CHECK(!fs::exists(cut + "/metrics.csv"));
   const int64_t finished = cell_files(cut);
   CHECK(finished >= 1);
-  CHECK(finished <= 4);  // cells 3 and 5 are rank 2's after its first
+  CHECK(finished < kCells);  // cell 3, rank 2's second, is never finished
   const testing::ProgramRun rerun = adjoint_run(e.command + cut, 2, e.dir);
   CAPTURE(rerun.output);
   REQUIRE(rerun.exit_code == 0);

@@ -311,11 +311,12 @@ int run_explain(const cli::Args& a) {
   if (speaks && !expensive_chosen.empty() && E < N)
     std::printf("  %s on the first %lld images (--expensive-count)\n", spoken_list(expensive_chosen).c_str(),
                 (long long)E);
-  // The batches are shared out over the ranks; the targets' forward pass is every rank's.
-  const std::vector<double> batches =
-      report_batch_costs(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
+  // The batches (with --evaluate, the cells) are shared out over the ranks; the targets'
+  // forward pass is every rank's.
+  const std::vector<double> work =
+      report_work_costs(o, N, in.x.size(2), in.x.size(3), int64_t(layers_top_down(model).size()));
   const double unshared = report_unshared_cost(o, N);
-  const double passes = shared_cost(batches, distributed::size()) + unshared;
+  const double passes = shared_cost(work, distributed::size()) + unshared;
   // Timing a pass runs the gradient twice on two images (a warm-up, then the timed call):
   // about 4 passes, which a run of fewer than kPassesWorthTiming passes does not spend.
   constexpr double kPassesWorthTiming = 100;
@@ -373,7 +374,9 @@ const cli::Registration explain_command({
         "Each batch of --evaluate is a cell, OUT/cells/images_<a>-<b>.json, written when finished: a rerun\n"
         "reuses the cells made with the same model, images and options (refusing others; --overwrite remakes\n"
         "them), and under `mpirun -n K adjoint explain --evaluate` the cells are shared out over the K\n"
-        "ranks, with the same tables byte for byte.\n"
+        "ranks, with the same tables byte for byte. Max-sensitivity and model-parameter randomisation of a batch's\n"
+        "expensive images run apart, per method, as cells of their own (images_<a>-<b>.<metric>.<method>[.steps_<i>-<j>].json;\n"
+        "randomisation 8 layers a cell), so that more ranks than batches share them.\n"
         "Methods: soft_pullback, pullback, pullback_ascent, gradient_ascent, gradient, input_x_gradient,\n"
         "smoothgrad, integrated_gradients, guided_backprop, gradcam, guided_gradcam, deeplift.\n" +
         metrics_help(),

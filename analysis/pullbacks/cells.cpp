@@ -63,17 +63,36 @@ std::vector<ImageRange> image_cells(int64_t images, int64_t batch) {
   return cells;
 }
 
-std::string cell_file_name(const ImageRange& range) {
+std::string cell_file_name(const ImageRange& range, const std::optional<MetricPiece>& piece) {
   char name[64];
-  std::snprintf(name, sizeof name, "images_%04lld-%04lld.json", static_cast<long long>(range.first),
+  std::snprintf(name, sizeof name, "images_%04lld-%04lld", static_cast<long long>(range.first),
                 static_cast<long long>(range.first + range.count - 1));
-  return name;
+  if (!piece) return cat(name, ".json");
+  if (piece->steps == 0) return cat(name, ".", piece->metric, ".", piece->method, ".json");
+  char steps[48];
+  std::snprintf(steps, sizeof steps, "steps_%03lld-%03lld", static_cast<long long>(piece->first_step),
+                static_cast<long long>(piece->first_step + piece->steps - 1));
+  return cat(name, ".", piece->metric, ".", piece->method, ".", steps, ".json");
+}
+
+std::string piece_step_key(int64_t step) {
+  char key[48];
+  std::snprintf(key, sizeof key, "randomisation_step_%03lld", static_cast<long long>(step));
+  return key;
 }
 
 std::string image_cell_text(const ImageCell& cell) {
   Json root = Json::object();
   root["first_image"] = cell.images.first;
   root["images"] = cell.images.count;
+  if (cell.piece) {
+    Json piece = Json::object();
+    piece["metric"] = cell.piece->metric;
+    piece["method"] = cell.piece->method;
+    piece["first_step"] = cell.piece->first_step;
+    piece["steps"] = cell.piece->steps;
+    root["piece"] = piece;
+  }
   Json scores = Json::object();
   for (const auto& [method, metrics] : cell.scores) {
     Json by_metric = Json::object();
@@ -105,6 +124,21 @@ ImageCell read_image_cell_text(const std::string& text, const std::string& path)
   ImageCell cell;
   cell.images.first = count_entry(root, "first_image", 0, path);
   cell.images.count = count_entry(root, "images", 1, path);
+  if (const Json* piece = root.find("piece")) {
+    of_kind(*piece, piece->is_object(), "an object", path, "'piece'");
+    // A metric's and a method's name: they become part of a file name.
+    const auto name = [&](const char* key) {
+      const Json& v = entry(*piece, key, path, "'piece'");
+      of_kind(v, v.is_string(), "a string", path, cat("the piece's ", key));
+      const std::string& text = v.as_string();
+      check(!text.empty() && text.size() <= 64 &&
+                text.find_first_not_of("abcdefghijklmnopqrstuvwxyz_0123456789") == std::string::npos,
+            path, ": the piece's ", key, " '", text, "' is not a name");
+      return text;
+    };
+    cell.piece = MetricPiece{name("metric"), name("method"), count_entry(*piece, "first_step", 0, path),
+                             count_entry(*piece, "steps", 0, path)};
+  }
 
   const Json& scores = entry(root, "scores", path, "the cell");
   of_kind(scores, scores.is_object(), "an object", path, "'scores'");

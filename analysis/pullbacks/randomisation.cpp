@@ -1,5 +1,6 @@
 #include "analysis/pullbacks/randomisation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -51,6 +52,8 @@ RandomisationResult model_parameter_randomisation(const Model& model, const Expl
   check(static_cast<int64_t>(targets.size()) == x.size(0), metric, ": ", targets.size(),
         " target classes for a batch of ", x.size(0), " examples ", x.shape());
   check(options.max_layers >= 0, metric, ": max_layers must not be negative, got ", options.max_layers);
+  check(options.first_step >= 0 && options.step_count >= 0, metric, ": steps from ", options.first_step, ", ",
+        options.step_count, " of them: expected numbers >= 0");
   const ModelFactory build = factory ? factory : [&model](Generator& gen) { return make_model(model.config(), gen); };
 
   // The values re-initialised layers take, and the copy the layers are re-initialised in.
@@ -85,8 +88,9 @@ RandomisationResult model_parameter_randomisation(const Model& model, const Expl
   result.layers = layers_top_down(model);
   if (options.max_layers > 0 && static_cast<size_t>(options.max_layers) < result.layers.size())
     result.layers.resize(static_cast<size_t>(options.max_layers));
-  for (const std::string& layer : result.layers) {
-    const std::string module = module_of_layer(layer);
+  const int64_t end_step = options.step_count > 0 ? options.first_step + options.step_count : int64_t(result.layers.size());
+  for (int64_t k = 0; k < std::min<int64_t>(end_step, int64_t(result.layers.size())); ++k) {
+    const std::string module = module_of_layer(result.layers[size_t(k)]);
     for (const auto& [name, tensor] : copy_state) {
       if (owner_of(name) != module) continue;
       const auto it = fresh_state.find(name);
@@ -95,6 +99,7 @@ RandomisationResult model_parameter_randomisation(const Model& model, const Expl
       Tensor target = tensor;
       target.copy_from(it->second);
     }
+    if (k < options.first_step) continue;  // re-initialised only, on the way to the piece's steps
     const Tensor randomised = make_explainer(*copy)(x, targets).detach().contiguous();
     check_shape(randomised, "explanation of the randomised model");
     std::vector<double> step(static_cast<size_t>(n));
@@ -105,15 +110,19 @@ RandomisationResult model_parameter_randomisation(const Model& model, const Expl
     result.per_layer.push_back(std::move(step));
   }
 
-  std::vector<double> means(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
+  result.mean = {metric_info(metric), mean_over_steps(result.per_layer, n)};
+  return result;
+}
+
+std::vector<double> mean_over_steps(const std::vector<std::vector<double>>& per_layer, int64_t examples) {
+  std::vector<double> means(static_cast<size_t>(examples));
+  for (int64_t i = 0; i < examples; ++i) {
     std::vector<double> over_steps;
-    for (const auto& step : result.per_layer) over_steps.push_back(step[static_cast<size_t>(i)]);
+    for (const auto& step : per_layer) over_steps.push_back(step.at(static_cast<size_t>(i)));
     means[static_cast<size_t>(i)] =
         over_steps.empty() ? std::numeric_limits<double>::quiet_NaN() : summarize(over_steps).mean;
   }
-  result.mean = {metric_info(metric), means};
-  return result;
+  return means;
 }
 
 }  // namespace adjoint

@@ -36,6 +36,10 @@ struct RandomisationOptions {
   uint64_t seed = 42;     // of the freshly initialised values (Quantus's default seed)
   bool absolute = true;   // correlate |attr| (Quantus's default abs=True); false: raw maps
   int64_t max_layers = 0; // stop after this many layers from the top; 0: all of them
+  // Only steps [first_step, first_step + step_count) are explained and correlated (0: to the
+  // last), the layers before them re-initialised without explaining: a piece of the test that
+  // gives exactly the per-layer values of the whole, so that pieces can run apart.
+  int64_t first_step = 0, step_count = 0;
 };
 
 // The layers in top-down order: the dotted name of each module that owns parameters
@@ -45,11 +49,15 @@ std::vector<std::string> layers_top_down(const Model& model);
 
 struct RandomisationResult {
   std::vector<std::string> layers;             // re-initialised cumulatively, output first
-  std::vector<std::vector<double>> per_layer;  // [step][example]: Spearman correlation
-  MetricResult mean;                           // per example: the mean over the steps
+  std::vector<std::vector<double>> per_layer;  // [step][example]: Spearman correlation (the steps run)
+  MetricResult mean;                           // per example: the mean over the steps run
   // The curve to plot: the mean over examples at each step (NaNs left out).
   std::vector<double> curve() const;
 };
+
+// Per example, the mean of its correlations over the steps ([step][example]); NaN without
+// steps. The whole test's score, and the score of pieces put back together.
+std::vector<double> mean_over_steps(const std::vector<std::vector<double>>& per_layer, int64_t examples);
 
 // `attr` is the original explanation when the caller has it; undefined: computed with
 // make_explainer(model). The model keeps its weights: every step works on a copy, which

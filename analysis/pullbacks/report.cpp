@@ -10,6 +10,7 @@
 
 #include "analysis/pullbacks/cells.h"
 #include "analysis/pullbacks/focus.h"
+#include "analysis/pullbacks/picture_writer.h"
 #include "analysis/pullbacks/randomisation.h"
 #include "analysis/pullbacks/report_run.h"
 #include "engine/autograd.h"
@@ -124,6 +125,59 @@ std::vector<double> report_batch_costs(const ReportOptions& o, int64_t images, i
   return costs;
 }
 
+namespace {
+
+// Steps of randomisation in one piece: enough that making the method's maps again, which
+// each piece does, is a small share of it (1/8), few enough that the costliest method's
+// randomisation of a batch splits into many cells.
+constexpr int64_t kStepsPerPiece = 8;
+
+}  // namespace
+
+std::vector<ReportCell> report_cells(const ReportOptions& o, int64_t images, int64_t height, int64_t width,
+                                     int64_t layers) {
+  const std::vector<double> batch_costs = report_batch_costs(o, images, height, width, layers);
+  const std::vector<std::string> methods = o.methods.empty() ? explanation_methods() : resolve_methods(o.methods);
+  const MetricList metrics = metric_rows(resolve_metrics(o.metrics));
+  const int64_t E = expensive_images(o, images), randomised = randomised_layers(o, layers);
+  const double patches = double(patch_count(o.metric_settings, height, width));
+  std::vector<ReportCell> cells, pieces;
+  const std::vector<ImageRange> batches = image_cells(images, std::max<int64_t>(1, o.batch_size));
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const ImageRange& range = batches[b];
+    ReportCell cell{range, std::nullopt, batch_costs[b]};
+    const BatchCounts counts{o, range.count, expensive_in_batch(E, range.first, range.count), patches, randomised};
+    for (const ReportMetric* m : metrics) {
+      if (counts.expensive == 0 || !runs_in_pieces(o, *m, randomised)) continue;
+      for (const std::string& method : methods) {
+        const double one = method_cost(method, o.explain);
+        cell.cost -= m->explanations(counts) * one;  // the metric's explanations, now the pieces'
+        if (m->pieces == ReportMetric::Pieces::Whole) {
+          pieces.push_back({range, MetricPiece{m->info.name, method}, (double(range.count) + m->explanations(counts)) * one});
+          continue;
+        }
+        for (int64_t first = 0; first < randomised; first += kStepsPerPiece) {
+          const int64_t steps = std::min(kStepsPerPiece, randomised - first);
+          pieces.push_back({range, MetricPiece{m->info.name, method, first, steps},
+                            double(range.count + counts.expensive * steps) * one});
+        }
+      }
+    }
+    cells.push_back(cell);
+  }
+  cells.insert(cells.end(), pieces.begin(), pieces.end());
+  std::stable_sort(cells.begin(), cells.end(), [](const ReportCell& a, const ReportCell& b) { return a.cost > b.cost; });
+  return cells;
+}
+
+std::vector<double> report_work_costs(const ReportOptions& o, int64_t images, int64_t height, int64_t width,
+                                      int64_t layers) {
+  if (!o.cells.enabled) return report_batch_costs(o, images, height, width, layers);
+  std::vector<double> costs;
+  for (const ReportCell& c : report_cells(o, images, height, width, layers)) costs.push_back(c.cost);
+  return costs;
+}
+
 double report_cost(const ReportOptions& o, int64_t images, int64_t height, int64_t width, int64_t layers) {
   double cost = 0;
   for (double c : report_batch_costs(o, images, height, width, layers)) cost += c;
@@ -214,7 +268,10 @@ void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labe
   run.labels = labels;
   run.images = run.x.size(0), run.height = run.x.size(2), run.width = run.x.size(3);
   run.expensive = expensive_images(o, run.images);
-  {
+  // The class count costs a forward pass: found only for those that read it.
+  const bool classes_read = o.target == ReportOptions::Target::Fixed ||
+                            std::any_of(metrics.begin(), metrics.end(), [](const ReportMetric* m) { return m->reads_classes; });
+  if (classes_read) {
     NoGrad off;
     run.classes = run.model.forward(rows(run.x, 0, 1)).size(1);
   }
@@ -250,8 +307,8 @@ void start_run(ReportRun& run, const Tensor& x, const std::vector<int64_t>& labe
     if (m->prepare) m->prepare(run);
 }
 
-// Batch [first, first + batch_size) with its probes.
-ReportBatch start_batch(const ReportRun& run, const MetricList& metrics, int64_t first) {
+// Batch [first, first + batch_size): its images and targets.
+ReportBatch batch_of(const ReportRun& run, int64_t first) {
   ReportBatch batch;
   batch.first = first;
   batch.size = std::min(run.options.batch_size, run.images - first);
@@ -265,6 +322,12 @@ ReportBatch start_batch(const ReportRun& run, const MetricList& metrics, int64_t
   const int64_t M = run.mosaic_count();
   batch.first_mosaic = std::min(first, M);
   batch.mosaics = std::clamp<int64_t>(M - first, 0, batch.size);
+  return batch;
+}
+
+// The batch with its probes.
+ReportBatch start_batch(const ReportRun& run, const MetricList& metrics, int64_t first) {
+  ReportBatch batch = batch_of(run, first);
   for (const ReportMetric* m : metrics)
     if (m->probe) m->probe(run, batch);
   return batch;
@@ -298,38 +361,31 @@ MethodMaps explain_finding_targets(const ReportRun& run, ReportBatch& batch, con
 }
 
 // The pictures of a batch's first `shown` images: the inputs, then per method a heat-map,
-// an overlay and the counterfactual, then one contact sheet per image.
+// an overlay and the counterfactual, then one contact sheet per image. Each is handed to the
+// report's PictureWriter as soon as it is drawn; the list of files keeps the order they
+// were drawn in.
 struct BatchPictures {
   const ReportOptions& options;
   int64_t first = 0, shown = 0, scale = 0;
   std::vector<std::string>& files;
-  std::vector<std::vector<SheetColumn>> sheets;
-  std::vector<std::pair<std::string, Image>> pending = {};  // drawn, not yet encoded
+  PictureWriter& writer;
+  std::vector<Image> input_images = {};
+  std::vector<std::vector<SheetColumn>> method_columns = {};
 
-  // Queued here and encoded by encode_pending, one picture per thread: PNG compression is
-  // most of a picture's cost. The list of files keeps the order they were drawn in.
   void write(const std::string& path, const Image& image) {
-    pending.emplace_back(path, image);
+    writer.write(path, image);
     files.push_back(path);
   }
 
-  void encode_pending() {
-    parallel_for(int64_t(pending.size()), 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) write_png(pending[size_t(i)].first, pending[size_t(i)].second);
-    });
-    pending.clear();
-  }
-
+  // Needs no targets: drawn before the batch's first method, which may find them.
   void inputs(const ReportBatch& batch) {
-    sheets.resize(size_t(shown));
+    method_columns.resize(size_t(shown));
     for (int64_t i = 0; i < shown; ++i) {
       const std::string dir = picture_dir(options.out_dir, first + i);
       std::filesystem::create_directories(dir);
-      const Image input = render_input(example(batch.x, i), options.normalisation, scale);
-      write(dir + "/input.png", input);
-      sheets[size_t(i)].push_back({"input", {{input, class_name(options.class_names, batch.targets[size_t(i)])}}});
+      input_images.push_back(render_input(example(batch.x, i), options.normalisation, scale));
+      write(dir + "/input.png", input_images.back());
     }
-    encode_pending();
   }
 
   void method(const std::string& method, const ReportBatch& batch, const Tensor& attr, const Tensor& counterfactual) {
@@ -347,15 +403,18 @@ struct BatchPictures {
         write(dir + "/" + method + "_counterfactual.png", cf);
         column.cells.push_back({cf, "counterfactual x_K"});
       }
-      sheets[size_t(i)].push_back(std::move(column));
+      method_columns[size_t(i)].push_back(std::move(column));
     }
-    encode_pending();
   }
 
-  void contact_sheets() {
-    for (int64_t i = 0; i < shown; ++i)
-      write(picture_dir(options.out_dir, first + i) + "/sheet.png", contact_sheet(sheets[size_t(i)]));
-    encode_pending();
+  // The input, labelled with the class explained, then every method's column.
+  void contact_sheets(const ReportBatch& batch) {
+    for (int64_t i = 0; i < shown; ++i) {
+      std::vector<SheetColumn> sheet = {
+          {"input", {{input_images[size_t(i)], class_name(options.class_names, batch.targets[size_t(i)])}}}};
+      for (SheetColumn& column : method_columns[size_t(i)]) sheet.push_back(std::move(column));
+      write(picture_dir(options.out_dir, first + i) + "/sheet.png", contact_sheet(sheet));
+    }
   }
 };
 
@@ -422,6 +481,8 @@ struct BatchWork {
   const std::vector<std::string>& methods;
   int64_t pictures = 0, scale = 0;  // pictures of the first `pictures` images, enlarged `scale` times
   double patches = 0;               // for the cost model
+  PictureWriter& writer;            // encodes and writes the pictures beside the report's work
+  MetricList in_batch;              // the metrics scored in the batch, not in pieces: its cost
 };
 
 // Told after each method of a batch, with its maps and counterfactuals (undefined but for
@@ -438,28 +499,28 @@ CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>
   timed(times.metrics, [&] { batch = start_batch(run, w.metrics, first); });  // the probes
   const BatchCounts counts{run.options, batch.size, batch.expensive, w.patches, run.randomised};
   double probes = probe_cost(w.metrics, counts);
-  BatchPictures drawn{run.options, first, std::clamp<int64_t>(w.pictures - first, 0, batch.size), w.scale, files, {}};
-  if (!run.targets_from_first_method) timed(times.pictures, [&] { drawn.inputs(batch); });
+  BatchPictures drawn{run.options, first, std::clamp<int64_t>(w.pictures - first, 0, batch.size), w.scale, files,
+                      w.writer};
+  timed(times.pictures, [&] { drawn.inputs(batch); });
   CellScores scores;
   for (const std::string& method : w.methods) {
     Tensor counterfactual;
     MethodMaps maps;
     if (run.targets_from_first_method && method == w.methods.front()) {
       timed(times.methods, [&] { maps = explain_finding_targets(run, batch, method); });
-      timed(times.pictures, [&] { drawn.inputs(batch); });  // labelled with the classes just found
     } else {
       timed(times.methods, [&] { maps = explain_batch(run, batch, method, counterfactual); });
     }
     Scores& mine = scores[method];
     timed(times.metrics, [&] {
-      for (const ReportMetric* m : w.metrics)
+      for (const ReportMetric* m : w.in_batch)  // the others in cells of their own (run_piece)
         if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
     });
     timed(times.pictures, [&] { drawn.method(method, batch, maps.attr, counterfactual); });
-    if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.metrics, counts));
+    if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.in_batch, counts));
     probes = 0;
   }
-  timed(times.pictures, [&] { drawn.contact_sheets(); });
+  timed(times.pictures, [&] { drawn.contact_sheets(batch); });
   return scores;
 }
 
@@ -477,16 +538,65 @@ void on_rank_zero(const std::function<void()>& step) {
   }
 }
 
-// A cell file read back and checked against what this report asks: its images, its record,
-// its methods. Throws Error (malformed, or not the images its name says) or, through
-// may_reuse, UsageError (made by another run); false when --overwrite remakes it.
-bool reusable_cell(const std::string& path, const ImageCell& cell, const std::vector<ImageRange>& cells,
+// One piece of a batch's expensive images (cells.h): the method's maps of the batch made
+// again, as the batch's own cell makes them, then the metric's scores of them (randomisation:
+// the piece's steps, their correlations by step).
+CellScores run_piece(const BatchWork& w, const ImageRange& images, const MetricPiece& piece, ReportTimes& times) {
+  const ReportRun& run = w.run;
+  const ReportMetric& metric = *find_report_metric(piece.metric);
+  const ReportBatch batch = batch_of(run, images.first);
+  Tensor counterfactual;
+  MethodMaps maps;
+  timed(times.methods, [&] { maps = explain_batch(run, batch, piece.method, counterfactual); });
+  CellScores scores;
+  if (metric.pieces == ReportMetric::Pieces::Whole) {
+    timed(times.metrics, [&] {
+      if (const std::optional<MetricResult> r = metric.score(run, batch, maps)) scores[piece.method][piece.metric] = r->values;
+    });
+    return scores;
+  }
+  RandomisationOptions options = run.randomisation;
+  options.first_step = piece.first_step;
+  options.step_count = piece.steps;
+  RandomisationResult r;
+  timed(times.metrics, [&] { r = randomisation_of(run, batch, maps, options); });
+  check(int64_t(r.per_layer.size()) == piece.steps, "explain_report: randomisation ran ", r.per_layer.size(),
+        " steps of the piece's ", piece.steps);
+  for (int64_t k = 0; k < piece.steps; ++k)
+    scores[piece.method][piece_step_key(piece.first_step + k)] = r.per_layer[size_t(k)];
+  return scores;
+}
+
+// The score entries a piece holds: the metric's name, or one per step.
+std::vector<std::string> piece_keys(const MetricPiece& piece) {
+  if (piece.steps == 0) return {piece.metric};
+  std::vector<std::string> keys;
+  for (int64_t k = 0; k < piece.steps; ++k) keys.push_back(piece_step_key(piece.first_step + k));
+  return keys;
+}
+
+// A cell file read back and checked against what this report asks: its images (and piece),
+// its record, its methods (a piece: its method's entries). Throws Error (malformed, or not the
+// cell its name says) or, through may_reuse, UsageError (made by another run); false when
+// --overwrite remakes it.
+bool reusable_cell(const std::string& path, const ImageCell& cell, const std::vector<ReportCell>& cells,
                    const Provenance& wanted, const std::vector<std::string>& methods, const ReportOptions& o) {
-  check(std::filesystem::path(path).filename() == cell_file_name(cell.images), path, ": holds images ",
-        cell.images.first, " to ", cell.images.first + cell.images.count - 1, ", not those its name says");
+  const std::string what = cat("images ", cell.images.first, " to ", cell.images.first + cell.images.count - 1,
+                               cell.piece ? cat(", ", cell.piece->metric, " of ", cell.piece->method) : std::string());
+  check(std::filesystem::path(path).filename() == cell_file_name(cell.images, cell.piece), path, ": holds ", what,
+        ", not what its name says");
   if (!may_reuse("explain", path, cell.made, wanted, o.cells.overwrite, o.cells.log)) return false;
-  check(std::find(cells.begin(), cells.end(), cell.images) != cells.end(), path, ": images ", cell.images.first,
-        " to ", cell.images.first + cell.images.count - 1, " are not a batch of this report");
+  check(std::any_of(cells.begin(), cells.end(),
+                    [&](const ReportCell& c) { return c.images == cell.images && c.piece == cell.piece; }),
+        path, ": ", what, " is not a cell of this report");
+  if (cell.piece) {
+    const auto it = cell.scores.find(cell.piece->method);
+    const std::vector<std::string> keys = piece_keys(*cell.piece);
+    check(cell.scores.size() == 1 && it != cell.scores.end() && it->second.size() == keys.size(), path,
+          ": not the scores of ", what);
+    for (const std::string& key : keys) check(it->second.count(key), path, ": no ", key);
+    return true;
+  }
   for (const std::string& method : methods)
     check(cell.scores.count(method), path, ": no scores of ", method);
   check(cell.scores.size() == methods.size(), path, ": scores of methods this report does not run");
@@ -495,7 +605,7 @@ bool reusable_cell(const std::string& path, const ImageCell& cell, const std::ve
 
 // The cell files already in `folder` (images_*.json), each checked: one made by another run
 // refuses the report, or with --overwrite is removed so that it is made again.
-void check_cells_on_disk(const std::string& folder, const std::vector<ImageRange>& cells, const Provenance& wanted,
+void check_cells_on_disk(const std::string& folder, const std::vector<ReportCell>& cells, const Provenance& wanted,
                          const std::vector<std::string>& methods, const ReportOptions& o) {
   std::vector<std::string> paths;
   for (const auto& entry : std::filesystem::directory_iterator(folder)) {
@@ -529,14 +639,46 @@ std::vector<std::string> under(const std::string& out_dir, const std::vector<std
   return out;
 }
 
+// A batch's scores put back from its pieces, into `scores` (its cell's): per metric and
+// method, the values of its expensive images, or for randomisation the steps in order and
+// each image's mean over them as the whole test takes it.
+void put_back_pieces(const ImageRange& batch, const std::vector<ReportCell>& cells, const std::string& folder,
+                     const Provenance& wanted, const std::vector<std::string>& methods, const ReportRun& run,
+                     CellScores& scores) {
+  const int64_t expensive = expensive_in_batch(run.expensive, batch.first, batch.count);
+  std::map<std::pair<std::string, std::string>, std::vector<const ReportCell*>> by_metric_method;
+  for (const ReportCell& c : cells)
+    if (c.piece && c.images == batch) by_metric_method[{c.piece->metric, c.piece->method}].push_back(&c);
+  for (auto& [key, pieces] : by_metric_method) {
+    const auto& [metric, method] = key;
+    std::sort(pieces.begin(), pieces.end(),
+              [](const ReportCell* a, const ReportCell* b) { return a->piece->first_step < b->piece->first_step; });
+    std::vector<std::vector<double>> values;  // per entry, in order
+    for (const ReportCell* piece : pieces) {
+      const std::string path = (std::filesystem::path(folder) / cell_file_name(batch, piece->piece)).string();
+      const ImageCell cell = read_image_cell_text(read_text_file(path), path);
+      check(reusable_cell(path, cell, cells, wanted, methods, run.options), path, ": made by another run");
+      for (const std::string& entry : piece_keys(*piece->piece)) {
+        const std::vector<double>& v = cell.scores.at(method).at(entry);
+        check(int64_t(v.size()) == expensive, path, ": ", v.size(), " values of ", entry, " for ", expensive,
+              " expensive images");
+        values.push_back(v);
+      }
+    }
+    const bool by_step = pieces.front()->piece->steps > 0;
+    scores[method][metric] = by_step ? mean_over_steps(values, expensive) : values.front();
+  }
+}
+
 // The report in cells (ReportOptions::cells): the cells found on disk checked on rank 0, the
-// others handed out over the ranks and written as each is finished, then on rank 0 every
-// cell read back in image order into `scores` and `files`.
+// others handed out over the ranks (the costliest first) and written as each is finished,
+// then on rank 0 every batch's cell, with its pieces put back, read in image order into
+// `scores` and `files`.
 void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::string>& files, const MethodDone& done,
-                  ReportTimes& times) {
+                  const std::function<void(const ReportCell&)>& piece_done, ReportTimes& times) {
   const ReportOptions& o = w.run.options;
   const std::string folder = (std::filesystem::path(o.out_dir) / "cells").string();
-  const std::vector<ImageRange> cells = image_cells(w.run.images, o.batch_size);
+  const std::vector<ReportCell> cells = report_cells(o, w.run.images, w.run.height, w.run.width, w.run.layers);
   const Provenance wanted = report_record(o, w.run.images);
   on_rank_zero([&] {
     std::filesystem::create_directories(folder);
@@ -544,21 +686,30 @@ void run_in_cells(const BatchWork& w, CellScores& scores, std::vector<std::strin
     check_cells_on_disk(folder, cells, wanted, w.methods, o);
   });
   distributed::for_each_item(int64_t(cells.size()), [&](int64_t i) {
-    const ImageRange& range = cells[size_t(i)];
-    const std::string path = (std::filesystem::path(folder) / cell_file_name(range)).string();
+    const ReportCell& c = cells[size_t(i)];
+    const std::string name = cell_file_name(c.images, c.piece);
+    const std::string path = (std::filesystem::path(folder) / name).string();
     if (std::filesystem::exists(path)) {  // checked by rank 0 before any cell was handed out
-      if (o.cells.log) o.cells.log(cat(cell_file_name(range), ": done before"));
+      if (o.cells.log) o.cells.log(cat(name, ": done before"));
+      return;
+    }
+    if (c.piece) {
+      write_file_atomic(path, image_cell_text({c.images, c.piece, run_piece(w, c.images, *c.piece, times), {}, wanted}));
+      if (piece_done) piece_done(c);
       return;
     }
     std::vector<std::string> drawn;
-    ImageCell cell{range, run_batch(w, range.first, drawn, done, times), relative_to(o.out_dir, drawn), wanted};
+    ImageCell cell{c.images, std::nullopt, run_batch(w, c.images.first, drawn, done, times), relative_to(o.out_dir, drawn),
+                   wanted};
+    timed(times.pictures, [&] { w.writer.finish(); });  // a cell on disk has its pictures on disk
     write_file_atomic(path, image_cell_text(cell));
   });
   on_rank_zero([&] {
-    for (const ImageRange& range : cells) {
+    for (const ImageRange& range : image_cells(w.run.images, o.batch_size)) {
       const std::string path = (std::filesystem::path(folder) / cell_file_name(range)).string();
-      const ImageCell cell = read_image_cell_text(read_text_file(path), path);
+      ImageCell cell = read_image_cell_text(read_text_file(path), path);
       check(reusable_cell(path, cell, cells, wanted, w.methods, o), path, ": made by another run");
+      put_back_pieces(range, cells, folder, wanted, w.methods, w.run, cell.scores);
       append(scores, cell.scores);
       const std::vector<std::string> pictures = under(o.out_dir, cell.files);
       files.insert(files.end(), pictures.begin(), pictures.end());
@@ -587,7 +738,12 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
 
   const int64_t pictures = o.out_dir.empty() ? 0 : o.picture_images < 0 ? N : std::min(o.picture_images, N);
   const int64_t scale = o.scale > 0 ? o.scale : default_scale(run.height, run.width);
-  const BatchWork work{run, metrics, methods, pictures, scale, double(patch_count(o.metric_settings, run.height, run.width))};
+  PictureWriter writer;
+  MetricList in_batch;
+  for (const ReportMetric* m : metrics)
+    if (!runs_in_pieces(o, *m, run.randomised)) in_batch.push_back(m);
+  const BatchWork work{run,    metrics, methods, pictures, scale, double(patch_count(o.metric_settings, run.height, run.width)),
+                       writer, in_batch};
   const bool keep_attributions = !o.out_dir.empty() && o.write_attributions;
   CellScores scores;  // method → metric → values
   std::map<std::string, Tensor> all_attributions, all_counterfactuals;
@@ -601,7 +757,8 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   // expensive metrics make the first batches much slower than the last.
   const int64_t total = N * int64_t(methods.size());
   int64_t done = 0;
-  const double total_cost = report_cost(o, N, run.height, run.width, run.layers);
+  double total_cost = 0;
+  for (double c : report_work_costs(o, N, run.height, run.width, run.layers)) total_cost += c;
   double spent = 0;
   if (progress) progress(0, total, 0.0, "");
   std::vector<int64_t> found_targets;  // with targets_from_first_method: each batch's, in turn
@@ -618,7 +775,13 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
     if (progress) progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0, method);
   };
   if (o.cells.enabled) {
-    run_in_cells(work, scores, result.files, method_done, result.times);
+    const auto piece_done = [&](const ReportCell& piece) {
+      spent += piece.cost;
+      if (progress)
+        progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0,
+                 cat(piece.piece->metric, " of ", piece.piece->method));
+    };
+    run_in_cells(work, scores, result.files, method_done, piece_done, result.times);
     if (distributed::rank() != 0) {  // rank 0 makes the table
       result.targets = run.targets;
       result.times.total = seconds_since(start);
@@ -634,6 +797,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   if (keep_attributions) write_attribution_files(run, methods, all_attributions, all_counterfactuals, result.files);
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
+  timed(result.times.pictures, [&] { writer.finish(); });  // the last pictures, written beside the files above
   result.times.total = seconds_since(start);
   return result;
 }

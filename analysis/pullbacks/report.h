@@ -22,6 +22,7 @@
 
 #include "analysis/common/heatmap.h"
 #include "analysis/common/provenance.h"
+#include "analysis/pullbacks/cells.h"
 #include "analysis/pullbacks/explain.h"
 #include "analysis/pullbacks/metrics.h"
 #include "analysis/pullbacks/protocol.h"
@@ -98,6 +99,7 @@ struct ReportMetric {
   bool expensive = false;     // runs on the first expensive_count images only
   bool by_default = false;    // runs when no metric is named (`adjoint explain` without --metrics)
   bool on_mosaics = false;    // scored on mosaics of the images rather than on the images
+  bool reads_classes = false; // reads the model's class count (ReportRun::classes)
   std::string help{};         // its line in `adjoint explain --help`
   // Once per report, before the first batch (focus draws its mosaics); null: nothing.
   void (*prepare)(ReportRun& run) = nullptr;
@@ -115,6 +117,10 @@ struct ReportMetric {
   std::string (*note)(const ReportRun& run) = nullptr;
   // A figure of the model measured with the metric, for the table (null, or nothing: none).
   std::optional<ModelFigure> (*model_figure)(const ReportRun& run, double confidence) = nullptr;
+  // In cells (ReportOptions::cells), whether each method's scores of a batch's expensive
+  // images are cells of their own (pieces, cells.h): whole, or a few steps each.
+  enum class Pieces { None, Whole, ByStep };
+  Pieces pieces = Pieces::None;
 };
 
 // Every metric of the catalogue (analysis/pullbacks/metrics.h), in its order: the table's columns.
@@ -227,6 +233,22 @@ std::vector<double> report_batch_costs(const ReportOptions& options, int64_t ima
 // for fixed or label targets, nor where the first method finds them in its own pass: no
 // metrics and a method of explains_in_one_pass), which each rank makes for all the images.
 double report_unshared_cost(const ReportOptions& options, int64_t images);
+// The cells of a report run in cells (ReportOptions::cells), in the order they are handed out
+// (the costliest first), each with its cost in passes: every batch, and apart from it the
+// pieces of its expensive images (cells.h: per method, max-sensitivity whole and
+// randomisation a few layers at a time, each piece making the method's maps again). They
+// follow from the options, the image count and the model's layers alone, never from the
+// number of ranks.
+struct ReportCell {
+  ImageRange images;
+  std::optional<MetricPiece> piece;
+  double cost = 0;
+};
+std::vector<ReportCell> report_cells(const ReportOptions& options, int64_t images, int64_t height, int64_t width,
+                                     int64_t layers);
+// The costs of report_cells, or of report_batch_costs without cells: what ranks share.
+std::vector<double> report_work_costs(const ReportOptions& options, int64_t images, int64_t height, int64_t width,
+                                      int64_t layers);
 // The cost of batches shared out over `ranks` as distributed::for_each_item hands them out
 // (in order, each to the rank that is free first): the busiest rank's sum. One rank: the sum.
 double shared_cost(const std::vector<double>& batch_costs, int64_t ranks);

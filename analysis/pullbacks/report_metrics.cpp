@@ -155,14 +155,21 @@ std::optional<MetricResult> score_complexity(const ReportRun&, const ReportBatch
 std::string pixel_map_note(const ReportRun&) { return "pixel maps (summed over channels)"; }
 
 // -- model-parameter randomisation: explains the expensive images once per layer
-std::optional<MetricResult> score_randomisation(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps) {
-  if (batch.expensive == 0) return std::nullopt;
+}  // namespace
+
+RandomisationResult randomisation_of(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps,
+                                     const RandomisationOptions& options) {
   const ExplainerFactory factory = [method = maps.method, eo = run.options.explain](const Model& m) {
     return make_explainer(method, m, eo);
   };
-  return model_parameter_randomisation(run.model, factory, batch.x_expensive, batch.targets_expensive,
-                                       run.randomisation, maps.attr_expensive)
-      .mean;
+  return model_parameter_randomisation(run.model, factory, batch.x_expensive, batch.targets_expensive, options,
+                                       maps.attr_expensive);
+}
+
+namespace {
+std::optional<MetricResult> score_randomisation(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps) {
+  if (batch.expensive == 0) return std::nullopt;
+  return randomisation_of(run, batch, maps, run.randomisation).mean;
 }
 std::string randomisation_note(const ReportRun& run) {
   return join_notes(run.expensive_note(), cat("mean Spearman correlation of |attr| over ", run.randomised, " of ",
@@ -228,9 +235,11 @@ const std::vector<ReportMetric>& report_metrics() {
        .explanations = [](const BatchCounts& c) {
          return double(c.expensive * c.options.metric_settings.sensitivity_samples);
        },
-       .note = max_sensitivity_note},
+       .note = max_sensitivity_note,
+       .pieces = ReportMetric::Pieces::Whole},
       {.info = metric_info("random_logit"),
        .by_default = true,
+       .reads_classes = true,
        .help = "how alike the maps of the target and of a random other class are",
        .score = score_random_logit,
        .explanations = [](const BatchCounts& c) { return double(c.images); },
@@ -277,7 +286,8 @@ const std::vector<ReportMetric>& report_metrics() {
        .help = "how alike the maps stay as the model's layers are re-initialised",
        .score = score_randomisation,
        .explanations = [](const BatchCounts& c) { return double(c.expensive * c.randomised); },
-       .note = randomisation_note},
+       .note = randomisation_note,
+       .pieces = ReportMetric::Pieces::ByStep},
       {.info = metric_info("focus"),
        .expensive = true,
        .on_mosaics = true,

@@ -35,7 +35,7 @@ struct ReportRun {
   bool targets_from_first_method = false;
   int64_t images = 0, height = 0, width = 0;
   int64_t expensive = 0;                     // E: the expensive metrics run on the first E images
-  int64_t classes = 0;
+  int64_t classes = 0;                       // found only where read (ReportMetric::reads_classes, a fixed target)
   int64_t layers = 0, randomised = 0;        // the model's layers; those randomisation re-initialises
   // The metrics' settings, seeded by options.metric_seed (first_example is set per batch).
   InfidelityOptions infidelity{};
@@ -123,6 +123,18 @@ inline int64_t expensive_images(const ReportOptions& o, int64_t images) {
 
 // A number as the tables and pictures show it: 4 significant digits, "nan" (report_tables.cpp).
 std::string number(double v);
+
+// Whether metric `m` runs in pieces (ReportMetric::pieces) rather than in its batches' cells:
+// in cells only, and randomisation only where it has layers to re-initialise.
+inline bool runs_in_pieces(const ReportOptions& o, const ReportMetric& m, int64_t randomised) {
+  if (!o.cells.enabled || m.pieces == ReportMetric::Pieces::None) return false;
+  return m.pieces != ReportMetric::Pieces::ByStep || randomised > 0;
+}
+
+// Model-parameter randomisation of one method's maps of a batch's expensive images, over the
+// steps `options` chooses: the metric's score, and a piece of it (cells.h).
+RandomisationResult randomisation_of(const ReportRun& run, const ReportBatch& batch, const MethodMaps& maps,
+                                     const RandomisationOptions& options);
 
 // The model's top class of every row of x, `batch` rows at a time.
 std::vector<int64_t> predicted_in_batches(const Model& model, const Tensor& x, int64_t batch);

@@ -454,12 +454,19 @@ public:
       throw Error(cat(at, "size ", t.size, ", stride ", t.stride, " and offset ", t.offset, " reach element ", last,
                       " of storage '", storage.text, "', which holds ", storage.numel, " (a storage shorter than its tensor)"));
 
-    // Gathered in row-major order into raw bytes, swapped to little-endian, then converted.
-    std::vector<unsigned char> raw(size_t(numel * element));
     const size_t dims = t.size.size();
     bool row_major = true;
     for (int64_t d = int64_t(dims) - 1, step = 1; d >= 0; step *= t.size[size_t(d)], --d)
       row_major = row_major && (t.size[size_t(d)] == 1 || t.stride[size_t(d)] == step);
+    Tensor out = Tensor::empty(t.size);
+    // A row-major little-endian tensor (what torch.save writes for a parameter) is converted
+    // straight from the storage's bytes; any other is first gathered and swapped.
+    if (row_major && !big_endian_) {
+      if (numel > 0) convert_to_float(storage.dtype, bytes.data() + t.offset * element, out.data(), size_t(numel));
+      return out;
+    }
+    // Gathered in row-major order into raw bytes, swapped to little-endian, then converted.
+    std::vector<unsigned char> raw(size_t(numel * element));
     Shape index(dims, 0);
     if (row_major && numel > 0) std::memcpy(raw.data(), bytes.data() + t.offset * element, raw.size());
     else for (int64_t i = 0; i < numel; ++i) {
@@ -473,7 +480,6 @@ public:
     }
     if (big_endian_)
       for (auto it = raw.begin(); it != raw.end(); it += element) std::reverse(it, it + element);
-    Tensor out = Tensor::empty(t.size);
     convert_to_float(storage.dtype, raw.data(), out.data(), size_t(numel));
     return out;
   }

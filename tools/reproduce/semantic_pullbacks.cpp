@@ -380,10 +380,11 @@ struct ModelEstimate {
 // The estimate of one model: the report's cost in passes (its options as explain --evaluate
 // sets them at 224 pixels, every method and metric unless fewer are chosen) times one pass
 // of this model measured on random images, plus what does not scale with the passes: loading
-// the model (measured here) and the pictures of the first 8 images. Over K ranks the batches
-// are shared out as explain hands them out; the targets' forward pass over every image,
-// loading and the pictures (on the rank of the first batch) are every rank's or one rank's
-// whole, and a batch never splits, so no more ranks than batches are busy.
+// the model (measured here) and the pictures of the first 8 images. Over K ranks the cells
+// (the batches, and the pieces of their randomisation: report_cells) are shared out as explain
+// hands them out; the targets' forward pass over every image, loading and the pictures (on the
+// rank of the first batch) are every rank's or one rank's whole, and no more ranks than cells
+// are busy.
 ModelEstimate estimated_seconds(const PublishedModel& m, const std::string& weights, const ImagenetSetting& s) {
   ModelConfig config;
   config.arch = m.name;
@@ -411,21 +412,23 @@ ModelEstimate estimated_seconds(const PublishedModel& m, const std::string& weig
   const int64_t images = s.count > 0 ? s.count : protocol.images;
   Generator gen(0);
   const Tensor x = normal({2, 3, side, side}, 0.0f, 1.0f, gen);
+  o.cells.enabled = true;   // explain --evaluate runs in cells, which ranks share
   const std::vector<double> batches = report_batch_costs(o, images, side, side, int64_t(layers_top_down(*loaded.model).size()));
+  const std::vector<double> cells = report_work_costs(o, images, side, side, int64_t(layers_top_down(*loaded.model).size()));
   const double unshared = report_unshared_cost(o, images);
   const double unit = seconds_per_image_pass(*loaded.model, x, 2);
   const double pictures = picture_seconds(o, images, side, side);
   ModelEstimate e;
   double passes = 0;
-  for (double b : batches) passes += b;
+  for (double c : cells) passes += c;
   e.seconds = loading + pictures + unit * (passes + unshared);
   std::string ranks;
   for (int64_t K : kEstimateRanks) {
-    e.over_ranks.push_back(loading + pictures + unit * (shared_cost(batches, K) + unshared));
+    e.over_ranks.push_back(loading + pictures + unit * (shared_cost(cells, K) + unshared));
     ranks += cat(ranks.empty() ? "" : ", ", "K = ", K, ": ", cli::format_duration(e.over_ranks.back()));
   }
   e.line = cat(m.label, ": ", cli::format_duration(e.seconds), " (", images, " images in ", batches.size(),
-               " batches, ", fixed(passes + unshared, 0), " passes at ", fixed(unit * 1e3, 1), " ms, loading ",
+               " batches, ", cells.size(), " cells, ", fixed(passes + unshared, 0), " passes at ", fixed(unit * 1e3, 1), " ms, loading ",
                fixed(loading, 1), " s, pictures ", fixed(pictures, 1), " s); over K ranks ", ranks);
   return e;
 }
@@ -483,7 +486,8 @@ Paper semantic_pullbacks_paper() {
       "ResNet-18 ~3.1 min and a VGG-11-BN ~48 s, and explanations of 200 images with 50 perturbations, ~16 s and "
       "~5 s); at commit 4011bcc, on mosaics and with focus on 128 of them, one seed took 38m38s on a 2-core Intel Xeon "
       "shared with other jobs (load 8–13: a ResNet-18 29 min to train and 3.3 min to explain, a VGG-11-BN 5.7 min "
-      "and 26 s) and another 14m12s at load 6–9; the VGG-11-BN's third epoch since adds 100–240 s a seed";
+      "and 26 s) and another 14m12s at load 6–9; the VGG-11-BN's third epoch since adds 100–240 s a seed; at commit "
+      "63385b9 both seeds' parts took 1h22m at nice 15 beside other jobs (load 5–11), seed 0's 47 min";
   p.on_imagenet = [p](const ImagenetSetting& setting) { return imagenet_paper(p, setting); };
   return p;
 }
