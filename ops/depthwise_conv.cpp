@@ -35,6 +35,9 @@ std::vector<float> taps_of(const Tensor& weight, int64_t C, int64_t k, bool flip
 }
 
 // y = bias + the depth-wise convolution of x with `taps`, one output row (b, h) a task.
+// Position by position: a position's C sums stay in L1 while its k·k taps add onto them
+// (tap by tap over a whole row, the row's sums would go through L2 k·k times). Each sum
+// still adds its taps in the order (i, j), so the bits do not depend on the loop order.
 void convolve(const Extents& e, const float* x, const float* taps, const float* bias, float* y) {
   const int64_t p = e.k / 2, row = e.W * e.C;
   parallel_for(e.B * e.H, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(row * e.k * e.k, 1)),
@@ -42,19 +45,17 @@ void convolve(const Extents& e, const float* x, const float* taps, const float* 
     run_widest([&] {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t b = r / e.H, h = r % e.H;
-        float* __restrict out = y + r * row;
-        for (int64_t w = 0; w < e.W; ++w)
-          for (int64_t c = 0; c < e.C; ++c) out[w * e.C + c] = bias ? bias[c] : 0.0f;
-        for (int64_t i = 0; i < e.k; ++i) {
-          const int64_t hi = h + i - p;
-          if (hi < 0 || hi >= e.H) continue;
-          const float* __restrict in_row = x + (b * e.H + hi) * row;
-          for (int64_t j = 0; j < e.k; ++j) {
-            const float* __restrict tap = taps + (i * e.k + j) * e.C;
-            const int64_t w0 = std::max<int64_t>(0, p - j), w1 = std::min<int64_t>(e.W, e.W + p - j);
-            for (int64_t w = w0; w < w1; ++w) {
+        // The taps' rows that lie inside the map: i in [i0, i1).
+        const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(e.k, e.H + p - h);
+        for (int64_t w = 0; w < e.W; ++w) {
+          float* __restrict o = y + r * row + w * e.C;
+          for (int64_t c = 0; c < e.C; ++c) o[c] = bias ? bias[c] : 0.0f;
+          const int64_t j0 = std::max<int64_t>(0, p - w), j1 = std::min<int64_t>(e.k, e.W + p - w);
+          for (int64_t i = i0; i < i1; ++i) {
+            const float* in_row = x + (b * e.H + h + i - p) * row;
+            for (int64_t j = j0; j < j1; ++j) {
               const float* __restrict in = in_row + (w + j - p) * e.C;
-              float* __restrict o = out + w * e.C;
+              const float* __restrict tap = taps + (i * e.k + j) * e.C;
               for (int64_t c = 0; c < e.C; ++c) o[c] += in[c] * tap[c];
             }
           }
@@ -92,9 +93,10 @@ public:
 private:
   // dweight[c][0][i][j] = Σ_{b,h,w} u[b][h][w][c] · x[b][h + i − p][w + j − p][c] and
   // dbias[c] = Σ_{b,h,w} u[b][h][w][c], with weight and bias gradients as a pair of Tensors.
-  // Each chunk of kRowsPerChunk output rows sums its positions into a partial of every tap
-  // (the rows it reads stay in cache across the taps); the partials are then added in chunk
-  // order. The chunks do not depend on the thread count, so neither do the bits.
+  // Each chunk of kRowsPerChunk output rows sums its positions into a partial of every tap,
+  // position by position (a position's u and the partials stay in L1 across the taps; each
+  // partial still sums its positions in order); the partials are then added in chunk order.
+  // The chunks do not depend on the thread count, so neither do the bits.
   std::pair<Tensor, Tensor> weight_and_bias_gradients(const float* pu) const {
     const int64_t k = e_.k, p = k / 2, C = e_.C, rows = e_.B * e_.H, row = e_.W * C;
     const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk, width = (k * k + 1) * C;
@@ -106,19 +108,16 @@ private:
           float* __restrict acc = partial.data() + q * width;
           for (int64_t r = q * kRowsPerChunk; r < std::min(rows, (q + 1) * kRowsPerChunk); ++r) {
             const int64_t b = r / e_.H, h = r % e_.H;
-            const float* __restrict u_row = pu + r * row;
+            const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(k, e_.H + p - h);
             float* __restrict bias_acc = acc + k * k * C;
-            for (int64_t w = 0; w < e_.W; ++w)
-              for (int64_t c = 0; c < C; ++c) bias_acc[c] += u_row[w * C + c];
-            for (int64_t i = 0; i < k; ++i) {
-              const int64_t hi = h + i - p;
-              if (hi < 0 || hi >= e_.H) continue;
-              const float* __restrict x_row = px + (b * e_.H + hi) * row;
-              for (int64_t j = 0; j < k; ++j) {
-                float* __restrict tap = acc + (i * k + j) * C;
-                const int64_t w0 = std::max<int64_t>(0, p - j), w1 = std::min<int64_t>(e_.W, e_.W + p - j);
-                for (int64_t w = w0; w < w1; ++w) {
-                  const float* __restrict uu = u_row + w * C;
+            for (int64_t w = 0; w < e_.W; ++w) {
+              const float* __restrict uu = pu + r * row + w * C;
+              for (int64_t c = 0; c < C; ++c) bias_acc[c] += uu[c];
+              const int64_t j0 = std::max<int64_t>(0, p - w), j1 = std::min<int64_t>(k, e_.W + p - w);
+              for (int64_t i = i0; i < i1; ++i) {
+                const float* x_row = px + (b * e_.H + h + i - p) * row;
+                for (int64_t j = j0; j < j1; ++j) {
+                  float* __restrict tap = acc + (i * k + j) * C;
                   const float* __restrict xx = x_row + (w + j - p) * C;
                   for (int64_t c = 0; c < C; ++c) tap[c] += uu[c] * xx[c];
                 }
