@@ -137,18 +137,24 @@ public:
   // The convolution reads the hidden tokens as their map in place (channels last), as
   // timm's dwconv reads them after a transpose to (B, C, H, W).
   //
-  // At inference it runs image by image: the hidden layer is eight times the tokens'
-  // width, and a whole batch's (8 images of 56×56×512 in the first stage of b1 at 224
-  // pixels) is a fresh buffer beyond what the allocator keeps for reuse, so each of its
-  // three intermediates would be mapped, page-faulted and unmapped again every call. The
-  // results are the same. Recording a graph, it is one call: backward keeps them anyway.
+  // It runs on a few images at a time: the hidden layer is eight times the tokens' width,
+  // and a whole batch's (8 images of 56×56×512 in the first stage of b1 at 224 pixels, 51
+  // MiB) is larger than the blocks the allocator keeps for reuse (engine/tensor.cpp), so
+  // each of its intermediates, and in a training step each of their cotangents, would be
+  // mapped, page-faulted and unmapped again every call. Recording a graph, a call takes as
+  // many images as keep a hidden intermediate within kHiddenBytes (backward keeps them all
+  // anyway); at inference one image, whose intermediates stay warmer in cache from op to
+  // op. The results are the images' own either way.
   Tensor forward(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
-    const int64_t B = tokens.size(0);
-    if (grad_enabled() || B == 1) return forward_images(tokens, H, W, residual);
-    std::vector<Tensor> images;
-    for (int64_t b = 0; b < B; ++b)
-      images.push_back(forward_images(slice(tokens, 0, b, b + 1), H, W, slice(residual, 0, b, b + 1)));
-    return concat(images, 0);
+    const int64_t B = tokens.size(0), image_bytes = H * W * hidden_width() * int64_t(sizeof(float));
+    const int64_t per_call = grad_enabled() ? std::max<int64_t>(1, kHiddenBytes / std::max<int64_t>(image_bytes, 1)) : 1;
+    if (B <= per_call) return forward_images(tokens, H, W, residual);
+    std::vector<Tensor> parts;
+    for (int64_t b = 0; b < B; b += per_call) {
+      const int64_t end = std::min(B, b + per_call);
+      parts.push_back(forward_images(slice(tokens, 0, b, end), H, W, slice(residual, 0, b, end)));
+    }
+    return concat(parts, 0);
   }
 
 private:
@@ -158,6 +164,12 @@ private:
     const Tensor mixed = depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias);
     return fc2->forward(gelu(reshape(mixed, {B, H * W, C})), residual);
   }
+
+  int64_t hidden_width() const { return dwconv->weight.size(0); }
+
+  // Below the largest block that glibc serves from its heap (32 MiB, the mmap threshold
+  // engine/tensor.cpp sets), with room for the allocator's own headers.
+  static constexpr int64_t kHiddenBytes = 28 << 20;
 
   std::shared_ptr<Linear> fc1, fc2;
   std::shared_ptr<Conv2d> dwconv;
