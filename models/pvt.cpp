@@ -19,7 +19,7 @@
 //
 // Blocks: "patch_embed", "stages.<i>.downsample" (i ≥ 1), "stages.<i>.blocks.<j>" (the last
 // block of a stage applies the stage's norm), "head". Between blocks the features are maps
-// (B, C, H, W), so stitching and Grad-CAM read them as they read a CNN's.
+// (B, C, H, W), so stitching and Grad-CAM read them as they read a CNN's (channels last in memory).
 //
 // Reduced configs: `width` scales every head's width (a stage's dim is heads × the scaled
 // head width, so heads still divide it) and `depth`, when set, is every stage's block count.
@@ -60,16 +60,19 @@ const std::vector<PvtSizes>& variants() {
   return table;
 }
 
+// Between blocks the features are maps (B, C, H, W) whose memory is channels last, (B, H,
+// W, C): the tokens' own layout, so that passing from tokens to a map and back copies
+// nothing (a copy each way, and each way again in backward, for every block). A map that
+// is laid out channels first (a convolution's output) is copied once, here.
+
 // (B, C, H, W) → (B, H·W, C): a map's tokens, row-major, as timm's flatten(2).transpose(1, 2).
 Tensor map_tokens(const Tensor& map) {
-  const int64_t B = map.size(0), C = map.size(1);
-  return transpose(reshape(map, {B, C, map.size(2) * map.size(3)}), 1, 2).contiguous();
+  return reshape(permute(map, {0, 2, 3, 1}), {map.size(0), map.size(2) * map.size(3), map.size(1)});
 }
 
-// (B, H·W, C) → (B, C, H, W): the inverse of map_tokens.
+// (B, H·W, C) → (B, C, H, W): the inverse of map_tokens, a view of the tokens.
 Tensor tokens_map(const Tensor& tokens, int64_t H, int64_t W) {
-  const int64_t B = tokens.size(0), C = tokens.size(2);
-  return reshape(transpose(tokens, 1, 2).contiguous(), {B, C, H, W});
+  return permute(reshape(tokens, {tokens.size(0), H, W, tokens.size(2)}), {0, 3, 1, 2});
 }
 
 // Convolution with a square kernel, stride and padding, and a bias.
