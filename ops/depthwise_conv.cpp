@@ -34,35 +34,62 @@ std::vector<float> taps_of(const Tensor& weight, int64_t C, int64_t k, bool flip
   return taps;
 }
 
-// y = bias + the depth-wise convolution of x with `taps`, one output row (b, h) a task.
+// Output row r = (b, h) of y = bias + the depth-wise convolution of x with `taps`.
 // Position by position: a position's C sums stay in L1 while its k·k taps add onto them
 // (tap by tap over a whole row, the row's sums would go through L2 k·k times). Each sum
 // still adds its taps in the order (i, j), so the bits do not depend on the loop order.
+[[gnu::always_inline]] inline void convolve_row(const Extents& e, const float* x, const float* taps,
+                                                const float* bias, float* y, int64_t r) {
+  const int64_t p = e.k / 2, row = e.W * e.C, b = r / e.H, h = r % e.H;
+  // The taps' rows that lie inside the map: i in [i0, i1).
+  const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(e.k, e.H + p - h);
+  for (int64_t w = 0; w < e.W; ++w) {
+    float* __restrict o = y + r * row + w * e.C;
+    for (int64_t c = 0; c < e.C; ++c) o[c] = bias ? bias[c] : 0.0f;
+    const int64_t j0 = std::max<int64_t>(0, p - w), j1 = std::min<int64_t>(e.k, e.W + p - w);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* in_row = x + (b * e.H + h + i - p) * row;
+      for (int64_t j = j0; j < j1; ++j) {
+        const float* __restrict in = in_row + (w + j - p) * e.C;
+        const float* __restrict tap = taps + (i * e.k + j) * e.C;
+        for (int64_t c = 0; c < e.C; ++c) o[c] += in[c] * tap[c];
+      }
+    }
+  }
+}
+
+// y = bias + the depth-wise convolution of x with `taps`, one output row a task.
 void convolve(const Extents& e, const float* x, const float* taps, const float* bias, float* y) {
-  const int64_t p = e.k / 2, row = e.W * e.C;
-  parallel_for(e.B * e.H, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(row * e.k * e.k, 1)),
+  parallel_for(e.B * e.H, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(e.W * e.C * e.k * e.k, 1)),
                [&](int64_t r0, int64_t r1) {
     run_widest([&] {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t b = r / e.H, h = r % e.H;
-        // The taps' rows that lie inside the map: i in [i0, i1).
-        const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(e.k, e.H + p - h);
-        for (int64_t w = 0; w < e.W; ++w) {
-          float* __restrict o = y + r * row + w * e.C;
-          for (int64_t c = 0; c < e.C; ++c) o[c] = bias ? bias[c] : 0.0f;
-          const int64_t j0 = std::max<int64_t>(0, p - w), j1 = std::min<int64_t>(e.k, e.W + p - w);
-          for (int64_t i = i0; i < i1; ++i) {
-            const float* in_row = x + (b * e.H + h + i - p) * row;
-            for (int64_t j = j0; j < j1; ++j) {
-              const float* __restrict in = in_row + (w + j - p) * e.C;
-              const float* __restrict tap = taps + (i * e.k + j) * e.C;
-              for (int64_t c = 0; c < e.C; ++c) o[c] += in[c] * tap[c];
-            }
-          }
-        }
-      }
+      for (int64_t r = r0; r < r1; ++r) convolve_row(e, x, taps, bias, y, r);
     });
   });
+}
+
+// Adds output row r's terms of the weight and bias gradients to `acc`, k·k taps of C
+// partial sums then the bias's C: tap (i, j) += u[r][w] · x[b][h + i − p][w + j − p],
+// bias += u[r][w], position by position (a position's u and the partials stay in L1 across
+// the taps; each partial still sums its positions in order).
+[[gnu::always_inline]] inline void add_row_gradients(const Extents& e, const float* u, const float* x, int64_t r,
+                                                     float* acc) {
+  const int64_t k = e.k, p = k / 2, C = e.C, row = e.W * C, b = r / e.H, h = r % e.H;
+  const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(k, e.H + p - h);
+  float* __restrict bias_acc = acc + k * k * C;
+  for (int64_t w = 0; w < e.W; ++w) {
+    const float* __restrict uu = u + r * row + w * C;
+    for (int64_t c = 0; c < C; ++c) bias_acc[c] += uu[c];
+    const int64_t j0 = std::max<int64_t>(0, p - w), j1 = std::min<int64_t>(k, e.W + p - w);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* x_row = x + (b * e.H + h + i - p) * row;
+      for (int64_t j = j0; j < j1; ++j) {
+        float* __restrict tap = acc + (i * k + j) * C;
+        const float* __restrict xx = x_row + (w + j - p) * C;
+        for (int64_t c = 0; c < C; ++c) tap[c] += uu[c] * xx[c];
+      }
+    }
+  }
 }
 
 class DepthwiseConvNode : public Node {
@@ -74,14 +101,13 @@ public:
     const Tensor u = cotangent.contiguous();
     const float* pu = u.data();
     std::vector<Tensor> out(has_bias_ ? 3 : 2);
-    if (needs[0]) {
-      out[0] = Tensor::empty({e_.B, e_.H, e_.W, e_.C});
-      convolve(e_, pu, flipped_taps_.data(), nullptr, out[0].data());
-    }
+    if (needs[0]) out[0] = Tensor::empty({e_.B, e_.H, e_.W, e_.C});
     if (needs[1] || (has_bias_ && needs[2])) {
-      auto [dw, db] = weight_and_bias_gradients(pu);
+      auto [dw, db] = parameter_gradients(pu, needs[0] ? out[0].data() : nullptr);
       if (needs[1]) out[1] = dw;
       if (has_bias_ && needs[2]) out[2] = db;
+    } else if (needs[0]) {
+      convolve(e_, pu, flipped_taps_.data(), nullptr, out[0].data());
     }
     return out;
   }
@@ -92,39 +118,23 @@ public:
 
 private:
   // dweight[c][0][i][j] = Σ_{b,h,w} u[b][h][w][c] · x[b][h + i − p][w + j − p][c] and
-  // dbias[c] = Σ_{b,h,w} u[b][h][w][c], with weight and bias gradients as a pair of Tensors.
-  // Each chunk of kRowsPerChunk output rows sums its positions into a partial of every tap,
-  // position by position (a position's u and the partials stay in L1 across the taps; each
-  // partial still sums its positions in order); the partials are then added in chunk order.
-  // The chunks do not depend on the thread count, so neither do the bits.
-  std::pair<Tensor, Tensor> weight_and_bias_gradients(const float* pu) const {
-    const int64_t k = e_.k, p = k / 2, C = e_.C, rows = e_.B * e_.H, row = e_.W * C;
+  // dbias[c] = Σ_{b,h,w} u[b][h][w][c], as a pair of Tensors; and, when `dx` is given, the
+  // input gradient into it in the same pass, row by row, while the rows of u that both
+  // read are in cache. Each chunk of kRowsPerChunk output rows sums its positions into a
+  // partial of every tap; the partials are then added in chunk order. The chunks do not
+  // depend on the thread count, so neither do the bits.
+  std::pair<Tensor, Tensor> parameter_gradients(const float* pu, float* dx) const {
+    const int64_t k = e_.k, C = e_.C, rows = e_.B * e_.H;
     const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk, width = (k * k + 1) * C;
     const float* px = x_.data();
     std::vector<float> partial(size_t(chunks * width), 0.0f);
     parallel_for(chunks, 1, [&](int64_t q0, int64_t q1) {
       run_widest([&] {
-        for (int64_t q = q0; q < q1; ++q) {
-          float* __restrict acc = partial.data() + q * width;
+        for (int64_t q = q0; q < q1; ++q)
           for (int64_t r = q * kRowsPerChunk; r < std::min(rows, (q + 1) * kRowsPerChunk); ++r) {
-            const int64_t b = r / e_.H, h = r % e_.H;
-            const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(k, e_.H + p - h);
-            float* __restrict bias_acc = acc + k * k * C;
-            for (int64_t w = 0; w < e_.W; ++w) {
-              const float* __restrict uu = pu + r * row + w * C;
-              for (int64_t c = 0; c < C; ++c) bias_acc[c] += uu[c];
-              const int64_t j0 = std::max<int64_t>(0, p - w), j1 = std::min<int64_t>(k, e_.W + p - w);
-              for (int64_t i = i0; i < i1; ++i) {
-                const float* x_row = px + (b * e_.H + h + i - p) * row;
-                for (int64_t j = j0; j < j1; ++j) {
-                  float* __restrict tap = acc + (i * k + j) * C;
-                  const float* __restrict xx = x_row + (w + j - p) * C;
-                  for (int64_t c = 0; c < C; ++c) tap[c] += uu[c] * xx[c];
-                }
-              }
-            }
+            if (dx) convolve_row(e_, pu, flipped_taps_.data(), nullptr, dx, r);
+            add_row_gradients(e_, pu, px, r, partial.data() + q * width);
           }
-        }
       });
     });
     std::vector<float> total(size_t(width), 0.0f);

@@ -55,6 +55,10 @@ TEST_CASE("depthwise conv: forward and every transport match the reference group
       check_close(channels_first(g[0]), ref::to_tensor(x.shape(), g_ref.dx), 1e-5, 1e-5, "input cotangent");
       check_close(g[1], ref::to_tensor(w.shape(), g_ref.dw), 1e-4, 1e-4, "weight cotangent");
       check_close(g[2], ref::to_tensor(b.shape(), g_ref.dbias), 1e-4, 1e-4, "bias cotangent");
+      // The input alone (a frozen layer, as explanations see it) takes its own pass.
+      const auto input_only = [&](const std::vector<Tensor>& in) { return depthwise_conv2d_channels_last(in[0], w, b); };
+      check_close(channels_first(vjp(input_only, {channels_last(x)}, channels_last(u), t)[0]),
+                  ref::to_tensor(x.shape(), g_ref.dx), 1e-5, 1e-5, "input cotangent of a frozen layer");
     }
   }
 }
