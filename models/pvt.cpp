@@ -164,8 +164,9 @@ private:
   Tensor forward_images(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
     const Tensor hidden = fc1->forward(tokens);
     const int64_t B = hidden.size(0), C = hidden.size(2);
-    const Tensor mixed = depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias);
-    return fc2->forward(gelu(reshape(mixed, {B, H * W, C})), residual);
+    const Tensor mixed =
+        depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias, Activation::Gelu);
+    return fc2->forward(reshape(mixed, {B, H * W, C}), residual);
   }
 
   int64_t hidden_width() const { return dwconv->weight.size(0); }

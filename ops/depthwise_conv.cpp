@@ -38,8 +38,10 @@ std::vector<float> taps_of(const Tensor& weight, int64_t C, int64_t k, bool flip
 // Position by position: a position's C sums stay in L1 while its k·k taps add onto them
 // (tap by tap over a whole row, the row's sums would go through L2 k·k times). Each sum
 // still adds its taps in the order (i, j), so the bits do not depend on the loop order.
+// With `act`, each position's outputs then go through that activation, while in L1.
 [[gnu::always_inline]] inline void convolve_row(const Extents& e, const float* x, const float* taps,
-                                                const float* bias, float* y, int64_t r) {
+                                                const float* bias, float* y, int64_t r,
+                                                const Activation* act = nullptr) {
   const int64_t p = e.k / 2, row = e.W * e.C, b = r / e.H, h = r % e.H;
   // The taps' rows that lie inside the map: i in [i0, i1).
   const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(e.k, e.H + p - h);
@@ -55,15 +57,17 @@ std::vector<float> taps_of(const Tensor& weight, int64_t C, int64_t k, bool flip
         for (int64_t c = 0; c < e.C; ++c) o[c] += in[c] * tap[c];
       }
     }
+    if (act) activation_values(o, o, e.C, *act);
   }
 }
 
-// y = bias + the depth-wise convolution of x with `taps`, one output row a task.
-void convolve(const Extents& e, const float* x, const float* taps, const float* bias, float* y) {
+// y = bias + the depth-wise convolution of x with `taps` [then `act`], one output row a task.
+void convolve(const Extents& e, const float* x, const float* taps, const float* bias, float* y,
+              const Activation* act = nullptr) {
   parallel_for(e.B * e.H, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(e.W * e.C * e.k * e.k, 1)),
                [&](int64_t r0, int64_t r1) {
     run_widest([&] {
-      for (int64_t r = r0; r < r1; ++r) convolve_row(e, x, taps, bias, y, r);
+      for (int64_t r = r0; r < r1; ++r) convolve_row(e, x, taps, bias, y, r, act);
     });
   });
 }
@@ -156,18 +160,24 @@ private:
   bool has_bias_;
 };
 
+// The extents of a call, after checking its shapes (the message names them).
+Extents checked_extents(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check(x.dim() == 4, "depthwise_conv2d_channels_last: x must be (B, H, W, C), got ", x.shape());
+  const int64_t C = x.size(3);
+  check(weight.dim() == 4 && weight.size(0) == C && weight.size(1) == 1 && weight.size(2) == weight.size(3) &&
+            weight.size(2) % 2 == 1,
+        "depthwise_conv2d_channels_last: weight must be (", C, ", 1, k, k) with k odd for x ", x.shape(), ", got ",
+        weight.shape());
+  if (bias.defined())
+    check(bias.shape() == Shape{C}, "depthwise_conv2d_channels_last: bias must be (", C, "), got ", bias.shape());
+  return {x.size(0), x.size(1), x.size(2), C, weight.size(2)};
+}
+
 }  // namespace
 
 Tensor depthwise_conv2d_channels_last(const Tensor& x_in, const Tensor& weight, const Tensor& bias_in) {
-  check(x_in.dim() == 4, "depthwise_conv2d_channels_last: x must be (B, H, W, C), got ", x_in.shape());
-  const int64_t C = x_in.size(3);
-  check(weight.dim() == 4 && weight.size(0) == C && weight.size(1) == 1 && weight.size(2) == weight.size(3) &&
-            weight.size(2) % 2 == 1,
-        "depthwise_conv2d_channels_last: weight must be (", C, ", 1, k, k) with k odd for x ", x_in.shape(), ", got ",
-        weight.shape());
-  if (bias_in.defined())
-    check(bias_in.shape() == Shape{C}, "depthwise_conv2d_channels_last: bias must be (", C, "), got ", bias_in.shape());
-  const Extents e{x_in.size(0), x_in.size(1), x_in.size(2), C, weight.size(2)};
+  const Extents e = checked_extents(x_in, weight, bias_in);
+  const int64_t C = e.C;
   const Tensor x = x_in.contiguous();
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
   Tensor y = Tensor::empty(x.shape());
@@ -183,6 +193,18 @@ Tensor depthwise_conv2d_channels_last(const Tensor& x_in, const Tensor& weight, 
                                                bias.defined()),
            inputs);
   }
+  return y;
+}
+
+Tensor depthwise_conv2d_channels_last(const Tensor& x_in, const Tensor& weight, const Tensor& bias_in,
+                                      Activation act) {
+  if (needs_grad({x_in, weight, bias_in})) return activation(depthwise_conv2d_channels_last(x_in, weight, bias_in), act);
+  const Extents e = checked_extents(x_in, weight, bias_in);
+  const Tensor x = x_in.contiguous();
+  const Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
+  Tensor y = Tensor::empty(x.shape());
+  convolve(e, x.data(), taps_of(weight, e.C, e.k, false).data(), bias.defined() ? bias.data() : nullptr, y.data(),
+           &act);
   return y;
 }
 

@@ -89,3 +89,25 @@ TEST_CASE("depthwise conv: the same bits at one and two threads; bad shapes are 
   CHECK_THROWS_WITH_AS(depthwise_conv2d_channels_last(x, w, random_tensor({3}, 1)),
                        doctest::Contains("bias must be (130), got [3]"), Error);
 }
+
+TEST_CASE("depthwise conv then an activation: without a graph the two ops' bits in one pass; recorded, their cotangents") {
+  const Tensor x = random_tensor({2, 5, 6, 70}, 51, -2.0f, 2.0f), w = random_tensor({70, 1, 3, 3}, 52);
+  const Tensor b = random_tensor({70}, 53), u = random_tensor({2, 5, 6, 70}, 54);
+  for (Activation act : {Activation::Gelu, Activation::Relu, Activation::Silu}) {
+    INFO(to_string(act));
+    {
+      NoGrad off;
+      const Tensor fused = depthwise_conv2d_channels_last(x, w, b, act);
+      CHECK(fused.to_vector() == activation(depthwise_conv2d_channels_last(x, w, b), act).to_vector());
+      REQUIRE(max_abs(fused) > 0);
+    }
+    const auto fused = [act](const std::vector<Tensor>& in) {
+      return depthwise_conv2d_channels_last(in[0], in[1], in[2], act);
+    };
+    const auto composed = [act](const std::vector<Tensor>& in) {
+      return activation(depthwise_conv2d_channels_last(in[0], in[1], in[2]), act);
+    };
+    const std::vector<Tensor> got = vjp(fused, {x, w, b}, u), want = vjp(composed, {x, w, b}, u);
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].to_vector() == want[i].to_vector());
+  }
+}
