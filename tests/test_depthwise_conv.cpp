@@ -100,6 +100,10 @@ TEST_CASE("depthwise conv then an activation: without a graph the two ops' bits 
       const Tensor fused = depthwise_conv2d_channels_last(x, w, b, act);
       CHECK(fused.to_vector() == activation(depthwise_conv2d_channels_last(x, w, b), act).to_vector());
       REQUIRE(max_abs(fused) > 0);
+      const int before = num_threads();
+      set_num_threads(before == 1 ? 2 : 1);
+      CHECK(depthwise_conv2d_channels_last(x, w, b, act).to_vector() == fused.to_vector());
+      set_num_threads(before);
     }
     const auto fused = [act](const std::vector<Tensor>& in) {
       return depthwise_conv2d_channels_last(in[0], in[1], in[2], act);
