@@ -133,7 +133,8 @@ TEST_CASE("pvt: the input gradient agrees with finite differences") {
 TEST_CASE("pvt: the MLP's hidden layer in chunks of images gives each image's own logits and cotangents") {
   // pvt_v2_b1 at 224 pixels: stage 0's hidden layer is 6.4 MB an image, so a recorded batch
   // of 5 runs its MLPs as 4 images and 1 (and as single images without a graph). Each
-  // image alone takes one call: the logits and cotangents of the batch must be theirs.
+  // image alone takes one call: the logits and cotangents (gradient and soft pullback) of
+  // the batch must be theirs.
   ModelConfig c;
   c.arch = "pvt_v2_b1", c.depth = 1, c.num_classes = 10, c.image_size = 224;
   Generator gen(3);
@@ -149,6 +150,9 @@ TEST_CASE("pvt: the MLP's hidden layer in chunks of images gives each image's ow
   xl.requires_grad_();
   const Tensor logits = model->forward(xl);
   const std::vector<Tensor> g = grad(logits, {xl, fc1}, u);
+  Temperatures hot;
+  hot.gelu = 0.5f, hot.attention = 2.0f;
+  const Tensor soft = grad(logits, {xl}, u, Transport::soft_pullback(hot))[0];
   Tensor plain;
   {
     NoGrad off;
@@ -165,6 +169,9 @@ TEST_CASE("pvt: the MLP's hidden layer in chunks of images gives each image's ow
     REQUIRE(max_abs(gi[0]) > 0);
     check_close(slice(g[0], 0, i, i + 1), gi[0], 1e-4, 1e-5 * max_abs(gi[0]), "input cotangent");
     fc1_sum = fc1_sum + gi[1];
+    const Tensor soft_i = grad(li, {xi}, slice(u, 0, i, i + 1).contiguous(), Transport::soft_pullback(hot))[0];
+    REQUIRE(max_abs(soft_i) > 0);
+    check_close(slice(soft, 0, i, i + 1), soft_i, 1e-4, 1e-5 * max_abs(soft_i), "soft pullback's input cotangent");
     check_close(slice(plain, 0, i, i + 1), li, 1e-5, 1e-5, "logits without a graph");
   }
   REQUIRE(max_abs(fc1_sum) > 0);
