@@ -19,7 +19,7 @@
 //
 // Blocks: "patch_embed", "stages.<i>.downsample" (i ≥ 1), "stages.<i>.blocks.<j>" (the last
 // block of a stage applies the stage's norm), "head". Between blocks the features are maps
-// (B, C, H, W), so stitching and Grad-CAM read them as they read a CNN's.
+// (B, C, H, W), so stitching and Grad-CAM read them as they read a CNN's (channels last in memory).
 //
 // Reduced configs: `width` scales every head's width (a stage's dim is heads × the scaled
 // head width, so heads still divide it) and `depth`, when set, is every stage's block count.
@@ -60,16 +60,19 @@ const std::vector<PvtSizes>& variants() {
   return table;
 }
 
+// Between blocks the features are maps (B, C, H, W) whose memory is channels last, (B, H,
+// W, C): the tokens' own layout, so that passing from tokens to a map and back copies
+// nothing (a copy each way, and each way again in backward, for every block). A map that
+// is laid out channels first (a convolution's output) is copied once, here.
+
 // (B, C, H, W) → (B, H·W, C): a map's tokens, row-major, as timm's flatten(2).transpose(1, 2).
 Tensor map_tokens(const Tensor& map) {
-  const int64_t B = map.size(0), C = map.size(1);
-  return transpose(reshape(map, {B, C, map.size(2) * map.size(3)}), 1, 2).contiguous();
+  return reshape(permute(map, {0, 2, 3, 1}), {map.size(0), map.size(2) * map.size(3), map.size(1)});
 }
 
-// (B, H·W, C) → (B, C, H, W): the inverse of map_tokens.
+// (B, H·W, C) → (B, C, H, W): the inverse of map_tokens, a view of the tokens.
 Tensor tokens_map(const Tensor& tokens, int64_t H, int64_t W) {
-  const int64_t B = tokens.size(0), C = tokens.size(2);
-  return reshape(transpose(tokens, 1, 2).contiguous(), {B, C, H, W});
+  return permute(reshape(tokens, {tokens.size(0), H, W, tokens.size(2)}), {0, 3, 1, 2});
 }
 
 // Convolution with a square kernel, stride and padding, and a bias.
@@ -137,27 +140,40 @@ public:
   // The convolution reads the hidden tokens as their map in place (channels last), as
   // timm's dwconv reads them after a transpose to (B, C, H, W).
   //
-  // At inference it runs image by image: the hidden layer is eight times the tokens'
-  // width, and a whole batch's (8 images of 56×56×512 in the first stage of b1 at 224
-  // pixels) is a fresh buffer beyond what the allocator keeps for reuse, so each of its
-  // three intermediates would be mapped, page-faulted and unmapped again every call. The
-  // results are the same. Recording a graph, it is one call: backward keeps them anyway.
+  // It runs on a few images at a time: the hidden layer is eight times the tokens' width,
+  // and a whole batch's (8 images of 56×56×512 in the first stage of b1 at 224 pixels, 51
+  // MiB) is larger than the blocks the allocator keeps for reuse (engine/tensor.cpp), so
+  // each of its intermediates, and in a training step each of their cotangents, would be
+  // mapped, page-faulted and unmapped again every call. Recording a graph, a call takes as
+  // many images as keep a hidden intermediate within kHiddenBytes (backward keeps them all
+  // anyway); at inference one image, whose intermediates stay warmer in cache from op to
+  // op. The results are the images' own either way.
   Tensor forward(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
-    const int64_t B = tokens.size(0);
-    if (grad_enabled() || B == 1) return forward_images(tokens, H, W, residual);
-    std::vector<Tensor> images;
-    for (int64_t b = 0; b < B; ++b)
-      images.push_back(forward_images(slice(tokens, 0, b, b + 1), H, W, slice(residual, 0, b, b + 1)));
-    return concat(images, 0);
+    const int64_t B = tokens.size(0), image_bytes = H * W * hidden_width() * int64_t(sizeof(float));
+    const int64_t per_call = grad_enabled() ? std::max<int64_t>(1, kHiddenBytes / std::max<int64_t>(image_bytes, 1)) : 1;
+    if (B <= per_call) return forward_images(tokens, H, W, residual);
+    std::vector<Tensor> parts;
+    for (int64_t b = 0; b < B; b += per_call) {
+      const int64_t end = std::min(B, b + per_call);
+      parts.push_back(forward_images(slice(tokens, 0, b, end), H, W, slice(residual, 0, b, end)));
+    }
+    return concat(parts, 0);
   }
 
 private:
   Tensor forward_images(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
     const Tensor hidden = fc1->forward(tokens);
     const int64_t B = hidden.size(0), C = hidden.size(2);
-    const Tensor mixed = depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias);
-    return fc2->forward(gelu(reshape(mixed, {B, H * W, C})), residual);
+    const Tensor mixed =
+        depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias, Activation::Gelu);
+    return fc2->forward(reshape(mixed, {B, H * W, C}), residual);
   }
+
+  int64_t hidden_width() const { return dwconv->weight.size(0); }
+
+  // Below the largest block that glibc serves from its heap (32 MiB, the mmap threshold
+  // engine/tensor.cpp sets), with room for the allocator's own headers.
+  static constexpr int64_t kHiddenBytes = 28 << 20;
 
   std::shared_ptr<Linear> fc1, fc2;
   std::shared_ptr<Conv2d> dwconv;

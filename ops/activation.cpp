@@ -231,6 +231,14 @@ Tensor activation(const Tensor& x, Activation kind) {
   return out;
 }
 
+void activation_values(const float* z, float* y, int64_t n, Activation kind) {
+  with_rule(kind, [&](auto rule) {
+    run_widest([&] {
+      for (int64_t i = 0; i < n; ++i) y[i] = decltype(rule)::value(z[i]);
+    });
+  });
+}
+
 Tensor relu(const Tensor& x) { return activation(x, Activation::Relu); }
 
 Tensor add_relu(const Tensor& a, const Tensor& b) {

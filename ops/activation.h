@@ -41,4 +41,9 @@ Tensor silu(const Tensor& x);
 // The activation chosen at run time (model configurations name it).
 Tensor activation(const Tensor& x, Activation kind);
 
+// y[i] = f(z[i]) for i < n, with the arithmetic of `activation` (the same bits); y may be z.
+// For an op that applies the activation to values it has just computed, while they are in
+// cache, where no graph is recorded (ops/depthwise_conv.h).
+void activation_values(const float* z, float* y, int64_t n, Activation kind);
+
 }  // namespace adjoint

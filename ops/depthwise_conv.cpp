@@ -34,34 +34,66 @@ std::vector<float> taps_of(const Tensor& weight, int64_t C, int64_t k, bool flip
   return taps;
 }
 
-// y = bias + the depth-wise convolution of x with `taps`, one output row (b, h) a task.
-void convolve(const Extents& e, const float* x, const float* taps, const float* bias, float* y) {
-  const int64_t p = e.k / 2, row = e.W * e.C;
-  parallel_for(e.B * e.H, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(row * e.k * e.k, 1)),
+// Output row r = (b, h) of y = bias + the depth-wise convolution of x with `taps`.
+// Position by position: a position's C sums stay in L1 while its k·k taps add onto them
+// (tap by tap over a whole row, the row's sums would go through L2 k·k times). Each sum
+// still adds its taps in the order (i, j), so the bits do not depend on the loop order.
+// With `act`, each position's outputs then go through that activation, while in L1.
+[[gnu::always_inline]] inline void convolve_row(const Extents& e, const float* x, const float* taps,
+                                                const float* bias, float* y, int64_t r,
+                                                const Activation* act = nullptr) {
+  const int64_t p = e.k / 2, row = e.W * e.C, b = r / e.H, h = r % e.H;
+  // The taps' rows that lie inside the map: i in [i0, i1).
+  const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(e.k, e.H + p - h);
+  for (int64_t w = 0; w < e.W; ++w) {
+    float* __restrict o = y + r * row + w * e.C;
+    for (int64_t c = 0; c < e.C; ++c) o[c] = bias ? bias[c] : 0.0f;
+    const int64_t j0 = std::max<int64_t>(0, p - w), j1 = std::min<int64_t>(e.k, e.W + p - w);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* in_row = x + (b * e.H + h + i - p) * row;
+      for (int64_t j = j0; j < j1; ++j) {
+        const float* __restrict in = in_row + (w + j - p) * e.C;
+        const float* __restrict tap = taps + (i * e.k + j) * e.C;
+        for (int64_t c = 0; c < e.C; ++c) o[c] += in[c] * tap[c];
+      }
+    }
+    if (act) activation_values(o, o, e.C, *act);
+  }
+}
+
+// y = bias + the depth-wise convolution of x with `taps` [then `act`], one output row a task.
+void convolve(const Extents& e, const float* x, const float* taps, const float* bias, float* y,
+              const Activation* act = nullptr) {
+  parallel_for(e.B * e.H, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(e.W * e.C * e.k * e.k, 1)),
                [&](int64_t r0, int64_t r1) {
     run_widest([&] {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t b = r / e.H, h = r % e.H;
-        float* __restrict out = y + r * row;
-        for (int64_t w = 0; w < e.W; ++w)
-          for (int64_t c = 0; c < e.C; ++c) out[w * e.C + c] = bias ? bias[c] : 0.0f;
-        for (int64_t i = 0; i < e.k; ++i) {
-          const int64_t hi = h + i - p;
-          if (hi < 0 || hi >= e.H) continue;
-          const float* __restrict in_row = x + (b * e.H + hi) * row;
-          for (int64_t j = 0; j < e.k; ++j) {
-            const float* __restrict tap = taps + (i * e.k + j) * e.C;
-            const int64_t w0 = std::max<int64_t>(0, p - j), w1 = std::min<int64_t>(e.W, e.W + p - j);
-            for (int64_t w = w0; w < w1; ++w) {
-              const float* __restrict in = in_row + (w + j - p) * e.C;
-              float* __restrict o = out + w * e.C;
-              for (int64_t c = 0; c < e.C; ++c) o[c] += in[c] * tap[c];
-            }
-          }
-        }
-      }
+      for (int64_t r = r0; r < r1; ++r) convolve_row(e, x, taps, bias, y, r, act);
     });
   });
+}
+
+// Adds output row r's terms of the weight and bias gradients to `acc`, k·k taps of C
+// partial sums then the bias's C: tap (i, j) += u[r][w] · x[b][h + i − p][w + j − p],
+// bias += u[r][w], position by position (a position's u and the partials stay in L1 across
+// the taps; each partial still sums its positions in order).
+[[gnu::always_inline]] inline void add_row_gradients(const Extents& e, const float* u, const float* x, int64_t r,
+                                                     float* acc) {
+  const int64_t k = e.k, p = k / 2, C = e.C, row = e.W * C, b = r / e.H, h = r % e.H;
+  const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(k, e.H + p - h);
+  float* __restrict bias_acc = acc + k * k * C;
+  for (int64_t w = 0; w < e.W; ++w) {
+    const float* __restrict uu = u + r * row + w * C;
+    for (int64_t c = 0; c < C; ++c) bias_acc[c] += uu[c];
+    const int64_t j0 = std::max<int64_t>(0, p - w), j1 = std::min<int64_t>(k, e.W + p - w);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* x_row = x + (b * e.H + h + i - p) * row;
+      for (int64_t j = j0; j < j1; ++j) {
+        float* __restrict tap = acc + (i * k + j) * C;
+        const float* __restrict xx = x_row + (w + j - p) * C;
+        for (int64_t c = 0; c < C; ++c) tap[c] += uu[c] * xx[c];
+      }
+    }
+  }
 }
 
 class DepthwiseConvNode : public Node {
@@ -73,14 +105,13 @@ public:
     const Tensor u = cotangent.contiguous();
     const float* pu = u.data();
     std::vector<Tensor> out(has_bias_ ? 3 : 2);
-    if (needs[0]) {
-      out[0] = Tensor::empty({e_.B, e_.H, e_.W, e_.C});
-      convolve(e_, pu, flipped_taps_.data(), nullptr, out[0].data());
-    }
+    if (needs[0]) out[0] = Tensor::empty({e_.B, e_.H, e_.W, e_.C});
     if (needs[1] || (has_bias_ && needs[2])) {
-      auto [dw, db] = weight_and_bias_gradients(pu);
+      auto [dw, db] = parameter_gradients(pu, needs[0] ? out[0].data() : nullptr);
       if (needs[1]) out[1] = dw;
       if (has_bias_ && needs[2]) out[2] = db;
+    } else if (needs[0]) {
+      convolve(e_, pu, flipped_taps_.data(), nullptr, out[0].data());
     }
     return out;
   }
@@ -91,41 +122,23 @@ public:
 
 private:
   // dweight[c][0][i][j] = Σ_{b,h,w} u[b][h][w][c] · x[b][h + i − p][w + j − p][c] and
-  // dbias[c] = Σ_{b,h,w} u[b][h][w][c], with weight and bias gradients as a pair of Tensors.
-  // Each chunk of kRowsPerChunk output rows sums its positions into a partial of every tap
-  // (the rows it reads stay in cache across the taps); the partials are then added in chunk
-  // order. The chunks do not depend on the thread count, so neither do the bits.
-  std::pair<Tensor, Tensor> weight_and_bias_gradients(const float* pu) const {
-    const int64_t k = e_.k, p = k / 2, C = e_.C, rows = e_.B * e_.H, row = e_.W * C;
+  // dbias[c] = Σ_{b,h,w} u[b][h][w][c], as a pair of Tensors; and, when `dx` is given, the
+  // input gradient into it in the same pass, row by row, while the rows of u that both
+  // read are in cache. Each chunk of kRowsPerChunk output rows sums its positions into a
+  // partial of every tap; the partials are then added in chunk order. The chunks do not
+  // depend on the thread count, so neither do the bits.
+  std::pair<Tensor, Tensor> parameter_gradients(const float* pu, float* dx) const {
+    const int64_t k = e_.k, C = e_.C, rows = e_.B * e_.H;
     const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk, width = (k * k + 1) * C;
     const float* px = x_.data();
     std::vector<float> partial(size_t(chunks * width), 0.0f);
     parallel_for(chunks, 1, [&](int64_t q0, int64_t q1) {
       run_widest([&] {
-        for (int64_t q = q0; q < q1; ++q) {
-          float* __restrict acc = partial.data() + q * width;
+        for (int64_t q = q0; q < q1; ++q)
           for (int64_t r = q * kRowsPerChunk; r < std::min(rows, (q + 1) * kRowsPerChunk); ++r) {
-            const int64_t b = r / e_.H, h = r % e_.H;
-            const float* __restrict u_row = pu + r * row;
-            float* __restrict bias_acc = acc + k * k * C;
-            for (int64_t w = 0; w < e_.W; ++w)
-              for (int64_t c = 0; c < C; ++c) bias_acc[c] += u_row[w * C + c];
-            for (int64_t i = 0; i < k; ++i) {
-              const int64_t hi = h + i - p;
-              if (hi < 0 || hi >= e_.H) continue;
-              const float* __restrict x_row = px + (b * e_.H + hi) * row;
-              for (int64_t j = 0; j < k; ++j) {
-                float* __restrict tap = acc + (i * k + j) * C;
-                const int64_t w0 = std::max<int64_t>(0, p - j), w1 = std::min<int64_t>(e_.W, e_.W + p - j);
-                for (int64_t w = w0; w < w1; ++w) {
-                  const float* __restrict uu = u_row + w * C;
-                  const float* __restrict xx = x_row + (w + j - p) * C;
-                  for (int64_t c = 0; c < C; ++c) tap[c] += uu[c] * xx[c];
-                }
-              }
-            }
+            if (dx) convolve_row(e_, pu, flipped_taps_.data(), nullptr, dx, r);
+            add_row_gradients(e_, pu, px, r, partial.data() + q * width);
           }
-        }
       });
     });
     std::vector<float> total(size_t(width), 0.0f);
@@ -147,18 +160,24 @@ private:
   bool has_bias_;
 };
 
+// The extents of a call, after checking its shapes (the message names them).
+Extents checked_extents(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  check(x.dim() == 4, "depthwise_conv2d_channels_last: x must be (B, H, W, C), got ", x.shape());
+  const int64_t C = x.size(3);
+  check(weight.dim() == 4 && weight.size(0) == C && weight.size(1) == 1 && weight.size(2) == weight.size(3) &&
+            weight.size(2) % 2 == 1,
+        "depthwise_conv2d_channels_last: weight must be (", C, ", 1, k, k) with k odd for x ", x.shape(), ", got ",
+        weight.shape());
+  if (bias.defined())
+    check(bias.shape() == Shape{C}, "depthwise_conv2d_channels_last: bias must be (", C, "), got ", bias.shape());
+  return {x.size(0), x.size(1), x.size(2), C, weight.size(2)};
+}
+
 }  // namespace
 
 Tensor depthwise_conv2d_channels_last(const Tensor& x_in, const Tensor& weight, const Tensor& bias_in) {
-  check(x_in.dim() == 4, "depthwise_conv2d_channels_last: x must be (B, H, W, C), got ", x_in.shape());
-  const int64_t C = x_in.size(3);
-  check(weight.dim() == 4 && weight.size(0) == C && weight.size(1) == 1 && weight.size(2) == weight.size(3) &&
-            weight.size(2) % 2 == 1,
-        "depthwise_conv2d_channels_last: weight must be (", C, ", 1, k, k) with k odd for x ", x_in.shape(), ", got ",
-        weight.shape());
-  if (bias_in.defined())
-    check(bias_in.shape() == Shape{C}, "depthwise_conv2d_channels_last: bias must be (", C, "), got ", bias_in.shape());
-  const Extents e{x_in.size(0), x_in.size(1), x_in.size(2), C, weight.size(2)};
+  const Extents e = checked_extents(x_in, weight, bias_in);
+  const int64_t C = e.C;
   const Tensor x = x_in.contiguous();
   const Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
   Tensor y = Tensor::empty(x.shape());
@@ -174,6 +193,18 @@ Tensor depthwise_conv2d_channels_last(const Tensor& x_in, const Tensor& weight, 
                                                bias.defined()),
            inputs);
   }
+  return y;
+}
+
+Tensor depthwise_conv2d_channels_last(const Tensor& x_in, const Tensor& weight, const Tensor& bias_in,
+                                      Activation act) {
+  if (needs_grad({x_in, weight, bias_in})) return activation(depthwise_conv2d_channels_last(x_in, weight, bias_in), act);
+  const Extents e = checked_extents(x_in, weight, bias_in);
+  const Tensor x = x_in.contiguous();
+  const Tensor bias = bias_in.defined() ? bias_in.contiguous() : bias_in;
+  Tensor y = Tensor::empty(x.shape());
+  convolve(e, x.data(), taps_of(weight, e.C, e.k, false).data(), bias.defined() ? bias.data() : nullptr, y.data(),
+           &act);
   return y;
 }
 

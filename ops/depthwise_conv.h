@@ -10,6 +10,7 @@
 // convolution of the output's cotangent with the kernel flipped).
 #pragma once
 #include "engine/tensor.h"
+#include "ops/activation.h"
 
 namespace adjoint {
 
@@ -17,5 +18,11 @@ namespace adjoint {
 // stores it, bias (C) or undefined → (B, H, W, C). Sums run over i, then j, in order: the
 // same bits at any thread count.
 Tensor depthwise_conv2d_channels_last(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// activation(depthwise_conv2d_channels_last(x, weight, bias), act), as PVT-v2's MLP applies
+// GELU after its convolution. Where no graph is recorded, each position's outputs go
+// through the activation while they are in L1 (a pass over the map, and a map, saved); the
+// same bits as the two ops, which is what runs when a graph is recorded.
+Tensor depthwise_conv2d_channels_last(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
 
 }  // namespace adjoint

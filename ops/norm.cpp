@@ -183,47 +183,51 @@ public:
   std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
     const float *px = x_.data(), *pu = u.data();
     const int64_t M = M_, D = D_;
+    const bool exact = t.is_gradient();
+    const float* gamma = gamma_.data();
+    Tensor dx = needs[0] ? Tensor::empty(x_.shape()) : Tensor();
+    float* pd = needs[0] ? dx.data() : nullptr;
+    // Row r of the input's cotangent.
+    const auto input_row = [&](int64_t r) {
+      const float *xr = px + r * D, *ur = pu + r * D;
+      float* dr = pd + r * D;
+      const float mu = mean_[r], is = invstd_[r];
+      if (!exact) {  // μ, σ frozen: (γ/σ)·u
+        for (int64_t j = 0; j < D; ++j) dr[j] = gamma[j] * is * ur[j];
+        return;
+      }
+      // With g = γ·u: dx = (1/σ)·(g − mean(g) − x̂·mean(g·x̂)), means over the row. The
+      // sums run in lanes: a single running double sum would wait on each add.
+      const auto [sg, sgx] = lane_sums(
+          D, [&](int64_t j) { return gamma[j] * ur[j]; }, [&](int64_t j) { return gamma[j] * ur[j] * ((xr[j] - mu) * is); });
+      const float mean_g = float(sg / double(D)), mean_gx = float(sgx / double(D));
+      for (int64_t j = 0; j < D; ++j) {
+        const float xhat = (xr[j] - mu) * is;
+        dr[j] = is * (gamma[j] * ur[j] - mean_g - xhat * mean_gx);
+      }
+    };
     std::vector<Tensor> out(3);
-    if (needs[0]) {
-      const bool exact = t.is_gradient();
-      Tensor dx = Tensor::empty(x_.shape());
-      float* pd = dx.data();
-      const float* gamma = gamma_.data();
-      parallel_for(M, grain_for(D), [&](int64_t r0, int64_t r1) {
+    if (!needs[1] && !needs[2]) {
+      if (needs[0]) parallel_for(M, grain_for(D), [&](int64_t r0, int64_t r1) {
         run_widest([&] {
-          for (int64_t r = r0; r < r1; ++r) {
-            const float *xr = px + r * D, *ur = pu + r * D;
-            float* dr = pd + r * D;
-            const float mu = mean_[r], is = invstd_[r];
-            if (!exact) {  // μ, σ frozen: (γ/σ)·u
-              for (int64_t j = 0; j < D; ++j) dr[j] = gamma[j] * is * ur[j];
-              continue;
-            }
-            // With g = γ·u: dx = (1/σ)·(g − mean(g) − x̂·mean(g·x̂)), means over the row. The
-            // sums run in lanes: a single running double sum would wait on each add.
-            const auto [sg, sgx] = lane_sums(
-                D, [&](int64_t j) { return gamma[j] * ur[j]; },
-                [&](int64_t j) { return gamma[j] * ur[j] * ((xr[j] - mu) * is); });
-            const float mean_g = float(sg / double(D)), mean_gx = float(sgx / double(D));
-            for (int64_t j = 0; j < D; ++j) {
-              const float xhat = (xr[j] - mu) * is;
-              dr[j] = is * (gamma[j] * ur[j] - mean_g - xhat * mean_gx);
-            }
-          }
+          for (int64_t r = r0; r < r1; ++r) input_row(r);
         });
       });
       out[0] = dx;
+      return out;
     }
-    if (needs[1] || needs[2]) {
+    {
       // Column sums over rows of u·x̂ (γ) and u (β). Each chunk of rows sums into its own
       // partial row; the partials are then added in chunk order, so the result does not
-      // depend on the thread count.
+      // depend on the thread count. The input's cotangent, when needed, is made in the
+      // same pass, a row while it is in cache.
       const int64_t chunks = (M + kReduceGrain - 1) / kReduceGrain;
       std::vector<double> part_gx(size_t(chunks * D), 0.0), part_g(size_t(chunks * D), 0.0);
       parallel_for(M, kReduceGrain, [&](int64_t r0, int64_t r1) {
         double *pgx = &part_gx[size_t(r0 / kReduceGrain * D)], *pg = &part_g[size_t(r0 / kReduceGrain * D)];
         run_widest([&] {  // the columns' sums side by side, a vector of doubles at a time
           for (int64_t r = r0; r < r1; ++r) {
+            if (pd) input_row(r);
             const float *xr = px + r * D, *ur = pu + r * D;
             const float mu = mean_[r], is = invstd_[r];
             for (int64_t j = 0; j < D; ++j) {
@@ -242,6 +246,7 @@ public:
       if (needs[1]) out[1] = dgamma;
       if (needs[2]) out[2] = dbeta;
     }
+    out[0] = dx;
     return out;
   }
 

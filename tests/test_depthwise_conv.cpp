@@ -55,6 +55,10 @@ TEST_CASE("depthwise conv: forward and every transport match the reference group
       check_close(channels_first(g[0]), ref::to_tensor(x.shape(), g_ref.dx), 1e-5, 1e-5, "input cotangent");
       check_close(g[1], ref::to_tensor(w.shape(), g_ref.dw), 1e-4, 1e-4, "weight cotangent");
       check_close(g[2], ref::to_tensor(b.shape(), g_ref.dbias), 1e-4, 1e-4, "bias cotangent");
+      // The input alone (a frozen layer, as explanations see it) takes its own pass.
+      const auto input_only = [&](const std::vector<Tensor>& in) { return depthwise_conv2d_channels_last(in[0], w, b); };
+      check_close(channels_first(vjp(input_only, {channels_last(x)}, channels_last(u), t)[0]),
+                  ref::to_tensor(x.shape(), g_ref.dx), 1e-5, 1e-5, "input cotangent of a frozen layer");
     }
   }
 }
@@ -84,4 +88,30 @@ TEST_CASE("depthwise conv: the same bits at one and two threads; bad shapes are 
                        doctest::Contains("weight must be (130, 1, k, k) with k odd"), Error);
   CHECK_THROWS_WITH_AS(depthwise_conv2d_channels_last(x, w, random_tensor({3}, 1)),
                        doctest::Contains("bias must be (130), got [3]"), Error);
+}
+
+TEST_CASE("depthwise conv then an activation: without a graph the two ops' bits in one pass; recorded, their cotangents") {
+  const Tensor x = random_tensor({2, 5, 6, 70}, 51, -2.0f, 2.0f), w = random_tensor({70, 1, 3, 3}, 52);
+  const Tensor b = random_tensor({70}, 53), u = random_tensor({2, 5, 6, 70}, 54);
+  for (Activation act : {Activation::Gelu, Activation::Relu, Activation::Silu}) {
+    INFO(to_string(act));
+    {
+      NoGrad off;
+      const Tensor fused = depthwise_conv2d_channels_last(x, w, b, act);
+      CHECK(fused.to_vector() == activation(depthwise_conv2d_channels_last(x, w, b), act).to_vector());
+      REQUIRE(max_abs(fused) > 0);
+      const int before = num_threads();
+      set_num_threads(before == 1 ? 2 : 1);
+      CHECK(depthwise_conv2d_channels_last(x, w, b, act).to_vector() == fused.to_vector());
+      set_num_threads(before);
+    }
+    const auto fused = [act](const std::vector<Tensor>& in) {
+      return depthwise_conv2d_channels_last(in[0], in[1], in[2], act);
+    };
+    const auto composed = [act](const std::vector<Tensor>& in) {
+      return activation(depthwise_conv2d_channels_last(in[0], in[1], in[2]), act);
+    };
+    const std::vector<Tensor> got = vjp(fused, {x, w, b}, u), want = vjp(composed, {x, w, b}, u);
+    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].to_vector() == want[i].to_vector());
+  }
 }

@@ -5,6 +5,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/threads.h"
 #include "ops/norm.h"
 #include "tests/support.h"
 
@@ -59,6 +60,28 @@ TEST_CASE("norm: gradcheck of layer_norm over one and two trailing dims") {
                   {random_tensor({3, 4, 7}, 7, -2, 2), random_tensor({7}, 8, 0.5, 1.5), random_tensor({7}, 9)});
   check_gradients([](const std::vector<Tensor>& in) { return layer_norm(in[0], 2, in[1], {}); },
                   {random_tensor({3, 4, 5}, 10, -2, 2), random_tensor({4, 5}, 11, 0.5, 1.5)});
+}
+
+TEST_CASE("norm: layer_norm and its cotangents, alone and in one pass with γ's and β's, the same bits at 1 and 2 threads") {
+  // 300 rows: three chunks of the γ/β column sums.
+  const Tensor x = random_tensor({300, 70}, 21, -2, 2), gamma = random_tensor({70}, 22, 0.5, 1.5);
+  const Tensor beta = random_tensor({70}, 23), u = random_tensor({300, 70}, 24);
+  const auto run = [&](int threads) {
+    const int before = num_threads();
+    set_num_threads(threads);
+    std::vector<Tensor> out = vjp([](const std::vector<Tensor>& in) { return layer_norm(in[0], 1, in[1], in[2]); },
+                                  {x, gamma, beta}, u);
+    // The input alone (γ and β frozen) takes the input's own pass.
+    out.push_back(vjp([&](const std::vector<Tensor>& in) { return layer_norm(in[0], 1, gamma, beta); }, {x}, u)[0]);
+    set_num_threads(before);
+    return out;
+  };
+  const std::vector<Tensor> one = run(1), two = run(2);
+  for (size_t i = 0; i < one.size(); ++i) {
+    REQUIRE(max_abs(one[i]) > 0);
+    CHECK(one[i].to_vector() == two[i].to_vector());
+  }
+  CHECK(one[0].to_vector() == one[3].to_vector());
 }
 
 TEST_CASE("norm: batch_norm matches the PyTorch goldens, running statistics included") {

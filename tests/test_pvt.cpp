@@ -13,6 +13,7 @@
 #include "models/checkpoint.h"
 #include "models/model.h"
 #include "ops/elementwise.h"
+#include "ops/layout.h"
 #include "ops/loss.h"
 #include "tests/support.h"
 
@@ -127,6 +128,54 @@ TEST_CASE("pvt: the input gradient agrees with finite differences") {
   auto model = make_model(c, gen);
   model->train(false);
   check_gradients([&](const Args& a) { return model->forward(a[0]); }, {random_tensor({1, 1, 32, 32}, 9)});
+}
+
+TEST_CASE("pvt: the MLP's hidden layer in chunks of images gives each image's own logits and cotangents") {
+  // pvt_v2_b1 at 224 pixels: stage 0's hidden layer is 6.4 MB an image, so a recorded batch
+  // of 5 runs its MLPs as 4 images and 1 (and as single images without a graph). Each
+  // image alone takes one call: the logits and cotangents (gradient and soft pullback) of
+  // the batch must be theirs.
+  ModelConfig c;
+  c.arch = "pvt_v2_b1", c.depth = 1, c.num_classes = 10, c.image_size = 224;
+  Generator gen(3);
+  auto model = make_model(c, gen);
+  model->train(false);
+  const int64_t batch = 5;
+  const Tensor x = random_tensor({batch, 3, 224, 224}, 13), u = random_tensor({batch, 10}, 14);
+  Tensor fc1;
+  for (const auto& [name, p] : model->named_parameters())
+    if (name == "stages.0.blocks.0.mlp.fc1.weight") fc1 = p;
+  REQUIRE(fc1.defined());
+  Tensor xl = x.detach();
+  xl.requires_grad_();
+  const Tensor logits = model->forward(xl);
+  const std::vector<Tensor> g = grad(logits, {xl, fc1}, u);
+  Temperatures hot;
+  hot.gelu = 0.5f, hot.attention = 2.0f;
+  const Tensor soft = grad(logits, {xl}, u, Transport::soft_pullback(hot))[0];
+  Tensor plain;
+  {
+    NoGrad off;
+    plain = model->forward(x);
+  }
+  Tensor fc1_sum = Tensor::zeros(fc1.shape());
+  for (int64_t i = 0; i < batch; ++i) {
+    INFO("image ", i);
+    Tensor xi = slice(x, 0, i, i + 1).contiguous().detach();
+    xi.requires_grad_();
+    const Tensor li = model->forward(xi);
+    check_close(slice(logits, 0, i, i + 1), li, 1e-5, 1e-5, "logits");
+    const std::vector<Tensor> gi = grad(li, {xi, fc1}, slice(u, 0, i, i + 1).contiguous());
+    REQUIRE(max_abs(gi[0]) > 0);
+    check_close(slice(g[0], 0, i, i + 1), gi[0], 1e-4, 1e-5 * max_abs(gi[0]), "input cotangent");
+    fc1_sum = fc1_sum + gi[1];
+    const Tensor soft_i = grad(li, {xi}, slice(u, 0, i, i + 1).contiguous(), Transport::soft_pullback(hot))[0];
+    REQUIRE(max_abs(soft_i) > 0);
+    check_close(slice(soft, 0, i, i + 1), soft_i, 1e-4, 1e-5 * max_abs(soft_i), "soft pullback's input cotangent");
+    check_close(slice(plain, 0, i, i + 1), li, 1e-5, 1e-5, "logits without a graph");
+  }
+  REQUIRE(max_abs(fc1_sum) > 0);
+  check_close(g[1], fc1_sum, 1e-4, 1e-5 * max_abs(fc1_sum), "fc1 weight cotangent");
 }
 
 TEST_CASE("pvt: blocks run from any point, are maps, and the facts name Grad-CAM's block and AdamW") {
