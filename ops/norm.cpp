@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -70,17 +69,6 @@ std::pair<float, float> channel_scale_shift(float mean, float invstd, float gamm
   return {scale, beta - mean * scale};
 }
 
-// Where a BatchNorm's cotangent at element i comes from, the tail's ReLU (if any) applied:
-// the cotangent itself, or the ReLU's select on the saved gate values.
-struct Cotangent {
-  const float* u;
-  float operator()(int64_t i) const { return u[i]; }
-};
-struct ReluSelected {
-  const float *gate, *u;
-  float operator()(int64_t i) const { return relu_gate(gate[i], u[i]); }
-};
-
 class BatchNormNode : public Node {
 public:
   // `gate` holds the ReLU's input z, or under GradientOnly its output (whose sign is the
@@ -106,7 +94,7 @@ public:
       // A slope of 1 to the residual: a fresh handle, so that the engine copies before it
       // adds into it.
       if (wants_residual) out[3] = u.detach();
-      normalisation_vjp(Cotangent{u.data()}, t, out);
+      normalisation_vjp(u.data(), nullptr, t, out);
       return out;
     }
     if (t.kind != TransportKind::Gradient && t.kind != TransportKind::Pullback) {
@@ -117,32 +105,25 @@ public:
             to_string(t.kind), " transport needs its input, so record the forward outside GradientOnly");
       const Tensor g = activation_vjp(gate_, u, Activation::Relu, t);
       if (wants_residual) out[3] = g;
-      normalisation_vjp(Cotangent{g.data()}, t, out);
+      normalisation_vjp(g.data(), nullptr, t, out);
       return out;
     }
-    if (!wants_residual) {
-      normalisation_vjp(ReluSelected{gate_.data(), u.data()}, t, out);
-      return out;
-    }
-    // The ReLU's select written once, as the residual's cotangent, channel by channel
-    // inside the loop that then reads it back from cache.
-    Tensor g = Tensor::empty(u.shape());
-    normalisation_vjp(Cotangent{g.data()}, t, out, [&](int64_t begin, int64_t length) {
-      const float *gate = gate_.data() + begin, *pu = u.data() + begin;
-      float* pg = g.data() + begin;
-      for (int64_t l = 0; l < length; ++l) pg[l] = relu_gate(gate[l], pu[l]);
-    });
-    out[3] = g;
+    // The ReLU's select, written channel by channel inside the loop that then reads it
+    // back from cache: into the residual's cotangent when it has one.
+    Tensor g = wants_residual ? Tensor::empty(u.shape()) : Tensor();
+    normalisation_vjp(u.data(), gate_.data(), t, out, wants_residual ? g.data() : nullptr);
+    if (wants_residual) out[3] = g;
     return out;
   }
 
 private:
-  // The cotangents of x, γ and β into out[0..2] (where needed) for the cotangent `cot` of
-  // the normalised values. `prepare(begin, length)`, when given, first writes the values
-  // `cot` reads in one row of a channel.
-  template <class Source>
-  void normalisation_vjp(Source cot, const Transport& t, std::vector<Tensor>& out,
-                         const std::function<void(int64_t, int64_t)>& prepare = {}) const {
+  // The cotangents of x, γ and β into out[0..2] (where needed) for the cotangent u of the
+  // normalised values, or, with `gate`, for the ReLU's select relu_gate(gate, u). The
+  // select is written out first, a channel at a time, into `keep` (of u's layout) when
+  // given, else into a scratch channel; the reductions then read plain rows, which
+  // vectorise.
+  void normalisation_vjp(const float* u, const float* gate, const Transport& t, std::vector<Tensor>& out,
+                         float* keep = nullptr) const {
     const auto [N, C, L] = layout_;
     const float* px = x_.data();
     const double count = double(N) * double(L);
@@ -157,39 +138,52 @@ private:
     Tensor dx = needs[0] ? Tensor::empty(x_.shape()) : Tensor();
     float* pd = needs[0] ? dx.data() : nullptr;
     parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const float mean = mean_[c], invstd = invstd_[c];
-        if (prepare)
-          for (int64_t n = 0; n < N; ++n) prepare((n * C + c) * L, L);
-        if (sums) {
-          double su = 0, sux = 0;  // Σu and Σu·(x − μ)
+      thread_local std::vector<float> scratch;
+      if (gate && !keep) scratch.resize(size_t(N * L));
+      run_widest([&] {  // the passes after the first read the channel from cache
+        for (int64_t c = c0; c < c1; ++c) {
+          // Row n of the channel's cotangent is cot + n·stride.
+          const float* cot = u + c * L;
+          int64_t stride = C * L;
+          if (gate) {
+            float* selected = keep ? keep + c * L : scratch.data();
+            stride = keep ? C * L : L;
+            for (int64_t n = 0; n < N; ++n) {
+              const float *gr = gate + (n * C + c) * L, *ur = u + (n * C + c) * L;
+              float* sr = selected + n * stride;
+              for (int64_t l = 0; l < L; ++l) sr[l] = relu_gate(gr[l], ur[l]);
+            }
+            cot = selected;
+          }
+          const float mean = mean_[c], invstd = invstd_[c];
+          if (sums) {
+            double su = 0, sux = 0;  // Σu and Σu·(x − μ)
+            for (int64_t n = 0; n < N; ++n) {
+              const float *xr = px + (n * C + c) * L, *ur = cot + n * stride;
+              const auto [u_sum, ux_sum] = lane_sums(
+                  L, [ur](int64_t l) { return ur[l]; }, [ur, xr, mean](int64_t l) { return ur[l] * (xr[l] - mean); });
+              su += u_sum, sux += ux_sum;
+            }
+            sum_u[c] = su, sum_u_xhat[c] = sux * invstd;
+          }
+          if (!pd) continue;
+          const float k = gamma_[c] * invstd;
+          // dx = (γ/σ)·(u − mean(u) − x̂·mean(u·x̂)), means over the channel's batch.
+          const float mean_u = float(sum_u[c] / count), mean_ux = float(sum_u_xhat[c] / count);
           for (int64_t n = 0; n < N; ++n) {
-            const int64_t row = (n * C + c) * L;
-            const float* xr = px + row;
-            const auto [u_sum, ux_sum] = lane_sums(
-                L, [&](int64_t l) { return cot(row + l); }, [&](int64_t l) { return cot(row + l) * (xr[l] - mean); });
-            su += u_sum, sux += ux_sum;
-          }
-          sum_u[c] = su, sum_u_xhat[c] = sux * invstd;
-        }
-        if (!pd) continue;
-        const float k = gamma_[c] * invstd;
-        // dx = (γ/σ)·(u − mean(u) − x̂·mean(u·x̂)), means over the channel's batch.
-        const float mean_u = float(sum_u[c] / count), mean_ux = float(sum_u_xhat[c] / count);
-        for (int64_t n = 0; n < N; ++n) {
-          const int64_t row = (n * C + c) * L;
-          const float* xr = px + row;
-          float* dr = pd + row;
-          if (!exact) {
-            for (int64_t l = 0; l < L; ++l) dr[l] = k * cot(row + l);
-            continue;
-          }
-          for (int64_t l = 0; l < L; ++l) {
-            const float xhat = (xr[l] - mean) * invstd;
-            dr[l] = k * (cot(row + l) - mean_u - xhat * mean_ux);
+            const float *xr = px + (n * C + c) * L, *ur = cot + n * stride;
+            float* dr = pd + (n * C + c) * L;
+            if (!exact) {
+              for (int64_t l = 0; l < L; ++l) dr[l] = k * ur[l];
+              continue;
+            }
+            for (int64_t l = 0; l < L; ++l) {
+              const float xhat = (xr[l] - mean) * invstd;
+              dr[l] = k * (ur[l] - mean_u - xhat * mean_ux);
+            }
           }
         }
-      }
+      });
     });
     if (needs[0]) out[0] = dx;
     if (needs[1]) out[1] = to_tensor(sum_u_xhat);
@@ -385,17 +379,20 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   if (!training) running_statistics(running_mean, running_var, eps, mean, invstd);
   Tensor out = Tensor::empty(x.shape()), pre = keep_pre_activation ? Tensor::empty(x.shape()) : Tensor();
   const float* px = xc.data();
+  const float* pr = residual.defined() ? residual.data() : nullptr;
+  float *po = out.data(), *pz = pre.defined() ? pre.data() : nullptr;
   parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      if (training) {
-        const Moments m = moments(px + c * L, N, L, C * L);
-        mean[c] = float(m.mean), var[c] = m.var;
-        invstd[c] = float(1.0 / std::sqrt(var[c] + double(eps)));
+    run_widest([&] {  // the passes after the first read the channel from cache
+      for (int64_t c = c0; c < c1; ++c) {
+        if (training) {
+          const Moments m = moments(px + c * L, N, L, C * L);
+          mean[c] = float(m.mean), var[c] = m.var;
+          invstd[c] = float(1.0 / std::sqrt(var[c] + double(eps)));
+        }
+        const auto [scale, shift] = channel_scale_shift(mean[c], invstd[c], gamma[c], beta[c]);
+        write_channel(px, pr, scale, shift, tail.relu, po, pz, {N, C, L}, c);
       }
-      const auto [scale, shift] = channel_scale_shift(mean[c], invstd[c], gamma[c], beta[c]);
-      write_channel(px, residual.defined() ? residual.data() : nullptr, scale, shift, tail.relu, out.data(),
-                    pre.defined() ? pre.data() : nullptr, {N, C, L}, c);
-    }
+    });
   });
   if (training && running_mean.defined()) {
     check(running_mean.is_contiguous() && running_var.is_contiguous(),
