@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -49,28 +50,43 @@ std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
 // freed blocks back to the system (above its adaptive mmap threshold, and the free top of
 // the heap above its trim threshold), so every step would fault them in again and the
 // kernel would zero each page (what that cost: docs/benchmarks.md). Freed memory stays in
-// the process instead (blocks up to glibc's largest mmap threshold, 32 MiB, come
-// from the heap; the heap is never trimmed), which PyTorch gets from its caching allocator
-// on GPUs. The resident set then stays at the peak of live tensors. A user's own malloc
-// settings (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, GLIBC_TUNABLES) are left alone:
-// `adjoint bench models` measures step memory with one of them.
+// the process instead (every block comes from the heap, none from its own mapping: glibc
+// maps a block above its largest mmap threshold, 32 MiB, afresh at every allocation, and a
+// VGG's activations at 224 pixels are 103 MB; the heap is never trimmed), which PyTorch
+// gets from its caching allocator on GPUs. The resident set then stays at the peak of live
+// tensors. A user's own malloc settings (MALLOC_MMAP_THRESHOLD_, MALLOC_MMAP_MAX_,
+// MALLOC_TRIM_THRESHOLD_, GLIBC_TUNABLES) are left alone: `adjoint bench models` measures
+// step memory with one of them.
 void keep_freed_memory() {
 #if defined(__GLIBC__)
   static std::once_flag once;
   std::call_once(once, [] {
-    for (const char* setting : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"})
+    for (const char* setting : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"})
       if (std::getenv(setting) != nullptr) return;
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
   });
 #endif
 }
 
-// `size` floats, aligned to a cache line.
+// `size` floats, aligned to a cache line. The alignment is made here, from a plain malloc
+// of 64 bytes more: glibc's aligned allocation asks its heap for more than the block it
+// keeps, so a freed block never fits the next request of its own size once anything was
+// allocated after it, and every step would grow the heap into fresh pages (which the kernel
+// faults in and zeroes) instead of reusing the last step's.
+constexpr size_t kAlignment = 64;
 float* allocate_floats(size_t size) {
   keep_freed_memory();
-  return static_cast<float*>(::operator new[](std::max<size_t>(size, 1) * sizeof(float), std::align_val_t(64)));
+  void* block = std::malloc(std::max<size_t>(size, 1) * sizeof(float) + kAlignment);
+  if (block == nullptr) throw std::bad_alloc();
+  // The first aligned address past the block's start: malloc aligns to 16 bytes, so the
+  // 8 bytes before it, inside the block, keep the block's address for free_floats.
+  const uintptr_t aligned = (reinterpret_cast<uintptr_t>(block) + kAlignment) & ~uintptr_t(kAlignment - 1);
+  reinterpret_cast<void**>(aligned)[-1] = block;
+  return reinterpret_cast<float*>(aligned);
 }
+void free_floats(float* data) { std::free(reinterpret_cast<void**>(data)[-1]); }
 
 }  // namespace
 
@@ -88,7 +104,7 @@ Storage::Storage(size_t size) : data_(allocate_floats(size)), size_(size) {
 }
 Storage::~Storage() {
   live_bytes -= int64_t(size_ * sizeof(float));
-  ::operator delete[](data_, std::align_val_t(64));
+  free_floats(data_);
 }
 
 MemoryStats memory_stats() { return {live_bytes.load(), peak_bytes.load()}; }

@@ -44,9 +44,7 @@ Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x, bool th
   if (!bn.training())
     return conv2d_batch_norm_eval(x, conv.weight, conv.bias, conv.options,
                                   {bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps}, then_relu, residual);
-  Tensor y = bn.forward(conv.forward(x));
-  if (residual.defined()) return then_relu ? add_relu(y, residual) : add(y, residual);
-  return then_relu ? relu(y) : y;
+  return bn.forward(conv.forward(x), {residual, then_relu});
 }
 
 BatchNorm::BatchNorm(int64_t channels, float eps_, float momentum_) : eps(eps_), momentum(momentum_) {
@@ -56,12 +54,12 @@ BatchNorm::BatchNorm(int64_t channels, float eps_, float momentum_) : eps(eps_),
   running_var = register_buffer("running_var", Tensor::ones({channels}));
   num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}));
 }
-Tensor BatchNorm::forward(const Tensor& x) const {
+Tensor BatchNorm::forward(const Tensor& x, const BatchNormTail& tail) const {
   if (training()) {
     Tensor counter = num_batches_tracked;  // a handle on the buffer's storage
     counter.data()[0] += 1;
   }
-  return batch_norm(x, weight, bias, running_mean, running_var, training(), momentum, eps);
+  return batch_norm(x, weight, bias, running_mean, running_var, training(), momentum, eps, tail);
 }
 
 LayerNorm::LayerNorm(int64_t dim, float eps_) : eps(eps_) {

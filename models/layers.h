@@ -9,6 +9,7 @@
 #include "engine/module.h"
 #include "engine/random.h"
 #include "ops/conv.h"
+#include "ops/norm.h"
 
 namespace adjoint {
 
@@ -32,14 +33,16 @@ public:
 class BatchNorm : public Module {
 public:
   explicit BatchNorm(int64_t channels, float eps = 1e-5f, float momentum = 0.1f);
-  Tensor forward(const Tensor& x) const;
+  // With `tail`: + residual and the ReLU applied as the output is written (ops/norm.h).
+  Tensor forward(const Tensor& x, const BatchNormTail& tail = {}) const;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   float eps, momentum;
 };
 
 // bn(conv(x)), + residual when defined (a residual block's shortcut), then a ReLU when
 // `then_relu`. In eval mode one op, which fuses them when nothing is recorded (ops/conv.h
-// conv2d_batch_norm_eval); in training mode the layers.
+// conv2d_batch_norm_eval); in training mode the convolution, then the BatchNorm with the
+// residual and ReLU as its tail (ops/norm.h).
 Tensor conv_bn(const Conv2d& conv, const BatchNorm& bn, const Tensor& x, bool then_relu,
                const Tensor& residual = Tensor());
 

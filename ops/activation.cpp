@@ -66,12 +66,9 @@ struct Multiplies {
 };
 
 struct ReluRule {
-  static float value(float z) { return std::max(z, 0.0f); }  // keeps NaN
-  // Derivative and gate are both the step [z > 0]. The ReLU selects rather than
-  // multiplies by it: a closed gate passes 0 even for an infinite or NaN cotangent (as
-  // PyTorch's threshold_backward does), and the select, unlike 0/1 · w, lets the compiler
-  // vectorise the loop.
-  static float times_derivative(float z, float w) { return z > 0 ? w : 0.0f; }
+  static float value(float z) { return relu_value(z); }
+  // Derivative and gate are both the step [z > 0], applied as a select (activation.h).
+  static float times_derivative(float z, float w) { return relu_gate(z, w); }
   static float times_gate(float z, float w) { return times_derivative(z, w); }
   static float soft_gate(float s) { return fast_normal_cdf(s); }
   static float temperature(const Temperatures& t) { return t.relu; }
@@ -237,6 +234,10 @@ void activation_values(const float* z, float* y, int64_t n, Activation kind) {
       for (int64_t i = 0; i < n; ++i) y[i] = decltype(rule)::value(z[i]);
     });
   });
+}
+
+Tensor activation_vjp(const Tensor& z, const Tensor& u, Activation kind, const Transport& t) {
+  return transport(z.contiguous(), u.contiguous(), kind, t);
 }
 
 Tensor relu(const Tensor& x) { return activation(x, Activation::Relu); }

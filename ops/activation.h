@@ -21,7 +21,10 @@
 // One rule table (a struct per activation: f, f', the frozen gate, the soft gate and its
 // temperature) serves the forward pass and all five transports.
 #pragma once
+#include <algorithm>
+
 #include "engine/tensor.h"
+#include "engine/transport.h"
 
 namespace adjoint {
 
@@ -45,5 +48,18 @@ Tensor activation(const Tensor& x, Activation kind);
 // For an op that applies the activation to values it has just computed, while they are in
 // cache, where no graph is recorded (ops/depthwise_conv.h).
 void activation_values(const float* z, float* y, int64_t n, Activation kind);
+
+// The ReLU's value and its gradient (and pullback) rule at one element, for the ops that
+// apply a ReLU as they write their output (BatchNorm's tail, ops/norm.h) and must give the
+// ReLU op's bits. max keeps NaN. The rule selects rather than multiplies: a closed gate
+// passes 0 even for an infinite or NaN cotangent (as PyTorch's threshold_backward does),
+// and the select, unlike 0/1 · w, vectorises.
+inline float relu_value(float z) { return std::max(z, 0.0f); }
+inline float relu_gate(float z, float w) { return z > 0 ? w : 0.0f; }
+
+// The cotangent of an activation's input z for the cotangent u of its output under
+// transport t: the table above, as the activation's own node applies it. For an op that
+// fuses an activation into its output and keeps z.
+Tensor activation_vjp(const Tensor& z, const Tensor& u, Activation kind, const Transport& t);
 
 }  // namespace adjoint

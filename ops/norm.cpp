@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "engine/lane_sum.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
+#include "ops/activation.h"
 
 namespace adjoint {
 
@@ -50,93 +52,158 @@ std::vector<float> values_or(const Tensor& t, int64_t n, float fallback) {
 }
 
 // ---------------------------------------------------------------------------------------
-// BatchNorm. x is viewed as (N, C, L), L the product of the trailing dims.
+// BatchNorm. x is viewed as (N, C, L), L the product of the trailing dims. Its loops run a
+// channel at a time: a channel's N rows of L values (a few hundred KiB at most in the
+// networks here) are read from memory once and stay in the core's cache for the passes
+// that follow, so the statistics, the normalisation and the tail (ops/norm.h) cost one
+// read of x and one write of the output; backward, one read of x and of the cotangent and
+// one write of each input's cotangent.
 
 struct ChannelLayout {
   int64_t N, C, L;
 };
 
+// y = x·scale + shift for channel c: scale = γ·invstd, shift = β − μ·scale.
+std::pair<float, float> channel_scale_shift(float mean, float invstd, float gamma, float beta) {
+  const float scale = gamma * invstd;
+  return {scale, beta - mean * scale};
+}
+
 class BatchNormNode : public Node {
 public:
+  // `gate` holds the ReLU's input z, or under GradientOnly its output (whose sign is the
+  // gate; the next op keeps it anyway); undefined without a ReLU.
   BatchNormNode(Tensor x, ChannelLayout layout, std::vector<float> mean, std::vector<float> invstd,
-                std::vector<float> gamma, bool batch_statistics)
+                std::vector<float> gamma, bool batch_statistics, Tensor gate, bool gate_is_output)
       : x_(std::move(x)),
         layout_(layout),
         mean_(std::move(mean)),
         invstd_(std::move(invstd)),
         gamma_(std::move(gamma)),
-        batch_statistics_(batch_statistics) {}
-  std::string name() const override { return "batch_norm"; }
+        batch_statistics_(batch_statistics),
+        gate_(std::move(gate)),
+        gate_is_output_(gate_is_output) {}
+  std::string name() const override { return gate_.defined() ? "batch_norm_relu" : "batch_norm"; }
 
-  std::vector<Tensor> vjp(const Tensor& u, const Transport& t) override {
+  // Cotangents of x, γ, β and the residual (inputs 0–3).
+  std::vector<Tensor> vjp(const Tensor& u_in, const Transport& t) override {
+    const Tensor u = u_in.contiguous();
+    const bool wants_residual = needs.size() > 3 && needs[3];
+    std::vector<Tensor> out(needs.size());
+    if (!gate_.defined()) {
+      // A slope of 1 to the residual: a fresh handle, so that the engine copies before it
+      // adds into it.
+      if (wants_residual) out[3] = u.detach();
+      normalisation_vjp(u.data(), nullptr, t, out);
+      return out;
+    }
+    if (t.kind != TransportKind::Gradient && t.kind != TransportKind::Pullback) {
+      // The rules that are not a plain select (soft, guided, DeepLift) from the ReLU's own
+      // table, on the saved z; the result is the residual's cotangent as it is.
+      check(!gate_is_output_ || t.kind == TransportKind::Guided, name(),
+            ": this graph was recorded under GradientOnly (a training step), which keeps only the ReLU's output; the ",
+            to_string(t.kind), " transport needs its input, so record the forward outside GradientOnly");
+      const Tensor g = activation_vjp(gate_, u, Activation::Relu, t);
+      if (wants_residual) out[3] = g;
+      normalisation_vjp(g.data(), nullptr, t, out);
+      return out;
+    }
+    // The ReLU's select, written channel by channel inside the loop that then reads it
+    // back from cache: into the residual's cotangent when it has one.
+    Tensor g = wants_residual ? Tensor::empty(u.shape()) : Tensor();
+    normalisation_vjp(u.data(), gate_.data(), t, out, wants_residual ? g.data() : nullptr);
+    if (wants_residual) out[3] = g;
+    return out;
+  }
+
+private:
+  // The cotangents of x, γ and β into out[0..2] (where needed) for the cotangent u of the
+  // normalised values, or, with `gate`, for the ReLU's select relu_gate(gate, u). The
+  // select is written out first, a channel at a time, into `keep` (of u's layout) when
+  // given, else into a scratch channel; the reductions then read plain rows, which
+  // vectorise.
+  void normalisation_vjp(const float* u, const float* gate, const Transport& t, std::vector<Tensor>& out,
+                         float* keep = nullptr) const {
     const auto [N, C, L] = layout_;
-    const float *px = x_.data(), *pu = u.data();
+    const float* px = x_.data();
     const double count = double(N) * double(L);
-
     // Statistics are differentiated only when they came from this batch and the
     // transport is the exact gradient; otherwise the map is x ↦ (γ/σ)·x + const.
     const bool exact = batch_statistics_ && t.is_gradient();
     // Per channel: Σu (the β gradient) and Σu·x̂ (the γ gradient); both also feed the
     // exact input gradient's centring terms. A frozen eval-mode layer (stitching's models,
     // explanations) needs neither: a pass over u and x saved.
-    std::vector<double> sum_u(C), sum_u_xhat(C);
     const bool sums = needs[1] || needs[2] || (needs[0] && exact);
-    if (sums) parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        double su = 0, sux = 0;  // Σu and Σu·(x − μ)
-        const float mean = mean_[c];
-        for (int64_t n = 0; n < N; ++n) {
-          const float *xr = px + (n * C + c) * L, *ur = pu + (n * C + c) * L;
-          const auto [u_sum, ux_sum] =
-              lane_sums(L, [ur](int64_t l) { return ur[l]; }, [ur, xr, mean](int64_t l) { return ur[l] * (xr[l] - mean); });
-          su += u_sum, sux += ux_sum;
-        }
-        sum_u[c] = su, sum_u_xhat[c] = sux * invstd_[c];
-      }
-    });
-
-    std::vector<Tensor> out(3);
-    if (needs[0]) {
-      Tensor dx = Tensor::empty(x_.shape());
-      float* pd = dx.data();
-      parallel_for(N * C, grain_for(L), [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t c = r % C;
-          const float k = gamma_[c] * invstd_[c];
-          const float *xr = px + r * L, *ur = pu + r * L;
-          float* dr = pd + r * L;
-          if (!exact) {
-            for (int64_t l = 0; l < L; ++l) dr[l] = k * ur[l];
-            continue;
+    std::vector<double> sum_u(C), sum_u_xhat(C);
+    Tensor dx = needs[0] ? Tensor::empty(x_.shape()) : Tensor();
+    float* pd = needs[0] ? dx.data() : nullptr;
+    parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+      thread_local std::vector<float> scratch;
+      if (gate && !keep) scratch.resize(size_t(N * L));
+      run_widest([&] {  // the passes after the first read the channel from cache
+        for (int64_t c = c0; c < c1; ++c) {
+          // Row n of the channel's cotangent is cot + n·stride.
+          const float* cot = u + c * L;
+          int64_t stride = C * L;
+          if (gate) {
+            float* selected = keep ? keep + c * L : scratch.data();
+            stride = keep ? C * L : L;
+            for (int64_t n = 0; n < N; ++n) {
+              const float *gr = gate + (n * C + c) * L, *ur = u + (n * C + c) * L;
+              float* sr = selected + n * stride;
+              for (int64_t l = 0; l < L; ++l) sr[l] = relu_gate(gr[l], ur[l]);
+            }
+            cot = selected;
           }
+          const float mean = mean_[c], invstd = invstd_[c];
+          if (sums) {
+            double su = 0, sux = 0;  // Σu and Σu·(x − μ)
+            for (int64_t n = 0; n < N; ++n) {
+              const float *xr = px + (n * C + c) * L, *ur = cot + n * stride;
+              const auto [u_sum, ux_sum] = lane_sums(
+                  L, [ur](int64_t l) { return ur[l]; }, [ur, xr, mean](int64_t l) { return ur[l] * (xr[l] - mean); });
+              su += u_sum, sux += ux_sum;
+            }
+            sum_u[c] = su, sum_u_xhat[c] = sux * invstd;
+          }
+          if (!pd) continue;
+          const float k = gamma_[c] * invstd;
           // dx = (γ/σ)·(u − mean(u) − x̂·mean(u·x̂)), means over the channel's batch.
           const float mean_u = float(sum_u[c] / count), mean_ux = float(sum_u_xhat[c] / count);
-          for (int64_t l = 0; l < L; ++l) {
-            const float xhat = (xr[l] - mean_[c]) * invstd_[c];
-            dr[l] = k * (ur[l] - mean_u - xhat * mean_ux);
+          for (int64_t n = 0; n < N; ++n) {
+            const float *xr = px + (n * C + c) * L, *ur = cot + n * stride;
+            float* dr = pd + (n * C + c) * L;
+            if (!exact) {
+              for (int64_t l = 0; l < L; ++l) dr[l] = k * ur[l];
+              continue;
+            }
+            for (int64_t l = 0; l < L; ++l) {
+              const float xhat = (xr[l] - mean) * invstd;
+              dr[l] = k * (ur[l] - mean_u - xhat * mean_ux);
+            }
           }
         }
       });
-      out[0] = dx;
-    }
+    });
+    if (needs[0]) out[0] = dx;
     if (needs[1]) out[1] = to_tensor(sum_u_xhat);
     if (needs[2]) out[2] = to_tensor(sum_u);
-    return out;
   }
 
-private:
   static Tensor to_tensor(const std::vector<double>& v) {
     Tensor t = Tensor::empty({int64_t(v.size())});
     for (size_t i = 0; i < v.size(); ++i) t.data()[i] = float(v[i]);
     return t;
   }
 
-  void release() override { x_ = Tensor(); }
+  void release() override { x_ = gate_ = Tensor(); }
 
   Tensor x_;
   ChannelLayout layout_;
   std::vector<float> mean_, invstd_, gamma_;  // γ is 1 when there is no affine weight
   bool batch_statistics_;                     // training mode: μ, σ are functions of x
+  Tensor gate_;
+  bool gate_is_output_;
 };
 
 void check_channel_vector(const Tensor& t, const char* what, int64_t C, const Shape& x_shape) {
@@ -157,11 +224,33 @@ void running_statistics(const Tensor& running_mean, const Tensor& running_var, f
 ChannelAffine channel_affine(const std::vector<float>& mean, const std::vector<float>& invstd,
                              const std::vector<float>& gamma, const std::vector<float>& beta) {
   ChannelAffine a{std::vector<float>(mean.size()), std::vector<float>(mean.size())};
-  for (size_t c = 0; c < mean.size(); ++c) {
-    a.scale[c] = gamma[c] * invstd[c];
-    a.shift[c] = beta[c] - mean[c] * a.scale[c];
-  }
+  for (size_t c = 0; c < mean.size(); ++c)
+    std::tie(a.scale[c], a.shift[c]) = channel_scale_shift(mean[c], invstd[c], gamma[c], beta[c]);
   return a;
+}
+
+// One channel's output rows: y = x·scale + shift, + the residual, then the ReLU, in the
+// separate ops' order; `pre` (when not null) receives the ReLU's input.
+void write_channel(const float* px, const float* residual, float scale, float shift, bool relu, float* po,
+                   float* pre, const ChannelLayout& layout, int64_t c) {
+  const auto [N, C, L] = layout;
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t row = (n * C + c) * L;
+    const float *xr = px + row, *rr = residual ? residual + row : nullptr;
+    float *yr = po + row, *zr = pre ? pre + row : nullptr;
+    if (!rr && !relu) {
+      for (int64_t l = 0; l < L; ++l) yr[l] = xr[l] * scale + shift;
+    } else if (!rr) {
+      for (int64_t l = 0; l < L; ++l) yr[l] = relu_value(xr[l] * scale + shift);
+    } else if (!relu) {
+      for (int64_t l = 0; l < L; ++l) yr[l] = xr[l] * scale + shift + rr[l];
+    } else {
+      for (int64_t l = 0; l < L; ++l) yr[l] = relu_value(xr[l] * scale + shift + rr[l]);
+    }
+    if (zr) {  // only outside a training step, for the transports that read z
+      for (int64_t l = 0; l < L; ++l) zr[l] = rr ? xr[l] * scale + shift + rr[l] : xr[l] * scale + shift;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -263,7 +352,7 @@ private:
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                  Tensor running_var, bool training, float momentum, float eps) {
+                  Tensor running_var, bool training, float momentum, float eps, const BatchNormTail& tail) {
   check(x.defined(), "batch_norm: the input is undefined");
   check(x.dim() >= 2, "batch_norm: input ", x.shape(), " needs at least 2 dims (N, C, ...)");
   const int64_t N = x.size(0), C = x.size(1), L = x.numel() / std::max<int64_t>(N * C, 1);
@@ -275,54 +364,59 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
         "batch_norm: running_mean and running_var must be given together");
   if (!training)
     check(running_mean.defined(), "batch_norm: eval mode on input ", x.shape(), " needs running statistics");
+  if (tail.residual.defined())
+    check(tail.residual.shape() == x.shape(), "batch_norm: residual ", tail.residual.shape(),
+          " does not match the input ", x.shape());
   const int64_t count = N * L;
   if (training)
     check(count > 1, "batch_norm: training needs more than one value per channel, input is ", x.shape());
 
-  Tensor xc = x.contiguous();
-  const float* px = xc.data();
+  const Tensor xc = x.contiguous();
+  const Tensor residual = tail.residual.defined() ? tail.residual.contiguous() : Tensor();
+  const bool record = needs_grad({xc, weight, bias, residual});
+  // The ReLU's gate for the backward pass: its output under GradientOnly (kept by the next
+  // op anyway), else its input z, which the soft, guided and DeepLift rules read.
+  const bool keep_pre_activation = record && tail.relu && !recording_gradient_only();
+  std::vector<float> gamma = values_or(weight, C, 1.0f);
+  const std::vector<float> beta = values_or(bias, C, 0.0f);
   std::vector<float> mean(C), invstd(C);
-  if (training) {
-    std::vector<double> var(C);
-    parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+  std::vector<double> var(C);
+  if (!training) running_statistics(running_mean, running_var, eps, mean, invstd);
+  Tensor out = Tensor::empty(x.shape()), pre = keep_pre_activation ? Tensor::empty(x.shape()) : Tensor();
+  const float* px = xc.data();
+  const float* pr = residual.defined() ? residual.data() : nullptr;
+  float *po = out.data(), *pz = pre.defined() ? pre.data() : nullptr;
+  parallel_for(C, 1, [&](int64_t c0, int64_t c1) {
+    run_widest([&] {  // the passes after the first read the channel from cache
       for (int64_t c = c0; c < c1; ++c) {
-        const Moments m = moments(px + c * L, N, L, C * L);
-        mean[c] = float(m.mean), var[c] = m.var;
-        invstd[c] = float(1.0 / std::sqrt(var[c] + double(eps)));
+        if (training) {
+          const Moments m = moments(px + c * L, N, L, C * L);
+          mean[c] = float(m.mean), var[c] = m.var;
+          invstd[c] = float(1.0 / std::sqrt(var[c] + double(eps)));
+        }
+        const auto [scale, shift] = channel_scale_shift(mean[c], invstd[c], gamma[c], beta[c]);
+        write_channel(px, pr, scale, shift, tail.relu, po, pz, {N, C, L}, c);
       }
     });
-    if (running_mean.defined()) {
-      check(running_mean.is_contiguous() && running_var.is_contiguous(),
-            "batch_norm: running statistics must be contiguous to be updated in place");
-      float *rm = running_mean.data(), *rv = running_var.data();
-      const double unbias = double(count) / double(count - 1);
-      for (int64_t c = 0; c < C; ++c) {
-        rm[c] = (1.0f - momentum) * rm[c] + momentum * mean[c];
-        rv[c] = (1.0f - momentum) * rv[c] + momentum * float(var[c] * unbias);
-      }
+  });
+  if (training && running_mean.defined()) {
+    check(running_mean.is_contiguous() && running_var.is_contiguous(),
+          "batch_norm: running statistics must be contiguous to be updated in place");
+    float *rm = running_mean.data(), *rv = running_var.data();
+    const double unbias = double(count) / double(count - 1);
+    for (int64_t c = 0; c < C; ++c) {
+      rm[c] = (1.0f - momentum) * rm[c] + momentum * mean[c];
+      rv[c] = (1.0f - momentum) * rv[c] + momentum * float(var[c] * unbias);
     }
-  } else {
-    running_statistics(running_mean, running_var, eps, mean, invstd);
   }
 
-  // y = x·k + shift per channel, k = γ/σ, shift = β − μ·k.
-  std::vector<float> gamma = values_or(weight, C, 1.0f), beta = values_or(bias, C, 0.0f);
-  const ChannelAffine affine = channel_affine(mean, invstd, gamma, beta);
-  Tensor out = Tensor::empty(x.shape());
-  float* po = out.data();
-  parallel_for(N * C, grain_for(L), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r % C;
-      const float k = affine.scale[c], shift = affine.shift[c];
-      for (int64_t l = 0; l < L; ++l) po[r * L + l] = px[r * L + l] * k + shift;
-    }
-  });
-
-  if (needs_grad({xc, weight, bias}))
+  if (record) {
+    const Tensor gate = !tail.relu ? Tensor() : keep_pre_activation ? pre : out.detach();
     attach(out,
            std::make_shared<BatchNormNode>(xc.detach(), ChannelLayout{N, C, L}, std::move(mean), std::move(invstd),
-                                           std::move(gamma), training),
-           {xc, weight, bias});
+                                           std::move(gamma), training, gate, !keep_pre_activation),
+           residual.defined() ? std::vector<Tensor>{xc, weight, bias, residual} : std::vector<Tensor>{xc, weight, bias});
+  }
   return out;
 }
 

@@ -15,13 +15,28 @@
 
 namespace adjoint {
 
+// What follows a BatchNorm in a convolutional network, applied as the BatchNorm writes its
+// output: + residual (a residual block's shortcut, of the input's shape) when defined, then
+// a ReLU when `relu`. relu(batch_norm(x) + residual) as one op gives the separate ops' bits
+// (the same float operations in the same order) with fewer passes over memory: forward, a
+// pass for the statistics and one that writes; backward, the ReLU's rule of the transport
+// applied inside BatchNorm's two reductions and its input gradient, and the residual's
+// cotangent handed on as it is written, without a copy. Every transport as the separate ops.
+struct BatchNormTail {
+  Tensor residual;
+  bool relu = false;
+};
+
 // x (N, C, ...) normalised per channel C. weight and bias are (C) or undefined (no affine).
 // training: batch statistics over N and the trailing dims (biased variance normalises),
 //   and running_mean/running_var (C), when defined, are updated in place, unrecorded:
 //   r ← (1 − momentum)·r + momentum·batch statistic (unbiased variance), as PyTorch.
 // eval: running_mean/running_var (required) normalise.
+// The work is split over channels, each channel's sums taken in one fixed order: the same
+// bits at any thread count.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                  Tensor running_var, bool training, float momentum = 0.1f, float eps = 1e-5f);
+                  Tensor running_var, bool training, float momentum = 0.1f, float eps = 1e-5f,
+                  const BatchNormTail& tail = {});
 
 // Eval-mode BatchNorm as the per-channel affine map it is, y = x·scale[c] + shift[c] with
 // scale = γ/sqrt(running_var + eps) and shift = β − running_mean·scale, computed exactly as

@@ -1,11 +1,15 @@
-// BatchNorm and LayerNorm: exact gradients, goldens, and the frozen-statistics pullbacks.
+// BatchNorm and LayerNorm: exact gradients, goldens, and the frozen-statistics pullbacks;
+// BatchNorm's tail (+ residual, ReLU) against the separate ops, bit for bit.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/threads.h"
+#include "ops/activation.h"
+#include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "tests/support.h"
 
@@ -224,4 +228,91 @@ TEST_CASE("norm: bad shapes and modes are errors naming the op and shapes") {
                        Error);
   CHECK_THROWS_WITH_AS(layer_norm(x, 4, {}, {}), doctest::Contains("layer_norm: cannot normalise the last 4 dims"),
                        Error);
+}
+
+namespace {
+
+// relu(batch_norm(x) + residual) recorded as the separate ops, and as one op with its tail.
+struct TailCase {
+  bool residual, relu;
+};
+Tensor composed_tail(const Args& a, const TailCase& c, Tensor rm, Tensor rv) {
+  Tensor y = batch_norm(a[0], a[1], a[2], rm, rv, true);
+  if (c.residual) y = add(y, a[3]);
+  return c.relu ? relu(y) : y;
+}
+Tensor fused_tail(const Args& a, const TailCase& c, Tensor rm, Tensor rv) {
+  return batch_norm(a[0], a[1], a[2], rm, rv, true, 0.1f, 1e-5f, {c.residual ? a[3] : Tensor(), c.relu});
+}
+
+std::string describe(const TailCase& c) {
+  return cat(c.residual ? "+ residual" : "no residual", c.relu ? ", ReLU" : ", no ReLU");
+}
+
+}  // namespace
+
+TEST_CASE("norm: batch_norm with its tail gives the separate ops' bits under every transport") {
+  // An even batch: DeepLift reads [inputs; baselines].
+  const Tensor x = random_tensor({4, 6, 5, 3}, 41, -2, 2), r = random_tensor({4, 6, 5, 3}, 42, -1, 1);
+  const Tensor w = random_tensor({6}, 43, 0.5, 1.5), b = random_tensor({6}, 44), u = random_tensor({4, 6, 5, 3}, 45);
+  Temperatures tau;
+  tau.relu = 0.4f;
+  const std::vector<Transport> transports = {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(tau),
+                                             Transport::guided(), Transport::deeplift()};
+  for (const TailCase c : {TailCase{true, true}, TailCase{false, true}, TailCase{true, false}, TailCase{false, false}}) {
+    INFO(describe(c));
+    const Tensor rm1 = random_tensor({6}, 46), rv1 = random_tensor({6}, 47, 0.5, 2);
+    const Tensor rm2 = rm1.clone(), rv2 = rv1.clone();
+    for (bool gradient_only : {false, true}) {
+      INFO(std::string(gradient_only ? "under GradientOnly" : "a full graph"));
+      for (const Transport& t : transports) {
+        INFO("transport ", std::string(to_string(t.kind)));
+        const bool needs_input = t.kind == TransportKind::SoftPullback || t.kind == TransportKind::DeepLift;
+        auto ins_a = leaves({x, w, b, r}), ins_b = leaves({x, w, b, r});
+        Tensor ya, yb;
+        {
+          std::optional<GradientOnly> scope;
+          if (gradient_only) scope.emplace();
+          ya = composed_tail(ins_a, c, rm1, rv1);
+          yb = fused_tail(ins_b, c, rm2, rv2);
+        }
+        check_close(yb, ya, 0, 0, "forward");
+        check_close(rm2, rm1, 0, 0, "running mean");
+        check_close(rv2, rv1, 0, 0, "running variance");
+        const Args wrt_a = c.residual ? ins_a : Args(ins_a.begin(), ins_a.begin() + 3);
+        const Args wrt_b = c.residual ? ins_b : Args(ins_b.begin(), ins_b.begin() + 3);
+        if (gradient_only && c.relu && needs_input) {
+          CHECK_THROWS_WITH_AS(grad(yb, wrt_b, u, t), doctest::Contains("GradientOnly"), Error);
+          continue;
+        }
+        const std::vector<Tensor> ga = grad(ya, wrt_a, u, t), gb = grad(yb, wrt_b, u, t);
+        for (size_t i = 0; i < ga.size(); ++i) check_close(gb[i], ga[i], 0, 0, cat("cotangent of input ", i));
+        CHECK(max_abs(gb[0]) > 1e-3);
+      }
+    }
+  }
+}
+
+TEST_CASE("norm: gradcheck of batch_norm with a residual and a ReLU as its tail") {
+  check_gradients(
+      [](const std::vector<Tensor>& in) { return batch_norm(in[0], in[1], in[2], {}, {}, true, 0.1f, 1e-5f, {in[3], true}); },
+      {random_tensor({4, 3, 2, 3}, 51, -2, 2), random_tensor({3}, 52, 0.5, 1.5), random_tensor({3}, 53),
+       random_tensor({4, 3, 2, 3}, 54)});
+}
+
+TEST_CASE("norm: batch_norm with its tail gives the same bits at 1 and 2 threads") {
+  const Tensor x = random_tensor({3, 37, 9, 11}, 61, -2, 2), r = random_tensor({3, 37, 9, 11}, 62),
+               w = random_tensor({37}, 63, 0.5, 1.5), b = random_tensor({37}, 64), u = random_tensor({3, 37, 9, 11}, 65);
+  const auto run = [&](int threads) {
+    set_num_threads(threads);
+    auto in = leaves({x, w, b, r});
+    Tensor y = batch_norm(in[0], in[1], in[2], {}, {}, true, 0.1f, 1e-5f, {in[3], true});
+    std::vector<Tensor> out = grad(y, in, u);
+    out.push_back(y);
+    return out;
+  };
+  const int previous = num_threads();
+  const std::vector<Tensor> one = run(1), two = run(2);
+  set_num_threads(previous);
+  for (size_t i = 0; i < one.size(); ++i) check_close(two[i], one[i], 0, 0, cat("output ", i));
 }

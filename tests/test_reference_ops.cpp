@@ -428,6 +428,50 @@ TEST_CASE("reference ops: BatchNorm and LayerNorm under every transport match th
                            "reference LayerNorm dx");
 }
 
+TEST_CASE("reference ops: BatchNorm with a residual and a ReLU as its tail under every transport matches the reference") {
+  const ref::BatchNormShape s{4, 3, 5};  // an even batch for DeepLift's [inputs; baselines]
+  const Shape shape{s.N, s.C, s.L};
+  const Values x = random_values(size_t(numel(shape)), 141, -2, 2), r = random_values(size_t(numel(shape)), 142),
+               u = random_values(size_t(numel(shape)), 143), gamma = random_values(size_t(s.C), 144, 0.5, 1.5),
+               beta = random_values(size_t(s.C), 145), running_mean = random_values(size_t(s.C), 146),
+               running_var = random_values(size_t(s.C), 147, 0.5, 2);
+  const Tensor xt = as_tensor(shape, x), rt = as_tensor(shape, r), ut = as_tensor(shape, u),
+               gt = as_tensor({s.C}, gamma), bt = as_tensor({s.C}, beta), rmt = as_tensor({s.C}, running_mean),
+               rvt = as_tensor({s.C}, running_var);
+  const ref::Statistics batch = ref::batch_norm_statistics(x, s), running{running_mean, running_var};
+  for (bool training : {true, false}) {
+    INFO(std::string(training ? "batch statistics" : "running statistics"));
+    const ref::Statistics& stats = training ? batch : running;
+    const Fn f = [&, training](const Args& a) {
+      return batch_norm(a[0], a[1], a[2], training ? Tensor() : rmt, training ? Tensor() : rvt, training, 0.1f, 1e-5f,
+                        {a[3], true});
+    };
+    {
+      NoGrad no_grad;
+      check_matches(f({xt, gt, bt, rt}), ref::batch_norm_tail_forward(x, gamma, beta, stats, r, true, s), 1e-5,
+                    "forward");
+    }
+    for (const Transport& t : all_transports()) {
+      INFO("transport ", std::string(to_string(t.kind)));
+      const auto g = fast_vjp(f, {xt, gt, bt, rt}, ut, t);
+      const ref::BatchNormTailGrads expected =
+          ref::batch_norm_tail_backward(u, x, gamma, beta, stats, r, true, training, s, t);
+      check_matches(g[0], expected.norm.dx, 1e-5, "dx");
+      check_matches(g[1], expected.norm.dgamma, 1e-5, "dgamma");
+      check_matches(g[2], expected.norm.dbeta, 1e-5, "dbeta");
+      check_matches(g[3], expected.dresidual, 1e-5, "dresidual");
+    }
+  }
+  // The reference's gradient by finite differences, in x and in the residual.
+  const ref::BatchNormTailGrads exact =
+      ref::batch_norm_tail_backward(u, x, gamma, beta, batch, r, true, true, s, Transport::gradient());
+  check_reference_gradient(
+      [&](const Values& v) { return ref::batch_norm_tail_forward(v, gamma, beta, ref::batch_norm_statistics(v, s), r, true, s); },
+      x, u, exact.norm.dx, "reference tail dx");
+  check_reference_gradient([&](const Values& v) { return ref::batch_norm_tail_forward(x, gamma, beta, batch, v, true, s); },
+                           r, u, exact.dresidual, "reference tail dresidual");
+}
+
 // ---------------------------------------------------------------------------------------
 // softmax, elementwise, bilinear, embedding, losses
 

@@ -67,6 +67,30 @@ NormGrads batch_norm_backward(const Values& u, const Values& x, const Values& ga
 }
 
 namespace {
+// The ReLU's input: BatchNorm's output plus the residual.
+Values batch_norm_tail_pre_activation(const Values& x, const Values& gamma, const Values& beta,
+                                      const Statistics& stats, const Values& residual, const BatchNormShape& s) {
+  Values z = batch_norm_forward(x, gamma, beta, stats, s);
+  for (size_t i = 0; i < residual.size(); ++i) z[i] += residual[i];
+  return z;
+}
+}  // namespace
+
+Values batch_norm_tail_forward(const Values& x, const Values& gamma, const Values& beta, const Statistics& stats,
+                               const Values& residual, bool relu, const BatchNormShape& s) {
+  const Values z = batch_norm_tail_pre_activation(x, gamma, beta, stats, residual, s);
+  return relu ? activation_forward(z, Activation::Relu) : z;
+}
+
+BatchNormTailGrads batch_norm_tail_backward(const Values& u, const Values& x, const Values& gamma, const Values& beta,
+                                            const Statistics& stats, const Values& residual, bool relu,
+                                            bool batch_statistics, const BatchNormShape& s, const Transport& t) {
+  const Values z = batch_norm_tail_pre_activation(x, gamma, beta, stats, residual, s);
+  const Values dz = relu ? activation_backward(u, z, Activation::Relu, t) : u;
+  return {batch_norm_backward(dz, x, gamma, stats, batch_statistics, s, t), residual.empty() ? Values{} : dz};
+}
+
+namespace {
 
 // Mean and 1/σ of row r of x (M, D).
 struct RowStatistics {

@@ -140,6 +140,20 @@ struct NormGrads {
 NormGrads batch_norm_backward(const Values& u, const Values& x, const Values& gamma, const Statistics& stats,
                               bool batch_statistics, const BatchNormShape& s, const Transport& t);
 
+// BatchNorm with its tail (ops/norm.h BatchNormTail): z = BatchNorm(x) + residual (none when
+// empty), then the ReLU when `relu`, else y = z.
+Values batch_norm_tail_forward(const Values& x, const Values& gamma, const Values& beta, const Statistics& stats,
+                               const Values& residual, bool relu, const BatchNormShape& s);
+// The ReLU's rule of t at z (activation_backward), which is also the residual's cotangent,
+// then batch_norm_backward of that.
+struct BatchNormTailGrads {
+  NormGrads norm;
+  Values dresidual;
+};
+BatchNormTailGrads batch_norm_tail_backward(const Values& u, const Values& x, const Values& gamma, const Values& beta,
+                                            const Statistics& stats, const Values& residual, bool relu,
+                                            bool batch_statistics, const BatchNormShape& s, const Transport& t);
+
 // LayerNorm over the last D features of each of M rows.
 Values layer_norm_forward(const Values& x, const Values& gamma, const Values& beta, int64_t M, int64_t D,
                           double eps = 1e-5);
