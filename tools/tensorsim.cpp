@@ -422,8 +422,8 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
       }
   distributed::broadcast(method, last_pair_rank);
   if (unreliable > 0)
-    method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (a draw carries over ",
-                  MonteCarloPlan{}.tail_share_limit, " of the sample variance: heavy tails, the standard error may understate the error)");
+    method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (the draws' Pareto tail shape is over ",
+                  "min(1 − 1/log10 N, 0.7): heavy tails, the standard error may understate the error)");
   return pairwise;
 }
 

@@ -388,13 +388,15 @@ TensorSimScore monte_carlo(RoutePair& p) {
   TensorSimScore score;
   score.kind = "monte-carlo";
   score.method = cat("Monte Carlo estimate (gaussian), ",
-                     mc.radial_points ? cat(mc.samples, " directions, each along the ", mc.radial_points, "-point radial rule")
+                     mc.radial_points ? cat(mc.samples, mc.importance ? " importance-sampled" : "", " directions, each along the ",
+                                            mc.radial_points, "-point radial rule")
                                       : cat(mc.samples, " samples"),
+                     mc.importance ? cat(" (a proposal at ", mc.proposal_peaks, " peaks, fitted on ", mc.proposal_draws, " more)") : "",
                      mc.control_variate ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
                      mc.reliable ? cat(", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ",
                                          mc.similarity + 1.96 * mc.similarity_se)
-                                   : cat(", NO reliable interval: one draw carries ", mc.tail_share,
-                                         " of the sample variance (heavy tails; the standard error understates the error)"),
+                                   : cat(", NO reliable interval: the draws' Pareto tail shape is ", mc.pareto_shape, " (limit ",
+                                         mc.pareto_limit, "; heavy tails: the standard error may understate the error)"),
                      "; no exact route: ", p.why);
   score.total = mc.similarity, score.standard_error = mc.similarity_se, score.samples = mc.samples;
   score.reliable = mc.reliable;
