@@ -2,7 +2,8 @@
 // attention-only LMs of the tensor-similarity paper's family, for three estimators: directions
 // importance-sampled from an adapted proposal (the default), uniform directions (spherical–radial),
 // and plain sampling of whole inputs; and whether each drifts with the number of draws on a
-// network of the paper's layout.
+// network of the paper's layout. (The default adapts a proposal only where uniform directions'
+// draws are heavy-tailed; "always adapted" does so on every run.)
 //
 //   build/analysis/experiments/mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]
 //   build/analysis/experiments/mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...
@@ -21,7 +22,7 @@
 // drift: the safetensors file's network (the paper's layout, 2 heads, 4 positions) against
 // itself with layers.1.o.weight halved, estimated at each number of draws (no tolerance), by
 // each estimator (plain sampling given the same network evaluations as a direction's rule).
-// MC_ESTIMATORS=importance,spherical,plain (any of them) runs only those named.
+// MC_ESTIMATORS=default,importance,spherical,plain (any of them) runs only those named.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -53,16 +54,17 @@ bool covers(double estimate, double se, double exact) { return std::abs(estimate
 // plain sampling of whole inputs.
 struct Estimator {
   const char* name;
-  bool radial, importance;
+  bool radial, importance, always_adapt;
 };
 const Estimator kEstimators[] = {
-    {"importance-sampled directions", true, true},
-    {"spherical-radial", true, false},
-    {"plain", false, false},
+    {"default (directions importance-sampled where uniform ones are heavy-tailed)", true, true, false},
+    {"importance-sampled directions, always adapted", true, true, true},
+    {"spherical-radial (uniform directions)", true, false, false},
+    {"plain", false, false, false},
 };
 MonteCarloPlan plan_of(const Estimator& e) {
   MonteCarloPlan plan;
-  plan.radial = e.radial, plan.importance = e.importance;
+  plan.radial = e.radial, plan.importance = e.importance, plan.always_adapt = e.always_adapt;
   return plan;
 }
 
@@ -74,7 +76,7 @@ struct Tally {
 };
 
 // MC_ESTIMATORS, when set, names the estimators to run (a comma-separated list of the names'
-// first words: importance, spherical, plain); all otherwise.
+// first words: default, importance, spherical, plain); all otherwise.
 bool selected(const Estimator& e) {
   const char* only = std::getenv("MC_ESTIMATORS");
   if (!only) return true;
