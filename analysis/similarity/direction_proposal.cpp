@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include "analysis/similarity/pareto_tail.h"
 #include "engine/error.h"
 
 namespace adjoint {

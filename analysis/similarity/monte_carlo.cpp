@@ -409,8 +409,12 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
     };
     fit = adapt_direction_proposal(s.features, target, run.directions, explored, run.done, plan.proposal, gen);
     if (!fit.proposal.components.empty()) {
+      // At most 4 times the uniform run's draws: a proposal that missed the mass would otherwise
+      // draw toward the sample cap before its standard error reached the tolerance.
+      MonteCarloPlan capped = plan;
+      capped.max_samples = std::min(plan.max_samples, std::max(4 * run.done, plan.min_draws));
       set_aside = run.done + run.pilot;
-      run = sized_run(s, plan, fit.proposal, gen);
+      run = sized_run(s, capped, fit.proposal, gen);
     }
   }
   MonteCarloSimilarity r = finish(run.total, run.slice, run.done);
