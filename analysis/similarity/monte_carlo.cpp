@@ -1,6 +1,7 @@
 #include "analysis/similarity/monte_carlo.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <optional>
 #include <tuple>
@@ -294,7 +295,8 @@ struct SizedRun {
   std::vector<double> raw_aa, raw_bb;  // every draw's |f_a|² and |f_b|² along its direction, unweighted
   int64_t done = 0, pilot = 0;
 };
-SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionProposal& proposal, Generator& gen) {
+SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionProposal& proposal, Generator& gen,
+                   const std::function<bool(const SizedRun&)>& stop_early = {}) {
   SizedRun run;
   auto direct = [&](const Draws& d, int64_t rows) {
     const std::vector<double> la = outputs(s.da, s.dref, d.rows, rows), lb = evaluate_polynomial(s.db, d.rows, rows);
@@ -342,6 +344,7 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
     const int64_t needed = std::max(run.done, int64_t(double(run.done) * ratio * ratio));
     if (plan.progress) plan.progress(run.done, std::min(needed, plan.max_samples), se);
     if ((run.done >= minimum && se <= plan.tolerance) || run.done >= plan.max_samples) break;
+    if (run.done >= minimum && stop_early && stop_early(run)) break;
   }
   return run;
 }
@@ -382,7 +385,15 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
     }
   }
   Generator gen(plan.seed);
-  SizedRun run = sized_run(s, plan, DirectionProposal::uniform(s.features), gen);
+  auto heavy = [&plan](const SizedRun& r) {
+    return largest_pareto_shape(r.all) > pareto_shape_limit(r.done) || (!plan.radial && r.total.tail_share(r.done) > plan.tail_share_limit);
+  };
+  // Uniform directions first; where importance sampling may follow, they stop as soon as their
+  // draws are marked heavy-tailed (sizing them further would only spend draws on a tail they do
+  // not sample well).
+  const bool may_adapt = plan.radial && plan.importance;
+  SizedRun run = sized_run(s, plan, DirectionProposal::uniform(s.features), gen,
+                           may_adapt && !plan.always_adapt ? std::function<bool(const SizedRun&)>(heavy) : nullptr);
   // Importance sampling, where the uniform directions' draws are heavy-tailed: their highest
   // directions start the search for the peaks of |f_a|²/E|f_a|² + |f_b|²/E|f_b|² (by
   // Cauchy–Schwarz |f_a·f_b| is within half of it, so one proposal serves the three inner
@@ -390,9 +401,6 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   // draws chose the proposal, is set aside, which keeps the estimate unbiased.
   ProposalFit fit;
   int64_t set_aside = 0;
-  auto heavy = [&plan](const SizedRun& r) {
-    return largest_pareto_shape(r.all) > pareto_shape_limit(r.done) || (!plan.radial && r.total.tail_share(r.done) > plan.tail_share_limit);
-  };
   if (plan.radial && plan.importance && (plan.always_adapt || heavy(run))) {
     double scale_aa = 0, scale_bb = 0;
     for (int64_t i = 0; i < run.done; ++i) scale_aa += run.raw_aa[size_t(i)], scale_bb += run.raw_bb[size_t(i)];
