@@ -215,7 +215,7 @@ TEST_CASE("tensorsim --check-mc: the Monte Carlo estimate beside the exact score
                                      "--no-baselines", "--check-mc", "100000", "--out", dir.file("out")});
   REQUIRE_MESSAGE(o.code == 0, o.err);
   CHECK(o.out.find("[exact: exact Isserlis sum") != std::string::npos);
-  CHECK(o.out.find("Monte Carlo check, 100000 samples") != std::string::npos);
+  CHECK(o.out.find("Monte Carlo check, 100000 network evaluations") != std::string::npos);
   const Json j = parse_json(adjoint::testing::read_text(dir.file("out/tensorsim.json")));
   CHECK(j.find("method")->as_string() == "exact");
   const Json& mc = *j.find("monte_carlo");

@@ -59,8 +59,8 @@ TEST_CASE("paper LM: tensorsim --run over a folder of checkpoints/step_*.pt") {
 }
 
 TEST_CASE("paper LM: tensorsim --run says how many pairs' intervals the tail diagnostic marks unreliable") {
-  // The fixture against itself with its last layer's output halved, at input std 0.25: one
-  // draw carries far over 5% of the sample variance (analysis/results/monte_carlo_tails.md).
+  // The fixture against itself with its last layer's output halved, at input std 0.25: its
+  // draws stay heavy-tailed, importance-sampled directions or not (analysis/results/monte_carlo_tails.md).
   adjoint::testing::TempDir dir;
   const std::string run = dir.file("run");
   fs::create_directories(run + "/checkpoints");

@@ -233,8 +233,9 @@ int run_pair(const cli::Args& a) {
                                o.seed);
     });
     const double off = (score.total - mc->similarity) / mc->similarity_se;
-    std::printf("Monte Carlo check, %lld samples: %s ± %s (s.e.); %s %s − Monte Carlo = %.1f s.e.\n",
-                static_cast<long long>(mc->samples), fixed(mc->similarity, 6).c_str(), fixed(mc->similarity_se, 6).c_str(),
+    std::printf("Monte Carlo check, %lld network evaluations (%lld directions × %d radial points%s): %s ± %s (s.e.); %s %s − Monte Carlo = %.1f s.e.\n",
+                static_cast<long long>(a.integer("check-mc")), static_cast<long long>(mc->samples), mc->radial_points,
+                mc->importance ? ", importance-sampled" : "", fixed(mc->similarity, 6).c_str(), fixed(mc->similarity_se, 6).c_str(),
                 score.kind.c_str(), fixed(score.total, 6).c_str(), off);
     json["monte_carlo"] = Json(Json::Object{{"samples", Json(mc->samples)}, {"tensor_similarity", number(mc->similarity)},
                                             {"standard_error", number(mc->similarity_se)}});
@@ -247,7 +248,7 @@ int run_pair(const cli::Args& a) {
       csv.add_row(csv_row(cat("monte_carlo_inner_", name), value, 0, 0, 0, false, compared));
       csv.add_row(csv_row(cat("monte_carlo_inner_", name, "_standard_error"), se, 0, 0, 0, false, compared));
     }
-    md.add_row({cat("Monte Carlo, ", mc->samples, " samples (± s.e.)"),
+    md.add_row({cat("Monte Carlo, ", mc->samples, mc->radial_points ? cat(" directions × ", mc->radial_points, " radial points") : std::string(" samples"), " (± s.e.)"),
                 cat(fixed(mc->similarity, 4), " ± ", fixed(mc->similarity_se, 4)), "", "", ""});
   }
 
@@ -422,8 +423,8 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
       }
   distributed::broadcast(method, last_pair_rank);
   if (unreliable > 0)
-    method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (a draw carries over ",
-                  MonteCarloPlan{}.tail_share_limit, " of the sample variance: heavy tails, the standard error may understate the error)");
+    method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (the draws' Pareto tail shape is over ",
+                  "min(1 − 1/log10 N, 0.7): heavy tails, the standard error may understate the error)");
   return pairwise;
 }
 
@@ -578,8 +579,8 @@ const cli::Registration tensorsim_command({
                  "X = 1/sqrt(vocab)",
                  "1"},
                 {"check-mc", "N",
-                 "also estimate the similarity (and slices) from N Gaussian inputs through both networks, with "
-                 "standard errors",
+                 "also estimate the similarity (and slices) by the sampled estimator, given the network "
+                 "evaluations of N Gaussian inputs, with standard errors",
                  "0"},
                 {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
                 {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},

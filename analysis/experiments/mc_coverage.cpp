@@ -1,6 +1,9 @@
 // How often the sized Monte Carlo estimate's 95% intervals cover the truth on 2-block
-// attention-only LMs of the tensor-similarity paper's family, spherical–radial against plain
-// sampling; and whether either drifts with the number of draws on a network of the paper's layout.
+// attention-only LMs of the tensor-similarity paper's family, for three estimators: directions
+// importance-sampled from an adapted proposal (the default), uniform directions (spherical–radial),
+// and plain sampling of whole inputs; and whether each drifts with the number of draws on a
+// network of the paper's layout. (The default adapts a proposal only where uniform directions'
+// draws are heavy-tailed; "always adapted" does so on every run.)
 //
 //   build/analysis/experiments/mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]
 //   build/analysis/experiments/mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...
@@ -11,15 +14,19 @@
 // positions, so that writing them out as polynomials, polynomial_moments.h, gives the exact
 // inner products), each estimated RUNS times from independent seeds to TOLERANCE with each
 // estimator; prints per pair and estimator how many intervals covered the cosine and each of
-// the three inner products, the mean standard error and time, and the largest tail share seen.
+// the three inner products, the mean standard error and time, the largest Pareto tail shape
+// seen, and how many runs the tail diagnostic marked (and the earlier variance-share rule would
+// have).
 // versus: two adjoint checkpoints whose exact inner products are known (lm_exact_check.csv),
 // estimated RUNS times by each estimator: how many intervals cover each.
 // drift: the safetensors file's network (the paper's layout, 2 heads, 4 positions) against
 // itself with layers.1.o.weight halved, estimated at each number of draws (no tolerance), by
-// both estimators (plain sampling given the same network evaluations).
+// each estimator (plain sampling given the same network evaluations as a direction's rule).
+// MC_ESTIMATORS=default,importance,spherical,plain (any of them) runs only those named.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,12 +50,39 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 bool covers(double estimate, double se, double exact) { return std::abs(estimate - exact) <= 1.96 * se; }
 
+// The estimators compared: importance-sampled directions (the default), uniform directions, and
+// plain sampling of whole inputs.
+struct Estimator {
+  const char* name;
+  bool radial, importance, always_adapt;
+};
+const Estimator kEstimators[] = {
+    {"default (directions importance-sampled where uniform ones are heavy-tailed)", true, true, false},
+    {"importance-sampled directions, always adapted", true, true, true},
+    {"spherical-radial (uniform directions)", true, false, false},
+    {"plain", false, false, false},
+};
+MonteCarloPlan plan_of(const Estimator& e) {
+  MonteCarloPlan plan;
+  plan.radial = e.radial, plan.importance = e.importance, plan.always_adapt = e.always_adapt;
+  return plan;
+}
+
 // What `runs` independent sized estimates of one pair did against the truth: how often each
 // interval covered it, the means of their costs, and what the tail diagnostic marked.
 struct Tally {
-  int cosine = 0, ab = 0, aa = 0, bb = 0, marked = 0, marked_missed = 0;
-  double se = 0, draws = 0, evaluations = 0, time = 0, tail = 0;
+  int cosine = 0, ab = 0, aa = 0, bb = 0, marked = 0, marked_missed = 0, missed = 0, share_marked = 0;
+  double se = 0, draws = 0, evaluations = 0, time = 0, tail = 0, pareto = -INFINITY;
 };
+
+// MC_ESTIMATORS, when set, names the estimators to run (a comma-separated list of the names'
+// first words: default, importance, spherical, plain); all otherwise.
+bool selected(const Estimator& e) {
+  const char* only = std::getenv("MC_ESTIMATORS");
+  if (!only) return true;
+  const std::string name(e.name), list = std::string(",") + only + ",";
+  return list.find("," + name.substr(0, name.find_first_of(" -")) + ",") != std::string::npos;
+}
 
 // Run r is seeded seed_step·r + seed_offset, so that each table's rows regenerate.
 Tally repeated_runs(const PolynomialView& a, const PolynomialView& b, MonteCarloPlan plan, int runs, uint64_t seed_step,
@@ -63,8 +97,9 @@ Tally repeated_runs(const PolynomialView& a, const PolynomialView& b, MonteCarlo
     t.cosine += cosine_covered, t.ab += covers(mc.inner_ab, mc.inner_ab_se, truth.ab);
     t.aa += covers(mc.inner_aa, mc.inner_aa_se, truth.aa), t.bb += covers(mc.inner_bb, mc.inner_bb_se, truth.bb);
     t.se += mc.similarity_se / runs, t.draws += double(mc.samples) / runs, t.evaluations += double(mc.evaluations) / runs;
-    t.tail = std::max(t.tail, mc.tail_share);
-    t.marked += !mc.reliable, t.marked_missed += !mc.reliable && !cosine_covered;
+    t.tail = std::max(t.tail, mc.tail_share), t.pareto = std::max(t.pareto, mc.pareto_shape);
+    t.marked += !mc.reliable, t.marked_missed += !mc.reliable && !cosine_covered, t.missed += !cosine_covered;
+    t.share_marked += mc.tail_share > 0.05;  // the earlier diagnostic, for comparison
   }
   return t;
 }
@@ -83,19 +118,21 @@ std::pair<PolynomialView, PolynomialView> plain_attention_pair(int64_t vocab, in
 void coverage(int runs, double tolerance, double input_std, int64_t vocab, int64_t dim, int64_t positions, double weight_std,
               double perturbation, int pairs) {
   std::printf("| pair | estimator | exact cosine | cosine | <A|B> | <A|A> | <B|B> | mean s.e. | mean draws | mean evaluations | "
-              "mean time (s) | largest tail share | marked unreliable (of them, cosine missed) |\n"
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "mean time (s) | largest Pareto k | marked unreliable (of them, cosine missed; cosine missed in all) | "
+              "marked by variance share > 0.05 |\n"
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int pair = 0; pair < pairs; ++pair) {
     Generator gen(uint64_t(1000 + pair));
     const auto [a, b] = plain_attention_pair(vocab, dim, positions, weight_std, perturbation, gen);
     const ExactInnerProducts truth = exact_inner_products(a, b, input_std);
-    for (bool radial : {true, false}) {
-      MonteCarloPlan plan;
-      plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial;
+    for (const Estimator& e : kEstimators) {
+      if (!selected(e)) continue;
+      MonteCarloPlan plan = plan_of(e);
+      plan.tolerance = tolerance, plan.input_std = input_std;
       const Tally t = repeated_runs(a, b, plan, runs, 7919, 13, truth);
-      std::printf("| %d | %s | %.6f | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.2f | %.3f | %d (%d) |\n", pair,
-                  radial ? "spherical-radial" : "plain", truth.cosine(), t.cosine, runs, t.ab, runs, t.aa, runs, t.bb, runs, t.se,
-                  t.draws, t.evaluations, t.time, t.tail, t.marked, t.marked_missed);
+      std::printf("| %d | %s | %.6f | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.2f | %.2f | %d (%d; %d) | %d |\n", pair,
+                  e.name, truth.cosine(), t.cosine, runs, t.ab, runs, t.aa, runs, t.bb, runs, t.se, t.draws, t.evaluations, t.time,
+                  t.pareto, t.marked, t.marked_missed, t.missed, t.share_marked);
       std::fflush(stdout);
     }
   }
@@ -112,22 +149,24 @@ void drift(double input_std, const std::string& path, const std::vector<int64_t>
   for (float& w : halved) w *= 0.5f;
   other["layers.1.o.weight"] = Tensor::from_vector(other.at("layers.1.o.weight").shape(), halved);
   const PolynomialView b = paper_lm_view(other, shape, kPaperLmPositions, "halved");
-  std::printf("| estimator | draws | evaluations | cosine ± s.e. | <A|B> ± s.e. | <A|A> ± s.e. | <B|B> ± s.e. | tail share | reliable | time (s) |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
-  for (bool radial : {true, false})
+  std::printf("| estimator | draws | evaluations | cosine ± s.e. | <A|B> ± s.e. | <A|A> ± s.e. | <B|B> ± s.e. | Pareto k | tail share | "
+              "reliable | time (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+  for (const Estimator& e : kEstimators) {
+    if (!selected(e)) continue;
     for (int64_t draws : budgets) {
-      MonteCarloPlan plan;
-      plan.tolerance = 1e-12, plan.input_std = input_std, plan.radial = radial, plan.seed = uint64_t(draws) + 1;
+      MonteCarloPlan plan = plan_of(e);
+      plan.tolerance = 1e-12, plan.input_std = input_std, plan.seed = uint64_t(draws) + 1;
       // Plain sampling gets the same network evaluations.
-      plan.max_samples = radial ? draws : draws * radial_points_for(polynomial_degree(a) + polynomial_degree(b));
+      plan.max_samples = e.radial ? draws : draws * radial_points_for(polynomial_degree(a) + polynomial_degree(b));
       const auto start = std::chrono::steady_clock::now();
       const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
-      std::printf("| %s | %lld | %lld | %.4f ± %.4f | %.4g ± %.2g | %.4g ± %.2g | %.4g ± %.2g | %.3f | %s | %.1f |\n",
-                  radial ? "spherical-radial" : "plain", (long long)mc.samples, (long long)mc.evaluations, mc.similarity,
-                  mc.similarity_se, mc.inner_ab, mc.inner_ab_se, mc.inner_aa, mc.inner_aa_se, mc.inner_bb, mc.inner_bb_se,
-                  mc.tail_share, mc.reliable ? "yes" : "no", seconds_since(start));
+      std::printf("| %s | %lld | %lld | %.4f ± %.4f | %.4g ± %.2g | %.4g ± %.2g | %.4g ± %.2g | %.2f | %.3f | %s | %.1f |\n", e.name,
+                  (long long)mc.samples, (long long)mc.evaluations, mc.similarity, mc.similarity_se, mc.inner_ab, mc.inner_ab_se,
+                  mc.inner_aa, mc.inner_aa_se, mc.inner_bb, mc.inner_bb_se, mc.pareto_shape, mc.tail_share,
+                  mc.reliable ? "yes" : "no", seconds_since(start));
       std::fflush(stdout);
     }
+  }
 }
 
 void versus(const std::string& path_a, const std::string& path_b, int64_t positions, double input_std, int runs,
@@ -135,13 +174,14 @@ void versus(const std::string& path_a, const std::string& path_b, int64_t positi
   const PolynomialView a = model_from_checkpoint(load_checkpoint(path_a))->polynomial_view(positions),
                        b = model_from_checkpoint(load_checkpoint(path_b))->polynomial_view(positions);
   std::printf("| estimator | cosine | <A|B> | <A|A> | <B|B> | mean s.e. | mean draws | mean evaluations | mean time (s) | "
-              "marked unreliable |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (bool radial : {true, false}) {
-    MonteCarloPlan plan;
-    plan.tolerance = tolerance, plan.input_std = input_std, plan.radial = radial;
+              "largest Pareto k | marked unreliable |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Estimator& e : kEstimators) {
+    if (!selected(e)) continue;
+    MonteCarloPlan plan = plan_of(e);
+    plan.tolerance = tolerance, plan.input_std = input_std;
     const Tally t = repeated_runs(a, b, plan, runs, 104729, 0, {ab, aa, bb});
-    std::printf("| %s | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.1f | %d |\n", radial ? "spherical-radial" : "plain",
-                t.cosine, runs, t.ab, runs, t.aa, runs, t.bb, runs, t.se, t.draws, t.evaluations, t.time, t.marked);
+    std::printf("| %s | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.1f | %.2f | %d |\n", e.name, t.cosine, runs, t.ab, runs,
+                t.aa, runs, t.bb, runs, t.se, t.draws, t.evaluations, t.time, t.pareto, t.marked);
     std::fflush(stdout);
   }
 }

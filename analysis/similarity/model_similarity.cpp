@@ -1,5 +1,7 @@
 #include "analysis/similarity/model_similarity.h"
 
+#include "analysis/similarity/radial_quadrature.h"
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -388,13 +390,15 @@ TensorSimScore monte_carlo(RoutePair& p) {
   TensorSimScore score;
   score.kind = "monte-carlo";
   score.method = cat("Monte Carlo estimate (gaussian), ",
-                     mc.radial_points ? cat(mc.samples, " directions, each along the ", mc.radial_points, "-point radial rule")
+                     mc.radial_points ? cat(mc.samples, mc.importance ? " importance-sampled" : "", " directions, each along the ",
+                                            mc.radial_points, "-point radial rule")
                                       : cat(mc.samples, " samples"),
+                     mc.importance ? cat(" (a proposal at ", mc.proposal_peaks, " peaks, fitted on ", mc.proposal_draws, " more)") : "",
                      mc.control_variate ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
                      mc.reliable ? cat(", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ",
                                          mc.similarity + 1.96 * mc.similarity_se)
-                                   : cat(", NO reliable interval: one draw carries ", mc.tail_share,
-                                         " of the sample variance (heavy tails; the standard error understates the error)"),
+                                   : cat(", NO reliable interval: the draws' Pareto tail shape is ", mc.pareto_shape, " (limit ",
+                                         mc.pareto_limit, "; heavy tails: the standard error may understate the error)"),
                      "; no exact route: ", p.why);
   score.total = mc.similarity, score.standard_error = mc.similarity_se, score.samples = mc.samples;
   score.reliable = mc.reliable;
@@ -463,8 +467,14 @@ MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const Ten
     throw UsageError("--check-mc samples the Gaussian metric with the bias coordinate (drop --metric identity and --no-bias)");
   if (samples < 2) throw UsageError(cat("--check-mc needs at least 2 samples, got ", samples));
   const PolynomialView ref = reference ? reference->polynomial_view(o.positions) : PolynomialView{};
-  return monte_carlo_estimate(a.polynomial_view(o.positions), b.polynomial_view(o.positions), samples, seed, o.input_std,
-                              reference ? &ref : nullptr);
+  const PolynomialView va = a.polynomial_view(o.positions), vb = b.polynomial_view(o.positions);
+  // The default estimator (monte_carlo_sized), given the network evaluations of `samples` plain
+  // draws: samples / (the radial rule's points) directions, however small the standard error.
+  const int degree = std::max(polynomial_degree(va), reference ? polynomial_degree(ref) : 0) + polynomial_degree(vb);
+  MonteCarloPlan plan;
+  plan.seed = seed, plan.input_std = o.input_std, plan.tolerance = 1e-300, plan.min_draws = 0;
+  plan.max_samples = std::max<int64_t>(samples / radial_points_for(degree), 2);
+  return monte_carlo_sized(va, vb, plan, reference ? &ref : nullptr);
 }
 
 namespace {

@@ -100,8 +100,10 @@ TensorSimScore closed_form_score(const PreparedLayer& a, const PreparedLayer& b,
 TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSimOptions& options,
                                  const Model* reference = nullptr, MomentCache* cache = nullptr);
 
-// The same comparison by Monte Carlo: `samples` Gaussian inputs through both models'
-// polynomials (the Gaussian metric with the bias coordinate only), with standard errors.
+// The same comparison by Monte Carlo, the estimator of the routes (monte_carlo_sized: directions
+// along the radial rule, importance-sampled where uniform ones are heavy-tailed, the control
+// variate) given the network evaluations of `samples` plain Gaussian inputs (the Gaussian metric
+// with the bias coordinate only), with standard errors.
 MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const TensorSimOptions& options, int64_t samples,
                                        const Model* reference = nullptr, uint64_t seed = 1);
 

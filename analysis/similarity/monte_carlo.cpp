@@ -1,10 +1,12 @@
 #include "analysis/similarity/monte_carlo.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <optional>
 #include <tuple>
 
+#include "analysis/similarity/pareto_tail.h"
 #include "analysis/similarity/polynomial_moments.h"
 #include "analysis/similarity/radial_quadrature.h"
 #include "engine/error.h"
@@ -99,21 +101,27 @@ Products products(const std::vector<double>& fa, const std::vector<double>& fb, 
 }
 
 // A draw is `weights.size()` consecutive input rows averaged with those weights: one row of
-// weight 1 when sampling plainly, a direction's points on the radial rule otherwise.
-Products per_draw(const Products& rows, const std::vector<double>& weights) {
+// weight 1 when sampling plainly, a direction's points on the radial rule otherwise; each draw
+// then times its importance weight (`importance`, one a draw; empty: 1).
+Products per_draw(const Products& rows, const std::vector<double>& weights, const std::vector<double>& importance = {}) {
   const size_t k = weights.size(), draws = rows.ab.size() / k;
   Products d{std::vector<double>(draws), std::vector<double>(draws), std::vector<double>(draws)};
-  for (size_t s = 0; s < draws; ++s)
+  for (size_t s = 0; s < draws; ++s) {
+    const double iw = importance.empty() ? 1.0 : importance[s];
     for (size_t i = 0; i < k; ++i) {
       const size_t row = s * k + i;
-      d.ab[s] += weights[i] * rows.ab[row], d.aa[s] += weights[i] * rows.aa[row], d.bb[s] += weights[i] * rows.bb[row];
+      const double w = iw * weights[i];
+      d.ab[s] += w * rows.ab[row], d.aa[s] += w * rows.aa[row], d.bb[s] += w * rows.bb[row];
     }
+  }
   return d;
 }
 
-// The per-class sums of one batch's draws into the slices' running sums.
+// The per-class sums of one batch's draws into the slices' running sums (`importance` as in
+// per_draw).
 void add_slices(const std::vector<double>& fa, const std::vector<double>& fb, int64_t draws,
-                const std::vector<double>& weights, int64_t T, int64_t classes, std::vector<CosineSums>& slice) {
+                const std::vector<double>& weights, int64_t T, int64_t classes, std::vector<CosineSums>& slice,
+                const std::vector<double>& importance = {}) {
   const size_t C = size_t(classes), k = weights.size();
   std::vector<double> ab(C), aa(C), bb(C);
   for (int64_t s = 0; s < draws; ++s) {
@@ -122,7 +130,7 @@ void add_slices(const std::vector<double>& fa, const std::vector<double>& fb, in
       for (int64_t t = 0; t < T; ++t)
         for (int64_t o = 0; o < classes; ++o) {
           const size_t j = size_t(((s * int64_t(k) + int64_t(i)) * T + t) * classes + o);
-          const double w = weights[i];
+          const double w = (importance.empty() ? 1.0 : importance[size_t(s)]) * weights[i];
           ab[size_t(o)] += w * fa[j] * fb[j], aa[size_t(o)] += w * fa[j] * fa[j], bb[size_t(o)] += w * fb[j] * fb[j];
         }
     for (size_t o = 0; o < C; ++o) slice[o].add(ab[o], aa[o], bb[o]);
@@ -221,105 +229,212 @@ PolynomialView read_through(PolynomialView v, const Matrix64& basis) {
   return v;
 }
 
+// The rows x = σ·r_i·u of the radial rule's points along each of the n directions u (rows of
+// `features`), the points of a direction consecutive.
+std::vector<double> rows_along(const std::vector<double>& u, int64_t n, int64_t features, const RadialRule& rule,
+                               double input_std) {
+  const int64_t points = int64_t(rule.nodes.size());
+  std::vector<double> rows(size_t(n * points * features));
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t i = 0; i < points; ++i) {
+      const double scale = input_std * rule.nodes[size_t(i)];
+      double* row = rows.data() + (s * points + i) * features;
+      for (int64_t f = 0; f < features; ++f) row[f] = scale * u[size_t(s * features + f)];
+    }
+  return rows;
+}
+
+// The draws of a sized estimate: a direction from the proposal (or one input, sampling plainly),
+// the rows of the radial rule's points along it, and the draw's importance weight
+// uniform/proposal (empty: 1, for uniform directions and plain inputs).
+struct Draws {
+  std::vector<double> directions, rows, importance;
+};
+Draws draw_rows(const PolynomialView& a, int64_t draws, const MonteCarloPlan& plan, const RadialRule& rule,
+                const DirectionProposal& proposal, Generator& gen) {
+  if (!plan.radial) return {{}, draw_inputs(a, draws, plan.input_std, gen), {}};
+  Draws d;
+  d.directions = proposal.sample(draws, gen);
+  if (!proposal.components.empty()) {
+    d.importance = proposal.density(d.directions, draws);
+    for (double& w : d.importance) w = 1 / w;
+  }
+  d.rows = rows_along(d.directions, draws, a.positions * a.input_dim, rule, plan.input_std);
+  return d;
+}
+
+// The largest Pareto tail shape of the three inner products' draws.
+double largest_pareto_shape(const Products& all) {
+  return std::max({pareto_shape_both_tails(all.ab), pareto_shape_both_tails(all.aa), pareto_shape_both_tails(all.bb)});
+}
+
+// What every sized run of a pair shares: the views read in the embeddings' span, the radial rule,
+// the direct paths of the control variate with their exact means.
+struct Setup {
+  PolynomialView a, b, reference_view, da, db, dr;
+  const PolynomialView* reference = nullptr;
+  const PolynomialView* dref = nullptr;
+  RadialRule rule;
+  std::vector<double> weights;
+  int64_t features = 0, per_draw_rows = 1;
+  bool cv = false;
+  double mean_ab = 0, mean_aa = 0, mean_bb = 0;
+};
+
+// One sized run from one proposal: the control variate's β fitted on a pilot of its own draws
+// (then set aside), draws until the cosine's standard error reaches the tolerance.
+struct SizedRun {
+  CosineSums total;
+  std::vector<CosineSums> slice;
+  // Every draw before the control variate, for the tail diagnostic: the control variate subtracts
+  // a function of the input with light tails (a quadratic's mean along the direction), which
+  // leaves the tail's shape as it was, but shrinks the bulk beside it, and a Pareto fit to the
+  // largest draws then reads the bulk's edge as tail.
+  Products all;
+  std::vector<double> directions;  // every draw's direction (radial runs)
+  std::vector<double> raw_aa, raw_bb;  // every draw's |f_a|² and |f_b|² along its direction, unweighted
+  int64_t done = 0, pilot = 0;
+};
+SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionProposal& proposal, Generator& gen,
+                   const std::function<bool(const SizedRun&)>& stop_early = {}) {
+  SizedRun run;
+  auto direct = [&](const Draws& d, int64_t rows) {
+    const std::vector<double> la = outputs(s.da, s.dref, d.rows, rows), lb = evaluate_polynomial(s.db, d.rows, rows);
+    return per_draw(products(la, lb, rows), s.weights, d.importance);
+  };
+  double beta_ab = 0, beta_aa = 0, beta_bb = 0;
+  run.pilot = s.cv ? std::max<int64_t>(plan.pilot / s.per_draw_rows, 16) : 0;
+  if (s.cv) {
+    const int64_t rows = run.pilot * s.per_draw_rows;
+    const Draws d = draw_rows(s.a, run.pilot, plan, s.rule, proposal, gen);
+    const Products q = per_draw(products(outputs(s.a, s.reference, d.rows, rows), evaluate_polynomial(s.b, d.rows, rows), rows),
+                                s.weights, d.importance);
+    const Products g = direct(d, rows);
+    beta_ab = coefficient(q.ab, g.ab), beta_aa = coefficient(q.aa, g.aa), beta_bb = coefficient(q.bb, g.bb);
+  }
+  const int64_t T = s.a.positions, classes = s.a.output_dim(), chunk = std::max<int64_t>(4096 / s.per_draw_rows, 64);
+  const int64_t minimum = std::max(2 * chunk, plan.min_draws);
+  run.slice.resize(size_t(classes));
+  for (;;) {
+    const int64_t n = std::min(chunk, plan.max_samples - run.done), rows = n * s.per_draw_rows;
+    const Draws d = draw_rows(s.a, n, plan, s.rule, proposal, gen);
+    const std::vector<double> fa = outputs(s.a, s.reference, d.rows, rows), fb = evaluate_polynomial(s.b, d.rows, rows);
+    const Products raw = per_draw(products(fa, fb, rows), s.weights);
+    Products q = per_draw(products(fa, fb, rows), s.weights, d.importance);
+    run.all.ab.insert(run.all.ab.end(), q.ab.begin(), q.ab.end()), run.all.aa.insert(run.all.aa.end(), q.aa.begin(), q.aa.end());
+    run.all.bb.insert(run.all.bb.end(), q.bb.begin(), q.bb.end());
+    if (s.cv) {
+      const Products g = direct(d, rows);
+      for (size_t i = 0; i < size_t(n); ++i)
+        q.ab[i] -= beta_ab * (g.ab[i] - s.mean_ab), q.aa[i] -= beta_aa * (g.aa[i] - s.mean_aa), q.bb[i] -= beta_bb * (g.bb[i] - s.mean_bb);
+    }
+    for (size_t i = 0; i < size_t(n); ++i) run.total.add(q.ab[i], q.aa[i], q.bb[i]);
+    if (plan.radial) {
+      run.directions.insert(run.directions.end(), d.directions.begin(), d.directions.end());
+      run.raw_aa.insert(run.raw_aa.end(), raw.aa.begin(), raw.aa.end()), run.raw_bb.insert(run.raw_bb.end(), raw.bb.begin(), raw.bb.end());
+    }
+    add_slices(fa, fb, n, s.weights, T, classes, run.slice, d.importance);
+    run.done += n;
+    const double se = run.total.cosine(run.done).second;
+    check(std::isfinite(se) && std::isfinite(run.total.aa) && std::isfinite(run.total.bb), "monte carlo similarity: after ", run.done,
+          " draws the products of ", s.a.arch, "'s and ", s.b.arch, "'s outputs are out of range (",
+          "outputs this heavy-tailed at input scale ", plan.input_std, " have no usable sample mean; a smaller --input-std, ",
+          "e.g. 1/sqrt(vocab) for one-hot tokens)");
+    const double ratio = se / plan.tolerance;
+    const int64_t needed = std::max(run.done, int64_t(double(run.done) * ratio * ratio));
+    if (plan.progress) plan.progress(run.done, std::min(needed, plan.max_samples), se);
+    if ((run.done >= minimum && se <= plan.tolerance) || run.done >= plan.max_samples) break;
+    if (run.done >= minimum && stop_early && stop_early(run)) break;
+  }
+  return run;
+}
+
 }  // namespace
 
 MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const PolynomialView& b_in, const MonteCarloPlan& plan,
                                        const PolynomialView* reference_in) {
   check_views(a_in, b_in, reference_in, plan.input_std);
+  check(plan.tolerance > 0 && std::isfinite(plan.tolerance), "monte carlo similarity: the tolerance must be positive, got ",
+        plan.tolerance);
+  Setup s;
   // Networks that begin with an embedding read x only through its rows: x ~ N(0, σ²I) is
   // sampled in the span of the rows (Qᵀx ~ N(0, σ²I_r), r at most the widths summed), the same
   // distribution of every output, at a fraction of the draws.
   std::vector<const PolynomialView*> views = {&a_in, &b_in};
   if (reference_in) views.push_back(reference_in);
   const Matrix64 basis = plan.embedding_span ? shared_input_basis(views) : Matrix64();
-  const PolynomialView a = basis.cols ? read_through(a_in, basis) : a_in, b = basis.cols ? read_through(b_in, basis) : b_in;
-  const PolynomialView read_reference = basis.cols && reference_in ? read_through(*reference_in, basis) : PolynomialView{};
-  const PolynomialView* reference = reference_in ? (basis.cols ? &read_reference : reference_in) : nullptr;
-  check(plan.tolerance > 0 && std::isfinite(plan.tolerance), "monte carlo similarity: the tolerance must be positive, got ",
-        plan.tolerance);
+  s.a = basis.cols ? read_through(a_in, basis) : a_in, s.b = basis.cols ? read_through(b_in, basis) : b_in;
+  if (reference_in) s.reference_view = basis.cols ? read_through(*reference_in, basis) : *reference_in, s.reference = &s.reference_view;
   // The draws: a direction and the radial rule's points along it, or one input each.
-  const int64_t features = a.positions * a.input_dim;
-  const int degree = std::max(polynomial_degree(a), reference ? polynomial_degree(*reference) : 0) + polynomial_degree(b);
-  const RadialRule rule = plan.radial ? radial_rule(features, radial_points_for(degree)) : RadialRule{};
-  const std::vector<double> weights = plan.radial ? rule.weights : std::vector<double>{1.0};
-  const int64_t per_draw_rows = int64_t(weights.size());
-  Generator gen(plan.seed);
-  auto draw = [&](int64_t draws) {
-    if (!plan.radial) return draw_inputs(a, draws, plan.input_std, gen);
-    std::vector<double> u = draw_inputs(a, draws, 1.0, gen), x(size_t(draws * per_draw_rows * features));
-    for (int64_t s = 0; s < draws; ++s) {
-      const double* us = u.data() + s * features;
-      double norm = 0;
-      for (int64_t f = 0; f < features; ++f) norm += us[f] * us[f];
-      norm = std::sqrt(norm);
-      for (int64_t i = 0; i < per_draw_rows; ++i) {
-        const double scale = plan.input_std * rule.nodes[size_t(i)] / norm;
-        double* row = x.data() + (s * per_draw_rows + i) * features;
-        for (int64_t f = 0; f < features; ++f) row[f] = scale * us[f];
-      }
-    }
-    return x;
-  };
-  const int64_t T = a.positions, classes = a.output_dim(), chunk = std::max<int64_t>(4096 / per_draw_rows, 64);
-  const int64_t minimum = std::max(2 * chunk, plan.min_draws);
+  s.features = s.a.positions * s.a.input_dim;
+  const int degree = std::max(polynomial_degree(s.a), s.reference ? polynomial_degree(*s.reference) : 0) + polynomial_degree(s.b);
+  if (plan.radial) s.rule = radial_rule(s.features, radial_points_for(degree));
+  s.weights = plan.radial ? s.rule.weights : std::vector<double>{1.0};
+  s.per_draw_rows = int64_t(s.weights.size());
   // The direct paths, when every network has one: the control variate.
-  std::optional<PolynomialView> da, db, dr;
   if (plan.control_variate) {
-    da = direct_path(a), db = direct_path(b);
-    if (reference) dr = direct_path(*reference);
-  }
-  const bool cv = da && db && (!reference || dr);
-  const PolynomialView* dref = cv && reference ? &*dr : nullptr;
-  double mean_ab = 0, mean_aa = 0, mean_bb = 0, beta_ab = 0, beta_aa = 0, beta_bb = 0;
-  auto direct = [&](const std::vector<double>& x, int64_t rows) {
-    const std::vector<double> la = outputs(*da, dref, x, rows), lb = evaluate_polynomial(*db, x, rows);
-    return per_draw(products(la, lb, rows), weights);
-  };
-  const int64_t pilot = cv ? std::max<int64_t>(plan.pilot / per_draw_rows, 16) : 0;
-  if (cv) {
-    const std::vector<double> ra = affine_rows(*da, dref), rb = affine_rows(*db, nullptr);
-    mean_ab = direct_inner(ra, rb, features, plan.input_std), mean_aa = direct_inner(ra, ra, features, plan.input_std),
-    mean_bb = direct_inner(rb, rb, features, plan.input_std);
-    // The pilot: fits β, then is set aside.
-    const int64_t rows = pilot * per_draw_rows;
-    const std::vector<double> x = draw(pilot);
-    const Products q = per_draw(products(outputs(a, reference, x, rows), evaluate_polynomial(b, x, rows), rows), weights);
-    const Products g = direct(x, rows);
-    beta_ab = coefficient(q.ab, g.ab), beta_aa = coefficient(q.aa, g.aa), beta_bb = coefficient(q.bb, g.bb);
-  }
-  CosineSums total;
-  std::vector<CosineSums> slice(static_cast<size_t>(classes));
-  int64_t done = 0;
-  for (;;) {
-    const int64_t n = std::min(chunk, plan.max_samples - done), rows = n * per_draw_rows;
-    const std::vector<double> x = draw(n);
-    const std::vector<double> fa = outputs(a, reference, x, rows), fb = evaluate_polynomial(b, x, rows);
-    Products q = per_draw(products(fa, fb, rows), weights);
-    if (cv) {
-      const Products g = direct(x, rows);
-      for (size_t s = 0; s < size_t(n); ++s)
-        q.ab[s] -= beta_ab * (g.ab[s] - mean_ab), q.aa[s] -= beta_aa * (g.aa[s] - mean_aa), q.bb[s] -= beta_bb * (g.bb[s] - mean_bb);
+    const std::optional<PolynomialView> da = direct_path(s.a), db = direct_path(s.b),
+                                        dr = s.reference ? direct_path(*s.reference) : std::nullopt;
+    s.cv = da && db && (!s.reference || dr);
+    if (s.cv) {
+      s.da = *da, s.db = *db;
+      if (s.reference) s.dr = *dr, s.dref = &s.dr;
+      const std::vector<double> ra = affine_rows(s.da, s.dref), rb = affine_rows(s.db, nullptr);
+      s.mean_ab = direct_inner(ra, rb, s.features, plan.input_std), s.mean_aa = direct_inner(ra, ra, s.features, plan.input_std),
+      s.mean_bb = direct_inner(rb, rb, s.features, plan.input_std);
     }
-    for (size_t s = 0; s < size_t(n); ++s) total.add(q.ab[s], q.aa[s], q.bb[s]);
-    add_slices(fa, fb, n, weights, T, classes, slice);
-    done += n;
-    const double se = total.cosine(done).second;
-    check(std::isfinite(se) && std::isfinite(total.aa) && std::isfinite(total.bb), "monte carlo similarity: after ", done,
-          " draws the products of ", a.arch, "'s and ", b.arch, "'s outputs are out of range (",
-          "outputs this heavy-tailed at input scale ", plan.input_std, " have no usable sample mean; a smaller --input-std, ",
-          "e.g. 1/sqrt(vocab) for one-hot tokens)");
-    const double ratio = se / plan.tolerance;
-    const int64_t needed = std::max(done, int64_t(double(done) * ratio * ratio));
-    if (plan.progress) plan.progress(done, std::min(needed, plan.max_samples), se);
-    if ((done >= minimum && se <= plan.tolerance) || done >= plan.max_samples) break;
   }
-  MonteCarloSimilarity r = finish(total, slice, done);
-  r.control_variate = cv;
-  r.pilot_samples = pilot;
-  r.radial_points = plan.radial ? int(per_draw_rows) : 0;
-  r.evaluations = (done + pilot) * per_draw_rows;
-  r.tail_share = total.tail_share(done);
-  r.reliable = r.tail_share <= plan.tail_share_limit;
+  Generator gen(plan.seed);
+  auto heavy = [&plan](const SizedRun& r) {
+    return largest_pareto_shape(r.all) > pareto_shape_limit(r.done) || (!plan.radial && r.total.tail_share(r.done) > plan.tail_share_limit);
+  };
+  // Uniform directions first; where importance sampling may follow, they stop as soon as their
+  // draws are marked heavy-tailed (sizing them further would only spend draws on a tail they do
+  // not sample well).
+  const bool may_adapt = plan.radial && plan.importance;
+  SizedRun run = sized_run(s, plan, DirectionProposal::uniform(s.features), gen,
+                           may_adapt && !plan.always_adapt ? std::function<bool(const SizedRun&)>(heavy) : nullptr);
+  // Importance sampling, where the uniform directions' draws are heavy-tailed: their highest
+  // directions start the search for the peaks of |f_a|²/E|f_a|² + |f_b|²/E|f_b|² (by
+  // Cauchy–Schwarz |f_a·f_b| is within half of it, so one proposal serves the three inner
+  // products), and a fresh run from the fitted proposal is the estimate; the uniform run, whose
+  // draws chose the proposal, is set aside, which keeps the estimate unbiased.
+  ProposalFit fit;
+  int64_t set_aside = 0;
+  if (plan.radial && plan.importance && (plan.always_adapt || heavy(run))) {
+    double scale_aa = 0, scale_bb = 0;
+    for (int64_t i = 0; i < run.done; ++i) scale_aa += run.raw_aa[size_t(i)], scale_bb += run.raw_bb[size_t(i)];
+    scale_aa = scale_aa > 0 ? scale_aa / double(run.done) : 1.0, scale_bb = scale_bb > 0 ? scale_bb / double(run.done) : 1.0;
+    std::vector<double> explored(size_t(run.done));
+    for (int64_t i = 0; i < run.done; ++i) explored[size_t(i)] = run.raw_aa[size_t(i)] / scale_aa + run.raw_bb[size_t(i)] / scale_bb;
+    auto target = [&](const std::vector<double>& u, int64_t n) {
+      const std::vector<double> x = rows_along(u, n, s.features, s.rule, plan.input_std);
+      const int64_t rows = n * s.per_draw_rows;
+      const Products q = per_draw(products(outputs(s.a, s.reference, x, rows), evaluate_polynomial(s.b, x, rows), rows), s.weights);
+      std::vector<double> h(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) h[size_t(i)] = q.aa[size_t(i)] / scale_aa + q.bb[size_t(i)] / scale_bb;
+      return h;
+    };
+    fit = adapt_direction_proposal(s.features, target, run.directions, explored, run.done, plan.proposal, gen);
+    if (!fit.proposal.components.empty()) {
+      // At most 4 times the uniform run's draws: a proposal that missed the mass would otherwise
+      // draw toward the sample cap before its standard error reached the tolerance.
+      MonteCarloPlan capped = plan;
+      capped.max_samples = std::min(plan.max_samples, std::max(4 * run.done, plan.min_draws));
+      set_aside = run.done + run.pilot;
+      run = sized_run(s, capped, fit.proposal, gen);
+    }
+  }
+  MonteCarloSimilarity r = finish(run.total, run.slice, run.done);
+  r.control_variate = s.cv;
+  r.pilot_samples = run.pilot;
+  r.radial_points = plan.radial ? int(s.per_draw_rows) : 0;
+  r.importance = !fit.proposal.components.empty();
+  r.proposal_peaks = fit.peaks, r.proposal_draws = fit.draws + set_aside;
+  r.evaluations = (run.done + run.pilot + r.proposal_draws) * s.per_draw_rows;
+  r.tail_share = run.total.tail_share(run.done);
+  r.pareto_shape = largest_pareto_shape(run.all), r.pareto_limit = pareto_shape_limit(run.done);
+  r.reliable = !heavy(run);
   return r;
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "analysis/similarity/direction_proposal.h"
 #include "models/polynomial.h"
 
 namespace adjoint {
@@ -26,7 +27,16 @@ struct MonteCarloSimilarity {
   int radial_points = 0;
   int64_t evaluations = 0;
   double tail_share = 0;
-  bool reliable = true;  // tail_share within the plan's limit
+  // Importance sampling over directions (direction_proposal.h): whether the directions came from
+  // a fitted proposal, the peaks it found and the directions it spent (within evaluations).
+  bool importance = false;
+  int proposal_peaks = 0;
+  int64_t proposal_draws = 0;
+  // The tail diagnostic: the largest Pareto shape k̂ of the three inner products' draws (both
+  // tails, pareto_tail.h; the draws before the control variate), and the bar it was held to,
+  // min(1 − 1/log10 N, 0.7).
+  double pareto_shape = 0, pareto_limit = 0.7;
+  bool reliable = true;  // pareto_shape within pareto_limit and tail_share within the plan's limit
 };
 
 // `reference`, when given, is subtracted from a (the difference tensor of --diff).
@@ -60,11 +70,24 @@ struct MonteCarloPlan {
   int64_t pilot = 2048;
   bool control_variate = true;
   bool radial = true;          // spherical–radial splitting; false: plain sampling
-  // Sampling stops at the requested standard error, after at least min_draws. An estimate whose
-  // largest draw carries more than tail_share_limit of the sample variance is marked unreliable
-  // (MonteCarloSimilarity::reliable): its standard error may understate the error.
-  double tail_share_limit = 0.05;
+  // With the radial split, where the uniform directions' draws are heavy-tailed (the diagnostic
+  // below): directions drawn from a proposal adapted toward the directions where
+  // |f_a|²/E|f_a|² + |f_b|²/E|f_b|² is large (direction_proposal.h), each draw weighted by
+  // uniform/proposal, in a fresh run; false: uniform directions only.
+  bool importance = true;
+  ProposalPlan proposal;
+  bool always_adapt = false;  // adapt the proposal even where uniform directions' draws are light-tailed
+  // Sampling stops at the requested standard error, after at least min_draws. An estimate is
+  // marked unreliable (MonteCarloSimilarity::reliable; its standard error may understate the
+  // error) when, in any of the three inner products, its draws' Pareto tail shape exceeds
+  // min(1 − 1/log10 N, 0.7); sampling plainly, also when one draw carries more than
+  // tail_share_limit of the sample variance. A draw along a direction is a bounded function of
+  // it (a polynomial's mean on the sphere), whose tail the Pareto shape reads; a plain draw is
+  // unbounded, with a tail of the stretched-exponential kind (a high-degree polynomial of a
+  // Gaussian) that fits a Pareto shape near 0 at any practical N although its mean rests on a
+  // few draws.
   int64_t min_draws = 1024;
+  double tail_share_limit = 0.05;
   bool embedding_span = true;  // sample x in the span of the embeddings' rows (below), where they begin with one
   uint64_t seed = 1;
   double input_std = 1.0;
