@@ -60,6 +60,17 @@ Coverage coverage(const Pair& p, const ExactInnerProducts& exact, double input_s
   return c;
 }
 
+// Each of the four intervals (the cosine and the three inner products) covered the exact
+// value in at least `at_least` of `runs` runs; the counts are printed first.
+void check_each_covers(const Coverage& c, const ExactInnerProducts& exact, int runs, int at_least) {
+  MESSAGE("exact cosine ", exact.cosine(), "; covered of ", runs, ": cosine ", c.cosine, ", <A|B> ", c.ab, ", <A|A> ", c.aa,
+          ", <B|B> ", c.bb, "; importance-sampled ", c.importance, ", marked unreliable ", c.unreliable);
+  CHECK(c.cosine >= at_least);
+  CHECK(c.ab >= at_least);
+  CHECK(c.aa >= at_least);
+  CHECK(c.bb >= at_least);
+}
+
 }  // namespace
 
 TEST_CASE("Monte Carlo coverage: the default estimate covers a 2-block attention LM's exact inner products, unmarked") {
@@ -71,14 +82,10 @@ TEST_CASE("Monte Carlo coverage: the default estimate covers a 2-block attention
   for (double input_std : {0.35, 0.4}) {
     const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
     const Coverage c = coverage(p, exact, input_std, Sampler::Default, runs);
-    MESSAGE("σ ", input_std, ", exact cosine ", exact.cosine(), "; covered of ", runs, ": cosine ", c.cosine, ", <A|B> ", c.ab,
-            ", <A|A> ", c.aa, ", <B|B> ", c.bb, "; marked unreliable ", c.unreliable);
+    MESSAGE("σ ", input_std);
     // Binomial(20, 0.95): 17 or more with probability 0.98 each; an interval half as wide covers
     // about 13 of 20 (a normal error within ±0.98 s.e.), 17 or more with probability 0.02.
-    CHECK(c.cosine >= 17);
-    CHECK(c.ab >= 17);
-    CHECK(c.aa >= 17);
-    CHECK(c.bb >= 17);
+    check_each_covers(c, exact, runs, 17);
     CHECK(c.unreliable == 0);
   }
 }
@@ -92,13 +99,8 @@ TEST_CASE("Monte Carlo coverage: importance-sampled directions are unbiased, wit
   const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
   const int runs = 20;
   const Coverage c = coverage(p, exact, input_std, Sampler::ImportanceDirections, runs);
-  MESSAGE("exact cosine ", exact.cosine(), "; covered of ", runs, ": cosine ", c.cosine, ", <A|B> ", c.ab, ", <A|A> ", c.aa,
-          ", <B|B> ", c.bb, "; importance-sampled ", c.importance, ", marked unreliable ", c.unreliable);
+  check_each_covers(c, exact, runs, 17);
   CHECK(c.importance >= 17);
-  CHECK(c.cosine >= 17);
-  CHECK(c.ab >= 17);
-  CHECK(c.aa >= 17);
-  CHECK(c.bb >= 17);
   CHECK(c.unreliable <= 3);
 }
 
@@ -108,12 +110,7 @@ TEST_CASE("Monte Carlo coverage: uniform directions cover where their tails are 
   const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
   const int runs = 20;
   const Coverage radial = coverage(p, exact, input_std, Sampler::UniformDirections, runs);
-  MESSAGE("exact cosine ", exact.cosine(), "; covered of ", runs, ": cosine ", radial.cosine, ", <A|B> ", radial.ab, ", <A|A> ",
-          radial.aa, ", <B|B> ", radial.bb, "; marked unreliable ", radial.unreliable);
-  CHECK(radial.cosine >= 17);
-  CHECK(radial.ab >= 17);
-  CHECK(radial.aa >= 17);
-  CHECK(radial.bb >= 17);
+  check_each_covers(radial, exact, runs, 17);
   CHECK(radial.unreliable == 0);
 }
 
