@@ -335,6 +335,18 @@ TEST_CASE("conv2d: a 1x1 layer on a small map in balanced image blocks, the same
   check_against_reference_conv({{8, 1024, 7, 7}, {16, 1024, 1, 1}, {}}, seed, 1e-4, 1e-3, {Transport::gradient()});
 }
 
+TEST_CASE("conv2d: a deep strided layer by the direct kernels, its weights packed in parallel" *
+          doctest::skip(cpu_vector_isa() != VectorIsa::Avx512)) {
+  // 256 output channels: 8 blocks of 32, each a task of its own when the weights are packed.
+  ThreadCount restore;
+  const ConvCase c{{2, 128, 14, 14}, {256, 128, 3, 3}, Conv2dOptions::square(2, 1)};
+  const Tensor x = random_tensor(c.x, 330), w = random_tensor(c.w, 331), b = random_tensor({256}, 332);
+  CHECK(conv2d_algorithm(x, w, c.options) == ConvAlgorithm::Direct);
+  check_same_bits_at_one_and_two_threads(conv_with(c.options), {x, w, b}, 333);
+  uint64_t seed = 334;
+  check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+}
+
 TEST_CASE("conv2d: backward skips the gradients nobody needs") {
   const Tensor x = golden("conv", "conv.basic.in0"), w = golden("conv", "conv.basic.in1").detach(),
                b = golden("conv", "conv.basic.in2");

@@ -1,6 +1,7 @@
 #include "ops/conv/direct.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "engine/error.h"
@@ -26,19 +27,32 @@ int64_t block_size(int64_t O) { return O % 8 == 0 && O % 12 != 0 ? 8 : 12; }
 constexpr int64_t kLeft = 16;
 constexpr int64_t kMaxWidth = 64;
 
+// Weight entries packed per task: a deep layer's weights are megabytes, and packing them
+// alone would leave the other threads idle while every image waits on them.
+constexpr int64_t kPackGrain = 1 << 15;
+
 // The weights in blocks of `block` output channels: packed[b][c][i][j][q] = weight of output
-// channel b·block + q (zero past the last), input channel c, tap (i, j).
-std::vector<float> pack_weights(const DirectConvShape& s, const float* w, bool adjoint_of, int64_t block) {
-  const int64_t blocks = (s.O + block - 1) / block, taps = s.KH * s.KW;
-  std::vector<float> packed(static_cast<size_t>(blocks * s.C * taps * block), 0.0f);
-  for (int64_t o = 0; o < s.O; ++o) {
-    float* to = packed.data() + (o / block) * s.C * taps * block + o % block;  // then + (c·taps + tap)·block
-    for (int64_t c = 0; c < s.C; ++c) {
-      const float* from = adjoint_of ? w + (c * s.O + o) * taps : w + (o * s.C + c) * taps;
-      for (int64_t tap = 0; tap < taps; ++tap)  // flipped: tap (i, j) reads (KH − 1 − i, KW − 1 − j)
-        to[(c * taps + tap) * block] = from[adjoint_of ? taps - 1 - tap : tap];
+// channel b·block + q (zero past the last), input channel c, tap (i, j). Blocks in parallel,
+// each written in order (every entry once, so the buffer needs no clearing first); a copy,
+// the same at any thread count.
+std::unique_ptr<float[]> pack_weights(const DirectConvShape& s, const float* w, bool adjoint_of, int64_t block) {
+  const int64_t blocks = (s.O + block - 1) / block, taps = s.KH * s.KW, per_block = s.C * taps * block;
+  std::unique_ptr<float[]> packed(new float[static_cast<size_t>(blocks * per_block)]);
+  parallel_for(blocks, std::max<int64_t>(1, kPackGrain / std::max<int64_t>(per_block, 1)), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      float* to = packed.get() + b * per_block;
+      const int64_t channels = std::min(block, s.O - b * block);
+      for (int64_t c = 0; c < s.C; ++c)
+        for (int64_t tap = 0; tap < taps; ++tap, to += block) {
+          // Flipped for the adjoint: tap (i, j) reads (KH − 1 − i, KW − 1 − j).
+          for (int64_t q = 0; q < channels; ++q) {
+            const int64_t o = b * block + q;
+            to[q] = adjoint_of ? w[(c * s.O + o) * taps + taps - 1 - tap] : w[(o * s.C + c) * taps + tap];
+          }
+          std::fill(to + channels, to + block, 0.0f);
+        }
     }
-  }
+  });
   return packed;
 }
 
@@ -346,15 +360,15 @@ void direct_conv(const DirectConvShape& s, const float* x, const float* w, bool 
   check(direct_conv_runs(s), "direct_conv: not for this shape or CPU");
   if (s.N == 0 || s.O == 0) return;
   if (by_channels_suits(s)) {  // where both suit, by channels is ahead (see its rule)
-    const std::vector<float> packed = pack_weights(s, w, adjoint_of, kChannelBlock);
-    return run_by_channels(s, x, packed.data(), y, finish);
+    const std::unique_ptr<float[]> packed = pack_weights(s, w, adjoint_of, kChannelBlock);
+    return run_by_channels(s, x, packed.get(), y, finish);
   }
   const int64_t block = block_size(s.O);
-  const std::vector<float> packed = pack_weights(s, w, adjoint_of, block);
+  const std::unique_ptr<float[]> packed = pack_weights(s, w, adjoint_of, block);
   if (block == 8)
-    run_by_rows<8>(s, x, packed.data(), y, finish);
+    run_by_rows<8>(s, x, packed.get(), y, finish);
   else
-    run_by_rows<kMaxBlock>(s, x, packed.data(), y, finish);
+    run_by_rows<kMaxBlock>(s, x, packed.get(), y, finish);
 }
 
 #else  // not x86-64: never runs
