@@ -16,6 +16,7 @@
 #include "engine/vectorize.h"
 #include "ops/activation.h"
 #include "ops/conv.h"
+#include "ops/conv/geometry.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/pool.h"
@@ -333,6 +334,26 @@ TEST_CASE("conv2d: a 1x1 layer on a small map in balanced image blocks, the same
   check_same_bits_at_one_and_two_threads(conv_with({}), {x, w, b}, 313);
   uint64_t seed = 314;
   check_against_reference_conv({{8, 1024, 7, 7}, {16, 1024, 1, 1}, {}}, seed, 1e-4, 1e-3, {Transport::gradient()});
+}
+
+TEST_CASE("conv2d: image blocks are equal to within an image and even in number where there are several") {
+  // (images, block asked for) -> images a block.
+  CHECK(conv::balanced_block(8, 6) == 4);  // 2 blocks: 4 + 4, not 6 + 2
+  CHECK(conv::balanced_block(8, 3) == 2);  // 4 blocks of 2, not 3 + 3 + 2
+  CHECK(conv::balanced_block(8, 5) == 4);
+  CHECK(conv::balanced_block(8, 8) == 8);  // one block
+  CHECK(conv::balanced_block(8, 1) == 1);
+  CHECK(conv::balanced_block(3, 1) == 1);  // 3 blocks of 1 image: no fewer images a block than 1
+  CHECK(conv::balanced_block(7, 3) == 2);  // 4 blocks: 2 + 2 + 2 + 1
+  // A 1x1 stride-2 layer whose 400 output positions asked for blocks of 3 of its 8 images
+  // (ResNet-50's 512->1024 downsample at 28x28 asks the same): now 4 blocks of 2, with the
+  // reference's values and the same bits at 1 and 2 threads.
+  ThreadCount restore;
+  const Conv2dOptions stride2 = Conv2dOptions::square(2, 0);
+  const Tensor x = random_tensor({8, 16, 40, 40}, 320), w = random_tensor({16, 16, 1, 1}, 321), b = random_tensor({16}, 322);
+  check_same_bits_at_one_and_two_threads(conv_with(stride2), {x, w, b}, 323);
+  uint64_t seed = 324;
+  check_against_reference_conv({{8, 16, 40, 40}, {16, 16, 1, 1}, stride2}, seed, 1e-4, 1e-3, {Transport::gradient()});
 }
 
 TEST_CASE("conv2d: a deep strided layer by the direct kernels, its weights packed in parallel" *

@@ -26,10 +26,14 @@ constexpr int64_t kCopyGrain = 1 << 15;
 
 // Blocks of about `block` images for a batch of N: as many blocks as that size makes, but
 // equal to within an image (8 images in blocks of 6 would run as 6 and 2, one thread
-// finishing long before the other; as 4 and 4 they take the same time).
+// finishing long before the other; as 4 and 4 they take the same time), and an even number
+// of them where there are several (8 images in blocks of 3 would run as 3, 3 and 2, one
+// thread taking two blocks while the other takes one; as four blocks of 2, two threads
+// share them evenly). The blocks depend on N and `block` only, never on the thread count.
 inline int64_t balanced_block(int64_t N, int64_t block) {
   if (N <= 0 || block <= 0) return std::max<int64_t>(block, 1);
-  const int64_t blocks = (N + block - 1) / block;
+  int64_t blocks = (N + block - 1) / block;
+  if (blocks > 1 && blocks % 2 == 1 && blocks < N) ++blocks;
   return (N + blocks - 1) / blocks;
 }
 
