@@ -12,6 +12,7 @@
 #include "engine/io/safetensors.h"
 #include "engine/io/state_dict_file.h"
 #include "engine/io/torch_pickle.h"
+#include "engine/io/zip_archive.h"
 #include "models/weights_file.h"
 #include "tests/support.h"
 
@@ -175,6 +176,36 @@ TEST_CASE("torch weights: tampered and unsupported files are refused in one line
                 "tensor 'w': size [1000, 3] has 3000 elements, more than the 3 its storage '0' holds");
   }
   CHECK(!fs::exists(dir.file("p.safetensors")));
+}
+
+TEST_CASE("torch weights: a storage whose bytes fail their CRC-32 is refused in one line before anything is written") {
+  // The ViT's largest storage with one byte changed in the middle of its data.
+  std::string bytes = read_text(pth("vit_b_16.pth"));
+  const ZipArchive archive(pth("vit_b_16.pth"));
+  const ZipArchive::Entry* largest = nullptr;
+  for (const ZipArchive::Entry& e : archive.entries())
+    if (e.name.find("/data/") != std::string::npos && (largest == nullptr || e.size > largest->size)) largest = &e;
+  REQUIRE(largest != nullptr);
+  REQUIRE(largest->method == 0);
+  const auto u16 = [&](size_t at) { return size_t(uint8_t(bytes[at])) | size_t(uint8_t(bytes[at + 1])) << 8; };
+  const size_t data_at = largest->local_header_offset + 30 + u16(largest->local_header_offset + 26) +
+                         u16(largest->local_header_offset + 28);
+  bytes[data_at + largest->size / 2] ^= 0x01;
+  TempDir dir;
+  {
+    std::ofstream(dir.file("damaged.pth"), std::ios::binary) << bytes;
+  }
+  write_safetensors(dir.file("x.safetensors"), {{"x", golden("pth", "vit_b_16.input")}});
+  for (const std::string command : {"predict", "explain"}) {
+    CAPTURE(command);
+    const std::string out = dir.file(command + "_out");
+    const CommandOutcome o = run_adjoint({command, "--model", "vit_b_16", "--dim", "32", "--depth", "2", "--heads", "2",
+                                          "--mlp-ratio", "2", "--classes", "10", "--image-size", "32", "--weights",
+                                          dir.file("damaged.pth"), "--input", dir.file("x.safetensors"), "--out", out});
+    check_fails(o, 1, cat("zip archive ", dir.file("damaged.pth"), ": entry '", largest->name, "': CRC-32 mismatch"));
+    CHECK(!fs::exists(out));                     // explain's folder
+    CHECK(!fs::exists(out + ".safetensors"));    // predict's file
+  }
 }
 
 TEST_CASE("torch weights: --weights-key in a safetensors file takes the tensors under KEY.") {

@@ -432,7 +432,7 @@ public:
     const Value& storage = *t.storage;
     const std::string at = cat(where_, "tensor '", name, "': ");
     const int64_t element = dtype_size(storage.dtype);
-    const std::vector<unsigned char>& bytes = load(storage, element, at);
+    const unsigned char* bytes = load(storage, element, at);
     const int64_t numel = checked_numel(t.size);
     if (numel < 0) throw Error(cat(at, "size ", t.size, " is negative or overflows"));
     // A view may repeat elements (a stride of 0), but no parameter or buffer does; refusing
@@ -462,17 +462,17 @@ public:
     // A row-major little-endian tensor (what torch.save writes for a parameter) is converted
     // straight from the storage's bytes; any other is first gathered and swapped.
     if (row_major && !big_endian_) {
-      if (numel > 0) convert_to_float(storage.dtype, bytes.data() + t.offset * element, out.data(), size_t(numel));
+      if (numel > 0) convert_to_float(storage.dtype, bytes + t.offset * element, out.data(), size_t(numel));
       return out;
     }
     // Gathered in row-major order into raw bytes, swapped to little-endian, then converted.
     std::vector<unsigned char> raw(size_t(numel * element));
     Shape index(dims, 0);
-    if (row_major && numel > 0) std::memcpy(raw.data(), bytes.data() + t.offset * element, raw.size());
+    if (row_major && numel > 0) std::memcpy(raw.data(), bytes + t.offset * element, raw.size());
     else for (int64_t i = 0; i < numel; ++i) {
       int64_t source = t.offset;
       for (size_t d = 0; d < dims; ++d) source += index[d] * t.stride[d];
-      std::memcpy(raw.data() + i * element, bytes.data() + source * element, size_t(element));
+      std::memcpy(raw.data() + i * element, bytes + source * element, size_t(element));
       for (size_t d = dims; d-- > 0;) {
         if (++index[d] < t.size[d]) break;
         index[d] = 0;
@@ -485,27 +485,27 @@ public:
   }
 
 private:
-  // The bytes of `storage`, read once, and checked to hold its element count.
-  const std::vector<unsigned char>& load(const Value& storage, int64_t element, const std::string& at) {
+  // The bytes of `storage`, found once, and checked to hold its element count.
+  const unsigned char* load(const Value& storage, int64_t element, const std::string& at) {
     auto it = loaded_.find(storage.text);
     if (it == loaded_.end()) {
       const std::string entry_name = prefix_ + "data/" + storage.text;
       const ZipArchive::Entry* entry = zip_.find(entry_name);
       if (entry == nullptr) throw Error(cat(at, "its storage '", storage.text, "' has no entry ", entry_name));
-      it = loaded_.emplace(storage.text, zip_.read(*entry)).first;
+      it = loaded_.emplace(storage.text, zip_.content(*entry)).first;
     }
     int64_t needed = 0;
     if (__builtin_mul_overflow(storage.numel, element, &needed) || int64_t(it->second.size()) < needed)
       throw Error(cat(at, "storage '", storage.text, "' holds ", it->second.size(), " bytes, fewer than its ",
                       storage.numel, " elements of ", storage.dtype, " need (a storage shorter than its tensor)"));
-    return it->second;
+    return it->second.data();
   }
 
   const ZipArchive& zip_;
   std::string prefix_;
   bool big_endian_;
   std::string where_;
-  std::map<std::string, std::vector<unsigned char>> loaded_;
+  std::map<std::string, ZipArchive::Content> loaded_;
 };
 
 std::string keys_of(const Value& dict) {
