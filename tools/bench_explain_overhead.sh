@@ -4,8 +4,9 @@
 # no metrics, 2 threads. For 16 and 64 images it runs the BEFORE and AFTER executables
 # alternately and prints, per run, the whole command's wall time (process start to exit),
 # the methods' time (explain's own `time:` line) and the overhead, (whole - methods) /
-# methods; then the best of each. Run it on a quiet machine (about 2 minutes); the figures
-# are in docs/benchmarks.md.
+# methods; then the best of each, and whether both wrote the same results
+# (tools/compare_explain_outputs.py). Run it on a quiet machine (about 2 minutes); the
+# figures are in docs/benchmarks.md.
 #
 #   tools/bench_explain_overhead.sh OUTDIR [BEFORE] [AFTER]
 #   (default AFTER: build/tools/adjoint; without BEFORE only AFTER runs; REPEATS=5 and
@@ -43,6 +44,12 @@ for images in 16 64; do
   done
 done
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "$before" ]; then  # the same results from both (pictures by their pixels)
+  for images in 16 64; do
+    printf '%s images, before against after: ' "$images"
+    /usr/bin/python3 "$(dirname "$0")/compare_explain_outputs.py" "$out/before_${images}_1" "$out/after_${images}_1"
+  done
+fi
 echo "best of $repeats runs each (the lowest overhead):"
 awk '{ key = $1 " " $2; o = $NF; sub("%", "", o)
        if (!(key in best) || o + 0 < best[key] + 0) { best[key] = o; line[key] = $0 } }
