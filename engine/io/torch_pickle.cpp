@@ -506,36 +506,27 @@ private:
     return *entry;
   }
 
-  // The bytes of `storage`, found (and checked against their CRC) once, whichever tensor
-  // on it is read first; tensors on different storages are read at the same time.
+  // The bytes of `storage`, found and checked against their CRC once, whichever tensor on
+  // it is read first. No lock is held while they are checked: the CRC runs over the threads,
+  // whose tasks may meanwhile read other tensors, on this storage too; two that check the same
+  // storage at once both find it sound, and the first to finish is kept.
   const unsigned char* bytes_of(const Value& storage, const std::string& at) {
-    Loaded* slot = nullptr;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      std::unique_ptr<Loaded>& p = loaded_[storage.text];
-      if (!p) p = std::make_unique<Loaded>();
-      slot = p.get();
+      const auto it = loaded_.find(storage.text);
+      if (it != loaded_.end()) return it->second.data();
     }
-    std::lock_guard<std::mutex> lock(slot->mutex);
-    if (!slot->found) {
-      slot->content = zip_.content(entry_of(storage, at));
-      slot->found = true;
-    }
-    return slot->content.data();
+    ZipArchive::Content content = zip_.content(entry_of(storage, at));
+    std::lock_guard<std::mutex> lock(mutex_);
+    return loaded_.try_emplace(storage.text, std::move(content)).first->second.data();
   }
-
-  struct Loaded {
-    std::mutex mutex;
-    bool found = false;
-    ZipArchive::Content content;
-  };
 
   const ZipArchive& zip_;
   std::string prefix_;
   bool big_endian_;
   std::string where_;
-  std::mutex mutex_;  // guards the map, not the slots
-  std::map<std::string, std::unique_ptr<Loaded>> loaded_;
+  std::mutex mutex_;  // guards loaded_
+  std::map<std::string, ZipArchive::Content> loaded_;
 };
 
 std::string keys_of(const Value& dict) {
