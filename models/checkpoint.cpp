@@ -5,10 +5,12 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <set>
 
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
+#include "engine/threads.h"
 
 namespace adjoint {
 
@@ -59,19 +61,24 @@ int64_t metadata_int(const std::map<std::string, std::string>& meta, const std::
 }
 }  // namespace
 
-void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensors, const std::string& source) {
-  std::map<std::string, Tensor> own = module.state_dict();
+namespace {
+
+// Throws the Error listing every missing, unexpected and mis-shaped name unless the names
+// and shapes of `given` (shape_of gives each one's) are those of the module's `own`.
+template <typename Given, typename ShapeOf>
+void check_names_and_shapes(const std::map<std::string, Tensor>& own, const Given& given, ShapeOf shape_of,
+                            const std::string& source) {
   std::vector<std::string> missing, unexpected, mis_shaped;
   for (const auto& [name, t] : own) {
-    auto it = tensors.find(name);
+    auto it = given.find(name);
     // Exports from before PyTorch 0.4.1 have no num_batches_tracked; torch accepts that.
-    if (it == tensors.end()) {
+    if (it == given.end()) {
       if (name.size() < 19 || name.substr(name.size() - 19) != "num_batches_tracked") missing.push_back(name);
     }
-    else if (it->second.shape() != t.shape())
-      mis_shaped.push_back(cat(name, " ", it->second.shape(), " vs model ", t.shape()));
+    else if (shape_of(it->second) != t.shape())
+      mis_shaped.push_back(cat(name, " ", shape_of(it->second), " vs model ", t.shape()));
   }
-  for (const auto& [name, t] : tensors)
+  for (const auto& [name, t] : given)
     if (!own.count(name)) unexpected.push_back(name);
   if (!missing.empty() || !unexpected.empty() || !mis_shaped.empty()) {
     std::string msg = cat("loading ", source, ": state dict does not match the model");
@@ -80,15 +87,25 @@ void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensor
     list_names(msg, "wrong shape", mis_shaped);
     throw Error(msg);
   }
+}
+
+// Throws the Error naming tensor `name` of `source` when any of its `n` values is NaN or infinite.
+void check_finite(const std::string& name, const float* values, int64_t n, const std::string& source) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(values[i]);
+  if (bad > 0)
+    throw Error(cat("loading ", source, ": tensor '", name, "' holds ", bad, " NaN or infinite value",
+                    bad > 1 ? "s" : "", " of ", n, " (a diverged or corrupted model)"));
+}
+
+}  // namespace
+
+void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensors, const std::string& source) {
+  std::map<std::string, Tensor> own = module.state_dict();
+  check_names_and_shapes(own, tensors, [](const Tensor& t) { return t.shape(); }, source);
   for (const auto& [name, t] : tensors) {
     const Tensor values = t.contiguous();
-    const float* p = values.data();
-    const int64_t n = values.numel();
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; ++i) bad += !std::isfinite(p[i]);
-    if (bad > 0)
-      throw Error(cat("loading ", source, ": tensor '", name, "' holds ", bad, " NaN or infinite value",
-                      bad > 1 ? "s" : "", " of ", values.numel(), " (a diverged or corrupted model)"));
+    check_finite(name, values.data(), values.numel(), source);
   }
   for (auto& [name, t] : own) {
     auto it = tensors.find(name);
@@ -96,6 +113,33 @@ void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensor
     Tensor target = t;
     target.copy_from(it->second);
   }
+}
+
+void load_state_dict(Module& module, const StoredTensors& tensors, const std::string& source) {
+  std::map<std::string, Tensor> own = module.state_dict();
+  check_names_and_shapes(own, tensors, [](const StoredTensor& t) { return t.shape; }, source);
+  std::vector<std::pair<std::string, Tensor>> targets;
+  for (const auto& [name, t] : own)
+    if (tensors.count(name)) targets.emplace_back(name, t);
+  // Each tensor read into its own, over the threads; the first failure in name order is the
+  // one reported, whatever the threads.
+  std::vector<std::exception_ptr> failures(targets.size());
+  parallel_for(int64_t(targets.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      auto& [name, target] = targets[size_t(i)];
+      try {
+        const StoredTensor& stored = tensors.at(name);
+        Tensor landing = target.is_contiguous() ? target : Tensor::empty(target.shape());
+        stored.read_into(landing.data());
+        check_finite(name, landing.data(), landing.numel(), source);
+        if (landing.data() != target.data()) target.copy_from(landing);
+      } catch (...) {
+        failures[size_t(i)] = std::current_exception();
+      }
+    }
+  });
+  for (const std::exception_ptr& failure : failures)
+    if (failure) std::rethrow_exception(failure);
 }
 
 void save_checkpoint(const std::string& path, const Model& model, const Optimizer* optimizer, int64_t epoch,

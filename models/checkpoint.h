@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "engine/io/stored_tensor.h"
 #include "engine/module.h"
 #include "engine/optim.h"
 #include "models/model.h"
@@ -19,6 +20,11 @@ namespace adjoint {
 // or corrupted model would otherwise predict nonsense without a word); `source` names
 // the file in the message.
 void load_state_dict(Module& module, const std::map<std::string, Tensor>& tensors, const std::string& source);
+// The same from a file's tensors not yet read (engine/io/stored_tensor.h): the names and
+// shapes are checked first, then each tensor is read straight into the module's own, over
+// the threads, and checked there. On a failure (a damaged storage, a value that is not
+// finite) the module is left partly loaded; the Error names the first such tensor by name.
+void load_state_dict(Module& module, const StoredTensors& tensors, const std::string& source);
 
 struct Checkpoint {
   std::string path;  // the file it was read from, for messages

@@ -18,6 +18,7 @@
 #include "engine/random.h"
 #include "engine/io/safetensors.h"
 #include "models/model.h"
+#include "models/model_source.h"
 #include "tests/support.h"
 
 using namespace adjoint;
@@ -311,4 +312,47 @@ TEST_CASE("predict cli: a checkpoint of a named data set names its predicted cla
   bool found = false;
   for (size_t k = 0; k < names.size(); ++k) found |= contains(named.out, cat("0: class ", k, " (", names[k], ") (logit"));
   CHECK_MESSAGE(found, named.out);
+}
+
+TEST_CASE("explain cli: --data's images, decoded while the model loads, are the data set's; the model's error comes first") {
+  // An ImageNet-shaped folder of two classes, three 256 x 256 noise PNGs each, and the
+  // 1/32-width ResNet-50 that torch.save wrote for the reproduce test (two classes).
+  TempDir dir;
+  Generator gen(16);
+  for (const char* wnid : {"n01440764", "n01443537"}) {
+    fs::create_directories(dir.file(cat("imagenet/val/", wnid)));
+    for (int k = 0; k < 3; ++k) {
+      const Tensor noise = uniform({256 * 256 * 3}, 0.0f, 255.0f, gen);
+      std::vector<uint8_t> rgb(size_t(noise.numel()));
+      for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t(noise.data()[i]);
+      Image picture(256, 256);
+      picture.pixels = rgb;
+      write_png(dir.file(cat("imagenet/val/", wnid, "/", k, ".png")), picture);
+    }
+  }
+  const std::string spec = "imagenet:" + dir.file("imagenet");
+  const std::string weights = cat(ADJOINT_SOURCE_DIR, "/tests/goldens/reproduce_imagenet/resnet50.pth");
+  const auto explain_with = [&](const std::string& weights_file, const std::string& data, const std::string& out) {
+    return run_adjoint({"explain", "--model", "resnet50", "--width", "0.03125", "--imagenet-stem", "--classes", "2",
+                        "--weights", weights_file, "--data", data, "--count", "5", "--methods", "gradient",
+                        "--metrics", "none", "--out", dir.file(out)});
+  };
+  const CommandOutcome done = explain_with(weights, spec, "out");
+  CAPTURE(done.err);
+  REQUIRE(done.code == 0);
+  const SafetensorsFile written = read_safetensors(dir.file("out/attributions_gradient.safetensors"));
+  const DataSource data = open_data(spec, DataSplits::TestOnly);
+  check_close(written.tensors.at("inputs"), load_examples(data, "test", 5, std::nullopt).inputs, 0, 0,
+              "the inputs explained");
+
+  // Both the weights and the images at fault: the weights' error, as when they loaded first.
+  const CommandOutcome both = explain_with(dir.file("missing.pth"), "imagenet:" + dir.file("nowhere"), "both");
+  CHECK(both.code == 1);
+  CHECK(contains(both.err, dir.file("missing.pth")));
+  CHECK(!contains(both.err, dir.file("nowhere")));
+  const CommandOutcome images = explain_with(weights, "imagenet:" + dir.file("nowhere"), "images");
+  CHECK(images.code != 0);
+  CHECK(contains(images.err, dir.file("nowhere")));
+  CHECK(!fs::exists(dir.file("both")));
+  CHECK(!fs::exists(dir.file("images")));
 }

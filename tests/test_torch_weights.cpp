@@ -5,13 +5,17 @@
 // line. Files and logits come from tests/goldens/gen_pth.py.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 #include <fstream>
 
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
 #include "engine/io/state_dict_file.h"
 #include "engine/io/torch_pickle.h"
+#include "engine/io/zip_archive.h"
+#include "engine/threads.h"
 #include "models/weights_file.h"
 #include "tests/support.h"
 
@@ -175,6 +179,88 @@ TEST_CASE("torch weights: tampered and unsupported files are refused in one line
                 "tensor 'w': size [1000, 3] has 3000 elements, more than the 3 its storage '0' holds");
   }
   CHECK(!fs::exists(dir.file("p.safetensors")));
+}
+
+TEST_CASE("torch weights: a storage whose bytes fail their CRC-32 is refused in one line before anything is written") {
+  // The ViT's largest storage with one byte changed in the middle of its data.
+  std::string bytes = read_text(pth("vit_b_16.pth"));
+  const ZipArchive archive(pth("vit_b_16.pth"));
+  const ZipArchive::Entry* largest = nullptr;
+  for (const ZipArchive::Entry& e : archive.entries())
+    if (e.name.find("/data/") != std::string::npos && (largest == nullptr || e.size > largest->size)) largest = &e;
+  REQUIRE(largest != nullptr);
+  REQUIRE(largest->method == 0);
+  const auto u16 = [&](size_t at) { return size_t(uint8_t(bytes[at])) | size_t(uint8_t(bytes[at + 1])) << 8; };
+  const size_t data_at = largest->local_header_offset + 30 + u16(largest->local_header_offset + 26) +
+                         u16(largest->local_header_offset + 28);
+  bytes[data_at + largest->size / 2] ^= 0x01;
+  TempDir dir;
+  {
+    std::ofstream(dir.file("damaged.pth"), std::ios::binary) << bytes;
+  }
+  write_safetensors(dir.file("x.safetensors"), {{"x", golden("pth", "vit_b_16.input")}});
+  for (const std::string command : {"predict", "explain"}) {
+    CAPTURE(command);
+    const std::string out = dir.file(command + "_out");
+    const CommandOutcome o = run_adjoint({command, "--model", "vit_b_16", "--dim", "32", "--depth", "2", "--heads", "2",
+                                          "--mlp-ratio", "2", "--classes", "10", "--image-size", "32", "--weights",
+                                          dir.file("damaged.pth"), "--input", dir.file("x.safetensors"), "--out", out});
+    check_fails(o, 1, cat("zip archive ", dir.file("damaged.pth"), ": entry '", largest->name, "': CRC-32 mismatch"));
+    CHECK(!fs::exists(out));                     // explain's folder
+    CHECK(!fs::exists(out + ".safetensors"));    // predict's file
+  }
+}
+
+TEST_CASE("torch weights: read straight into the model, two damaged storages name the first tensor's at any thread count") {
+  // The ViT's two largest storages damaged: loading reads the tensors in parallel, yet the
+  // error is always the same one, that of the first damaged tensor in the model's name order.
+  std::string bytes = read_text(pth("vit_b_16.pth"));
+  const ZipArchive archive(pth("vit_b_16.pth"));
+  std::vector<const ZipArchive::Entry*> storages;
+  for (const ZipArchive::Entry& e : archive.entries())
+    if (e.name.find("/data/") != std::string::npos) storages.push_back(&e);
+  std::sort(storages.begin(), storages.end(), [](auto* a, auto* b) { return a->size > b->size; });
+  REQUIRE(storages.size() > 2);
+  const auto u16 = [&](size_t at) { return size_t(uint8_t(bytes[at])) | size_t(uint8_t(bytes[at + 1])) << 8; };
+  for (int k = 0; k < 2; ++k) {
+    const ZipArchive::Entry& e = *storages[size_t(k)];
+    bytes[e.local_header_offset + 30 + u16(e.local_header_offset + 26) + u16(e.local_header_offset + 28) + 5] ^= 0x40;
+  }
+  TempDir dir;
+  {
+    std::ofstream(dir.file("damaged.pth"), std::ios::binary) << bytes;
+  }
+  const int threads_before = num_threads();
+  std::set<std::string> messages;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      Generator gen(1);
+      auto model = make_model(torchvision_config("vit_b_16"), gen);
+      try {
+        load_weights_file(*model, dir.file("damaged.pth"));
+        messages.insert("(loaded)");
+      } catch (const Error& e) {
+        messages.insert(e.what());
+      }
+    }
+  }
+  set_num_threads(threads_before);
+  REQUIRE(messages.size() == 1);
+  const std::string message = *messages.begin();
+  CHECK(contains(message, "CRC-32 mismatch"));
+  CHECK((contains(message, "'" + storages[0]->name + "'") || contains(message, "'" + storages[1]->name + "'")));
+  // Undamaged, the model holds the file's tensors exactly, as read whole.
+  Generator gen(1);
+  auto model = make_model(torchvision_config("vit_b_16"), gen);
+  load_weights_file(*model, pth("vit_b_16.pth"));
+  const std::map<std::string, Tensor> whole =
+      rename_weights(read_state_dict(pth("vit_b_16.pth")).tensors, model->facts().weight_file_names, "test");
+  const std::map<std::string, Tensor> own = model->state_dict();
+  int64_t compared = 0;
+  for (const auto& [name, t] : own)
+    if (whole.count(name)) check_close(t, whole.at(name), 0, 0, name), ++compared;
+  CHECK(compared == int64_t(own.size()));
 }
 
 TEST_CASE("torch weights: --weights-key in a safetensors file takes the tensors under KEY.") {

@@ -3,6 +3,7 @@
 // turns options into ReportOptions, finds the model and the images, and prints.
 #include <algorithm>
 #include <cstdio>
+#include <future>
 
 #include "analysis/pullbacks/protocol.h"
 #include "analysis/pullbacks/randomisation.h"
@@ -134,10 +135,49 @@ struct Inputs {
   std::vector<float> mean, std;  // their normalisation
 };
 
-Inputs load_inputs(const cli::Args& a, const LoadedModel& m, bool evaluate) {
+// The images of the data set `spec`: what neither the model nor its weights decide, so that
+// they can be decoded while the model loads.
+Inputs load_data_set_inputs(const cli::Args& a, const std::string& spec, bool evaluate) {
+  if (a.has("preset"))  // a data set's transform is its spec's (imagenet:ROOT:PRESET), never silently another
+    throw UsageError("--preset applies to image files; a data set names its own (e.g. --data imagenet:ROOT:resnet50_v2)");
+  if (spec.empty())
+    throw UsageError(evaluate ? "--evaluate: the model names no data set; give --data SPEC"
+                              : "give images to explain: --image FILES, --input FILE.safetensors or --data SPEC");
+  DataSource data = open_data(spec, a.text("split") == "train" ? DataSplits::TrainAndTest : DataSplits::TestOnly);
+  check(data.images, "explain: ", spec, " is not an image data set");
+  // --evaluate follows the protocol of the images' size (analysis/pullbacks/protocol.h).
+  const Shape shape = transformed_shape(data.eval_transforms(), data.test->shape());
+  const EvaluationProtocol protocol = evaluation_protocol(shape[1], shape[2]);
+  const int64_t count = a.has("count") ? at_least(a, "count", 1) : evaluate ? protocol.images : 8;
+  const std::optional<uint64_t> shuffle = evaluate ? protocol.shuffle_seed : std::nullopt;
+  Examples ex = load_examples(data, a.text("split"), count, shuffle);
+  Inputs in;
+  in.x = ex.inputs;
+  in.labels = ex.labels;
+  in.mean = data.mean;
+  in.std = data.std;
+  in.source = cat(spec, " (", a.text("split"), ", first ", ex.labels.size(),
+                  shuffle ? cat(" shuffled with seed ", *shuffle) : std::string(), ")");
+  return in;
+}
+
+// The image files given on the command line and with --image.
+std::vector<std::string> image_files(const cli::Args& a) {
   std::vector<std::string> files = a.positionals();
   if (a.has("image"))
     for (const std::string& f : a.list("image")) files.push_back(f);
+  return files;
+}
+
+// True when the images are --data's alone: they can be decoded before the model is known.
+bool images_from_data_option(const cli::Args& a) {
+  return a.has("data") && image_files(a).empty() && !a.has("input");
+}
+
+// The images to explain. `decoding`, when valid, is --data's images already on their way
+// (load_data_set_inputs started before the model loaded).
+Inputs load_inputs(const cli::Args& a, const LoadedModel& m, bool evaluate, std::future<Inputs>& decoding) {
+  const std::vector<std::string> files = image_files(a);
   const int given = int(!files.empty()) + int(a.has("input")) + int(a.has("data"));
   if (given > 1) throw UsageError("give one source of images: --image FILES, --input FILE or --data SPEC");
   Inputs in{{}, {}, "", m.mean, m.std};
@@ -156,27 +196,8 @@ Inputs load_inputs(const cli::Args& a, const LoadedModel& m, bool evaluate) {
     in.source = a.text("input");
     return in;
   }
-  const std::string spec = a.has("data") ? a.text("data") : m.data_spec;
-  if (a.has("preset"))  // a data set's transform is its spec's (imagenet:ROOT:PRESET), never silently another
-    throw UsageError("--preset applies to image files; a data set names its own (e.g. --data imagenet:ROOT:resnet50_v2)");
-  if (spec.empty())
-    throw UsageError(evaluate ? "--evaluate: the model names no data set; give --data SPEC"
-                              : "give images to explain: --image FILES, --input FILE.safetensors or --data SPEC");
-  DataSource data = open_data(spec, a.text("split") == "train" ? DataSplits::TrainAndTest : DataSplits::TestOnly);
-  check(data.images, "explain: ", spec, " is not an image data set");
-  // --evaluate follows the protocol of the images' size (analysis/pullbacks/protocol.h).
-  const Shape shape = transformed_shape(data.eval_transforms(), data.test->shape());
-  const EvaluationProtocol protocol = evaluation_protocol(shape[1], shape[2]);
-  const int64_t count = a.has("count") ? at_least(a, "count", 1) : evaluate ? protocol.images : 8;
-  const std::optional<uint64_t> shuffle = evaluate ? protocol.shuffle_seed : std::nullopt;
-  Examples ex = load_examples(data, a.text("split"), count, shuffle);
-  in.x = ex.inputs;
-  in.labels = ex.labels;
-  in.mean = data.mean;
-  in.std = data.std;
-  in.source = cat(spec, " (", a.text("split"), ", first ", ex.labels.size(),
-                  shuffle ? cat(" shuffled with seed ", *shuffle) : std::string(), ")");
-  return in;
+  if (decoding.valid()) return decoding.get();
+  return load_data_set_inputs(a, a.has("data") ? a.text("data") : m.data_spec, evaluate);
 }
 
 void print_summary(const MetricTable& t) {
@@ -232,6 +253,11 @@ void say(const std::string& line) {
 
 int run_explain(const cli::Args& a) {
   const bool evaluate = a.flag("evaluate");
+  // --data's images are decoded while the model's weights are read; an error of either
+  // shows where it did before (the model's first, then the options', then the images').
+  std::future<Inputs> decoding;
+  if (images_from_data_option(a))
+    decoding = std::async(std::launch::async, [&a, evaluate] { return load_data_set_inputs(a, a.text("data"), evaluate); });
   LoadedModel m = load_model(a);
   const Model& model = *m.model;
 
@@ -271,7 +297,7 @@ int run_explain(const cli::Args& a) {
   if (distributed::size() > 1 && !evaluate)
     throw UsageError("under mpirun, explain shares out the cells of --evaluate; without it, run one process");
 
-  const Inputs in = load_inputs(a, m, evaluate);
+  const Inputs in = load_inputs(a, m, evaluate, decoding);
   check_model_input(m, in.x, in.source);
   if (evaluate) {  // the constants of the images' size; the options given still win
     const EvaluationProtocol protocol = evaluation_protocol(in.x.size(2), in.x.size(3));

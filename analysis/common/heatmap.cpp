@@ -1,13 +1,12 @@
 #include "analysis/common/heatmap.h"
 
-#include <stb/stb_image_write.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "analysis/common/figure.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
+#include "engine/io/png.h"
 
 // stb_easy_font is a header of static functions; the ones we do not call would warn.
 #pragma GCC diagnostic push
@@ -191,15 +190,7 @@ Image contact_sheet(const std::vector<SheetColumn>& columns) { return Figure(Ima
 
 std::string encode_png(const Image& image) {
   check(image.width > 0 && image.height > 0, "encode_png: empty image ", image.width, "x", image.height);
-  std::string bytes;
-  const auto append = [](void* context, void* data, int size) {
-    static_cast<std::string*>(context)->append(static_cast<const char*>(data), size_t(size));
-  };
-  const int ok = stbi_write_png_to_func(append, &bytes, int(image.width), int(image.height), 3, image.pixels.data(),
-                                        int(image.width * 3));
-  check(ok != 0 && !bytes.empty(), "encode_png: stb_image_write failed on a ", image.width, "x", image.height,
-        " image");
-  return bytes;
+  return encode_png_rgb(image.pixels.data(), image.width, image.height);
 }
 
 void write_png(const std::string& path, const Image& image) {

@@ -79,7 +79,7 @@ struct SheetColumn {
 };
 Image contact_sheet(const std::vector<SheetColumn>& columns);
 
-// PNG encoding (stb_image_write) and an atomic write of it; errors name the path.
+// PNG encoding (engine/io/png.h) and an atomic write of it; errors name the path.
 std::string encode_png(const Image& image);
 void write_png(const std::string& path, const Image& image);
 

@@ -362,9 +362,13 @@ void convert_to_float(const std::string& dtype, const unsigned char* src, float*
 void require_floating_point(const SafetensorsFile& file, const std::string& name, const std::string& path) {
   auto it = file.dtypes.find(name);
   if (it == file.dtypes.end()) return;  // built in memory, not read
-  const Dtype* dtype = find_dtype(it->second);
+  require_floating_point(it->second, name, path);
+}
+
+void require_floating_point(const std::string& dtype_name, const std::string& name, const std::string& path) {
+  const Dtype* dtype = find_dtype(dtype_name);
   if (dtype == nullptr || !dtype->floating)
-    throw Error(cat(path, ": tensor '", name, "' has dtype ", it->second,
+    throw Error(cat(path, ": tensor '", name, "' has dtype ", dtype_name,
                     ", expected floating point (F32, F16, BF16, F64); integer and boolean tensors are ids, counts "
                     "or masks, not weights or inputs"));
 }

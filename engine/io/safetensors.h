@@ -30,6 +30,8 @@ SafetensorsFile read_safetensors(const std::string& path);
 // floating-point dtype: integer and boolean values (token ids, masks, counters) read
 // as floats would pass silently as weights or inputs.
 void require_floating_point(const SafetensorsFile& file, const std::string& name, const std::string& path);
+// The same for a tensor stored as `dtype`.
+void require_floating_point(const std::string& dtype, const std::string& name, const std::string& path);
 
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

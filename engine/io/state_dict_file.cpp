@@ -1,5 +1,8 @@
 #include "engine/io/state_dict_file.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "engine/error.h"
 #include "engine/io/torch_pickle.h"
 
@@ -21,7 +24,36 @@ SafetensorsFile drop_prefix(SafetensorsFile file, const std::string& prefix) {
   return out;
 }
 
+// The prefix of every name of a model saved wrapped in DistributedDataParallel or DataParallel.
+constexpr const char* kWrapperPrefix = "module.";
+
+// True when every name starts with kWrapperPrefix.
+template <typename Tensors>
+bool saved_wrapped(const Tensors& tensors) {
+  bool wrapped = !tensors.empty();
+  for (const auto& [name, tensor] : tensors) wrapped = wrapped && name.starts_with(kWrapperPrefix);
+  return wrapped;
+}
+
 }  // namespace
+
+StoredTensors open_state_dict(const std::string& path, const std::string& key) {
+  if (!is_torch_zip_file(path)) {  // read whole, as read_safetensors reads: each tensor copied from memory
+    StoredTensors stored;
+    const SafetensorsFile file = read_state_dict(path, key);
+    for (const auto& [name, tensor] : file.tensors) {
+      const Tensor values = tensor.contiguous();
+      stored.emplace(name, StoredTensor{values.shape(), file.dtypes.count(name) ? file.dtypes.at(name) : "F32",
+                                        [values](float* out) { std::copy_n(values.data(), values.numel(), out); }});
+    }
+    return stored;
+  }
+  StoredTensors stored = open_torch_state_dict(path, key);
+  if (!saved_wrapped(stored)) return stored;
+  StoredTensors unwrapped;
+  for (auto& [name, tensor] : stored) unwrapped.emplace(name.substr(std::strlen(kWrapperPrefix)), std::move(tensor));
+  return unwrapped;
+}
 
 SafetensorsFile read_state_dict(const std::string& path, const std::string& key) {
   SafetensorsFile file;
@@ -39,9 +71,7 @@ SafetensorsFile read_state_dict(const std::string& path, const std::string& key)
         throw Error(cat(path, ": none of its ", before, " tensors is named '", key, ".*' (--weights-key ", key, ")"));
     }
   }
-  bool wrapped = !file.tensors.empty();
-  for (const auto& [name, tensor] : file.tensors) wrapped = wrapped && name.starts_with("module.");
-  if (wrapped) file = drop_prefix(std::move(file), "module.");
+  if (saved_wrapped(file.tensors)) file = drop_prefix(std::move(file), kWrapperPrefix);
   return file;
 }
 

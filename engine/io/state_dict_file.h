@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/io/safetensors.h"
+#include "engine/io/stored_tensor.h"
 
 namespace adjoint {
 
@@ -18,5 +19,11 @@ namespace adjoint {
 // Refuses, in one line naming `path`: PyTorch's legacy format from before 1.6 (with how to
 // re-save it), and whatever read_safetensors and read_torch_state_dict refuse.
 SafetensorsFile read_state_dict(const std::string& path, const std::string& key = "");
+
+// The same state dict with its tensors not yet read (engine/io/stored_tensor.h), so that each
+// is converted once, into the memory that keeps it: a torch.save file's straight from the
+// file (read_into checks its storage's CRC-32), a safetensors file's from memory after
+// read_safetensors. The same names and the same errors, a damaged storage's when it is read.
+StoredTensors open_state_dict(const std::string& path, const std::string& key = "");
 
 }  // namespace adjoint

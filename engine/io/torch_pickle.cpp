@@ -7,6 +7,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "engine/error.h"
@@ -427,12 +429,17 @@ public:
   Storages(const ZipArchive& zip, std::string prefix, bool big_endian, std::string where)
       : zip_(zip), prefix_(std::move(prefix)), big_endian_(big_endian), where_(std::move(where)) {}
 
-  // The tensor `name` as float32: its elements gathered from its storage by offset and stride.
-  Tensor tensor(const std::string& name, const Value& t) {
+  // Checks what the file says of tensor `name` without reading its values: its storage's
+  // entry is there and holds the storage's elements, and the view lies inside it.
+  void check(const std::string& name, const Value& t) const {
     const Value& storage = *t.storage;
     const std::string at = cat(where_, "tensor '", name, "': ");
     const int64_t element = dtype_size(storage.dtype);
-    const std::vector<unsigned char>& bytes = load(storage, element, at);
+    const ZipArchive::Entry& entry = entry_of(storage, at);
+    int64_t needed = 0;
+    if (__builtin_mul_overflow(storage.numel, element, &needed) || entry.size < uint64_t(needed))
+      throw Error(cat(at, "storage '", storage.text, "' holds ", entry.size, " bytes, fewer than its ", storage.numel,
+                      " elements of ", storage.dtype, " need (a storage shorter than its tensor)"));
     const int64_t numel = checked_numel(t.size);
     if (numel < 0) throw Error(cat(at, "size ", t.size, " is negative or overflows"));
     // A view may repeat elements (a stride of 0), but no parameter or buffer does; refusing
@@ -453,26 +460,34 @@ public:
     if (numel > 0 && last >= storage.numel)
       throw Error(cat(at, "size ", t.size, ", stride ", t.stride, " and offset ", t.offset, " reach element ", last,
                       " of storage '", storage.text, "', which holds ", storage.numel, " (a storage shorter than its tensor)"));
+  }
 
+  // Tensor `name`, checked first, as float32 into `out`: its elements gathered from its
+  // storage by offset and stride.
+  void read_into(const std::string& name, const Value& t, float* out) {
+    const Value& storage = *t.storage;
+    const int64_t element = dtype_size(storage.dtype);
+    const int64_t numel = checked_numel(t.size);
+    if (numel == 0) return;
+    const unsigned char* bytes = bytes_of(storage, cat(where_, "tensor '", name, "': "));
     const size_t dims = t.size.size();
     bool row_major = true;
     for (int64_t d = int64_t(dims) - 1, step = 1; d >= 0; step *= t.size[size_t(d)], --d)
       row_major = row_major && (t.size[size_t(d)] == 1 || t.stride[size_t(d)] == step);
-    Tensor out = Tensor::empty(t.size);
     // A row-major little-endian tensor (what torch.save writes for a parameter) is converted
     // straight from the storage's bytes; any other is first gathered and swapped.
     if (row_major && !big_endian_) {
-      if (numel > 0) convert_to_float(storage.dtype, bytes.data() + t.offset * element, out.data(), size_t(numel));
-      return out;
+      convert_to_float(storage.dtype, bytes + t.offset * element, out, size_t(numel));
+      return;
     }
     // Gathered in row-major order into raw bytes, swapped to little-endian, then converted.
     std::vector<unsigned char> raw(size_t(numel * element));
     Shape index(dims, 0);
-    if (row_major && numel > 0) std::memcpy(raw.data(), bytes.data() + t.offset * element, raw.size());
+    if (row_major) std::memcpy(raw.data(), bytes + t.offset * element, raw.size());
     else for (int64_t i = 0; i < numel; ++i) {
       int64_t source = t.offset;
       for (size_t d = 0; d < dims; ++d) source += index[d] * t.stride[d];
-      std::memcpy(raw.data() + i * element, bytes.data() + source * element, size_t(element));
+      std::memcpy(raw.data() + i * element, bytes + source * element, size_t(element));
       for (size_t d = dims; d-- > 0;) {
         if (++index[d] < t.size[d]) break;
         index[d] = 0;
@@ -480,32 +495,38 @@ public:
     }
     if (big_endian_)
       for (auto it = raw.begin(); it != raw.end(); it += element) std::reverse(it, it + element);
-    convert_to_float(storage.dtype, raw.data(), out.data(), size_t(numel));
-    return out;
+    convert_to_float(storage.dtype, raw.data(), out, size_t(numel));
   }
 
 private:
-  // The bytes of `storage`, read once, and checked to hold its element count.
-  const std::vector<unsigned char>& load(const Value& storage, int64_t element, const std::string& at) {
-    auto it = loaded_.find(storage.text);
-    if (it == loaded_.end()) {
-      const std::string entry_name = prefix_ + "data/" + storage.text;
-      const ZipArchive::Entry* entry = zip_.find(entry_name);
-      if (entry == nullptr) throw Error(cat(at, "its storage '", storage.text, "' has no entry ", entry_name));
-      it = loaded_.emplace(storage.text, zip_.read(*entry)).first;
+  const ZipArchive::Entry& entry_of(const Value& storage, const std::string& at) const {
+    const std::string entry_name = prefix_ + "data/" + storage.text;
+    const ZipArchive::Entry* entry = zip_.find(entry_name);
+    if (entry == nullptr) throw Error(cat(at, "its storage '", storage.text, "' has no entry ", entry_name));
+    return *entry;
+  }
+
+  // The bytes of `storage`, found and checked against their CRC once, whichever tensor on
+  // it is read first. No lock is held while they are checked: the CRC runs over the threads,
+  // whose tasks may meanwhile read other tensors, on this storage too; two that check the same
+  // storage at once both find it sound, and the first to finish is kept.
+  const unsigned char* bytes_of(const Value& storage, const std::string& at) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = loaded_.find(storage.text);
+      if (it != loaded_.end()) return it->second.data();
     }
-    int64_t needed = 0;
-    if (__builtin_mul_overflow(storage.numel, element, &needed) || int64_t(it->second.size()) < needed)
-      throw Error(cat(at, "storage '", storage.text, "' holds ", it->second.size(), " bytes, fewer than its ",
-                      storage.numel, " elements of ", storage.dtype, " need (a storage shorter than its tensor)"));
-    return it->second;
+    ZipArchive::Content content = zip_.content(entry_of(storage, at));
+    std::lock_guard<std::mutex> lock(mutex_);
+    return loaded_.try_emplace(storage.text, std::move(content)).first->second.data();
   }
 
   const ZipArchive& zip_;
   std::string prefix_;
   bool big_endian_;
   std::string where_;
-  std::map<std::string, std::vector<unsigned char>> loaded_;
+  std::mutex mutex_;  // guards loaded_
+  std::map<std::string, ZipArchive::Content> loaded_;
 };
 
 std::string keys_of(const Value& dict) {
@@ -536,9 +557,25 @@ bool is_legacy_torch_file(const std::string& path) {
   return starts_with_bytes(path, magic, sizeof magic);
 }
 
-SafetensorsFile read_torch_state_dict(const std::string& path, const std::string& key) {
-  const std::string where = cat("torch file ", path, ": ");
-  const ZipArchive zip(path);
+namespace {
+
+// An open torch.save file: its archive, its pickle and the values built from it, which its
+// tensors are read from when asked.
+struct TorchFile {
+  explicit TorchFile(const std::string& path) : where(cat("torch file ", path, ": ")), zip(path) {}
+  std::string where;
+  ZipArchive zip;
+  std::vector<unsigned char> pickle;
+  std::unique_ptr<Unpickler> unpickler;  // owns the values
+  std::unique_ptr<Storages> storages;
+};
+
+}  // namespace
+
+StoredTensors open_torch_state_dict(const std::string& path, const std::string& key) {
+  const auto file = std::make_shared<TorchFile>(path);
+  const std::string& where = file->where;
+  const ZipArchive& zip = file->zip;
 
   // TorchScript's archives hold a data.pkl too, of a scripted module.
   for (const ZipArchive::Entry& entry : zip.entries())
@@ -566,9 +603,9 @@ SafetensorsFile read_torch_state_dict(const std::string& path, const std::string
     big_endian = byteorder == "big";
   }
 
-  const std::vector<unsigned char> pickle = zip.read(*zip.find(prefix + "data.pkl"));
-  Unpickler unpickler(pickle, where);
-  const Value* root = unpickler.load();
+  file->pickle = zip.read(*zip.find(prefix + "data.pkl"));
+  file->unpickler = std::make_unique<Unpickler>(file->pickle, where);
+  const Value* root = file->unpickler->load();
 
   const Value* state = root;
   if (!key.empty()) {
@@ -583,8 +620,8 @@ SafetensorsFile read_torch_state_dict(const std::string& path, const std::string
   if (state->kind != Value::Kind::Dict)
     throw Error(cat(where, what, " is ", a_kind(state->kind), ", not a state dict"));
 
-  SafetensorsFile result;
-  Storages storages(zip, prefix, big_endian, where);
+  file->storages = std::make_unique<Storages>(zip, prefix, big_endian, where);
+  StoredTensors result;
   for (const auto& [k, v] : state->pairs) {
     if (k->kind != Value::Kind::String) throw Error(cat(where, what, " has ", a_kind(k->kind), " key, not a name"));
     if (v->kind != Value::Kind::Tensor) {
@@ -594,9 +631,23 @@ SafetensorsFile read_torch_state_dict(const std::string& path, const std::string
                         "); name the entry holding the state dict with --weights-key"));
       throw Error(cat(where, what, ": '", k->text, "' is ", a_kind(v->kind), ", not a tensor"));
     }
-    if (result.tensors.count(k->text)) throw Error(cat(where, what, " names tensor '", k->text, "' twice"));
-    result.tensors.emplace(k->text, storages.tensor(k->text, *v));
-    result.dtypes.emplace(k->text, v->storage->dtype);
+    if (result.count(k->text)) throw Error(cat(where, what, " names tensor '", k->text, "' twice"));
+    file->storages->check(k->text, *v);
+    const Value* tensor = v;
+    result.emplace(k->text, StoredTensor{v->size, v->storage->dtype, [file, name = k->text, tensor](float* out) {
+                                           file->storages->read_into(name, *tensor, out);
+                                         }});
+  }
+  return result;
+}
+
+SafetensorsFile read_torch_state_dict(const std::string& path, const std::string& key) {
+  SafetensorsFile result;
+  for (const auto& [name, stored] : open_torch_state_dict(path, key)) {
+    Tensor values = Tensor::empty(stored.shape);
+    stored.read_into(values.data());
+    result.tensors.emplace(name, values);
+    result.dtypes.emplace(name, stored.dtype);
   }
   return result;
 }

@@ -20,8 +20,15 @@
 #include <string>
 
 #include "engine/io/safetensors.h"
+#include "engine/io/stored_tensor.h"
 
 namespace adjoint {
+
+// The tensors of the state dict saved in `path`, by name, not yet read: the file is checked
+// (the pickle, each tensor's storage and view) and stays open for each tensor's read_into,
+// which converts it from where it lies in the file and checks its storage's CRC-32 once.
+// `key` and the errors as for read_torch_state_dict below, a damaged storage's when read.
+StoredTensors open_torch_state_dict(const std::string& path, const std::string& key = "");
 
 // The tensors of the state dict saved in `path`, by name, as float32, each with the dtype it
 // was stored in (safetensors' names: "F32", "F16", "BF16", "I64", ...) in `dtypes`;

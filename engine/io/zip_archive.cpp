@@ -11,6 +11,7 @@
 #include "engine/io/zip_archive.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -21,6 +22,7 @@
 #include <limits>
 
 #include "engine/error.h"
+#include "engine/threads.h"
 
 namespace adjoint {
 
@@ -39,6 +41,27 @@ uint32_t u32(const unsigned char* p) {
 }
 uint64_t u64(const unsigned char* p) { return uint64_t(u32(p)) | uint64_t(u32(p + 4)) << 32; }
 
+// The CRC-32 of `bytes`, over the engine's threads: blocks of 1 MiB each get their own,
+// which zlib then joins into the whole's (crc32_combine), in a fixed order.
+uint32_t crc32_of(const unsigned char* bytes, size_t size) {
+  constexpr size_t kBlock = size_t(1) << 20;
+  const int64_t blocks = int64_t((size + kBlock - 1) / kBlock);
+  if (blocks <= 1) return uint32_t(crc32_z(0, bytes, size));
+  std::vector<uLong> crcs(static_cast<size_t>(blocks));
+  parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const size_t at = size_t(b) * kBlock;
+      crcs[size_t(b)] = crc32_z(0, bytes + at, std::min(kBlock, size - at));
+    }
+  });
+  uLong crc = crcs[0];
+  for (int64_t b = 1; b < blocks; ++b) {
+    const size_t at = size_t(b) * kBlock;
+    crc = crc32_combine(crc, crcs[size_t(b)], z_off_t(std::min(kBlock, size - at)));
+  }
+  return uint32_t(crc);
+}
+
 }  // namespace
 
 bool ZipArchive::looks_like_zip(const std::string& path) {
@@ -50,31 +73,37 @@ bool ZipArchive::looks_like_zip(const std::string& path) {
   return zip;
 }
 
-ZipArchive::~ZipArchive() {
-  if (fd_ >= 0) ::close(fd_);
+ZipArchive::~ZipArchive() = default;
+
+ZipArchive::Mapping::~Mapping() {
+  if (bytes != nullptr) ::munmap(const_cast<unsigned char*>(bytes), size);
 }
 
-void ZipArchive::read_at(uint64_t offset, void* dst, size_t bytes, const std::string& what) const {
+void ZipArchive::check_within(uint64_t offset, uint64_t bytes, const std::string& what) const {
   if (offset > file_size_ || bytes > file_size_ - offset)
     throw Error(cat("zip archive ", path_, ": ", what, ": ", bytes, " bytes at offset ", offset,
                     " reach beyond the end of the file (", file_size_, " bytes; truncated?)"));
-  auto* out = static_cast<unsigned char*>(dst);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd_, out, std::min<size_t>(bytes, size_t(1) << 30), off_t(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
-      throw Error(cat("zip archive ", path_, ": ", what, ": ", got < 0 ? std::strerror(errno) : "unexpected end of file"));
-    out += got, offset += uint64_t(got), bytes -= size_t(got);
-  }
+}
+
+void ZipArchive::read_at(uint64_t offset, void* dst, size_t bytes, const std::string& what) const {
+  check_within(offset, bytes, what);
+  if (bytes > 0) std::memcpy(dst, mapping_.bytes + offset, bytes);
 }
 
 ZipArchive::ZipArchive(const std::string& path) : path_(path) {
   const std::string where = cat("zip archive ", path, ": ");
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(cat(where, "cannot open: ", std::strerror(errno)));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(cat(where, "cannot open: ", std::strerror(errno)));
   struct stat info {};
-  if (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode)) throw Error(cat(where, "not a regular file"));
-  file_size_ = uint64_t(info.st_size);
+  const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  file_size_ = regular ? uint64_t(info.st_size) : 0;
+  void* mapped = regular && file_size_ > 0 ? ::mmap(nullptr, size_t(file_size_), PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  const std::string why = mapped == MAP_FAILED ? std::strerror(errno) : "";
+  ::close(fd);  // the mapping keeps the file
+  if (!regular) throw Error(cat(where, "not a regular file"));
+  if (mapped == MAP_FAILED) throw Error(cat(where, "cannot map it into memory: ", why));
+  mapping_.bytes = static_cast<const unsigned char*>(mapped);
+  mapping_.size = size_t(file_size_);
 
   // The end record: the last signature in the file's tail whose comment ends at the end.
   const size_t tail_bytes = size_t(std::min<uint64_t>(file_size_, kEndBytes + 65535));
@@ -160,7 +189,7 @@ const ZipArchive::Entry* ZipArchive::find(const std::string& name) const {
   return nullptr;
 }
 
-std::vector<unsigned char> ZipArchive::read(const Entry& entry) const {
+ZipArchive::Content ZipArchive::content(const Entry& entry) const {
   const std::string what = cat("entry '", entry.name, "'");
   const std::string where = cat("zip archive ", path_, ": ", what, ": ");
   unsigned char local[kLocalBytes];
@@ -168,29 +197,28 @@ std::vector<unsigned char> ZipArchive::read(const Entry& entry) const {
   if (u32(local) != kLocalHeader) throw Error(cat(where, "no local header at offset ", entry.local_header_offset));
   const uint64_t data_offset = entry.local_header_offset + kLocalBytes + u16(local + 26) + u16(local + 28);
 
-  std::vector<unsigned char> data;
+  Content content;
   if (entry.method == 0) {
     if (entry.compressed_size != entry.size)
       throw Error(cat(where, "stored, yet its sizes differ (", entry.compressed_size, " and ", entry.size, " bytes)"));
-    if (entry.size > file_size_)
-      throw Error(cat(where, "claims ", entry.size, " bytes, more than the file's ", file_size_, " (truncated?)"));
-    data.resize(size_t(entry.size));
-    read_at(data_offset, data.data(), data.size(), what);
+    check_within(data_offset, entry.size, what);
+    content.stored_ = mapping_.bytes + data_offset;
+    content.size_ = size_t(entry.size);
   } else if (entry.method == 8) {
     if (entry.compressed_size > file_size_ || entry.size > entry.compressed_size * kMaxDeflateRatio + 64)
       throw Error(cat(where, "claims ", entry.size, " bytes from ", entry.compressed_size,
                       " compressed, which deflate cannot produce (corrupt or truncated)"));
-    std::vector<unsigned char> packed(size_t(entry.compressed_size));
-    read_at(data_offset, packed.data(), packed.size(), what);
+    check_within(data_offset, entry.compressed_size, what);
+    std::vector<unsigned char>& data = content.inflated_;
     data.resize(size_t(entry.size));
     z_stream stream{};
     if (inflateInit2(&stream, -MAX_WBITS) != Z_OK) throw Error(cat(where, "zlib cannot start inflating"));
-    stream.next_in = packed.data();
+    stream.next_in = const_cast<unsigned char*>(mapping_.bytes + data_offset);
     stream.next_out = data.data();
     int status = Z_OK;
     // zlib counts in 32 bits; feed it at most 1 GiB at a time.
     constexpr size_t kChunk = size_t(1) << 30;
-    size_t in_left = packed.size(), out_left = data.size();
+    size_t in_left = size_t(entry.compressed_size), out_left = data.size();
     while (status == Z_OK) {
       if (stream.avail_in == 0) stream.avail_in = uInt(std::min(in_left, kChunk)), in_left -= stream.avail_in;
       if (stream.avail_out == 0) stream.avail_out = uInt(std::min(out_left, kChunk)), out_left -= stream.avail_out;
@@ -200,12 +228,19 @@ std::vector<unsigned char> ZipArchive::read(const Entry& entry) const {
     inflateEnd(&stream);
     if (status != Z_STREAM_END || produced != entry.size)
       throw Error(cat(where, "corrupt deflate data (", produced, " of ", entry.size, " bytes inflated)"));
+    content.size_ = data.size();
   } else {
     throw Error(cat(where, "compression method ", entry.method, " is not supported (stored and deflate are)"));
   }
-  if (crc32_z(0, data.data(), data.size()) != entry.crc32)
+  if (crc32_of(content.data(), content.size()) != entry.crc32)
     throw Error(cat(where, "CRC-32 mismatch: the data is corrupt"));
-  return data;
+  return content;
+}
+
+std::vector<unsigned char> ZipArchive::read(const Entry& entry) const {
+  Content c = content(entry);
+  if (!c.inflated_.empty()) return std::move(c.inflated_);
+  return std::vector<unsigned char>(c.data(), c.data() + c.size());
 }
 
 }  // namespace adjoint
