@@ -135,30 +135,46 @@ public:
   }
   // Inputs: x, weight, bias, input_bias (the last two possibly undefined).
   std::vector<Tensor> vjp(const Tensor& cotangent, const Transport& t) override {
-    const Tensor dz = act_ ? activation_vjp(z_, cotangent, *act_, t) : cotangent.contiguous();
+    // z's cotangent. With an activation it is this op's own map, and the input's cotangent
+    // is written over it, each row once no later row reads it (one map fewer alive at once,
+    // as when the activation's node let go of its cotangent before the convolution's ran).
+    const bool in_place = act_.has_value();
+    Tensor dz = in_place ? activation_vjp(z_, cotangent, *act_, t) : cotangent.contiguous();
     std::vector<Tensor> out(4);
-    const bool params = needs[1] || needs[2] || needs[3];
-    if (needs[0] || needs[3]) out[0] = Tensor::empty({e_.B, e_.H, e_.W, e_.C});
-    if (!out[0].defined() && !params) return out;
-    const int64_t k = e_.k, C = e_.C, rows = e_.B * e_.H;
-    const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
-    // Partials of each chunk: k·k taps of C, the bias's C, the input bias's C.
+    const bool params = needs[1] || needs[2] || needs[3], dx_needed = needs[0] || needs[3];
+    if (dx_needed) out[0] = in_place ? dz : Tensor::empty({e_.B, e_.H, e_.W, e_.C});
+    if (!dx_needed && !params) return out;
+    const int64_t k = e_.k, p = k / 2, C = e_.C, row = e_.W * C;
+    const int64_t image_chunks = (e_.H + kRowsPerChunk - 1) / kRowsPerChunk, chunks = e_.B * image_chunks;
+    // Partials of each chunk (an image's rows, kRowsPerChunk at a time): k·k taps of C, the
+    // bias's C, the input bias's C.
     const int64_t width = params ? (k * k + 2) * C : 0;
     std::vector<float> partial(size_t(chunks * width), 0.0f);
     const float* in_bias = input_bias_.defined() ? input_bias_.data() : nullptr;
     const Terms flipped{flipped_taps_.data()};
-    parallel_for(chunks, 1, [&](int64_t q0, int64_t q1) {
+    float* pz = dz.data();
+    // An image a task, its rows in order: the input's cotangent row h reads z's rows h − p …
+    // h + p of the same image, so in place its row h waits in `lag` until row h + p is made.
+    parallel_for(e_.B, 1, [&](int64_t b0, int64_t b1) {
+      Tensor lag_rows = in_place && dx_needed ? Tensor::empty({p + 1, row}) : Tensor();
+      float* lag = lag_rows.defined() ? lag_rows.data() : nullptr;
       run_widest([&] {
-        for (int64_t q = q0; q < q1; ++q)
-          for (int64_t r = q * kRowsPerChunk; r < std::min(rows, (q + 1) * kRowsPerChunk); ++r) {
-            float* acc = params ? partial.data() + q * width : nullptr;
-            if (out[0].defined()) {
-              float* dx_row = out[0].data() + r * e_.W * C;
-              convolve_row(e_, dz.data(), flipped, r, dx_row);
+        for (int64_t b = b0; b < b1; ++b) {
+          for (int64_t h = 0; h < e_.H; ++h) {
+            const int64_t r = b * e_.H + h;
+            float* acc = params ? partial.data() + (b * image_chunks + h / kRowsPerChunk) * width : nullptr;
+            if (dx_needed) {
+              float* dx_row = lag ? lag + (h % (p + 1)) * row : out[0].data() + r * row;
+              convolve_row(e_, pz, flipped, r, dx_row);
               if (acc && in_bias) add_row_sums(dx_row, acc + (k * k + 1) * C);
             }
-            if (acc) add_row_gradients(e_, dz.data() + r * e_.W * C, x_.data(), in_bias, r, acc);
+            if (acc) add_row_gradients(e_, pz + r * row, x_.data(), in_bias, r, acc);
+            if (lag && h >= p) std::copy_n(lag + ((h - p) % (p + 1)) * row, row, pz + (r - p) * row);
           }
+          if (lag)
+            for (int64_t h = std::max<int64_t>(0, e_.H - p); h < e_.H; ++h)
+              std::copy_n(lag + (h % (p + 1)) * row, row, pz + (b * e_.H + h) * row);
+        }
       });
     });
     if (!params) {
