@@ -10,6 +10,7 @@
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
+#include "ops/elementwise.h"
 
 namespace adjoint {
 
@@ -49,10 +50,11 @@ struct Terms {
 // stay in L1 while its k·k taps add onto them (tap by tap over a whole row, the row's sums
 // would go through L2 k·k times). Each sum still adds its taps in the order (i, j), so the
 // bits do not depend on the loop order. With `act`, each position's outputs then go
-// through that activation, while in L1, into `activated` (which may be `out`).
+// through that activation, while in L1, into `activated` (which may be `out`); with
+// `derivatives` too, the activation's derivative at them replaces them in `out`.
 [[gnu::always_inline]] inline void convolve_row(const Extents& e, const float* x, const Terms& terms, int64_t r,
                                                 float* out, const Activation* act = nullptr,
-                                                float* activated = nullptr) {
+                                                float* activated = nullptr, bool derivatives = false) {
   const int64_t p = e.k / 2, C = e.C, row = e.W * C, b = r / e.H, h = r % e.H;
   // The taps' rows that lie inside the map: i in [i0, i1).
   const int64_t i0 = std::max<int64_t>(0, p - h), i1 = std::min<int64_t>(e.k, e.H + p - h);
@@ -72,21 +74,22 @@ struct Terms {
           for (int64_t c = 0; c < C; ++c) o[c] += in[c] * tap[c];
       }
     }
-    if (act) activation_values(o, activated + w * C, C, *act);
+    if (act && derivatives) activation_values_and_derivatives(o, activated + w * C, o, C, *act);
+    else if (act) activation_values(o, activated + w * C, C, *act);
   }
 }
 
 // y = the convolution, one output row a task; with `act`, y = act(z) and the
-// pre-activation z written to `z` too (a recorded graph keeps it), or not at all when z is
-// null.
+// pre-activation z written to `z` too (a recorded graph keeps it), or act'(z) in its place
+// with `derivatives`, or neither when z is null.
 void convolve(const Extents& e, const float* x, const Terms& terms, float* y, const Activation* act = nullptr,
-              float* z = nullptr) {
+              float* z = nullptr, bool derivatives = false) {
   const int64_t row = e.W * e.C;
   parallel_for(e.B * e.H, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(row * e.k * e.k, 1)),
                [&](int64_t r0, int64_t r1) {
     run_widest([&] {
       for (int64_t r = r0; r < r1; ++r)
-        convolve_row(e, x, terms, r, (z ? z : y) + r * row, act, y + r * row);
+        convolve_row(e, x, terms, r, (z ? z : y) + r * row, act, y + r * row, derivatives);
     });
   });
 }
@@ -121,15 +124,17 @@ void convolve(const Extents& e, const float* x, const Terms& terms, float* y, co
 
 // Depth-wise convolution [then an activation] as one recorded op:
 //   y = act(z), z = bias + the convolution of (x + input_bias) with the kernel.
+// It keeps z, or in a training step (GradientOnly) act'(z) when the activation's gradient
+// multiplies, so that backward need not evaluate the activation's derivative again.
 // Its backward makes z's cotangent (the activation's rule), then in one pass over the rows
 // the input's cotangent and the weight's, the bias's and the input bias's terms, the last
 // from the input's cotangent rows while they are in cache.
 class DepthwiseConvNode : public Node {
 public:
-  DepthwiseConvNode(Extents e, Tensor x, Tensor z, std::optional<Activation> act, std::vector<float> flipped_taps,
-                    Tensor input_bias)
-      : e_(e), x_(std::move(x)), z_(std::move(z)), act_(act), flipped_taps_(std::move(flipped_taps)),
-        input_bias_(std::move(input_bias)) {}
+  DepthwiseConvNode(Extents e, Tensor x, Tensor z, bool z_is_derivative, std::optional<Activation> act,
+                    std::vector<float> flipped_taps, Tensor input_bias)
+      : e_(e), x_(std::move(x)), z_(std::move(z)), z_is_derivative_(z_is_derivative), act_(act),
+        flipped_taps_(std::move(flipped_taps)), input_bias_(std::move(input_bias)) {}
   std::string name() const override {
     return act_ ? cat("depthwise_conv2d_channels_last+", to_string(*act_)) : "depthwise_conv2d_channels_last";
   }
@@ -139,7 +144,13 @@ public:
     // is written over it, each row once no later row reads it (one map fewer alive at once,
     // as when the activation's node let go of its cotangent before the convolution's ran).
     const bool in_place = act_.has_value();
-    Tensor dz = in_place ? activation_vjp(z_, cotangent, *act_, t) : cotangent.contiguous();
+    check(!z_is_derivative_ || t.kind == TransportKind::Gradient, name(),
+          ": this graph was recorded under GradientOnly (a training step), which keeps the ", to_string(*act_),
+          "'s derivative, not its input; the ", to_string(t.kind),
+          " transport needs the input, so record the forward outside GradientOnly");
+    Tensor dz = z_is_derivative_ ? mul(z_, cotangent.contiguous())
+                : in_place       ? activation_vjp(z_, cotangent, *act_, t)
+                                 : cotangent.contiguous();
     std::vector<Tensor> out(4);
     const bool params = needs[1] || needs[2] || needs[3], dx_needed = needs[0] || needs[3];
     if (dx_needed) out[0] = in_place ? dz : Tensor::empty({e_.B, e_.H, e_.W, e_.C});
@@ -213,7 +224,8 @@ private:
 
   Extents e_;
   Tensor x_;  // the input, kept when a parameter needs a gradient
-  Tensor z_;  // the pre-activation, kept when an activation follows
+  Tensor z_;  // the pre-activation, kept when an activation follows, or its derivative there
+  bool z_is_derivative_;
   std::optional<Activation> act_;
   std::vector<float> flipped_taps_;  // the kernel of the input's cotangent
   Tensor input_bias_;
@@ -246,13 +258,14 @@ Tensor depthwise_op(const Tensor& x_in, const Tensor& weight, const Tensor& bias
   const Terms terms{taps.data(), bias.defined() ? bias.data() : nullptr,
                     input_bias.defined() ? input_bias.data() : nullptr};
   const bool record = needs_grad({x, weight, bias, input_bias});
+  const bool derivatives = record && act && *act != Activation::Relu && recording_gradient_only();
   Tensor y = Tensor::empty(x.shape());
   Tensor z = act && record ? Tensor::empty(x.shape()) : Tensor();
-  convolve(e, x.data(), terms, y.data(), act ? &*act : nullptr, z.defined() ? z.data() : nullptr);
+  convolve(e, x.data(), terms, y.data(), act ? &*act : nullptr, z.defined() ? z.data() : nullptr, derivatives);
   if (record) {
     const bool params_need = needs_grad({weight, bias, input_bias});
     attach(y,
-           std::make_shared<DepthwiseConvNode>(e, params_need ? x.detach() : Tensor(), z, act,
+           std::make_shared<DepthwiseConvNode>(e, params_need ? x.detach() : Tensor(), z, derivatives, act,
                                                needs_grad({x, input_bias}) ? taps_of(weight, e.C, e.k, true)
                                                                            : std::vector<float>{},
                                                input_bias.defined() ? input_bias.detach() : Tensor()),

@@ -185,3 +185,39 @@ TEST_CASE("depthwise conv with an activation and an input bias: the same bits at
     for (size_t i = 0; i < one.size(); ++i) CHECK(one[i].to_vector() == two[i].to_vector());
   }
 }
+
+TEST_CASE("depthwise conv then GELU recorded for a training step: the derivative kept, the gradient's bits") {
+  const Tensor x0 = random_tensor({2, 5, 6, 70}, 91, -2.0f, 2.0f), w0 = random_tensor({70, 1, 3, 3}, 92);
+  const Tensor b0 = random_tensor({70}, 93), xb0 = random_tensor({70}, 94), u = random_tensor({2, 5, 6, 70}, 95);
+  for (Activation act : {Activation::Gelu, Activation::Silu, Activation::Relu}) {
+    INFO(to_string(act));
+    const auto leaves = [&] {
+      std::vector<Tensor> in = {x0.clone(), w0.clone(), b0.clone(), xb0.clone()};
+      for (Tensor& t : in) t.requires_grad_();
+      return in;
+    };
+    std::vector<Tensor> want, got;
+    {
+      GradientOnly training;
+      const std::vector<Tensor> in = leaves();
+      const Tensor y = activation(depthwise_conv2d_channels_last(in[0] + broadcast_to(in[3], in[0].shape()), in[1], in[2]), act);
+      want = grad(y, in, u);
+    }
+    {
+      GradientOnly training;
+      const std::vector<Tensor> in = leaves();
+      got = grad(depthwise_conv2d_channels_last(in[0], in[1], in[2], act, in[3]), in, u);
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      REQUIRE(max_abs(want[i]) > 0);
+      CHECK_MESSAGE(got[i].to_vector() == want[i].to_vector(), "cotangent ", i);
+    }
+    check_close(got[3], want[3], 1e-5, 1e-5 * max_abs(want[3]), "input bias cotangent");
+    if (act == Activation::Relu) continue;  // ReLU keeps its input: its rule selects
+    GradientOnly training;
+    const std::vector<Tensor> in = leaves();
+    const Tensor y = depthwise_conv2d_channels_last(in[0], in[1], in[2], act, in[3]);
+    CHECK_THROWS_WITH_AS(grad(y, {in[0]}, u, Transport::soft_pullback()),
+                         doctest::Contains("recorded under GradientOnly (a training step), which keeps the"), Error);
+  }
+}
