@@ -25,8 +25,9 @@ Tensor depthwise_conv2d_channels_last(const Tensor& x, const Tensor& weight, con
 // need not write it, nor its backward sum it in a pass of its own: its gradient is summed
 // from the input's cotangent rows as they are made). Each position's outputs go through
 // the activation while they are in L1; recorded, the pre-activation is written in the same
-// pass and kept. The same bits as the composed ops, forward and under every transport
-// (the input bias's gradient up to the order of its sum).
+// pass and kept, or, in a training step (GradientOnly) with GELU or SiLU, the activation's
+// derivative, which leaves the backward a product. The same bits as the composed ops,
+// forward and under every transport (the input bias's gradient up to the order of its sum).
 Tensor depthwise_conv2d_channels_last(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                                       const Tensor& input_bias = {});
 
