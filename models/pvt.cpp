@@ -33,6 +33,8 @@
 #include "ops/attention.h"
 #include "ops/depthwise_conv.h"
 #include "ops/layout.h"
+#include "ops/matmul.h"
+#include "ops/patch_conv.h"
 #include "ops/reduce.h"
 
 namespace adjoint {
@@ -118,11 +120,20 @@ public:
   Tensor forward(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
     check(H >= reduction && W >= reduction, "pvt: a ", H, "×", W, " map is smaller than its attention's reduction ",
           reduction, "×", reduction, " (PVT-v2 reads images of at least 32×32 pixels)");
-    const Tensor sources = sr ? norm->forward(map_tokens(sr->forward(tokens_map(tokens, H, W)))) : tokens;
+    const Tensor sources = sr ? norm->forward(reduced_tokens(tokens, H, W)) : tokens;
     return proj->forward(packed_kv_attention(q->forward(tokens), kv->forward(sources), heads), residual);
   }
 
 private:
+  // The tokens of the map shrunk by sr, whose kernel equals its stride: on the tokens'
+  // channels-last values one product over their patches (ops/patch_conv.h), with no copy to
+  // channels first and back.
+  Tensor reduced_tokens(const Tensor& tokens, int64_t H, int64_t W) const {
+    const int64_t B = tokens.size(0), C = tokens.size(2);
+    const Tensor reduced = patch_conv2d_channels_last(reshape(tokens, {B, H, W, C}), sr->weight, sr->bias);
+    return reshape(reduced, {B, reduced.size(1) * reduced.size(2), reduced.size(3)});
+  }
+
   int64_t heads, reduction;
   std::shared_ptr<Linear> q, kv, proj;
   std::shared_ptr<Conv2d> sr;  // null when the stage attends to every token
@@ -161,11 +172,14 @@ public:
   }
 
 private:
+  // fc1's bias is added by the convolution as it reads the hidden tokens, and GELU applied
+  // as it writes them: one op (ops/depthwise_conv.h), so that neither fc1's bias nor GELU
+  // makes a pass over the hidden layer of its own, forward or backward.
   Tensor forward_images(const Tensor& tokens, int64_t H, int64_t W, const Tensor& residual) const {
-    const Tensor hidden = fc1->forward(tokens);
+    const Tensor hidden = linear(tokens, fc1->weight);
     const int64_t B = hidden.size(0), C = hidden.size(2);
-    const Tensor mixed =
-        depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias, Activation::Gelu);
+    const Tensor mixed = depthwise_conv2d_channels_last(reshape(hidden, {B, H, W, C}), dwconv->weight, dwconv->bias,
+                                                        Activation::Gelu, fc1->bias);
     return fc2->forward(reshape(mixed, {B, H * W, C}), residual);
   }
 

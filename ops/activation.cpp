@@ -236,6 +236,20 @@ void activation_values(const float* z, float* y, int64_t n, Activation kind) {
   });
 }
 
+void activation_values_and_derivatives(const float* z, float* y, float* d, int64_t n, Activation kind) {
+  check(kind != Activation::Relu, "activation_values_and_derivatives: ReLU's gradient selects, it does not multiply");
+  with_rule(kind, [&](auto rule) {
+    using Rule = decltype(rule);
+    if constexpr (requires { Rule::derivative(0.0f); })
+      run_widest([&] {
+        for (int64_t i = 0; i < n; ++i) {
+          const float v = z[i];
+          y[i] = Rule::value(v), d[i] = Rule::derivative(v);
+        }
+      });
+  });
+}
+
 Tensor activation_vjp(const Tensor& z, const Tensor& u, Activation kind, const Transport& t) {
   return transport(z.contiguous(), u.contiguous(), kind, t);
 }

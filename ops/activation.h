@@ -49,6 +49,12 @@ Tensor activation(const Tensor& x, Activation kind);
 // cache, where no graph is recorded (ops/depthwise_conv.h).
 void activation_values(const float* z, float* y, int64_t n, Activation kind);
 
+// y[i] = f(z[i]) and d[i] = f'(z[i]) for i < n, with the arithmetic of `activation` and of
+// its gradient (the same bits: the gradient's cotangent of z is d[i]·u[i]); d may be z.
+// For GELU and SiLU, whose gradient multiplies (throws for ReLU, whose rule selects): an op
+// that applies the activation in a training step (GradientOnly) keeps d instead of z.
+void activation_values_and_derivatives(const float* z, float* y, float* d, int64_t n, Activation kind);
+
 // The ReLU's value and its gradient (and pullback) rule at one element, for the ops that
 // apply a ReLU as they write their output (BatchNorm's tail, ops/norm.h) and must give the
 // ReLU op's bits. max keeps NaN. The rule selects rather than multiplies: a closed gate

@@ -19,10 +19,16 @@ namespace adjoint {
 // same bits at any thread count.
 Tensor depthwise_conv2d_channels_last(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 
-// activation(depthwise_conv2d_channels_last(x, weight, bias), act), as PVT-v2's MLP applies
-// GELU after its convolution. Where no graph is recorded, each position's outputs go
-// through the activation while they are in L1 (a pass over the map, and a map, saved); the
-// same bits as the two ops, which is what runs when a graph is recorded.
-Tensor depthwise_conv2d_channels_last(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
+// activation(depthwise_conv2d_channels_last(x + input_bias, weight, bias), act) as one op,
+// as PVT-v2's MLP applies GELU after its convolution; input_bias (C) or undefined is added
+// to every value of x as it is read (the bias of the linear layer that made x, which then
+// need not write it, nor its backward sum it in a pass of its own: its gradient is summed
+// from the input's cotangent rows as they are made). Each position's outputs go through
+// the activation while they are in L1; recorded, the pre-activation is written in the same
+// pass and kept, or, in a training step (GradientOnly) with GELU or SiLU, the activation's
+// derivative, which leaves the backward a product. The same bits as the composed ops,
+// forward and under every transport (the input bias's gradient up to the order of its sum).
+Tensor depthwise_conv2d_channels_last(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                                      const Tensor& input_bias = {});
 
 }  // namespace adjoint

@@ -7,6 +7,7 @@
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "ops/depthwise_conv.h"
+#include "ops/elementwise.h"
 #include "ops/layout.h"
 #include "ops/reference/reference.h"
 #include "tests/support.h"
@@ -90,7 +91,7 @@ TEST_CASE("depthwise conv: the same bits at one and two threads; bad shapes are 
                        doctest::Contains("bias must be (130), got [3]"), Error);
 }
 
-TEST_CASE("depthwise conv then an activation: without a graph the two ops' bits in one pass; recorded, their cotangents") {
+TEST_CASE("depthwise conv then an activation: the two ops' bits in one op, forward and under every transport") {
   const Tensor x = random_tensor({2, 5, 6, 70}, 51, -2.0f, 2.0f), w = random_tensor({70, 1, 3, 3}, 52);
   const Tensor b = random_tensor({70}, 53), u = random_tensor({2, 5, 6, 70}, 54);
   for (Activation act : {Activation::Gelu, Activation::Relu, Activation::Silu}) {
@@ -111,7 +112,112 @@ TEST_CASE("depthwise conv then an activation: without a graph the two ops' bits 
     const auto composed = [act](const std::vector<Tensor>& in) {
       return activation(depthwise_conv2d_channels_last(in[0], in[1], in[2]), act);
     };
-    const std::vector<Tensor> got = vjp(fused, {x, w, b}, u), want = vjp(composed, {x, w, b}, u);
-    for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].to_vector() == want[i].to_vector());
+    // The input alone in the graph (a frozen layer, as explanations see it): its own pass.
+    const auto fused_input = [&](const std::vector<Tensor>& in) { return fused({in[0], w, b}); };
+    const auto composed_input = [&](const std::vector<Tensor>& in) { return composed({in[0], w, b}); };
+    for (const Transport& t : every_transport()) {
+      INFO("transport ", to_string(t.kind));
+      const std::vector<Tensor> got = vjp(fused, {x, w, b}, u, t), want = vjp(composed, {x, w, b}, u, t);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        REQUIRE(max_abs(want[i]) > 0);
+        CHECK_MESSAGE(got[i].to_vector() == want[i].to_vector(), "cotangent ", i);
+      }
+      CHECK(vjp(fused_input, {x}, u, t)[0].to_vector() == vjp(composed_input, {x}, u, t)[0].to_vector());
+    }
+  }
+}
+
+TEST_CASE("depthwise conv with a bias on its input: the composed ops' bits, the bias's sum within rounding") {
+  struct Case {
+    int64_t B, H, W, C, k;
+  };
+  uint64_t seed = 60;
+  for (const Case& c : {Case{2, 5, 6, 70, 3}, Case{2, 9, 4, 19, 5}}) {
+    INFO("B ", c.B, " H ", c.H, " W ", c.W, " C ", c.C, " k ", c.k);
+    const Tensor x = random_tensor({c.B, c.H, c.W, c.C}, seed++, -2.0f, 2.0f);
+    const Tensor w = random_tensor({c.C, 1, c.k, c.k}, seed++), b = random_tensor({c.C}, seed++);
+    const Tensor xb = random_tensor({c.C}, seed++), u = random_tensor({c.B, c.H, c.W, c.C}, seed++);
+    const auto fused = [](const std::vector<Tensor>& in) {
+      return depthwise_conv2d_channels_last(in[0], in[1], in[2], Activation::Gelu, in[3]);
+    };
+    const auto composed = [](const std::vector<Tensor>& in) {
+      const Tensor shifted = in[0] + broadcast_to(in[3], in[0].shape());
+      return activation(depthwise_conv2d_channels_last(shifted, in[1], in[2]), Activation::Gelu);
+    };
+    {
+      NoGrad off;
+      CHECK(fused({x, w, b, xb}).to_vector() == composed({x, w, b, xb}).to_vector());
+    }
+    for (const Transport& t : every_transport()) {
+      INFO("transport ", to_string(t.kind));
+      const std::vector<Tensor> got = vjp(fused, {x, w, b, xb}, u, t), want = vjp(composed, {x, w, b, xb}, u, t);
+      for (size_t i = 0; i < 3; ++i) CHECK_MESSAGE(got[i].to_vector() == want[i].to_vector(), "cotangent ", i);
+      REQUIRE(max_abs(want[3]) > 0);
+      check_close(got[3], want[3], 1e-5, 1e-5 * max_abs(want[3]), "input bias cotangent");
+    }
+  }
+  const Tensor x = random_tensor({2, 4, 5, 6}, 71), w = random_tensor({6, 1, 3, 3}, 72);
+  const Tensor b = random_tensor({6}, 73), xb = random_tensor({6}, 74);
+  check_gradients(
+      [](const Args& a) { return depthwise_conv2d_channels_last(a[0], a[1], a[2], Activation::Gelu, a[3]); },
+      {x, w, b, xb});
+  CHECK_THROWS_WITH_AS(depthwise_conv2d_channels_last(x, w, b, Activation::Gelu, random_tensor({5}, 1)),
+                       doctest::Contains("input_bias must be (6), got [5]"), Error);
+}
+
+TEST_CASE("depthwise conv with an activation and an input bias: the same bits at one and two threads") {
+  // Enough rows that the backward's chunks of rows fall differently on one and two threads.
+  const Tensor x = random_tensor({3, 20, 8, 130}, 81), w = random_tensor({130, 1, 3, 3}, 82);
+  const Tensor b = random_tensor({130}, 83), xb = random_tensor({130}, 84), u = random_tensor({3, 20, 8, 130}, 85);
+  const auto run = [&](int threads, const Transport& t) {
+    const int before = num_threads();
+    set_num_threads(threads);
+    const auto f = [](const std::vector<Tensor>& in) {
+      return depthwise_conv2d_channels_last(in[0], in[1], in[2], Activation::Gelu, in[3]);
+    };
+    std::vector<Tensor> out = vjp(f, {x, w, b, xb}, u, t);
+    set_num_threads(before);
+    return out;
+  };
+  for (const Transport& t : {Transport::gradient(), Transport::soft_pullback()}) {
+    const std::vector<Tensor> one = run(1, t), two = run(2, t);
+    for (size_t i = 0; i < one.size(); ++i) CHECK(one[i].to_vector() == two[i].to_vector());
+  }
+}
+
+TEST_CASE("depthwise conv then GELU recorded for a training step: the derivative kept, the gradient's bits") {
+  const Tensor x0 = random_tensor({2, 5, 6, 70}, 91, -2.0f, 2.0f), w0 = random_tensor({70, 1, 3, 3}, 92);
+  const Tensor b0 = random_tensor({70}, 93), xb0 = random_tensor({70}, 94), u = random_tensor({2, 5, 6, 70}, 95);
+  for (Activation act : {Activation::Gelu, Activation::Silu, Activation::Relu}) {
+    INFO(to_string(act));
+    const auto leaves = [&] {
+      std::vector<Tensor> in = {x0.clone(), w0.clone(), b0.clone(), xb0.clone()};
+      for (Tensor& t : in) t.requires_grad_();
+      return in;
+    };
+    std::vector<Tensor> want, got;
+    {
+      GradientOnly training;
+      const std::vector<Tensor> in = leaves();
+      const Tensor y = activation(depthwise_conv2d_channels_last(in[0] + broadcast_to(in[3], in[0].shape()), in[1], in[2]), act);
+      want = grad(y, in, u);
+    }
+    {
+      GradientOnly training;
+      const std::vector<Tensor> in = leaves();
+      got = grad(depthwise_conv2d_channels_last(in[0], in[1], in[2], act, in[3]), in, u);
+    }
+    for (size_t i = 0; i < 3; ++i) {
+      REQUIRE(max_abs(want[i]) > 0);
+      CHECK_MESSAGE(got[i].to_vector() == want[i].to_vector(), "cotangent ", i);
+    }
+    check_close(got[3], want[3], 1e-5, 1e-5 * max_abs(want[3]), "input bias cotangent");
+    if (act == Activation::Relu) continue;  // ReLU keeps its input: its rule selects
+    GradientOnly training;
+    const std::vector<Tensor> in = leaves();
+    const Tensor y = depthwise_conv2d_channels_last(in[0], in[1], in[2], act, in[3]);
+    CHECK_THROWS_WITH_AS(grad(y, {in[0]}, u, Transport::soft_pullback()),
+                         doctest::Contains("recorded under GradientOnly (a training step), which keeps the"), Error);
   }
 }
