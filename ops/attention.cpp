@@ -38,6 +38,12 @@ struct Operand {
   HeadLayout layout;
 };
 
+// The kernels of the per-head products. A head's products are small (a ViT-B/16 head is
+// 197 × 197 × 64), and on them the engine's AVX-512 kernel outran OpenBLAS's, which packs
+// both operands for each (docs/benchmarks.md); it sums every element in one fixed order, so
+// the bits do not depend on the thread count either.
+constexpr GemmKernel kHeadKernel = GemmKernel::widest;
+
 // softmax over each of a head's T rows of S scores, in place (query i sees keys 0..i under
 // the causal mask; at least key 0 always, so no row is empty).
 void softmax_rows(float* scores, int64_t T, int64_t S, bool causal) {
@@ -59,7 +65,8 @@ void softmax_rows(float* scores, int64_t T, int64_t S, bool causal) {
 // pass uses alpha = s; the soft pullback alpha = s/τ.
 void head_pattern(int64_t b, const float* q, const HeadLayout& lq, const float* k, const HeadLayout& lk,
                   const AttentionShape& sh, float alpha, bool causal, float* a) {
-  gemm(false, true, sh.T, sh.S, sh.d, alpha, q + lq.heads.at(b), lq.ld, k + lk.heads.at(b), lk.ld, 0.0f, a, sh.S);
+  gemm(false, true, sh.T, sh.S, sh.d, alpha, q + lq.heads.at(b), lq.ld, k + lk.heads.at(b), lk.ld, 0.0f, a, sh.S,
+       kHeadKernel);
   softmax_rows(a, sh.T, sh.S, causal);
 }
 
@@ -119,7 +126,8 @@ public:
     // dV = Aᵀ u for head b, A its forward pattern or, for the soft pullback, the re-tempered
     // one. gemm writes every element, zeros when there are no queries (T = 0, an empty sum).
     auto value_cotangent = [&](int64_t b, const float* a) {
-      gemm(true, false, S, dv, T, 1.0f, a, S, pu + lu.heads.at(b), lu.ld, 0.0f, cotangent(c_.v) + lv.heads.at(b), lv.ld);
+      gemm(true, false, S, dv, T, 1.0f, a, S, pu + lu.heads.at(b), lu.ld, 0.0f, cotangent(c_.v) + lv.heads.at(b), lv.ld,
+           kHeadKernel);
     };
     if (!written[0] && !written[1]) {  // the pullbacks, or a gradient that reaches v alone
       if (!written[2]) return out;
@@ -141,7 +149,8 @@ public:
     for_each_head(c_.shape, nullptr, [&](int64_t b, float* dz) {
       const float* ab = pa + b * T * S;
       if (written[2]) value_cotangent(b, ab);
-      gemm(false, true, T, S, dv, 1.0f, pu + lu.heads.at(b), lu.ld, v + lv.heads.at(b), lv.ld, 0.0f, dz, S);
+      gemm(false, true, T, S, dv, 1.0f, pu + lu.heads.at(b), lu.ld, v + lv.heads.at(b), lv.ld, 0.0f, dz, S,
+           kHeadKernel);
       run_widest([&] {
         for (int64_t i = 0; i < T; ++i) {
           const float* ar = ab + i * S;
@@ -152,10 +161,10 @@ public:
       });
       if (written[0])
         gemm(false, false, T, d, S, c_.scale, dz, S, k + lk.heads.at(b), lk.ld, 0.0f, cotangent(c_.q) + lq.heads.at(b),
-             lq.ld);
+             lq.ld, kHeadKernel);
       if (written[1])
         gemm(true, false, S, d, T, c_.scale, dz, S, q + lq.heads.at(b), lq.ld, 0.0f, cotangent(c_.k) + lk.heads.at(b),
-             lk.ld);
+             lk.ld, kHeadKernel);
     });
     return out;
   }
@@ -188,7 +197,7 @@ Tensor attend(std::vector<Tensor> inputs, const AttentionCall& c, const Shape& o
   for_each_head(sh, record ? a.data() : nullptr, [&](int64_t b, float* pattern) {
     head_pattern(b, q, c.q.layout, k, c.k.layout, sh, c.scale, c.causal, pattern);
     gemm(false, false, sh.T, sh.dv, sh.S, 1.0f, pattern, sh.S, v + c.v.layout.heads.at(b), c.v.layout.ld, 0.0f,
-         po + c.out.heads.at(b), c.out.ld);
+         po + c.out.heads.at(b), c.out.ld, kHeadKernel);
   });
   if (record) {
     std::vector<Tensor> detached;
