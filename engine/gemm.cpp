@@ -109,9 +109,10 @@ void product(GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t 
 // Work below which a product is not worth splitting (flops): too little to pay for handing
 // it to other threads.
 constexpr double kSplitFlops = 1.6e7;
-// Target panel extent. Narrower panels repack the other operand more often and lose part
-// of sgemm's rate (docs/benchmarks.md).
-constexpr int64_t kPanel = 512;
+// Target panel extent. Every panel repacks the operand that all panels share, so narrower
+// panels lose part of sgemm's rate (docs/benchmarks.md); the thread count sets how few
+// there may be (panel_width).
+constexpr int64_t kPanel = 1024;
 // No panel narrower than this (the packing of the other operand would dominate).
 constexpr int64_t kMinPanel = 128;
 // Panels are multiples of the kernels' register tile, so that every element of C is
@@ -121,13 +122,15 @@ constexpr int64_t kTile = 16;
 // kernels that sum in another order; no panel may fall below that.
 constexpr double kSmallMatrix = 1.0e6;
 
-// Splits `extent` into panels of about kPanel, as equal as the tile allows, and into an even
-// number of them (so that two or four cores share evenly). `other` is the product's other
-// output extent and K its depth. The split depends only on the shape.
+// Splits `extent` into panels of about kPanel, as equal as the tile allows, and into a
+// multiple of the thread count of them (at least one each, so that the cores share evenly),
+// none narrower than the floor. `other` is the product's other output extent and K its
+// depth. The bits do not depend on the split (see the top of gemm.h).
 int64_t panel_width(int64_t extent, int64_t other, int64_t K) {
   const int64_t floor_width = std::max<int64_t>(kMinPanel, static_cast<int64_t>(kSmallMatrix / double(other * K)) + 1);
+  const int64_t threads = std::max(1, num_threads());
   int64_t count = std::max<int64_t>(1, (extent + kPanel / 2) / kPanel);
-  if (count % 2 == 1 && extent >= (count + 1) * floor_width) ++count;
+  count = (count + threads - 1) / threads * threads;
   count = std::max<int64_t>(1, std::min(count, extent / floor_width));
   const int64_t width = (extent + count - 1) / count;
   return (width + kTile - 1) / kTile * kTile;

@@ -1,5 +1,6 @@
 #include "models/layers.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/autograd.h"
@@ -28,7 +29,9 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, Generator& gen) {
   weight = register_parameter("weight", fan_in_uniform({out, in}, in, gen));
   if (has_bias) bias = register_parameter("bias", fan_in_uniform({out}, in, gen));
 }
-Tensor Linear::forward(const Tensor& x, const Tensor& residual) const { return linear(x, weight, bias, residual); }
+Tensor Linear::forward(const Tensor& x, const Tensor& residual, const Tensor& into) const {
+  return linear(x, weight, bias, residual, into);
+}
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions opts, bool has_bias, Generator& gen)
     : options(opts) {
@@ -104,16 +107,27 @@ Tensor SelfAttention::forward_first(const Tensor& x, int64_t queries, const Tens
   return proj->forward(packed_kv_attention(q, kv, heads), residual);
 }
 
-Tensor rowwise_in_chunks(const Tensor& x, int64_t rows, const std::function<Tensor(const Tensor&)>& fn) {
-  check(x.dim() >= 1 && rows > 0, "rowwise_in_chunks: ", rows, " rows of ", x.shape());
+Tensor rowwise_in_chunks(const Tensor& x, int64_t rows, int64_t width,
+                         const std::function<Tensor(const Tensor&, const Tensor&)>& fn) {
+  check(x.dim() >= 1 && rows > 0 && width >= 0, "rowwise_in_chunks: ", rows, " rows of ", x.shape(), " to width ",
+        width);
   const int64_t total = x.numel() / std::max<int64_t>(x.size(-1), 1);
-  if (grad_enabled() || total <= rows) return fn(x);
+  if (grad_enabled() || total <= rows) return fn(x, {});
   const Tensor flat = reshape(x, {total, x.size(-1)});
-  std::vector<Tensor> parts;
-  for (int64_t r = 0; r < total; r += rows) parts.push_back(fn(slice(flat, 0, r, std::min(total, r + rows))));
-  Tensor out = concat(parts, 0);
   Shape shape = x.shape();
-  shape.back() = out.size(-1);
+  shape.back() = width;
+  Tensor out = Tensor::empty({total, width});
+  for (int64_t r = 0; r < total; r += rows) {
+    const int64_t end = std::min(total, r + rows);
+    Tensor into = slice(out, 0, r, end);
+    const Tensor part = fn(slice(flat, 0, r, end), into);
+    check(part.shape() == into.shape(), "rowwise_in_chunks: rows ", r, "..", end, " of ", x.shape(), " gave ",
+          part.shape(), ", expected ", into.shape());
+    if (part.data() != into.data()) {
+      const Tensor values = part.contiguous();
+      std::copy(values.data(), values.data() + values.numel(), into.data());
+    }
+  }
   return reshape(out, shape);
 }
 

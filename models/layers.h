@@ -17,7 +17,8 @@ class Linear : public Module {
 public:
   Linear(int64_t in, int64_t out, bool bias, Generator& gen);
   // With `residual`: residual + the layer's output, summed by the product (ops/matmul.h).
-  Tensor forward(const Tensor& x, const Tensor& residual = {}) const;
+  // With `into`: the output written there, outside a graph (ops/matmul.h linear).
+  Tensor forward(const Tensor& x, const Tensor& residual = {}, const Tensor& into = {}) const;
   Tensor weight, bias;  // (out, in), (out) or undefined
 };
 
@@ -86,12 +87,16 @@ public:
   std::shared_ptr<Linear> qkv, proj;
 };
 
-// fn(x) for a row-wise fn: one whose output row r (along the last axis) depends on row r
-// of x alone, such as a transformer's per-token MLP. When no graph is being recorded it
-// runs on chunks of `rows` rows at a time, so that fn's wide intermediates (an MLP's hidden
-// layer, four times the width) stay in cache from one op to the next instead of making
-// passes over memory; the results are the same. Recording a graph, it is one call, since
-// the backward pass keeps every intermediate anyway.
-Tensor rowwise_in_chunks(const Tensor& x, int64_t rows, const std::function<Tensor(const Tensor&)>& fn);
+// fn(x) for a row-wise fn: one whose output row r (along the last axis, `width` wide)
+// depends on row r of x alone, such as a transformer's per-token MLP. When no graph is being
+// recorded it runs on chunks of `rows` rows at a time, so that fn's wide intermediates (an
+// MLP's hidden layer, four times the width) stay in cache from one op to the next instead of
+// making passes over memory; the results are the same. fn(chunk, into) gets the chunk's rows
+// of the output as `into` (contiguous) and may write its result there itself (a last linear
+// layer's `into`), which saves copying it; a result elsewhere is copied in. Recording a
+// graph, or when one chunk holds every row, it is one call fn(x, {}), since the backward
+// pass keeps every intermediate anyway.
+Tensor rowwise_in_chunks(const Tensor& x, int64_t rows, int64_t width,
+                         const std::function<Tensor(const Tensor&, const Tensor&)>& fn);
 
 }  // namespace adjoint

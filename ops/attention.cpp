@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "engine/autograd.h"
@@ -37,34 +38,51 @@ struct Operand {
   HeadLayout layout;
 };
 
-// Rows of the pattern per parallel chunk: about 16K scores.
-int64_t row_grain(int64_t S) { return std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(S, 1)); }
+// The kernels of the per-head products. A head's products are small (a ViT-B/16 head is
+// 197 × 197 × 64), and on them the engine's AVX-512 kernel outran OpenBLAS's, which packs
+// both operands for each (docs/benchmarks.md); it sums every element in one fixed order, so
+// the bits do not depend on the thread count either.
+constexpr GemmKernel kHeadKernel = GemmKernel::widest;
 
-// The attention pattern softmax(Q Kᵀ·alpha [+ mask]) for every head, contiguous (batch, T, S).
-// The forward pass uses alpha = s; the soft pullback alpha = s/τ.
-Tensor pattern(const float* q, const HeadLayout& lq, const float* k, const HeadLayout& lk, const AttentionShape& sh,
-               float alpha, bool causal) {
-  const auto [batch, T, S, d, dv] = sh;
-  Tensor a = Tensor::empty({batch, T, S});
-  float* pa = a.data();
-  gemm_batched(batch, false, true, T, S, d, alpha, q, lq.ld, lq.heads, k, lk.ld, lk.heads, 0.0f, pa, S, T * S);
-  parallel_for(batch * T, row_grain(S), [&](int64_t r0, int64_t r1) {
-    run_widest([&] {  // a vectorised exp: libm's, a call per score, took 3% of a ViT's inference
-      for (int64_t r = r0; r < r1; ++r) {
-        float* row = pa + r * S;
-        // Keys 0..i are visible to query i under the causal mask (i = r mod T); at least
-        // key 0 always is, so no row is empty.
-        const int64_t visible = causal ? std::min<int64_t>(S, r % T + 1) : S;
-        const float peak = lane_max(row, visible);
-        for (int64_t j = 0; j < visible; ++j) row[j] = fast_exp(row[j] - peak);
-        // In lanes: a single running sum would wait on each add.
-        const float inv = float(1.0 / lane_sum(visible, [row](int64_t j) { return row[j]; }));
-        for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
-        std::fill(row + visible, row + S, 0.0f);
-      }
-    });
+// softmax over each of a head's T rows of S scores, in place (query i sees keys 0..i under
+// the causal mask; at least key 0 always, so no row is empty).
+void softmax_rows(float* scores, int64_t T, int64_t S, bool causal) {
+  run_widest([&] {  // a vectorised exp: libm's, a call per score, took 3% of a ViT's inference
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = scores + i * S;
+      const int64_t visible = causal ? std::min<int64_t>(S, i + 1) : S;
+      const float peak = lane_max(row, visible);
+      for (int64_t j = 0; j < visible; ++j) row[j] = fast_exp(row[j] - peak);
+      // In lanes: a single running sum would wait on each add.
+      const float inv = float(1.0 / lane_sum(visible, [row](int64_t j) { return row[j]; }));
+      for (int64_t j = 0; j < visible; ++j) row[j] *= inv;
+      std::fill(row + visible, row + S, 0.0f);
+    }
   });
-  return a;
+}
+
+// Head b's pattern softmax(Q Kᵀ·alpha [+ mask]) into `a` (T × S, rows S apart). The forward
+// pass uses alpha = s; the soft pullback alpha = s/τ.
+void head_pattern(int64_t b, const float* q, const HeadLayout& lq, const float* k, const HeadLayout& lk,
+                  const AttentionShape& sh, float alpha, bool causal, float* a) {
+  gemm(false, true, sh.T, sh.S, sh.d, alpha, q + lq.heads.at(b), lq.ld, k + lk.heads.at(b), lk.ld, 0.0f, a, sh.S,
+       kHeadKernel);
+  softmax_rows(a, sh.T, sh.S, causal);
+}
+
+// Runs body(b, block) for every head b in parallel, a head at a time, so that a head's T × S
+// block (its pattern, or its pattern's cotangent) stays in cache from the product that
+// writes it through the softmax to the products that read it, rather than every head's
+// blocks passing through memory between batched products. `kept` (batch × T × S floats, or
+// null) holds the blocks for later (the forward pattern of a recorded op); without it each
+// task works in a scratch block of its own. Each head's products and softmax are the same
+// operations whatever the thread count, and a large product still splits inside gemm.
+void for_each_head(const AttentionShape& sh, float* kept, const std::function<void(int64_t, float*)>& body) {
+  const int64_t block = sh.T * sh.S;
+  parallel_for(sh.batch, 1, [&](int64_t b0, int64_t b1) {
+    Tensor scratch = kept ? Tensor() : Tensor::empty({block});
+    for (int64_t b = b0; b < b1; ++b) body(b, kept ? kept + b * block : scratch.data());
+  });
 }
 
 // One call's operands: q, k and v (from one packed input or from three), the output's
@@ -104,39 +122,50 @@ public:
     auto cotangent = [&](const Operand& o) { return out[o.input].data() + o.offset; };
     const HeadLayout &lq = c_.q.layout, &lk = c_.k.layout, &lv = c_.v.layout, &lu = c_.out;
     const float* pu = u.data();
-
-    if (written[2]) {  // dV = Aᵀ u, A the forward pattern or, for the soft pullback, the re-tempered one
-      Tensor a = t.is_soft() ? pattern(value(c_.q), lq, value(c_.k), lk, c_.shape, c_.scale / t.tau.attention,
-                                       c_.causal)
-                             : a_;
-      // gemm writes every element, zeros when there are no queries (T = 0, an empty sum).
-      gemm_batched(batch, true, false, S, dv, T, 1.0f, a.data(), S, T * S, pu, lu.ld, lu.heads, 0.0f,
-                   cotangent(c_.v), lv.ld, lv.heads);
+    const float *q = value(c_.q), *k = value(c_.k), *v = value(c_.v);
+    // dV = Aᵀ u for head b, A its forward pattern or, for the soft pullback, the re-tempered
+    // one. gemm writes every element, zeros when there are no queries (T = 0, an empty sum).
+    auto value_cotangent = [&](int64_t b, const float* a) {
+      gemm(true, false, S, dv, T, 1.0f, a, S, pu + lu.heads.at(b), lu.ld, 0.0f, cotangent(c_.v) + lv.heads.at(b), lv.ld,
+           kHeadKernel);
+    };
+    if (!written[0] && !written[1]) {  // the pullbacks, or a gradient that reaches v alone
+      if (!written[2]) return out;
+      if (!t.is_soft()) {
+        for_each_head(c_.shape, a_.data(), [&](int64_t b, float* a) { value_cotangent(b, a); });
+        return out;
+      }
+      const float alpha = c_.scale / t.tau.attention;
+      for_each_head(c_.shape, nullptr, [&](int64_t b, float* a) {
+        head_pattern(b, q, lq, k, lk, c_.shape, alpha, c_.causal, a);
+        value_cotangent(b, a);
+      });
+      return out;
     }
-    if (!written[0] && !written[1]) return out;
 
-    // dA = u Vᵀ, then through the softmax: dZ = A ⊙ (dA − rowsum(dA ⊙ A)).
+    // The gradient, head by head: dV = Aᵀ u; dA = u Vᵀ, then through the softmax
+    // dZ = A ⊙ (dA − rowsum(dA ⊙ A)); dQ = s·dZ K and dK = s·dZᵀ Q (each written in full).
     const float* pa = a_.data();
-    Tensor dz = Tensor::empty({batch, T, S});
-    float* pz = dz.data();
-    gemm_batched(batch, false, true, T, S, dv, 1.0f, pu, lu.ld, lu.heads, value(c_.v), lv.ld, lv.heads, 0.0f, pz, S,
-                 T * S);
-    parallel_for(batch * T, row_grain(S), [&](int64_t r0, int64_t r1) {
+    for_each_head(c_.shape, nullptr, [&](int64_t b, float* dz) {
+      const float* ab = pa + b * T * S;
+      if (written[2]) value_cotangent(b, ab);
+      gemm(false, true, T, S, dv, 1.0f, pu + lu.heads.at(b), lu.ld, v + lv.heads.at(b), lv.ld, 0.0f, dz, S,
+           kHeadKernel);
       run_widest([&] {
-        for (int64_t r = r0; r < r1; ++r) {
-          const float* ar = pa + r * S;
-          float* zr = pz + r * S;
+        for (int64_t i = 0; i < T; ++i) {
+          const float* ar = ab + i * S;
+          float* zr = dz + i * S;
           const float dot = float(lane_sum(S, [ar, zr](int64_t j) { return zr[j] * ar[j]; }));
           for (int64_t j = 0; j < S; ++j) zr[j] = ar[j] * (zr[j] - dot);  // masked: A = 0
         }
       });
+      if (written[0])
+        gemm(false, false, T, d, S, c_.scale, dz, S, k + lk.heads.at(b), lk.ld, 0.0f, cotangent(c_.q) + lq.heads.at(b),
+             lq.ld, kHeadKernel);
+      if (written[1])
+        gemm(true, false, S, d, T, c_.scale, dz, S, q + lq.heads.at(b), lq.ld, 0.0f, cotangent(c_.k) + lk.heads.at(b),
+             lk.ld, kHeadKernel);
     });
-    if (written[0])  // dQ = s·dZ K
-      gemm_batched(batch, false, false, T, d, S, c_.scale, pz, S, T * S, value(c_.k), lk.ld, lk.heads, 0.0f,
-                   cotangent(c_.q), lq.ld, lq.heads);
-    if (written[1])  // dK = s·dZᵀ Q, written in full as dV
-      gemm_batched(batch, true, false, S, d, T, c_.scale, pz, S, T * S, value(c_.q), lq.ld, lq.heads, 0.0f,
-                   cotangent(c_.k), lk.ld, lk.heads);
     return out;
   }
 
@@ -157,12 +186,20 @@ private:
 Tensor attend(std::vector<Tensor> inputs, const AttentionCall& c, const Shape& out_shape) {
   const auto& sh = c.shape;
   auto value = [&](const Operand& o) { return inputs[o.input].data() + o.offset; };
-  Tensor a = pattern(value(c.q), c.q.layout, value(c.k), c.k.layout, sh, c.scale, c.causal);
+  const bool record = needs_grad(inputs);
+  // A recorded op keeps every head's pattern for its backward pass; otherwise each head's
+  // lives only in a task's scratch block.
+  Tensor a = record ? Tensor::empty({sh.batch, sh.T, sh.S}) : Tensor();
   Tensor out = Tensor::empty(out_shape);
   count_multiply_adds(sh.batch * sh.T * sh.S * (sh.d + sh.dv));  // Q·Kᵀ and A·V
-  gemm_batched(sh.batch, false, false, sh.T, sh.dv, sh.S, 1.0f, a.data(), sh.S, sh.T * sh.S, value(c.v),
-               c.v.layout.ld, c.v.layout.heads, 0.0f, out.data(), c.out.ld, c.out.heads);
-  if (needs_grad(inputs)) {
+  const float *q = value(c.q), *k = value(c.k), *v = value(c.v);
+  float* po = out.data();
+  for_each_head(sh, record ? a.data() : nullptr, [&](int64_t b, float* pattern) {
+    head_pattern(b, q, c.q.layout, k, c.k.layout, sh, c.scale, c.causal, pattern);
+    gemm(false, false, sh.T, sh.dv, sh.S, 1.0f, pattern, sh.S, v + c.v.layout.heads.at(b), c.v.layout.ld, 0.0f,
+         po + c.out.heads.at(b), c.out.ld, kHeadKernel);
+  });
+  if (record) {
     std::vector<Tensor> detached;
     for (const Tensor& x : inputs) detached.push_back(x.detach());
     attach(out, std::make_shared<AttentionNode>(std::move(detached), a, c), inputs);

@@ -140,7 +140,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Tensor& residual_in) {
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Tensor& residual_in,
+              const Tensor& into) {
   check(x_in.defined() && weight_in.defined(), "linear: undefined input or weight");
   check(weight_in.dim() == 2, "linear: weight must be 2-D (out, in), got ", weight_in.shape());
   const int64_t out_features = weight_in.size(0), in_features = weight_in.size(1);
@@ -158,7 +159,12 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     check(residual_in.shape() == out_shape, "linear: residual ", residual_in.shape(), " does not match the output ",
           out_shape, " of input ", x.shape(), " and weight ", w.shape());
   Tensor residual = residual_in.defined() ? residual_in.contiguous() : Tensor();
-  Tensor out = Tensor::empty(out_shape);
+  const bool record = needs_grad({x, w, bias, residual});
+  if (into.defined())
+    check(!record && into.shape() == out_shape && into.is_contiguous(), "linear: output destination ", into.shape(),
+          " for input ", x.shape(), " and weight ", w.shape(), " must be contiguous, of the output's shape ",
+          out_shape, ", and used outside a recorded graph");
+  Tensor out = into.defined() ? into : Tensor::empty(out_shape);
   float* y = out.data();
   float beta = 0.0f;
   if (bias.defined() || residual.defined()) {  // start every row from them; the GEMM accumulates onto it
@@ -178,7 +184,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   count_multiply_adds(rows * out_features * in_features);
   gemm(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features, beta, y,
        out_features);
-  if (needs_grad({x, w, bias, residual}))
+  if (record)
     attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias, residual});
   return out;
 }

@@ -16,7 +16,12 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // With `residual` (the output's shape): residual + x · weightᵀ + bias, a residual
 // connection's sum made by the product itself: the GEMM accumulates onto residual + bias,
 // where a separate add would make another pass over three tensors.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Tensor& residual = {});
+//
+// With `into` (contiguous, the output's shape, possibly a view of a larger tensor) and no
+// graph recorded: the output is written there and `into` returned, so that a caller that
+// assembles a result from blocks of rows (models/layers.h rowwise_in_chunks) copies nothing.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Tensor& residual = {},
+              const Tensor& into = {});
 
 // out[c·out_stride] = Σ_r m[r, c] for a row-major (rows, cols) matrix, summed in double in an
 // order that does not depend on the thread count: the bias gradients of linear and bilinear

@@ -5,6 +5,7 @@
 
 #include "engine/autograd.h"
 #include "engine/error.h"
+#include "engine/threads.h"
 #include "ops/attention.h"
 #include "ops/layout.h"
 #include "ops/reference/reference.h"
@@ -228,4 +229,39 @@ TEST_CASE("packed qkv attention: bad shapes are errors naming the op and shape")
   CHECK_THROWS_WITH_AS(packed_qkv_attention(Tensor::ones({2, 4, 12}), 3),
                        doctest::Contains("dim 4 (qkv [2, 4, 12]) is not divisible by 3 heads"), Error);
   CHECK_THROWS_WITH_AS(packed_qkv_attention(Tensor::ones({4, 12}), 2), doctest::Contains("got [4, 12]"), Error);
+}
+
+TEST_CASE("packed qkv attention: the same bits at 1 and 2 threads, forward and every transport, with the heads "
+          "split between threads") {
+  // 4 images × 6 heads: the heads run in parallel, each through its products and softmax.
+  const Tensor qkv = random_tensor({4, 23, 3 * 48}, 61, -2, 2), u = random_tensor({4, 23, 48}, 62);
+  Temperatures hot;
+  hot.attention = 2.5f;
+  const int saved = num_threads();
+  for (bool causal : {false, true}) {
+    INFO("causal ", causal);
+    std::vector<float> forward[2];
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      NoGrad no_grad;
+      forward[threads - 1] = packed_qkv_attention(qkv, 6, causal).to_vector();
+    }
+    CHECK(forward[0] == forward[1]);
+    for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(hot)}) {
+      INFO("transport ", to_string(t.kind));
+      std::vector<float> recorded[2], cotangent[2];
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        auto in = leaves({qkv});
+        const Tensor y = packed_qkv_attention(in[0], 6, causal);
+        recorded[threads - 1] = y.to_vector();
+        cotangent[threads - 1] = grad(y, in, u, t)[0].to_vector();
+      }
+      CHECK(recorded[0] == forward[0]);  // recorded or not, the same forward
+      CHECK(recorded[0] == recorded[1]);
+      CHECK(cotangent[0] == cotangent[1]);
+      CHECK(max_abs(Tensor::from_vector(qkv.shape(), cotangent[0])) > 1e-3);
+    }
+  }
+  set_num_threads(saved);
 }

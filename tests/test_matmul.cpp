@@ -81,6 +81,8 @@ TEST_CASE("matmul: large products split into panels, match a double product and 
   set_num_threads(2);
   const std::vector<float> two = matmul(a, b).to_vector();
   CHECK(one == two);
+  set_num_threads(3);  // panels in a multiple of the thread count: three here, of uneven widths
+  CHECK(matmul(a, b).to_vector() == one);
   const std::vector<double> ref = naive_product(a, b);
   double worst = 0;
   for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(ref[i] - one[i]));

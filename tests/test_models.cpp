@@ -154,25 +154,36 @@ TEST_CASE("models: a ViT's last block computed for the class token alone carries
 }
 
 TEST_CASE("models: a row-wise function runs in chunks of rows at inference, whole when recording") {
-  const Tensor x = random_tensor({3, 5, 4}, 81), w = random_tensor({6, 4}, 82), b = random_tensor({6}, 83);
-  int calls = 0;
-  auto fn = [&](const Tensor& t) {
+  const Tensor x = random_tensor({3, 5, 4}, 81), w = random_tensor({6, 4}, 82), b = random_tensor({6}, 83),
+               w2 = random_tensor({6, 6}, 85);
+  int calls = 0, written_in_place = 0;
+  // The MLP's shape: a last linear layer that may write the chunk's rows of the output itself.
+  auto fn = [&](const Tensor& t, const Tensor& into) {
     ++calls;
-    return gelu(linear(t, w, b));
+    const Tensor y = linear(gelu(linear(t, w, b)), w2, {}, {}, into);
+    if (into.defined() && y.data() == into.data()) ++written_in_place;
+    return y;
   };
-  Tensor whole, chunked;
+  // One that ignores `into`: its results are copied in.
+  auto elsewhere = [&](const Tensor& t, const Tensor&) { return fn(t, {}); };
+  Tensor whole, chunked, copied;
   {
     NoGrad off;
-    whole = fn(x);
+    whole = fn(x, {});
     calls = 0;
-    chunked = rowwise_in_chunks(x, 4, fn);  // 15 rows: 4 + 4 + 4 + 3
+    chunked = rowwise_in_chunks(x, 4, 6, fn);  // 15 rows: 4 + 4 + 4 + 3
+    CHECK(calls == 4);
+    CHECK(written_in_place == 4);
+    copied = rowwise_in_chunks(x, 4, 6, elsewhere);
+    CHECK(written_in_place == 4);
+    CHECK_THROWS_WITH_AS(rowwise_in_chunks(x, 4, 5, fn), doctest::Contains("linear: output destination"), Error);
   }
-  CHECK(calls == 4);
   CHECK(chunked.shape() == Shape{3, 5, 6});
   check_close(chunked, whole, 1e-7, 1e-7, "chunked");
+  CHECK(copied.to_vector() == chunked.to_vector());
   calls = 0;
   const Tensor leaf = x.clone().requires_grad_();
-  const Tensor recorded = rowwise_in_chunks(leaf, 4, fn);
+  const Tensor recorded = rowwise_in_chunks(leaf, 4, 6, fn);
   CHECK(calls == 1);
   CHECK(max_abs(grad(recorded, {leaf}, random_tensor({3, 5, 6}, 84))[0]) > 0);
 }
