@@ -455,6 +455,8 @@ ProposalFit adapt_direction_proposal(int64_t m, const Target& target, const std:
       peaks.push_back(peak);
       const Chart chart(std::move(peak));
       Fitted f{tangent_hessian(chart, target, fit.draws), plan.widening};
+      // A Hessian that met a zero of h (or an overflow) beside the peak has no Laplace fit.
+      if (!std::all_of(f.hessian.data.begin(), f.hessian.data.end(), [](double x) { return std::isfinite(x); })) continue;
       ProjectedNormal c = laplace_component(chart, f.hessian, f.widening);
       double narrowest = 1;
       for (double lambda : c.precisions) narrowest = std::max(narrowest, lambda);

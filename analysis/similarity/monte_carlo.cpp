@@ -309,8 +309,12 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
     return per_draw(products(la, lb, rows), s.weights, d.importance);
   };
   double beta_ab = 0, beta_aa = 0, beta_bb = 0;
-  run.pilot = s.cv ? std::max<int64_t>(plan.pilot / s.per_draw_rows, 16) : 0;
-  if (s.cv) {
+  // The control variate serves uniform directions only. Under a proposal the draws are products
+  // times weights that span orders of magnitude, and a β fitted on a pilot of a few dozen of them
+  // is noise that a single draw can make enormous.
+  const bool cv = s.cv && proposal.components.empty();
+  run.pilot = cv ? std::max<int64_t>(plan.pilot / s.per_draw_rows, 16) : 0;
+  if (cv) {
     const int64_t rows = run.pilot * s.per_draw_rows;
     const Draws d = draw_rows(s.a, run.pilot, plan, s.rule, proposal, gen);
     const Products q = per_draw(products(outputs(s.a, s.reference, d.rows, rows), evaluate_polynomial(s.b, d.rows, rows), rows),
@@ -329,7 +333,7 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
     Products q = per_draw(products(fa, fb, rows), s.weights, d.importance);
     run.all.ab.insert(run.all.ab.end(), q.ab.begin(), q.ab.end()), run.all.aa.insert(run.all.aa.end(), q.aa.begin(), q.aa.end());
     run.all.bb.insert(run.all.bb.end(), q.bb.begin(), q.bb.end());
-    if (s.cv) {
+    if (cv) {
       const Products g = direct(d, rows);
       for (size_t i = 0; i < size_t(n); ++i)
         q.ab[i] -= beta_ab * (g.ab[i] - s.mean_ab), q.aa[i] -= beta_aa * (g.aa[i] - s.mean_aa), q.bb[i] -= beta_bb * (g.bb[i] - s.mean_bb);
@@ -458,7 +462,7 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
     }
   }
   MonteCarloSimilarity r = finish(run.total, run.slice, run.done);
-  r.control_variate = s.cv;
+  r.control_variate = s.cv && !use_proposal;
   r.pilot_samples = run.pilot;
   r.radial_points = plan.radial ? int(s.per_draw_rows) : 0;
   r.importance = use_proposal;

@@ -72,7 +72,8 @@ MonteCarloSimilarity monte_carlo_estimate(const PolynomialView& a, const Polynom
 // so each inner product is estimated by the mean of q − β(g − E[g]). β = cov(q, g)/var(g) is fitted
 // on a pilot batch that the estimate then discards, which keeps every inner product's estimate
 // unbiased; the cosine, a ratio of them, is consistent, with its interval from the delta method.
-// Networks without a direct path (a non-residual bilinear layer) are sampled plainly.
+// Networks without a direct path (a non-residual bilinear layer) are sampled plainly, and so are
+// directions drawn from a proposal (below), whose weighted draws would make β noise.
 struct MonteCarloPlan {
   double tolerance = 0.005;
   int64_t max_samples = int64_t(1) << 24;
