@@ -83,7 +83,8 @@ struct MonteCarloPlan {
   // With the radial split, where the uniform directions' draws are heavy-tailed (the diagnostic
   // below): directions drawn from a proposal adapted toward the directions where
   // |f_a|²/E|f_a|² + |f_b|²/E|f_b|² is large (direction_proposal.h), each draw weighted by
-  // uniform/proposal, in a fresh run; false: uniform directions only.
+  // uniform/proposal, in a fresh run, where the proposal does better than uniform directions on
+  // the pilots (prefer_proposal, below); false: uniform directions only.
   bool importance = true;
   ProposalPlan proposal;
   bool always_adapt = false;  // adapt the proposal even where uniform directions' draws are light-tailed
