@@ -37,18 +37,20 @@ Pair attention_pair() {
 bool covers(double estimate, double se, double exact) { return std::abs(estimate - exact) <= 1.96 * se; }
 
 struct Coverage {
-  int cosine = 0, ab = 0, aa = 0, bb = 0, unreliable = 0, importance = 0;
+  int cosine = 0, ab = 0, aa = 0, bb = 0, unreliable = 0, importance = 0, chosen_on_pilots = 0;
 };
 // The default (importance-sampled directions where uniform ones are heavy-tailed, uniform ones
-// otherwise), importance-sampled directions always, uniform directions, plain sampling.
-enum class Sampler { Default, ImportanceDirections, UniformDirections, Plain };
+// otherwise), importance-sampled directions always, a proposal fitted always and then chosen
+// against uniform directions on pilots, uniform directions, plain sampling.
+enum class Sampler { Default, ImportanceDirections, ChosenOnPilots, UniformDirections, Plain };
 Coverage coverage(const Pair& p, const ExactInnerProducts& exact, double input_std, Sampler sampler, int runs) {
   Coverage c;
   for (int run = 1; run <= runs; ++run) {
     MonteCarloPlan plan;
     plan.tolerance = 0.002, plan.input_std = input_std, plan.seed = uint64_t(run) * 7919 + 13;
     plan.radial = sampler != Sampler::Plain, plan.importance = sampler != Sampler::UniformDirections;
-    plan.always_adapt = sampler == Sampler::ImportanceDirections;
+    plan.always_adapt = sampler == Sampler::ImportanceDirections || sampler == Sampler::ChosenOnPilots;
+    plan.choose_by_pilot = sampler != Sampler::ImportanceDirections;
     const MonteCarloSimilarity mc = monte_carlo_sized(p.a, p.b, plan);
     CHECK(mc.similarity_se <= 0.002);
     c.cosine += covers(mc.similarity, mc.similarity_se, exact.cosine());
@@ -56,6 +58,8 @@ Coverage coverage(const Pair& p, const ExactInnerProducts& exact, double input_s
     c.aa += covers(mc.inner_aa, mc.inner_aa_se, exact.aa);
     c.bb += covers(mc.inner_bb, mc.inner_bb_se, exact.bb);
     c.unreliable += !mc.reliable, c.importance += mc.importance;
+    c.chosen_on_pilots += !std::isnan(mc.uniform_pilot_shape) && !std::isnan(mc.proposal_pilot_shape) &&
+                          mc.importance != mc.proposal_declined;
   }
   return c;
 }
@@ -102,6 +106,35 @@ TEST_CASE("Monte Carlo coverage: importance-sampled directions are unbiased, wit
   check_each_covers(c, exact, runs, 17);
   CHECK(c.importance >= 17);
   CHECK(c.unreliable <= 3);
+}
+
+TEST_CASE("Monte Carlo coverage: a law of directions chosen on pilots, then fresh draws, covers") {
+  // A proposal fitted on every run, then compared with the uniform run on a pilot of as many of its
+  // own draws (prefer_proposal); the estimate is a third, fresh run from the law chosen.
+  const Pair p = attention_pair();
+  const double input_std = 0.4;
+  const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
+  const int runs = 20;
+  const Coverage c = coverage(p, exact, input_std, Sampler::ChosenOnPilots, runs);
+  check_each_covers(c, exact, runs, 17);
+  MESSAGE("chosen on pilots ", c.chosen_on_pilots, " of ", runs, ", the proposal in ", c.importance);
+  CHECK(c.chosen_on_pilots >= 17);  // a proposal was fitted and a choice made (not where no peak stood out)
+  CHECK(c.unreliable <= 3);
+}
+
+TEST_CASE("Monte Carlo: the law of directions is chosen on pilots by their tails, then by their spread") {
+  const int64_t n = 2048;  // the tail shape's limit: min(1 − 1/log10 2048, 0.7) = 0.698
+  const PilotSummary light{n, 0.2, 1.0}, light_narrower{n, 0.3, 0.5}, heavy{n, 1.2, 0.1}, heavier{n, 2.0, 0.05};
+  CHECK(prefer_proposal(heavy, light));         // uniform directions marked, the proposal not
+  CHECK_FALSE(prefer_proposal(light, heavy));   // the reverse, although the proposal's spread is smaller
+  CHECK(prefer_proposal(heavier, heavy));       // both marked: the lighter tail
+  CHECK_FALSE(prefer_proposal(heavy, heavier));
+  CHECK(prefer_proposal(light, light_narrower));  // neither marked: the smaller variance a draw
+  CHECK_FALSE(prefer_proposal(light_narrower, light));
+  CHECK_FALSE(prefer_proposal(light, light));  // a tie: uniform directions
+  const PilotSummary flat{n, -INFINITY, 1.0}, undefined{n, NAN, 0.1};  // no tail at all; a shape that could not be read
+  CHECK(prefer_proposal(undefined, flat));
+  CHECK_FALSE(prefer_proposal(flat, undefined));
 }
 
 TEST_CASE("Monte Carlo coverage: uniform directions cover where their tails are light") {

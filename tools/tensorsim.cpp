@@ -424,7 +424,8 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
   distributed::broadcast(method, last_pair_rank);
   if (unreliable > 0)
     method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (the draws' Pareto tail shape is over ",
-                  "min(1 − 1/log10 N, 0.7): heavy tails, the standard error may understate the error)");
+                  "min(1 − 1/log10 N, 0.7), or a proposal's search for the peaks had not settled: the standard error may ",
+                  "understate the error)");
   return pairwise;
 }
 

@@ -3,7 +3,8 @@
 // importance-sampled from an adapted proposal (the default), uniform directions (spherical–radial),
 // and plain sampling of whole inputs; and whether each drifts with the number of draws on a
 // network of the paper's layout. (The default adapts a proposal only where uniform directions'
-// draws are heavy-tailed; "always adapted" does so on every run.)
+// draws are heavy-tailed, and then draws its estimate from the proposal or from uniform directions,
+// whichever did better on a pilot; "always adapted" fits one on every run and always uses it.)
 //
 //   build/analysis/experiments/mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]
 //   build/analysis/experiments/mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...
@@ -65,6 +66,7 @@ const Estimator kEstimators[] = {
 MonteCarloPlan plan_of(const Estimator& e) {
   MonteCarloPlan plan;
   plan.radial = e.radial, plan.importance = e.importance, plan.always_adapt = e.always_adapt;
+  plan.choose_by_pilot = !e.always_adapt;  // "always adapted": the proposal forced, its own evidence
   return plan;
 }
 
@@ -141,6 +143,14 @@ void coverage(int runs, double tolerance, double input_std, int64_t vocab, int64
   }
 }
 
+// "k_u, k_p" of the two pilots' tail shapes, or "forced" where no choice was made.
+std::string pilot_shapes(double uniform, double proposal) {
+  if (std::isnan(uniform)) return "forced";
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f, %.2f", uniform, proposal);
+  return text;
+}
+
 void drift(double input_std, const std::string& path, const std::vector<int64_t>& budgets) {
   const SafetensorsFile file = read_safetensors(path);
   PaperLmShape shape;
@@ -153,20 +163,27 @@ void drift(double input_std, const std::string& path, const std::vector<int64_t>
   other["layers.1.o.weight"] = Tensor::from_vector(other.at("layers.1.o.weight").shape(), halved);
   const PolynomialView b = paper_lm_view(other, shape, kPaperLmPositions, "halved");
   std::printf("| estimator | draws | evaluations | cosine ± s.e. | <A|B> ± s.e. | <A|A> ± s.e. | <B|B> ± s.e. | Pareto k | tail share | "
-              "reliable | time (s) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n");
+              "reliable | law drawn (peaks, unconverged; pilots' k: uniform, proposal) | time (s) |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|\n");
   for (const Estimator& e : kEstimators) {
     if (!selected(e)) continue;
     for (int64_t draws : budgets) {
       MonteCarloPlan plan = plan_of(e);
-      plan.tolerance = 1e-12, plan.input_std = input_std, plan.seed = uint64_t(draws) + 1;
+      plan.tolerance = 1e-12, plan.input_std = input_std, plan.seed = uint64_t(draws) + 1, plan.rerun_limit = 0;
       // Plain sampling gets the same network evaluations.
       plan.max_samples = e.radial ? draws : draws * radial_points_for(polynomial_degree(a) + polynomial_degree(b));
       const auto start = std::chrono::steady_clock::now();
       const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
-      std::printf("| %s | %lld | %lld | %.4f ± %.4f | %.4g ± %.2g | %.4g ± %.2g | %.4g ± %.2g | %.2f | %.3f | %s | %.1f |\n", e.name,
+      const std::string law = !e.radial ? "inputs"
+                              : mc.proposal_peaks == 0 ? "uniform"
+                                                       : std::string(mc.importance ? "proposal" : "uniform") + " (" +
+                                                             std::to_string(mc.proposal_peaks) + ", " +
+                                                             std::to_string(mc.proposal_unconverged) + "; " +
+                                                             pilot_shapes(mc.uniform_pilot_shape, mc.proposal_pilot_shape) + ")";
+      std::printf("| %s | %lld | %lld | %.4f ± %.4f | %.4g ± %.2g | %.4g ± %.2g | %.4g ± %.2g | %.2f | %.3f | %s | %s | %.1f |\n", e.name,
                   (long long)mc.samples, (long long)mc.evaluations, mc.similarity, mc.similarity_se, mc.inner_ab, mc.inner_ab_se,
                   mc.inner_aa, mc.inner_aa_se, mc.inner_bb, mc.inner_bb_se, mc.pareto_shape, mc.tail_share,
-                  mc.reliable ? "yes" : "no", seconds_since(start));
+                  mc.reliable ? "yes" : "no", law.c_str(), seconds_since(start));
       std::fflush(stdout);
     }
   }

@@ -394,11 +394,18 @@ TensorSimScore monte_carlo(RoutePair& p) {
                                             mc.radial_points, "-point radial rule")
                                       : cat(mc.samples, " samples"),
                      mc.importance ? cat(" (a proposal at ", mc.proposal_peaks, " peaks, fitted on ", mc.proposal_draws, " more)") : "",
+                     mc.proposal_declined ? cat(" (uniform directions: a proposal at ", mc.proposal_peaks, " peaks, fitted on ",
+                                                mc.proposal_draws, " more, lost to them on a pilot, Pareto shape ",
+                                                mc.proposal_pilot_shape, " against ", mc.uniform_pilot_shape, ")")
+                                          : "",
                      mc.control_variate ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
                      mc.reliable ? cat(", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ",
                                          mc.similarity + 1.96 * mc.similarity_se)
-                                   : cat(", NO reliable interval: the draws' Pareto tail shape is ", mc.pareto_shape, " (limit ",
-                                         mc.pareto_limit, "; heavy tails: the standard error may understate the error)"),
+                                   : mc.importance && !mc.proposal_settled && mc.pareto_shape <= mc.pareto_limit
+                                         ? cat(", NO reliable interval: the proposal's search for the peaks stopped before it ",
+                                               "settled (peaks or heavy weights still turning up), so mass it did not find may remain")
+                                         : cat(", NO reliable interval: the draws' Pareto tail shape is ", mc.pareto_shape, " (limit ",
+                                               mc.pareto_limit, "; heavy tails: the standard error may understate the error)"),
                      "; no exact route: ", p.why);
   score.total = mc.similarity, score.standard_error = mc.similarity_se, score.samples = mc.samples;
   score.reliable = mc.reliable;

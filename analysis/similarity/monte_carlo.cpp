@@ -263,6 +263,12 @@ Draws draw_rows(const PolynomialView& a, int64_t draws, const MonteCarloPlan& pl
   return d;
 }
 
+// N times the squared standard error of the cosine: the variance a draw contributes.
+double cosine_variance(const CosineSums& total, int64_t n) {
+  const double se = total.cosine(n).second;
+  return se * se * double(n);
+}
+
 // The largest Pareto tail shape of the three inner products' draws.
 double largest_pareto_shape(const Products& all) {
   return std::max({pareto_shape_both_tails(all.ab), pareto_shape_both_tails(all.aa), pareto_shape_both_tails(all.bb)});
@@ -303,8 +309,12 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
     return per_draw(products(la, lb, rows), s.weights, d.importance);
   };
   double beta_ab = 0, beta_aa = 0, beta_bb = 0;
-  run.pilot = s.cv ? std::max<int64_t>(plan.pilot / s.per_draw_rows, 16) : 0;
-  if (s.cv) {
+  // The control variate serves uniform directions only. Under a proposal the draws are products
+  // times weights that span orders of magnitude, and a β fitted on a pilot of a few dozen of them
+  // is noise that a single draw can make enormous.
+  const bool cv = s.cv && proposal.components.empty();
+  run.pilot = cv ? std::max<int64_t>(plan.pilot / s.per_draw_rows, 16) : 0;
+  if (cv) {
     const int64_t rows = run.pilot * s.per_draw_rows;
     const Draws d = draw_rows(s.a, run.pilot, plan, s.rule, proposal, gen);
     const Products q = per_draw(products(outputs(s.a, s.reference, d.rows, rows), evaluate_polynomial(s.b, d.rows, rows), rows),
@@ -323,7 +333,7 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
     Products q = per_draw(products(fa, fb, rows), s.weights, d.importance);
     run.all.ab.insert(run.all.ab.end(), q.ab.begin(), q.ab.end()), run.all.aa.insert(run.all.aa.end(), q.aa.begin(), q.aa.end());
     run.all.bb.insert(run.all.bb.end(), q.bb.begin(), q.bb.end());
-    if (s.cv) {
+    if (cv) {
       const Products g = direct(d, rows);
       for (size_t i = 0; i < size_t(n); ++i)
         q.ab[i] -= beta_ab * (g.ab[i] - s.mean_ab), q.aa[i] -= beta_aa * (g.aa[i] - s.mean_aa), q.bb[i] -= beta_bb * (g.bb[i] - s.mean_bb);
@@ -340,9 +350,10 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
           " draws the products of ", s.a.arch, "'s and ", s.b.arch, "'s outputs are out of range (",
           "outputs this heavy-tailed at input scale ", plan.input_std, " have no usable sample mean; a smaller --input-std, ",
           "e.g. 1/sqrt(vocab) for one-hot tokens)");
-    const double ratio = se / plan.tolerance;
-    const int64_t needed = std::max(run.done, int64_t(double(run.done) * ratio * ratio));
-    if (plan.progress) plan.progress(run.done, std::min(needed, plan.max_samples), se);
+    // Draws the standard error says are needed (a tolerance of 0: a fixed count, max_samples).
+    const double wanted = plan.tolerance > 0 ? double(run.done) * (se / plan.tolerance) * (se / plan.tolerance) : INFINITY;
+    const int64_t needed = int64_t(std::clamp(wanted, double(run.done), double(plan.max_samples)));
+    if (plan.progress) plan.progress(run.done, needed, se);
     if ((run.done >= minimum && se <= plan.tolerance) || run.done >= plan.max_samples) break;
     if (run.done >= minimum && stop_early && stop_early(run)) break;
   }
@@ -350,6 +361,14 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
 }
 
 }  // namespace
+
+bool prefer_proposal(const PilotSummary& uniform, const PilotSummary& proposal) {
+  const double limit = pareto_shape_limit(std::min(uniform.draws, proposal.draws));
+  const bool uniform_marked = !(uniform.pareto_shape <= limit), proposal_marked = !(proposal.pareto_shape <= limit);
+  if (uniform_marked != proposal_marked) return uniform_marked;
+  if (uniform_marked) return proposal.pareto_shape < uniform.pareto_shape;
+  return proposal.cosine_variance < uniform.cosine_variance;
+}
 
 MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const PolynomialView& b_in, const MonteCarloPlan& plan,
                                        const PolynomialView* reference_in) {
@@ -397,10 +416,14 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   // Importance sampling, where the uniform directions' draws are heavy-tailed: their highest
   // directions start the search for the peaks of |f_a|²/E|f_a|² + |f_b|²/E|f_b|² (by
   // Cauchy–Schwarz |f_a·f_b| is within half of it, so one proposal serves the three inner
-  // products), and a fresh run from the fitted proposal is the estimate; the uniform run, whose
-  // draws chose the proposal, is set aside, which keeps the estimate unbiased.
+  // products). Which law the estimate then draws from, the proposal or uniform directions, is
+  // decided on pilots: the uniform run and a run of as many draws from the proposal, compared by
+  // prefer_proposal. The estimate is a fresh run from the chosen law; the runs that chose the
+  // proposal and the law are set aside, which keeps the estimate unbiased.
   ProposalFit fit;
   int64_t set_aside = 0;
+  bool use_proposal = false, declined = false;
+  double uniform_shape = NAN, proposal_shape = NAN;
   if (plan.radial && plan.importance && (plan.always_adapt || heavy(run))) {
     double scale_aa = 0, scale_bb = 0;
     for (int64_t i = 0; i < run.done; ++i) scale_aa += run.raw_aa[size_t(i)], scale_bb += run.raw_bb[size_t(i)];
@@ -417,24 +440,42 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
     };
     fit = adapt_direction_proposal(s.features, target, run.directions, explored, run.done, plan.proposal, gen);
     if (!fit.proposal.components.empty()) {
-      // At most 4 times the uniform run's draws: a proposal that missed the mass would otherwise
-      // draw toward the sample cap before its standard error reached the tolerance.
+      // Bounded by rerun_limit times the uniform run's draws: a law that missed the mass would
+      // otherwise draw toward the sample cap before its standard error reached the tolerance.
       MonteCarloPlan capped = plan;
-      capped.max_samples = std::min(plan.max_samples, std::max(4 * run.done, plan.min_draws));
+      if (plan.rerun_limit > 0)
+        capped.max_samples = std::min(plan.max_samples, std::max(int64_t(plan.rerun_limit * double(run.done)), plan.min_draws));
       set_aside = run.done + run.pilot;
-      run = sized_run(s, capped, fit.proposal, gen);
+      use_proposal = true;
+      if (plan.choose_by_pilot) {
+        MonteCarloPlan pilot_plan = plan;
+        pilot_plan.max_samples = run.done, pilot_plan.tolerance = 0;  // exactly as many draws as the uniform run
+        const SizedRun pilot = sized_run(s, pilot_plan, fit.proposal, gen);
+        set_aside += pilot.done + pilot.pilot;
+        const PilotSummary from_uniform = {run.done, largest_pareto_shape(run.all), cosine_variance(run.total, run.done)},
+                           from_proposal = {pilot.done, largest_pareto_shape(pilot.all), cosine_variance(pilot.total, pilot.done)};
+        uniform_shape = from_uniform.pareto_shape, proposal_shape = from_proposal.pareto_shape;
+        use_proposal = prefer_proposal(from_uniform, from_proposal);
+        declined = !use_proposal;
+      }
+      run = sized_run(s, capped, use_proposal ? fit.proposal : DirectionProposal::uniform(s.features), gen);
     }
   }
   MonteCarloSimilarity r = finish(run.total, run.slice, run.done);
-  r.control_variate = s.cv;
+  r.control_variate = s.cv && !use_proposal;
   r.pilot_samples = run.pilot;
   r.radial_points = plan.radial ? int(s.per_draw_rows) : 0;
-  r.importance = !fit.proposal.components.empty();
-  r.proposal_peaks = fit.peaks, r.proposal_draws = fit.draws + set_aside;
+  r.importance = use_proposal;
+  r.proposal_declined = declined;
+  r.uniform_pilot_shape = uniform_shape, r.proposal_pilot_shape = proposal_shape;
+  r.proposal_peaks = fit.peaks, r.proposal_unconverged = fit.unconverged, r.proposal_draws = fit.draws + set_aside;
   r.evaluations = (run.done + run.pilot + r.proposal_draws) * s.per_draw_rows;
   r.tail_share = run.total.tail_share(run.done);
   r.pareto_shape = largest_pareto_shape(run.all), r.pareto_limit = pareto_shape_limit(run.done);
-  r.reliable = !heavy(run);
+  // A proposal whose search was still finding peaks (or heavy weights) when it stopped has left
+  // mass unfound that a sized run may not meet: its estimate is marked whatever its draws' tail.
+  r.proposal_settled = fit.settled;
+  r.reliable = !heavy(run) && (!use_proposal || fit.settled);
   return r;
 }
 

@@ -3,6 +3,7 @@
 // the forward's own arithmetic in double precision), with standard errors. What
 // `adjoint tensorsim --check-mc N` prints beside the closed form, and the tests' reference.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -30,13 +31,21 @@ struct MonteCarloSimilarity {
   // Importance sampling over directions (direction_proposal.h): whether the directions came from
   // a fitted proposal, the peaks it found and the directions it spent (within evaluations).
   bool importance = false;
-  int proposal_peaks = 0;
+  int proposal_peaks = 0, proposal_unconverged = 0;  // peaks whose ascent stopped short of its tolerance
   int64_t proposal_draws = 0;
+  // Where a proposal was fitted and MonteCarloPlan::choose_by_pilot: whether its pilot lost to the
+  // uniform run (the estimate then drew fresh uniform directions), and both pilots' Pareto shapes
+  // (NaN where no choice was made).
+  bool proposal_declined = false;
+  bool proposal_settled = false;  // ProposalFit::settled; an estimate from an unsettled proposal is marked
+  double uniform_pilot_shape = NAN, proposal_pilot_shape = NAN;
   // The tail diagnostic: the largest Pareto shape k̂ of the three inner products' draws (both
   // tails, pareto_tail.h; the draws before the control variate), and the bar it was held to,
   // min(1 − 1/log10 N, 0.7).
   double pareto_shape = 0, pareto_limit = 0.7;
-  bool reliable = true;  // pareto_shape within pareto_limit and tail_share within the plan's limit
+  // pareto_shape within pareto_limit and tail_share within the plan's limit, and, drawn from a
+  // proposal, the proposal's search settled
+  bool reliable = true;
 };
 
 // `reference`, when given, is subtracted from a (the difference tensor of --diff).
@@ -63,7 +72,8 @@ MonteCarloSimilarity monte_carlo_estimate(const PolynomialView& a, const Polynom
 // so each inner product is estimated by the mean of q − β(g − E[g]). β = cov(q, g)/var(g) is fitted
 // on a pilot batch that the estimate then discards, which keeps every inner product's estimate
 // unbiased; the cosine, a ratio of them, is consistent, with its interval from the delta method.
-// Networks without a direct path (a non-residual bilinear layer) are sampled plainly.
+// Networks without a direct path (a non-residual bilinear layer) are sampled plainly, and so are
+// directions drawn from a proposal (below), whose weighted draws would make β noise.
 struct MonteCarloPlan {
   double tolerance = 0.005;
   int64_t max_samples = int64_t(1) << 24;
@@ -73,10 +83,17 @@ struct MonteCarloPlan {
   // With the radial split, where the uniform directions' draws are heavy-tailed (the diagnostic
   // below): directions drawn from a proposal adapted toward the directions where
   // |f_a|²/E|f_a|² + |f_b|²/E|f_b|² is large (direction_proposal.h), each draw weighted by
-  // uniform/proposal, in a fresh run; false: uniform directions only.
+  // uniform/proposal, in a fresh run, where the proposal does better than uniform directions on
+  // the pilots (prefer_proposal, below); false: uniform directions only.
   bool importance = true;
   ProposalPlan proposal;
   bool always_adapt = false;  // adapt the proposal even where uniform directions' draws are light-tailed
+  // Decide between the fitted proposal and uniform directions on pilots (prefer_proposal); false:
+  // the proposal, once fitted, is used (the importance sampler's own tests).
+  bool choose_by_pilot = true;
+  // After an adaptation the estimate draws at most rerun_limit times the uniform run's draws (at
+  // least min_draws); 0: max_samples only.
+  double rerun_limit = 4;
   // Sampling stops at the requested standard error, after at least min_draws. An estimate is
   // marked unreliable (MonteCarloSimilarity::reliable; its standard error may understate the
   // error) when, in any of the three inner products, its draws' Pareto tail shape exceeds
@@ -96,5 +113,18 @@ struct MonteCarloPlan {
 };
 MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a, const PolynomialView& b, const MonteCarloPlan& plan,
                                        const PolynomialView* reference = nullptr);
+
+// The choice between uniform directions and a fitted proposal, read on a pilot run of each (equal
+// draws, both set aside afterwards: a choice read on the draws it then reports would favour
+// whichever law's draws happened to miss their tail). A law whose draws the tail diagnostic
+// marks (Pareto shape over min(1 − 1/log10 N, 0.7)) loses to one it does not; between two
+// marked, the lighter tail wins; between two unmarked, the smaller variance of the cosine per
+// draw (both laws cost the same evaluations a draw). Ties go to uniform directions.
+struct PilotSummary {
+  int64_t draws = 0;
+  double pareto_shape = 0;     // the largest of the three inner products' draws'
+  double cosine_variance = 0;  // draws × the cosine's squared standard error
+};
+bool prefer_proposal(const PilotSummary& uniform, const PilotSummary& proposal);
 
 }  // namespace adjoint
