@@ -359,12 +359,12 @@ TEST_CASE("adjoint train under mpirun: the same weights at 1, 2 and 4 ranks, wit
   const testing::ProgramRun unchosen = train_run("--model resnet18 --width 0.0625 --data " + data +
                                                      " --batch 32 --max-steps 1 --out " + dir.file("x"),
                                                  2, dir);
-  CHECK(unchosen.exit_code == 2);
+  CHECK_MESSAGE(unchosen.exit_code == 2, unchosen.output);  // the output says how a rank ended otherwise
   CHECK(testing::contains(unchosen.output, "give --shards S, a multiple of 2"));
   const testing::ProgramRun uneven = train_run("--model resnet18 --width 0.0625 --data " + data +
                                                    " --batch 32 --shards 3 --max-steps 1 --out " + dir.file("y"),
                                                2, dir);
-  CHECK(uneven.exit_code == 2);
+  CHECK_MESSAGE(uneven.exit_code == 2, uneven.output);
   CHECK(testing::contains(uneven.output, "--shards 3: not a multiple of the 2 ranks"));
   CHECK(!fs::exists(dir.file("x")));
 }
