@@ -21,6 +21,7 @@
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
+#include "ops/layout.h"
 #include "tools/cli.h"
 
 namespace adjoint::testing {
@@ -53,6 +54,9 @@ Tensor random_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
   Generator gen(seed);
   return uniform(shape, lo, hi, gen);
 }
+
+Tensor channels_last(const Tensor& nchw) { return permute(nchw, {0, 2, 3, 1}).contiguous(); }
+Tensor channels_first(const Tensor& nhwc) { return permute(nhwc, {0, 3, 1, 2}).contiguous(); }
 
 std::vector<Tensor> leaves(const std::vector<Tensor>& values) {
   std::vector<Tensor> out;

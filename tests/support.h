@@ -46,6 +46,11 @@ double max_abs(const Tensor& t);
 // A random tensor with entries in [lo, hi) from a seeded generator.
 Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 
+// A batch of maps (N, C, H, W) as (N, H, W, C), contiguous, and back: the channels-last ops'
+// layout beside the reference ops' one.
+Tensor channels_last(const Tensor& nchw);
+Tensor channels_first(const Tensor& nhwc);
+
 // The tests' small BatchNorm model: a ResNet-18 of `width` on grey size×size images.
 ModelConfig grey_resnet18(double width, int64_t size, int64_t classes);
 // n grey size×size images of N(0, 1) noise from `seed`, labelled i mod classes, indices 0…n−1.

@@ -18,8 +18,6 @@ namespace ref = adjoint::reference;
 
 namespace {
 
-Tensor channels_last(const Tensor& nchw) { return permute(nchw, {0, 2, 3, 1}).contiguous(); }
-Tensor channels_first(const Tensor& nhwc) { return permute(nhwc, {0, 3, 1, 2}).contiguous(); }
 
 std::vector<Transport> every_transport() {
   Temperatures t;

@@ -67,6 +67,16 @@ double gnomonic_gaussian_mean(const std::vector<double>& kappa) {
 template <typename F>
 double curvature_along(F f, double t) { return (f(t) - 2 * f(0.0) + f(-t)) / (t * t); }
 
+// The target adapt_direction_proposal reads: h at each of n directions of R^m laid end to end.
+template <class H>
+auto at_each_direction(H h_of, int64_t m) {
+  return [h_of, m](const std::vector<double>& u, int64_t n) {
+    std::vector<double> h(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) h[size_t(i)] = h_of(u.data() + i * m);
+    return h;
+  };
+}
+
 }  // namespace
 
 TEST_CASE("direction proposal: the mixture's density is the law its sampler draws from") {
@@ -103,11 +113,7 @@ TEST_CASE("direction proposal: adapted toward a sharp peak, it estimates the pea
   const int64_t m = 12;
   const int p = 20;
   auto h_of = [&](const double* u) { return std::pow((u[0] + u[1]) / std::sqrt(2.0), 2 * p); };
-  auto target = [&](const std::vector<double>& u, int64_t n) {
-    std::vector<double> h(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) h[size_t(i)] = h_of(u.data() + i * m);
-    return h;
-  };
+  const auto target = at_each_direction(h_of, m);
   Generator gen(11);
   const int64_t explored = 1024;
   const std::vector<double> u0 = DirectionProposal::uniform(m).sample(explored, gen), h0 = target(u0, explored);
@@ -145,11 +151,7 @@ TEST_CASE("direction proposal: each component takes its peak's curvature in ever
     for (int64_t j = 1; j < m; ++j) q += kappa[size_t(j - 1)] * (u[j] / u[0]) * (u[j] / u[0]);
     return std::exp(-q / 2);
   };
-  auto target = [&](const std::vector<double>& u, int64_t n) {
-    std::vector<double> h(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) h[size_t(i)] = h_of(u.data() + i * m);
-    return h;
-  };
+  const auto target = at_each_direction(h_of, m);
   Generator gen(17);
   const int64_t explored = 1024;
   const std::vector<double> u0 = DirectionProposal::uniform(m).sample(explored, gen), h0 = target(u0, explored);

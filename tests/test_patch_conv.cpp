@@ -14,13 +14,6 @@ using namespace adjoint;
 using namespace adjoint::testing;
 namespace ref = adjoint::reference;
 
-namespace {
-
-Tensor channels_last(const Tensor& nchw) { return permute(nchw, {0, 2, 3, 1}).contiguous(); }
-Tensor channels_first(const Tensor& nhwc) { return permute(nhwc, {0, 3, 1, 2}).contiguous(); }
-
-}  // namespace
-
 TEST_CASE("patch conv: forward and every transport match the reference conv2d with kernel = stride") {
   struct Case {
     int64_t B, C, H, W, O, r;
