@@ -77,6 +77,19 @@ auto at_each_direction(H h_of, int64_t m) {
   };
 }
 
+// n draws of h weighted by 1/q from the proposal, and n plain draws from uniform directions.
+struct Draws {
+  std::vector<double> weighted, plain;
+};
+template <class H>
+Draws weighted_and_uniform_draws(H h_of, int64_t m, const DirectionProposal& proposal, int64_t n, Generator& gen) {
+  const std::vector<double> u = proposal.sample(n, gen), q = proposal.density(u, n);
+  const std::vector<double> v = DirectionProposal::uniform(m).sample(n, gen);
+  Draws d{std::vector<double>(size_t(n)), std::vector<double>(size_t(n))};
+  for (int64_t i = 0; i < n; ++i) d.weighted[size_t(i)] = h_of(u.data() + i * m) / q[size_t(i)], d.plain[size_t(i)] = h_of(v.data() + i * m);
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("direction proposal: the mixture's density is the law its sampler draws from") {
@@ -122,10 +135,7 @@ TEST_CASE("direction proposal: adapted toward a sharp peak, it estimates the pea
   CHECK(fit.peaks == 1);  // ±e is one peak
   REQUIRE_FALSE(fit.proposal.components.empty());
   const int64_t n = 20000;
-  const std::vector<double> u = fit.proposal.sample(n, gen), q = fit.proposal.density(u, n);
-  const std::vector<double> v = DirectionProposal::uniform(m).sample(n, gen);
-  std::vector<double> weighted(static_cast<size_t>(n)), plain(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) weighted[size_t(i)] = h_of(u.data() + i * m) / q[size_t(i)], plain[size_t(i)] = h_of(v.data() + i * m);
+  const auto [weighted, plain] = weighted_and_uniform_draws(h_of, m, fit.proposal, n, gen);
   const MeanAndError is = mean_of(weighted), uniform = mean_of(plain);
   const double exact = sphere_moment(m, p);
   MESSAGE("exact ", exact, "; importance sampled ", is.mean, " ± ", is.se, "; uniform ", uniform.mean, " ± ", uniform.se,
@@ -184,10 +194,7 @@ TEST_CASE("direction proposal: each component takes its peak's curvature in ever
   CHECK(steep == doctest::Approx(100 / plan.widening).epsilon(0.05));
   // And the estimate from it is unbiased, with a light tail, where uniform directions' is heavy.
   const int64_t n = 20000;
-  const std::vector<double> u = fit.proposal.sample(n, gen), q = fit.proposal.density(u, n);
-  const std::vector<double> v = DirectionProposal::uniform(m).sample(n, gen);
-  std::vector<double> weighted(static_cast<size_t>(n)), plain(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) weighted[size_t(i)] = h_of(u.data() + i * m) / q[size_t(i)], plain[size_t(i)] = h_of(v.data() + i * m);
+  const auto [weighted, plain] = weighted_and_uniform_draws(h_of, m, fit.proposal, n, gen);
   const MeanAndError is = mean_of(weighted), uniform = mean_of(plain);
   const double exact = gnomonic_gaussian_mean(kappa);
   MESSAGE("exact ", exact, "; importance sampled ", is.mean, " ± ", is.se, "; uniform ", uniform.mean, " ± ", uniform.se,
