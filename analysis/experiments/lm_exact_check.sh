@@ -11,7 +11,7 @@
 #   analysis/experiments/lm_exact_check.sh OUT [SAMPLES] [BATCHES]     (defaults 200000 and 5)
 #
 # POSITIONS (default "2 4") picks the contexts compared. A rerun into the same OUT reuses the
-# trained models and each cell's exact and recursion scores.
+# trained models, each cell's exact and recursion scores, and each batch already run with SAMPLES.
 # Writes OUT/lm_exact_check.csv (a row per cell and batch) and OUT/lm_exact_check.md. For each
 # inner product: the batches' mean against the exact value in units of the batch means' own
 # standard error (their spread over sqrt(BATCHES), no single run's variance trusted), and how
@@ -44,8 +44,12 @@ for positions in ${POSITIONS:-2 4}; do
     fi
     seconds=$(cat "$cell/seconds")
     for batch in $(seq 1 "$batches"); do
-      "$adjoint" --threads 1 tensorsim "$a" "$b" --positions "$positions" --input-std "$std" --no-baselines \
-        --check-mc "$samples" --seed "$batch" --out "$cell/mc$batch" > "$cell.mc$batch.log"
+      # A batch already run with this many samples is reused (its report records the count).
+      if ! grep -q "^samples,$samples\$" "$cell/mc$batch/samples" 2>/dev/null; then
+        "$adjoint" --threads 1 tensorsim "$a" "$b" --positions "$positions" --input-std "$std" --no-baselines \
+          --check-mc "$samples" --seed "$batch" --out "$cell/mc$batch" > "$cell.mc$batch.log"
+        echo "samples,$samples" > "$cell/mc$batch/samples"
+      fi
       # One row from the three CSVs: the exact score and inner products, this batch's, the recursion's.
       awk -F, -v positions="$positions" -v std="$std" -v batch="$batch" -v seconds="$seconds" '
         FNR == 1 { file++ }
