@@ -15,7 +15,7 @@
 
 #include "engine/data/loader.h"
 #include "engine/data/open.h"
-#include "engine/gradient_buckets.h"
+#include "engine/distributed/gradient_buckets.h"
 #include "engine/optim.h"
 #include "models/model.h"
 
@@ -40,7 +40,7 @@ struct TrainOptions {
   // thread (refused under mpirun, where the count must be chosen).
   int64_t shards = 0;
   // The size of the buckets the shards' gradients are exchanged in while backward runs
-  // (engine/gradient_buckets.h); it changes the timing, never the weights.
+  // (engine/distributed/gradient_buckets.h); it changes the timing, never the weights.
   double bucket_mib = default_bucket_mib;
   bool augment = true;
   // Each training image shrunk to a random fraction of its side in this range and placed at
@@ -136,11 +136,11 @@ struct TrainingStep {
 // gradient (its loss weighted by its share of the rows) and its BatchNorm statistics (a
 // fixed "ghost batch": each shard normalises itself) are computed on their own; the shards'
 // gradients and updated running statistics are then summed by one fixed pairwise tree over
-// the shard indices (tree_sum_rows, engine/gradient_buckets.h). With K processes (distributed.h) rank r computes shards
+// the shard indices (tree_sum_rows, engine/distributed/gradient_buckets.h). With K processes (engine/distributed/ranks.h) rank r computes shards
 // r·S/K … (r+1)·S/K − 1 with `threads` threads, the ranks gather what they computed in shard
 // order, and every rank sums the same tree: the same bits on every rank, at every K
 // dividing S, and in one process with S shards.
-// The gradients are summed in buckets (engine/gradient_buckets.h) whose exchange between
+// The gradients are summed in buckets (engine/distributed/gradient_buckets.h) whose exchange between
 // ranks starts while backward still runs; the bucket size changes no bit of the result.
 struct Sharding {
   int64_t shards = 1;   // S: parts of every global batch

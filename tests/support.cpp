@@ -17,7 +17,7 @@
 
 #include "engine/autograd.h"
 #include "engine/data/idx.h"
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"

@@ -1,4 +1,4 @@
-// Sharded data-parallel training (models/training.h, Sharding; engine/distributed.h):
+// Sharded data-parallel training (models/training.h, Sharding; engine/distributed/ranks.h):
 // the fixed-order tree sum, shards' gradients and BatchNorm statistics against each shard
 // computed on its own, and `adjoint train` under `mpirun -n K` ending with the same bits at
 // every K, with threads, and after a resume at another K.
@@ -22,9 +22,9 @@
 #include "engine/data/loader.h"
 #include "engine/data/transform.h"
 #include "engine/data/open.h"
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/error.h"
-#include "engine/gradient_buckets.h"
+#include "engine/distributed/gradient_buckets.h"
 #include "engine/io/json.h"
 #include "engine/random.h"
 #include "models/checkpoint.h"
@@ -399,7 +399,7 @@ int64_t summed_values(const std::string& run) {
 // 24 shards of a batch of 48 over K = 2, 3, 4 and 8 ranks (blocks of 12, 8, 6 and 3 shards:
 // one subtree each where the block is a power of two, several where not) end with the
 // weights of one process; each rank's exchange in a step (one bucket) costs what the
-// formulas of engine/gradient_buckets.h say.
+// formulas of engine/distributed/gradient_buckets.h say.
 void check_reduce_scatter(const std::string& name, const std::string& model, const std::string& data,
                           const TempDir& dir) {
   const std::string common = "--model " + model + " --data " + data +

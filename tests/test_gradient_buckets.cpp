@@ -1,4 +1,4 @@
-// Gradients summed in buckets while backward runs (engine/gradient_buckets.h): the bucket
+// Gradients summed in buckets while backward runs (engine/distributed/gradient_buckets.h): the bucket
 // size, the expected order and the order of arrival change no bit of the sum, and the
 // sharded training step gives the bits of the whole-gradient tree sum it replaced.
 #include <doctest/doctest.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "engine/autograd.h"
-#include "engine/gradient_buckets.h"
+#include "engine/distributed/gradient_buckets.h"
 #include "engine/random.h"
 #include "models/training.h"
 #include "tests/support.h"

@@ -1,7 +1,8 @@
 // The layout rules, checked on the source tree: the three analysis modules (pullbacks,
 // stitching, similarity) never include one another, and what they share lives in
 // analysis/common/, which includes none of them (analysis/README.md); nothing in engine/,
-// ops/, models/, analysis/ or examples/ includes the command line (tools/).
+// ops/, models/, analysis/ or examples/ includes the command line (tools/); the core
+// (engine/, ops/, models/ but the training loop) includes nothing of distribution.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -75,11 +76,13 @@ TEST_CASE("layout: the include scan sees a crossing include") {
   fs::remove(probe);
 }
 
-// Whether a line of C++ includes a header under tools/ (the command line).
-bool includes_tools(const std::string& line) {
-  static const std::regex include(R"re(^\s*#\s*include\s*[<"]tools/)re");
-  return std::regex_search(line, include);
+// Whether a line of C++ includes a header under `folder` (e.g. "tools/", the command line).
+bool includes_under(const std::string& line, const std::string& folder) {
+  static const std::regex include(R"re(^\s*#\s*include\s*[<"]([^>"]*))re");
+  std::smatch m;
+  return std::regex_search(line, m, include) && m[1].str().rfind(folder, 0) == 0;
 }
+bool includes_tools(const std::string& line) { return includes_under(line, "tools/"); }
 
 TEST_CASE("layout: nothing below the command line includes tools/") {
   // engine/, ops/, models/, analysis/ and examples/ are the library and its readers; the
@@ -98,11 +101,41 @@ TEST_CASE("layout: nothing below the command line includes tools/") {
   CHECK(checked > 100);
 }
 
+TEST_CASE("layout: the core knows nothing of distribution") {
+  // Tensors, autograd, the ops and the models run the same in one process as in a job of
+  // many: ranks, collectives and the gradient buckets live in engine/distributed/, and only
+  // the layers that split work between processes include it (the training loop in
+  // models/training.*, the analysis protocols, the command line). Open MPI itself is called
+  // from engine/distributed/ranks.cpp alone.
+  const fs::path distributed = kRoot / "engine" / "distributed";
+  const std::set<fs::path> training = {kRoot / "models" / "training.h", kRoot / "models" / "training.cpp"};
+  size_t core = 0, others = 0;
+  for (const char* folder : {"engine", "ops", "models", "analysis", "tools", "examples", "tests", "fuzz"})
+    for (const fs::path& file : sources_under(kRoot / folder)) {
+      const bool in_distributed = file.parent_path() == distributed;
+      const bool is_core = (std::string(folder) == "engine" && !in_distributed) || std::string(folder) == "ops" ||
+                           (std::string(folder) == "models" && !training.count(file));
+      std::ifstream in(file);
+      std::string line;
+      for (int64_t number = 1; std::getline(in, line); ++number) {
+        INFO(file.string(), ":", number, ": ", line);
+        if (is_core) CHECK_FALSE(includes_under(line, "engine/distributed/"));
+        if (file != distributed / "ranks.cpp") CHECK_FALSE(includes_under(line, "mpi.h"));
+      }
+      ++(is_core ? core : others);
+    }
+  CHECK(core > 100);
+  CHECK(others > 100);
+}
+
 TEST_CASE("layout: the tools/ scan sees an include of tools/") {
   CHECK(includes_tools("#include \"tools/cli.h\""));
   CHECK(includes_tools("  #  include <tools/progress.h>"));
   CHECK_FALSE(includes_tools("#include \"models/model_source.h\""));
   CHECK_FALSE(includes_tools("// tools/cli.h parses the options"));
+  CHECK(includes_under("#include <mpi.h>", "mpi.h"));
+  CHECK(includes_under("#include \"engine/distributed/ranks.h\"", "engine/distributed/"));
+  CHECK_FALSE(includes_under("#include \"engine/tensor.h\"", "engine/distributed/"));
 }
 
 TEST_CASE("layout: no file of the repository cites material a clone does not have") {

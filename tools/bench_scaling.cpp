@@ -15,7 +15,7 @@
 // Efficiency is the one process's time over the layout's (1: the ranks lose nothing to
 // communication or to each other). Per training step each rank exchanges the P gradients
 // and B BatchNorm statistics (float32) by the reduce-scatter and all-gather along the shard
-// tree (engine/gradient_buckets.h); the table after the timings gives, for every rank of
+// tree (engine/distributed/gradient_buckets.h); the table after the timings gives, for every rank of
 // every K, the bytes it sent, its receive buffers and its additions in the last step (from
 // log.json, counted as the exchange ran) beside the formulas. On one machine these are
 // counts, not times.
@@ -32,7 +32,7 @@
 
 #include "engine/data/idx.h"
 #include "engine/error.h"
-#include "engine/gradient_buckets.h"
+#include "engine/distributed/gradient_buckets.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"
 #include "engine/io/table.h"

@@ -10,7 +10,7 @@
 #include "analysis/stitching/stitched_model.h"
 #include "analysis/pullbacks/report.h"
 #include "engine/data/open.h"
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "models/model_source.h"

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/error.h"
 
 namespace adjoint::cli {

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <optional>
 
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "tools/cli.h"

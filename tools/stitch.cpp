@@ -7,7 +7,7 @@
 
 #include "analysis/stitching/protocol.h"
 #include "analysis/stitching/records.h"
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/data/open.h"
 #include "engine/error.h"
 #include "models/checkpoint.h"

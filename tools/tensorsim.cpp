@@ -18,7 +18,7 @@
 #include "analysis/similarity/model_similarity.h"
 #include "analysis/similarity/tensor_similarity.h"
 #include "analysis/common/plot.h"
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/io/state_dict_file.h"
 #include "engine/data/open.h"
 #include "engine/error.h"

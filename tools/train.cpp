@@ -14,7 +14,7 @@
 #include "engine/io/csv.h"
 #include "engine/data/loader.h"
 #include "engine/data/open.h"
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/safetensors.h"

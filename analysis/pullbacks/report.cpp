@@ -15,7 +15,7 @@
 #include "analysis/pullbacks/report_run.h"
 #include "engine/autograd.h"
 #include "engine/data/open.h"
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/error.h"
 #include "engine/threads.h"
 #include "engine/io/files.h"

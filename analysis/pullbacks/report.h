@@ -167,7 +167,7 @@ struct ReportOptions {
 
   // In cells (analysis/pullbacks/cells.h): each batch of images is a cell, written to
   // out_dir/cells/ when finished and reused by a rerun whose record matches; the cells are
-  // handed out over the job's ranks (engine/distributed.h), and rank 0 makes the tables
+  // handed out over the job's ranks (engine/distributed/ranks.h), and rank 0 makes the tables
   // from them in image order, so they are the same bytes at any rank count. Needs out_dir;
   // refuses write_attributions (the maps of a cell are not kept).
   struct Cells {

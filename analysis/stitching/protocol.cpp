@@ -10,7 +10,7 @@
 #include "analysis/stitching/figures.h"
 #include "analysis/stitching/provenance.h"
 #include "engine/autograd.h"
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/data/loader.h"
 #include "engine/error.h"
 #include "engine/io/files.h"

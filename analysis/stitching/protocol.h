@@ -32,7 +32,7 @@
 // again with `overwrite`. A read-back cell missing one of the test sets is scored on it
 // from its stitch file. The results tables list the cells of the current invocation.
 //
-// Under `mpirun -n K` (engine/distributed.h) the IRI sets, then the cells, are handed out by
+// Under `mpirun -n K` (engine/distributed/ranks.h) the IRI sets, then the cells, are handed out by
 // rank 0 to whichever rank is free; each rank writes the cells, stitches and IRI sets it
 // makes, and rank 0 writes the tables (once, when every cell is done: the single process's
 // bytes) and alone returns the cells; the other ranks return none.

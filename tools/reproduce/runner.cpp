@@ -11,7 +11,7 @@
 #include <map>
 #include <set>
 
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/error.h"
 #include "engine/io/files.h"
 #include "engine/io/json.h"

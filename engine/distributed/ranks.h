@@ -1,6 +1,6 @@
 // The processes of one job and the few collective operations data-parallel training needs.
 //
-// Every call to MPI (Open MPI's C API) lives in engine/distributed.cpp, behind this small
+// Every call to MPI (Open MPI's C API) lives in engine/distributed/ranks.cpp, behind this small
 // interface. A process started without mpirun, or a build without MPI (the Meson feature
 // `mpi`), is a job of one: rank 0 of size 1, and every collective copies its own buffer.
 // MPI is started on first use and finished when the process exits normally.

@@ -1,4 +1,4 @@
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 
 #include <atomic>
 #include <chrono>

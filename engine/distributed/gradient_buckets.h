@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/distributed.h"
+#include "engine/distributed/ranks.h"
 #include "engine/tensor.h"
 
 namespace adjoint {

@@ -1,4 +1,4 @@
-#include "engine/gradient_buckets.h"
+#include "engine/distributed/gradient_buckets.h"
 
 #include <algorithm>
 #include <cmath>
