@@ -12,10 +12,10 @@
 #include <chrono>
 #include <ctime>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +23,9 @@
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/gemm.h"
+#include "engine/io/csv.h"
+#include "engine/io/files.h"
+#include "engine/io/table.h"
 #include "engine/random.h"
 #include "engine/threads.h"
 #include "ops/conv.h"
@@ -166,8 +169,7 @@ void print_table(const std::vector<Row>& rows) {
 
 // JSON when the name ends in .json, CSV otherwise.
 void write_results(const std::string& path, const std::vector<Row>& rows, int64_t batch, int64_t repeats) {
-  std::ofstream out(path);
-  check(out.good(), "bench: cannot write ", path);
+  std::ostringstream out;
   const bool json = path.size() >= 5 && path.substr(path.size() - 5) == ".json";
   if (json) {
     out << "{\"threads\": " << num_threads() << ", \"clock\": \"" << (timing.clock == cli::BenchClock::Cpu ? "cpu" : "wall") << "\", \"blas\": \""
@@ -183,12 +185,14 @@ void write_results(const std::string& path, const std::vector<Row>& rows, int64_
     }
     out << " ]}\n";
   } else {
-    out << "op,name,pass,threads,ms,gflops,sgemm_ms,sgemm_gflops,ratio\n";
+    Table table{{"op", "name", "pass", "threads", "ms", "gflops", "sgemm_ms", "sgemm_gflops", "ratio"}};
     for (const Row& r : rows)
-      out << r.op << ",\"" << r.name << "\"," << r.pass << "," << num_threads() << "," << r.seconds * 1e3 << ","
-          << r.gflops() << "," << r.sgemm_seconds * 1e3 << "," << r.sgemm_gflops() << "," << r.ratio() << "\n";
+      table.add_row({r.op, r.name, r.pass, std::to_string(num_threads()), csv_number(r.seconds * 1e3),
+                     csv_number(r.gflops()), csv_number(r.sgemm_seconds * 1e3), csv_number(r.sgemm_gflops()),
+                     csv_number(r.ratio())});
+    out << table.csv();
   }
-  check(out.good(), "bench: writing ", path, " failed");
+  write_file_atomic(path, out.str());
   std::printf("wrote %s\n", path.c_str());
 }
 
@@ -235,7 +239,9 @@ int run_bench(const cli::Args& args) {
   if (batch < 1) throw UsageError(cat("option --batch expects a count >= 1, got ", batch));
   if (repeats < 1) throw UsageError(cat("option --repeats expects a count >= 1, got ", repeats));
   const std::string out_path = args.has("out") ? args.text("out") : "";
-  if (!out_path.empty()) check(std::ofstream(out_path).good(), "bench: cannot write ", out_path);  // fail early
+  // A temporary beside the target, removed at once: an unwritable folder fails now, not after
+  // the runs, and no empty results file is left where the runs might still fail.
+  if (!out_path.empty()) AtomicFile probe(out_path, "bench");
   const std::string clock = args.text("clock");
   timing.clock = cli::bench_clock(clock, num_threads());
 
