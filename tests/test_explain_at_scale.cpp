@@ -201,6 +201,44 @@ TEST_CASE("report_cells: max-sensitivity and randomisation (8 steps a piece) apa
   CHECK(shared_cost(costs, 64) >= sum / 64);
 }
 
+TEST_CASE("explain: the methods of one transport in passes of max_batch rows, each example's map as alone") {
+  ModelConfig c;
+  c.arch = "vgg11_bn";
+  c.width = 0.125;
+  c.num_classes = 7;
+  c.image_size = 16;
+  Generator gen(9);
+  const std::shared_ptr<Model> model = make_model(c, gen);
+  model->train(false);
+  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
+  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  const int64_t row = x.numel() / 6;
+  ExplainOptions passes;
+  passes.max_batch = 4;  // a pass of 4, then one of 2
+  ExplainOptions by_elements;
+  by_elements.max_pass_elements = 5 * row / 2;  // two examples a pass
+  for (const char* method : {"gradient", "soft_pullback", "pullback", "guided_backprop", "input_x_gradient",
+                             "guided_gradcam"}) {
+    CAPTURE(method);
+    const Tensor whole = explain(method, *model, x, expected);
+    REQUIRE(testing::max_abs(whole) > 0);
+    // The definition: each example explained on its own.
+    for (int64_t n = 0; n < 6; ++n) {
+      const Tensor one = x.view_as_strided({1, 3, 16, 16}, {row, 256, 16, 1}, n * row).contiguous();
+      const Tensor alone = explain(method, *model, one, {expected[size_t(n)]});
+      const Tensor mine = whole.view_as_strided({1, 3, 16, 16}, {row, 256, 16, 1}, n * row).contiguous();
+      testing::check_close(mine, alone, 1e-5, 1e-6 * testing::max_abs(alone) + 1e-9, cat(method, " example ", n));
+    }
+    CHECK(same_bits(explain(method, *model, x, expected, passes), whole));
+    CHECK(same_bits(explain(method, *model, x, expected, by_elements), whole));
+  }
+  // The first method of a report finds the predicted classes pass by pass, in order.
+  std::vector<int64_t> predicted;
+  const Tensor maps = explain_predicted("gradient", *model, x, predicted, passes);
+  CHECK(predicted == expected);
+  CHECK(same_bits(maps, explain("gradient", *model, x, expected)));
+}
+
 TEST_CASE("explain_predicted: the predicted classes read off the method's own forward pass, the same maps") {
   ModelConfig c;
   c.arch = "vgg11_bn";
