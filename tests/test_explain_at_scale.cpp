@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/autograd.h"
+#include "engine/io/files.h"
 #include "engine/io/safetensors.h"
 #include "engine/random.h"
 #include "analysis/pullbacks/explain.h"
@@ -284,6 +285,48 @@ TEST_CASE("explain_predicted: the predicted classes read off the method's own fo
     CHECK(same_bits(a.tensors.at("targets"), b.tensors.at("targets")));
   }
   CHECK(std::filesystem::exists(dir.file("fused/image_0005/input.png")));
+}
+
+TEST_CASE("explain_report: the pictured images' passes first, their pictures drawn before the rest; the same files") {
+  ModelConfig c;
+  c.arch = "vgg11_bn";
+  c.width = 0.125;
+  c.num_classes = 7;
+  c.image_size = 16;
+  Generator gen(10);
+  const std::shared_ptr<Model> model = make_model(c, gen);
+  model->train(false);
+  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
+  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  testing::TempDir dir;
+  const auto bytes = [](const std::string& path) { return read_text_file(path); };
+  for (const bool with_metric : {false, true}) {  // targets from the first method, or found first
+    CAPTURE(with_metric);
+    ReportOptions o;
+    o.methods = {"gradient", "guided_backprop", "smoothgrad"};
+    o.explain.smoothgrad_samples = 2;
+    o.metrics = with_metric ? std::vector<std::string>{"sparseness"} : std::vector<std::string>{};
+    o.batch_size = 6;
+    o.picture_images = 3;    // in the first two passes of two: explained first, then the last pass
+    o.explain.max_batch = 2;
+    o.out_dir = dir.file(cat("passes_", with_metric));
+    const ReportResult passes = explain_report(*model, x, {}, o);
+    o.explain.max_batch = 64;  // one pass: the pictures after the whole batch's maps
+    o.out_dir = dir.file(cat("whole_", with_metric));
+    const ReportResult whole = explain_report(*model, x, {}, o);
+    CHECK(passes.targets == expected);
+    CHECK(whole.targets == expected);
+    REQUIRE(passes.files.size() == whole.files.size());
+    for (size_t i = 0; i < passes.files.size(); ++i) {  // the same files in the same order, the same bytes
+      const std::string name = std::filesystem::path(passes.files[i]).lexically_relative(dir.file(cat("passes_", with_metric))).string();
+      CAPTURE(name);
+      CHECK(name == std::filesystem::path(whole.files[i]).lexically_relative(dir.file(cat("whole_", with_metric))).string());
+      if (name.ends_with(".png") || name.ends_with(".safetensors")) CHECK(bytes(passes.files[i]) == bytes(whole.files[i]));
+    }
+    CHECK(std::filesystem::exists(dir.file(cat("passes_", with_metric, "/image_0002/sheet.png"))));
+    CHECK_FALSE(std::filesystem::exists(dir.file(cat("passes_", with_metric, "/image_0003"))));
+    if (with_metric) CHECK(passes.table.rows.size() == 3);
+  }
 }
 
 }  // namespace adjoint

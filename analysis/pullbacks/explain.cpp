@@ -69,13 +69,16 @@ Tensor input_cotangent(const char* method, const Model& model, const Tensor& x, 
   return grad(logits, {leaf}, one_hot_rows(method, targets, logits), transport)[0];
 }
 
-// Rows of x per forward pass: within both of ExplainOptions' budgets, and at least one.
+}  // namespace
+
 int64_t rows_per_pass(const ExplainOptions& o, const Tensor& x) {
   check(o.max_batch > 0, "explain: max_batch must be positive, got ", o.max_batch);
   check(o.max_pass_elements > 0, "explain: max_pass_elements must be positive, got ", o.max_pass_elements);
   const int64_t example_numel = x.numel() / x.size(0);
   return std::max<int64_t>(1, std::min(o.max_batch, o.max_pass_elements / example_numel));
 }
+
+namespace {
 
 // `pass(rows, first)` over consecutive blocks of x's rows, at most `per_pass` each, its
 // results (each of its rows' shape) put together in order. A pass's recorded forward state

@@ -80,6 +80,10 @@ struct ExplainOptions {
   uint64_t seed = 0;
 };
 
+// Rows of the batch x that one forward pass holds (ExplainOptions::max_batch and
+// max_pass_elements; at least one).
+int64_t rows_per_pass(const ExplainOptions& options, const Tensor& x);
+
 // The method names explain() and make_explainer() accept, in the order listed above.
 std::vector<std::string> explanation_methods();
 
