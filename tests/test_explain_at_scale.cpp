@@ -233,6 +233,11 @@ TEST_CASE("explain: the methods of one transport in passes of max_batch rows, ea
     CHECK(same_bits(explain(method, *model, x, expected, passes), whole));
     CHECK(same_bits(explain(method, *model, x, expected, by_elements), whole));
   }
+  // A batch that is a view into a larger tensor (rows 1 to 6 of 7) splits into its own rows.
+  Tensor larger = Tensor::empty({7, 3, 16, 16});
+  std::copy(x.data(), x.data() + x.numel(), larger.data() + row);
+  const Tensor view = larger.view_as_strided(x.shape(), {row, 256, 16, 1}, row);
+  CHECK(same_bits(explain("gradient", *model, view, expected, passes), explain("gradient", *model, x, expected)));
   // The first method of a report finds the predicted classes pass by pass, in order.
   std::vector<int64_t> predicted;
   const Tensor maps = explain_predicted("gradient", *model, x, predicted, passes);
