@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/autograd.h"
+#include "engine/io/files.h"
 #include "engine/io/safetensors.h"
 #include "engine/random.h"
 #include "analysis/pullbacks/explain.h"
@@ -201,6 +202,49 @@ TEST_CASE("report_cells: max-sensitivity and randomisation (8 steps a piece) apa
   CHECK(shared_cost(costs, 64) >= sum / 64);
 }
 
+TEST_CASE("explain: the methods of one transport in passes of max_batch rows, each example's map as alone") {
+  ModelConfig c;
+  c.arch = "vgg11_bn";
+  c.width = 0.125;
+  c.num_classes = 7;
+  c.image_size = 16;
+  Generator gen(9);
+  const std::shared_ptr<Model> model = make_model(c, gen);
+  model->train(false);
+  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
+  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  const int64_t row = x.numel() / 6;
+  ExplainOptions passes;
+  passes.max_batch = 4;  // a pass of 4, then one of 2
+  ExplainOptions by_elements;
+  by_elements.max_pass_elements = 5 * row / 2;  // two examples a pass
+  for (const char* method : {"gradient", "soft_pullback", "pullback", "guided_backprop", "input_x_gradient",
+                             "guided_gradcam"}) {
+    CAPTURE(method);
+    const Tensor whole = explain(method, *model, x, expected);
+    REQUIRE(testing::max_abs(whole) > 0);
+    // The definition: each example explained on its own.
+    for (int64_t n = 0; n < 6; ++n) {
+      const Tensor one = x.view_as_strided({1, 3, 16, 16}, {row, 256, 16, 1}, n * row).contiguous();
+      const Tensor alone = explain(method, *model, one, {expected[size_t(n)]});
+      const Tensor mine = whole.view_as_strided({1, 3, 16, 16}, {row, 256, 16, 1}, n * row).contiguous();
+      testing::check_close(mine, alone, 1e-5, 1e-6 * testing::max_abs(alone) + 1e-9, cat(method, " example ", n));
+    }
+    CHECK(same_bits(explain(method, *model, x, expected, passes), whole));
+    CHECK(same_bits(explain(method, *model, x, expected, by_elements), whole));
+  }
+  // A batch that is a view into a larger tensor (rows 1 to 6 of 7) splits into its own rows.
+  Tensor larger = Tensor::empty({7, 3, 16, 16});
+  std::copy(x.data(), x.data() + x.numel(), larger.data() + row);
+  const Tensor view = larger.view_as_strided(x.shape(), {row, 256, 16, 1}, row);
+  CHECK(same_bits(explain("gradient", *model, view, expected, passes), explain("gradient", *model, x, expected)));
+  // The first method of a report finds the predicted classes pass by pass, in order.
+  std::vector<int64_t> predicted;
+  const Tensor maps = explain_predicted("gradient", *model, x, predicted, passes);
+  CHECK(predicted == expected);
+  CHECK(same_bits(maps, explain("gradient", *model, x, expected)));
+}
+
 TEST_CASE("explain_predicted: the predicted classes read off the method's own forward pass, the same maps") {
   ModelConfig c;
   c.arch = "vgg11_bn";
@@ -246,6 +290,48 @@ TEST_CASE("explain_predicted: the predicted classes read off the method's own fo
     CHECK(same_bits(a.tensors.at("targets"), b.tensors.at("targets")));
   }
   CHECK(std::filesystem::exists(dir.file("fused/image_0005/input.png")));
+}
+
+TEST_CASE("explain_report: the pictured images' passes first, their pictures drawn before the rest; the same files") {
+  ModelConfig c;
+  c.arch = "vgg11_bn";
+  c.width = 0.125;
+  c.num_classes = 7;
+  c.image_size = 16;
+  Generator gen(10);
+  const std::shared_ptr<Model> model = make_model(c, gen);
+  model->train(false);
+  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
+  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  testing::TempDir dir;
+  const auto bytes = [](const std::string& path) { return read_text_file(path); };
+  for (const bool with_metric : {false, true}) {  // targets from the first method, or found first
+    CAPTURE(with_metric);
+    ReportOptions o;
+    o.methods = {"gradient", "guided_backprop", "smoothgrad"};
+    o.explain.smoothgrad_samples = 2;
+    o.metrics = with_metric ? std::vector<std::string>{"sparseness"} : std::vector<std::string>{};
+    o.batch_size = 6;
+    o.picture_images = 3;    // in the first two passes of two: explained first, then the last pass
+    o.explain.max_batch = 2;
+    o.out_dir = dir.file(cat("passes_", with_metric));
+    const ReportResult passes = explain_report(*model, x, {}, o);
+    o.explain.max_batch = 64;  // one pass: the pictures after the whole batch's maps
+    o.out_dir = dir.file(cat("whole_", with_metric));
+    const ReportResult whole = explain_report(*model, x, {}, o);
+    CHECK(passes.targets == expected);
+    CHECK(whole.targets == expected);
+    REQUIRE(passes.files.size() == whole.files.size());
+    for (size_t i = 0; i < passes.files.size(); ++i) {  // the same files in the same order, the same bytes
+      const std::string name = std::filesystem::path(passes.files[i]).lexically_relative(dir.file(cat("passes_", with_metric))).string();
+      CAPTURE(name);
+      CHECK(name == std::filesystem::path(whole.files[i]).lexically_relative(dir.file(cat("whole_", with_metric))).string());
+      if (name.ends_with(".png") || name.ends_with(".safetensors")) CHECK(bytes(passes.files[i]) == bytes(whole.files[i]));
+    }
+    CHECK(std::filesystem::exists(dir.file(cat("passes_", with_metric, "/image_0002/sheet.png"))));
+    CHECK_FALSE(std::filesystem::exists(dir.file(cat("passes_", with_metric, "/image_0003"))));
+    if (with_metric) CHECK(passes.table.rows.size() == 3);
+  }
 }
 
 }  // namespace adjoint

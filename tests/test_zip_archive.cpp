@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/io/crc32.h"
 #include "engine/io/zip_archive.h"
 #include "engine/threads.h"
 #include "tests/support.h"
@@ -81,6 +82,29 @@ void write_file(const std::string& path, const std::string& bytes) {
 }
 
 }  // namespace
+
+TEST_CASE("crc32_update: zlib's CRC-32 at every length, alignment and starting value, and continued at any split") {
+  std::vector<unsigned char> bytes(3 << 20);
+  uint32_t state = 12345;
+  for (unsigned char& b : bytes) b = (state = state * 1664525u + 1013904223u) >> 24;
+  CHECK(crc32_update(0, reinterpret_cast<const unsigned char*>("123456789"), 9) == 0xCBF43926u);  // the check value
+  for (size_t size = 0; size <= 600; ++size)
+    for (size_t offset = 0; offset < 4; ++offset)
+      for (const uint32_t start : {0u, 0x9e3779b9u}) {
+        CAPTURE(size);
+        CAPTURE(offset);
+        const unsigned char* p = bytes.data() + offset;
+        REQUIRE(crc32_update(start, p, size) == uint32_t(crc32_z(start, p, size)));
+      }
+  const uint32_t whole = uint32_t(crc32_z(0, bytes.data(), bytes.size()));
+  CHECK(crc32_update(0, bytes.data(), bytes.size()) == whole);
+  for (const size_t split : {size_t(1), size_t(63), size_t(64), size_t(1000), size_t(1 << 20) + 7}) {
+    CAPTURE(split);
+    CHECK(crc32_update(crc32_update(0, bytes.data(), split), bytes.data() + split, bytes.size() - split) == whole);
+  }
+  bytes[bytes.size() / 2] ^= 0x10;  // one bit anywhere changes it
+  CHECK(crc32_update(0, bytes.data(), bytes.size()) != whole);
+}
 
 TEST_CASE("zip archive: stored and deflated entries read back, a large one's CRC over blocks at 1 and 2 threads") {
   // 3 MiB and a few bytes: four blocks of the CRC, the last one short.

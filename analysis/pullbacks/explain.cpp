@@ -69,6 +69,47 @@ Tensor input_cotangent(const char* method, const Model& model, const Tensor& x, 
   return grad(logits, {leaf}, one_hot_rows(method, targets, logits), transport)[0];
 }
 
+}  // namespace
+
+int64_t rows_per_pass(const ExplainOptions& o, const Tensor& x) {
+  check(o.max_batch > 0, "explain: max_batch must be positive, got ", o.max_batch);
+  check(o.max_pass_elements > 0, "explain: max_pass_elements must be positive, got ", o.max_pass_elements);
+  const int64_t example_numel = x.numel() / x.size(0);
+  return std::max<int64_t>(1, std::min(o.max_batch, o.max_pass_elements / example_numel));
+}
+
+namespace {
+
+// `pass(rows, first)` over consecutive blocks of x's rows, at most `per_pass` each, its
+// results (each of its rows' shape) put together in order. A pass's recorded forward state
+// grows with its rows and is freed before the next pass, so the memory a method peaks at
+// (and the pages the kernel faults in for it) is one pass's, however large the batch. Each
+// row's result is the same bits in any pass: no kernel mixes the rows of a batch.
+template <class Pass>
+Tensor in_passes(const Tensor& x, int64_t per_pass, Pass pass) {
+  const int64_t N = x.size(0);
+  if (N <= per_pass) return pass(x, 0).contiguous();
+  const Tensor xc = x.contiguous();
+  const int64_t row = xc.numel() / N;
+  Tensor out;
+  for (int64_t first = 0; first < N; first += per_pass) {
+    const int64_t count = std::min(per_pass, N - first);
+    Shape shape = xc.shape();
+    shape[0] = count;
+    Tensor block = Tensor::empty(shape);  // a copy: a pass's inputs are a leaf of their own
+    std::copy(xc.data() + first * row, xc.data() + (first + count) * row, block.data());
+    const Tensor part = pass(block, first).contiguous();
+    if (!out.defined()) {
+      Shape whole = part.shape();
+      whole[0] = N;
+      out = Tensor::empty(whole);
+    }
+    const int64_t part_row = part.numel() / count;
+    std::copy(part.data(), part.data() + part.numel(), out.data() + first * part_row);
+  }
+  return out;
+}
+
 // The baseline x0 as a dense tensor of x's shape.
 Tensor resolve_baseline(const char* method, const Tensor& x, const Tensor& baseline) {
   if (!baseline.defined()) return Tensor::zeros(x.shape());
@@ -97,30 +138,34 @@ Tensor leading_rows(const Tensor& t, int64_t count) {
 
 // ---- the methods ---------------------------------------------------------------------
 
+// One transport of the input, in passes of rows_per_pass rows.
 Tensor run_transport(const char* method, const Model& model, const Tensor& x, const std::vector<int64_t>& targets,
-                     const Transport& transport) {
+                     const Transport& transport, const ExplainOptions& o) {
   check_ready(method, model, x, targets);
-  return input_cotangent(method, model, x, targets, transport);
+  return in_passes(x, rows_per_pass(o, x), [&](const Tensor& rows, int64_t first) {
+    const std::vector<int64_t> mine(targets.begin() + first, targets.begin() + first + rows.size(0));
+    return input_cotangent(method, model, rows, mine, transport);
+  });
 }
 
 Tensor soft_pullback(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
-  return run_transport("soft_pullback", m, x, t, Transport::soft_pullback(o.temperatures));
+  return run_transport("soft_pullback", m, x, t, Transport::soft_pullback(o.temperatures), o);
 }
 
-Tensor pullback(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions&) {
-  return run_transport("pullback", m, x, t, Transport::pullback());
+Tensor pullback(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  return run_transport("pullback", m, x, t, Transport::pullback(), o);
 }
 
-Tensor gradient(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions&) {
-  return run_transport("gradient", m, x, t, Transport::gradient());
+Tensor gradient(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  return run_transport("gradient", m, x, t, Transport::gradient(), o);
 }
 
-Tensor guided_backprop(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions&) {
-  return run_transport("guided_backprop", m, x, t, Transport::guided());
+Tensor guided_backprop(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  return run_transport("guided_backprop", m, x, t, Transport::guided(), o);
 }
 
-Tensor input_x_gradient(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions&) {
-  const Tensor g = run_transport("input_x_gradient", m, x, t, Transport::gradient());
+Tensor input_x_gradient(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
+  const Tensor g = run_transport("input_x_gradient", m, x, t, Transport::gradient(), o);
   const Tensor xc = x.contiguous();
   const float *px = xc.data(), *pg = g.data();
   return generate(x.shape(), [=](int64_t i) { return px[i] * pg[i]; });
@@ -145,11 +190,7 @@ Tensor weighted_gradient_sum(const char* method, const Model& model, const Tenso
                              const ExplainOptions& o, Points points) {
   const int64_t N = x.size(0), count = static_cast<int64_t>(weights.size());
   const int64_t batch_numel = x.numel();
-  check(o.max_batch > 0, method, ": max_batch must be positive, got ", o.max_batch);
-  check(o.max_pass_elements > 0, method, ": max_pass_elements must be positive, got ", o.max_pass_elements);
-  const int64_t example_numel = batch_numel / N;
-  const int64_t max_rows = std::min(o.max_batch, o.max_pass_elements / example_numel);
-  const int64_t per_pass = std::max<int64_t>(1, max_rows / N);  // samples per forward
+  const int64_t per_pass = std::max<int64_t>(1, rows_per_pass(o, x) / N);  // samples per forward
   Tensor total = Tensor::zeros(x.shape());
   float* pt = total.data();
   std::vector<int64_t> rows;
@@ -251,7 +292,7 @@ Tensor gradcam(const Model& m, const Tensor& x, const std::vector<int64_t>& t, c
 
 Tensor guided_gradcam(const Model& m, const Tensor& x, const std::vector<int64_t>& t, const ExplainOptions& o) {
   const Tensor cam = gradcam(m, x, t, o);
-  const Tensor guided = run_transport("guided_gradcam", m, x, t, Transport::guided());
+  const Tensor guided = run_transport("guided_gradcam", m, x, t, Transport::guided(), o);
   const float *pc = cam.data(), *pg = guided.data();
   return generate(x.shape(), [=](int64_t i) { return pc[i] * pg[i]; });
 }
@@ -382,12 +423,17 @@ Tensor explain_predicted(const std::string& method, const Model& model, const Te
   check(x.defined() && x.dim() >= 2 && x.size(0) > 0, method, ": expects a non-empty batch (N, ...), got ",
         x.defined() ? x.shape() : Shape{});
   check_ready(found.name, model, x, std::vector<int64_t>(size_t(x.size(0)), 0));
-  Tensor leaf = x.contiguous().detach();
-  leaf.requires_grad_();
-  const Tensor logits = model.forward(leaf);
-  check(logits.dim() == 2, method, ": the model gave logits ", logits.shape(), ", expected (N, classes)");
-  predicted = classes_of(logits.detach().contiguous());
-  return grad(logits, {leaf}, one_hot_rows(found.name, predicted, logits), found.one_pass(options))[0];
+  const Transport transport = found.one_pass(options);
+  predicted.clear();
+  return in_passes(x, rows_per_pass(options, x), [&](const Tensor& rows, int64_t) {
+    Tensor leaf = rows.contiguous().detach();
+    leaf.requires_grad_();
+    const Tensor logits = model.forward(leaf);
+    check(logits.dim() == 2, method, ": the model gave logits ", logits.shape(), ", expected (N, classes)");
+    const std::vector<int64_t> mine = classes_of(logits.detach().contiguous());
+    predicted.insert(predicted.end(), mine.begin(), mine.end());
+    return grad(logits, {leaf}, one_hot_rows(found.name, mine, logits), transport)[0];
+  });
 }
 
 Explainer make_explainer(const std::string& method, const Model& model, const ExplainOptions& options) {

@@ -67,15 +67,22 @@ struct ExplainOptions {
 
   // Rows (examples × samples) per forward pass in SmoothGrad and IG: samples are added to
   // a pass while it stays within this many rows (at least one sample per pass). Lower it
-  // for large models, whose recorded forward state grows with the rows.
+  // for large models, whose recorded forward state grows with the rows. The methods of one
+  // transport (gradient, soft_pullback, pullback, guided_backprop, input_x_gradient and
+  // guided Grad-CAM's guided part) split a larger batch into passes of this many examples.
   int64_t max_batch = 64;
   // And input elements per pass (rows × one example's elements): at ImageNet's size a deep
   // network's recorded state per row is large, so 64 rows would hold many gigabytes. The
   // default lets 8 images of 3×224×224 share a pass and leaves small images to max_batch.
+  // The results are the same in any passes; only the memory and its page faults differ.
   int64_t max_pass_elements = 8 * 3 * 224 * 224;
 
   uint64_t seed = 0;
 };
+
+// Rows of the batch x that one forward pass holds (ExplainOptions::max_batch and
+// max_pass_elements; at least one).
+int64_t rows_per_pass(const ExplainOptions& options, const Tensor& x);
 
 // The method names explain() and make_explainer() accept, in the order listed above.
 std::vector<std::string> explanation_methods();

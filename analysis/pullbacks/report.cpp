@@ -360,6 +360,53 @@ MethodMaps explain_finding_targets(const ReportRun& run, ReportBatch& batch, con
   return maps;
 }
 
+// The rows of the passes that hold a batch's first `shown` (pictured) images, when a method
+// of one transport explains the batch in more passes than those: their maps can then come
+// first and their pictures be encoded while the rest of the batch is explained. 0 otherwise.
+// A whole number of passes, so that every pass holds the rows it holds in one call.
+int64_t pictured_passes_rows(const ReportRun& run, const ReportBatch& batch, const std::string& method,
+                             int64_t shown) {
+  if (shown == 0 || !explains_in_one_pass(method)) return 0;
+  const int64_t per_pass = rows_per_pass(run.options.explain, batch.x);
+  const int64_t rows = (shown + per_pass - 1) / per_pass * per_pass;
+  return rows < batch.size ? rows : 0;
+}
+
+// Rows [first, first + count) of a batch explained by a method of one transport; when
+// finding the targets, the predicted classes of those rows are appended to batch.targets.
+Tensor explain_rows(const ReportRun& run, ReportBatch& batch, const std::string& method, int64_t first, int64_t count,
+                    bool finding_targets) {
+  const Tensor x = rows(batch.x, first, count);
+  if (!finding_targets) {
+    const std::vector<int64_t> targets(batch.targets.begin() + first, batch.targets.begin() + first + count);
+    return explain(method, run.model, x, targets, run.options.explain).contiguous();
+  }
+  std::vector<int64_t> found;
+  const Tensor attr = explain_predicted(method, run.model, x, found, run.options.explain).contiguous();
+  batch.targets.insert(batch.targets.end(), found.begin(), found.end());
+  return attr;
+}
+
+// A method of one transport on a batch whose pictured images fill its first `pictured`
+// rows (pictured_passes_rows): their maps first, then `draw(maps, no counterfactual)` hands
+// their pictures to the report's PictureWriter, which encodes them while the other rows are
+// explained. The maps are the bits one call on the whole batch gives: the same passes.
+template <class Draw>
+MethodMaps explain_pictured_first(const ReportRun& run, ReportBatch& batch, const std::string& method,
+                                  int64_t pictured, bool finding_targets, ReportTimes& times, const Draw& draw) {
+  MethodMaps maps{method, Tensor::empty(batch.x.shape()), {}, make_explainer(method, run.model, run.options.explain)};
+  if (finding_targets) batch.targets.clear();
+  Tensor head, tail;
+  timed(times.methods, [&] { head = explain_rows(run, batch, method, 0, pictured, finding_targets); });
+  put_rows(maps.attr, head, 0);
+  draw(head, Tensor());
+  timed(times.methods, [&] { tail = explain_rows(run, batch, method, pictured, batch.size - pictured, finding_targets); });
+  put_rows(maps.attr, tail, pictured);
+  if (finding_targets) batch.targets_expensive.assign(batch.targets.begin(), batch.targets.begin() + batch.expensive);
+  if (batch.expensive > 0) maps.attr_expensive = rows(maps.attr, 0, batch.expensive);
+  return maps;
+}
+
 // The pictures of a batch's first `shown` images: the inputs, then per method a heat-map,
 // an overlay and the counterfactual, then one contact sheet per image. Each is handed to the
 // report's PictureWriter as soon as it is drawn; the list of files keeps the order they
@@ -504,9 +551,21 @@ CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>
   timed(times.pictures, [&] { drawn.inputs(batch); });
   CellScores scores;
   for (const std::string& method : w.methods) {
+    const bool finding_targets = run.targets_from_first_method && method == w.methods.front();
+    const bool last = &method == &w.methods.back();
+    // This method's pictures, and after the last method's the contact sheets.
+    const auto draw = [&](const Tensor& attr, const Tensor& counterfactual) {
+      timed(times.pictures, [&] {
+        drawn.method(method, batch, attr, counterfactual);
+        if (last) drawn.contact_sheets(batch);
+      });
+    };
     Tensor counterfactual;
     MethodMaps maps;
-    if (run.targets_from_first_method && method == w.methods.front()) {
+    const int64_t pictured = pictured_passes_rows(run, batch, method, drawn.shown);
+    if (pictured > 0) {
+      maps = explain_pictured_first(run, batch, method, pictured, finding_targets, times, draw);
+    } else if (finding_targets) {
       timed(times.methods, [&] { maps = explain_finding_targets(run, batch, method); });
     } else {
       timed(times.methods, [&] { maps = explain_batch(run, batch, method, counterfactual); });
@@ -516,11 +575,11 @@ CellScores run_batch(const BatchWork& w, int64_t first, std::vector<std::string>
       for (const ReportMetric* m : w.in_batch)  // the others in cells of their own (run_piece)
         if (const std::optional<MetricResult> r = m->score(run, batch, maps)) append(mine, *r);
     });
-    timed(times.pictures, [&] { drawn.method(method, batch, maps.attr, counterfactual); });
+    if (pictured == 0) draw(maps.attr, counterfactual);
     if (done) done(method, batch, maps.attr, counterfactual, probes + method_batch_cost(method, w.in_batch, counts));
     probes = 0;
   }
-  timed(times.pictures, [&] { drawn.contact_sheets(batch); });
+  if (w.methods.empty()) timed(times.pictures, [&] { drawn.contact_sheets(batch); });
   return scores;
 }
 

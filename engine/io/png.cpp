@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/io/crc32.h"
 
 namespace adjoint {
 
@@ -104,7 +105,7 @@ void put_chunk(std::string& out, const char type[4], const uint8_t* data, size_t
   out.append(type, 4);
   if (bytes > 0) out.append(reinterpret_cast<const char*>(data), bytes);
   const auto* typed = reinterpret_cast<const Bytef*>(out.data() + type_at);
-  put_u32(out, uint32_t(crc32_z(0, typed, bytes + 4)));
+  put_u32(out, crc32_update(0, typed, bytes + 4));
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <limits>
 
 #include "engine/error.h"
+#include "engine/io/crc32.h"
 #include "engine/threads.h"
 
 namespace adjoint {
@@ -41,17 +42,17 @@ uint32_t u32(const unsigned char* p) {
 }
 uint64_t u64(const unsigned char* p) { return uint64_t(u32(p)) | uint64_t(u32(p + 4)) << 32; }
 
-// The CRC-32 of `bytes`, over the engine's threads: blocks of 1 MiB each get their own,
-// which zlib then joins into the whole's (crc32_combine), in a fixed order.
+// The CRC-32 of `bytes`, over the engine's threads: blocks of 1 MiB each get their own
+// (crc32_update), which zlib then joins into the whole's (crc32_combine), in a fixed order.
 uint32_t crc32_of(const unsigned char* bytes, size_t size) {
   constexpr size_t kBlock = size_t(1) << 20;
   const int64_t blocks = int64_t((size + kBlock - 1) / kBlock);
-  if (blocks <= 1) return uint32_t(crc32_z(0, bytes, size));
+  if (blocks <= 1) return crc32_update(0, bytes, size);
   std::vector<uLong> crcs(static_cast<size_t>(blocks));
   parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const size_t at = size_t(b) * kBlock;
-      crcs[size_t(b)] = crc32_z(0, bytes + at, std::min(kBlock, size - at));
+      crcs[size_t(b)] = crc32_update(0, bytes + at, std::min(kBlock, size - at));
     }
   });
   uLong crc = crcs[0];
