@@ -35,7 +35,7 @@ constexpr int64_t kGrain = 1 << 14;
 // no branch and no libm call, so the loop vectorises. Each Horner step is one fused
 // multiply-add (engine/fast_exp.h says why that is the same bits everywhere and where it is
 // fast): half the instructions of separate products and sums. The one division costs
-// about as much as the Newton steps that would replace it. |error| < 3e-7 in Φ
+// about as much as the Newton steps that would replace it. |error| < 2.5e-7 in Φ
 // (tests/test_activation.cpp sweeps the floats), which is as close as float32 resolves
 // a gate near 1.
 [[gnu::always_inline]] inline float fast_normal_cdf(float z) {

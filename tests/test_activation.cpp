@@ -225,8 +225,9 @@ std::vector<float> floats_between(float lo, float hi, uint32_t stride) {
 // The largest errors of GELU's Φ (its pullback gate, which the soft gates share), its value
 // and its derivative against the double-precision formulas. The grid: every 127th float of
 // magnitude 1e-9 to 16 (where Φ moves; 4.5 million points with both signs), every 4099th beyond up to the
-// largest float, and 0, the smallest subnormal, ±inf. Over every float (an exhaustive run,
-// docs/benchmarks.md) the largest errors are those this grid finds, within 1%.
+// largest float, and 0, the smallest subnormal, ±inf. The bounds are the largest errors
+// over every float (an exhaustive run, docs/benchmarks.md), rounded up: the function
+// promises them everywhere, and this grid comes within 15% of each.
 TEST_CASE("activation: GELU's Φ, value and derivative over the floats against double-precision erf") {
   std::vector<float> grid = floats_between(1e-9f, 16.0f, 127);
   const std::vector<float> tails = floats_between(16.0f, std::numeric_limits<float>::max(), 4099);
@@ -252,9 +253,9 @@ TEST_CASE("activation: GELU's Φ, value and derivative over the floats against d
   }
   MESSAGE("GELU over ", n, " floats: |Φ error| ", worst_gate, ", value error (relative beyond 1) ", worst_value,
           ", |derivative error| ", worst_slope);
-  CHECK(worst_gate < 3e-7);
-  CHECK(worst_value < 1.2e-6);  // |z|·(Φ's error) where Φ → 0: the value is z·Φ
-  CHECK(worst_slope < 3e-7);
+  CHECK(worst_gate < 2.5e-7);
+  CHECK(worst_value < 1.25e-6);  // |z|·(Φ's error) where Φ → 0: the value is z·Φ
+  CHECK(worst_slope < 2.5e-7);
   // NaN stays NaN through the value, the gate and the derivative.
   const Tensor nan = Tensor::from_vector({1}, {std::numeric_limits<float>::quiet_NaN()});
   CHECK(std::isnan(activation(nan, Activation::Gelu).to_vector()[0]));
