@@ -84,8 +84,8 @@ struct ReluRule {
 struct GeluRule : Multiplies<GeluRule> {
   static float value(float z) { return z * fast_normal_cdf(z); }
   // Φ(z) + z·φ(z). Beyond |z| = 13 the second term is below 1e-36, so z is clamped there
-  // in it: it then stays finite for every z (a huge z times the density that the exp's own
-  // clamp keeps above 0 would not).
+  // in it: it then vanishes for every huge z, as it should (a huge z times the density
+  // that the exp's own clamp keeps above 0 would not, and ±inf would give ±inf).
   static float derivative(float z) {
     const float zc = std::clamp(z, -13.0f, 13.0f);
     return std::fma(zc, normal_pdf(zc), fast_normal_cdf(z));
