@@ -54,10 +54,10 @@ namespace adjoint {
   p = std::fma(p, r, 0.5f);
   p = std::fma(p, r, 1.0f);
   p = std::fma(p, r, 1.0f);
-  int32_t shifted_bits, shifter_bits;
+  uint32_t shifted_bits, shifter_bits;  // unsigned: k < 0 wraps, and a NaN's bits shift, without overflow
   std::memcpy(&shifted_bits, &shifted, sizeof shifted_bits);
   std::memcpy(&shifter_bits, &kShifter, sizeof shifter_bits);
-  const int32_t bits = (shifted_bits - shifter_bits + 127) << 23;  // 2^k
+  const uint32_t bits = (shifted_bits - shifter_bits + 127) << 23;  // 2^k
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
