@@ -12,7 +12,9 @@
 // operations; the compiler neither reassociates float sums (no -ffast-math) nor contracts
 // a·b + c into an FMA (-ffp-contract=off, meson.build: AVX-512 implies FMA), and a loop's
 // vector width does not change its order of operations, only how many elements it
-// handles at once.
+// handles at once. A body may ask for a fused multiply-add itself (std::fma, rounded once
+// on every path): the AVX2 and AVX-512 bodies are built with FMA, so it is one
+// instruction there, and a libm call on plain x86-64.
 //
 // Use it inside a parallel_for body, around loops that are compute-bound in cache (GELU's
 // erf and exp, the soft gates); memory-bound loops gain nothing from it. Measure before
@@ -34,7 +36,8 @@ inline VectorIsa cpu_vector_isa() {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq"))
     return VectorIsa::Avx512;
-  return __builtin_cpu_supports("avx2") ? VectorIsa::Avx2 : VectorIsa::Baseline;
+  // The AVX2 path also uses FMA, which every AVX2 CPU of Intel and AMD has.
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? VectorIsa::Avx2 : VectorIsa::Baseline;
 }
 inline std::atomic<VectorIsa>& vector_isa_switch() {
   static std::atomic<VectorIsa> isa{cpu_vector_isa()};
@@ -48,7 +51,7 @@ inline void cap_vector_isa(VectorIsa widest) { vector_isa_switch() = std::min(wi
 
 // `body`, with every call it makes that can be inlined, compiled for AVX2 or AVX-512.
 template <class Body>
-[[gnu::target("avx2"), gnu::flatten]] void run_avx2(Body& body) {
+[[gnu::target("avx2,fma"), gnu::flatten]] void run_avx2(Body& body) {
   body();
 }
 template <class Body>
