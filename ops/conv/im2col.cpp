@@ -254,22 +254,26 @@ void conv_forward(const ConvGeometry& g, const float* x, const float* w, const E
           im2col(g, x_block, nb, t, cols_buffer.data());
           cols = {cols_buffer.data(), ncols};
         }
-        // The product: straight into y for one image (onto the bias), else staged and copied
-        // out with the bias added.
+        // The product: straight into y for one image, else staged and copied out with the
+        // bias added.
         const Matrix out = nb == 1 ? Matrix{y_block + t.oh0 * g.OW, g.P} : Matrix{staging.data(), ncols};
-        const float beta = nb == 1 && bias ? 1.0f : 0.0f;
-        if (beta != 0.0f)
-          for (int64_t o = 0; o < g.O; ++o) std::fill(out.data + o * out.ld, out.data + o * out.ld + ncols, bias[o]);
-        // Written straight into y, the product runs in column pieces, each finished by the
-        // epilogue while it is still in cache (the same bits as one product: gemm.h).
-        const int64_t piece = nb == 1 && epilogue.after_bias() ? epilogue_columns(g.O, ncols) : ncols;
+        // Written straight into y, the product runs in column pieces, each given its bias and
+        // finished by the epilogue while it is still in cache (the same bits as one product:
+        // gemm.h), rather than y filled with the bias first (a pass over y) and added onto.
+        const bool finish_pieces = nb == 1 && (bias || epilogue.after_bias());
+        const int64_t piece = finish_pieces ? epilogue_columns(g.O, ncols) : ncols;
         for (int64_t j0 = 0; j0 < ncols; j0 += piece) {
           const int64_t width = std::min(piece, ncols - j0);
           for (int64_t gi = 0; gi < g.groups; ++gi)
-            product(weights[gi], false, width, 1.0f, cols.data + gi * g.rows_g * cols.ld + j0, cols.ld, beta,
+            product(weights[gi], false, width, 1.0f, cols.data + gi * g.rows_g * cols.ld + j0, cols.ld, 0.0f,
                     out.data + gi * g.Og * out.ld + j0, out.ld);
-          if (nb == 1 && epilogue.after_bias())
-            for (int64_t o = 0; o < g.O; ++o) epilogue.finish_row(out.data + o * out.ld + j0, width, o);
+          if (finish_pieces)
+            for (int64_t o = 0; o < g.O; ++o) {
+              float* __restrict row = out.data + o * out.ld + j0;
+              if (bias)
+                for (int64_t j = 0; j < width; ++j) row[j] += bias[o];
+              epilogue.finish_row(row, width, o);
+            }
         }
         if (nb > 1) matrix_to_planes(staging.data(), nb, g.O, g.P, epilogue, y_block);
       }
