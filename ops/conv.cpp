@@ -211,26 +211,14 @@ Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const
     return then_relu ? add_relu(y, residual) : add(y, residual);
   };
   if (needs_grad({x_in, weight_in, bias_in, bn.weight, bn.bias, residual})) {
-    // Only the input in a graph (a stitch's frozen models, an explanation): the BatchNorm is
-    // the map z ↦ scale·z + shift under every transport, so it folds into the convolution,
-    // w·scale per output channel and b·scale + shift: one op, and a pass over memory each
-    // way, less. The same values up to rounding (the products are scaled before summing).
-    if (!needs_grad({weight_in, bias_in, bn.weight, bn.bias})) {
-      const int64_t O = weight_in.size(0);
-      const ChannelAffine affine =
-          eval_batch_norm_affine(O, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
-      Tensor w = weight_in.contiguous().clone(), b = Tensor::empty({O});
-      const Tensor conv_bias = contiguous_or_undefined(bias_in);
-      const int64_t per_channel = w.numel() / std::max<int64_t>(O, 1);
-      for (int64_t o = 0; o < O; ++o) {
-        float* row = w.data() + o * per_channel;
-        for (int64_t k = 0; k < per_channel; ++k) row[k] *= affine.scale[o];
-        b.data()[o] = (conv_bias.defined() ? conv_bias.data()[o] : 0.0f) * affine.scale[o] + affine.shift[o];
-      }
-      return finish(conv2d(x_in, w, b, options));
-    }
-    return finish(batch_norm(conv2d(x_in, weight_in, bias_in, options), bn.weight, bn.bias, bn.running_mean,
-                             bn.running_var, false, 0.0f, bn.eps));
+    // In a graph the BatchNorm is the map z ↦ scale·z + shift under every transport, so it
+    // folds into the convolution, w·scale per output channel and b·scale + shift: one op,
+    // and a pass over the output each way, less. The same values up to rounding (the
+    // products are scaled before summing). Parameters that take part in the graph get their
+    // gradients back through the fold (ops/norm.h).
+    const FoldedConvolution folded =
+        fold_eval_batch_norm(weight_in, bias_in, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
+    return finish(conv2d(x_in, folded.weight, folded.bias, options));
   }
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
   Tensor cut_w;
