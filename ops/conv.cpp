@@ -73,14 +73,21 @@ ConvAlgorithm choose_algorithm(const ConvGeometry& g, bool input_gradient) {
   return winograd_applies(g) ? ConvAlgorithm::Winograd : ConvAlgorithm::Im2col;
 }
 
-// Convolution is affine in x (and linear in w): one rule serves every transport.
+// Convolution is affine in x (and linear in w): one rule serves every transport. Inputs x,
+// w, the bias and, when the convolution added one as it wrote its output, a residual (whose
+// cotangent is the output's).
 class Conv2dNode : public Node {
  public:
   Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w) : g_(g), x_(std::move(x)), w_(std::move(w)) {}
   std::string name() const override { return "conv2d"; }
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
-    Tensor dx, dw, db;
+    Tensor dx, dw, db, dresidual;
+    // A fresh handle, so that the engine copies before it adds into it.
+    if (needs.size() > 3 && needs[3]) dresidual = u.detach();
+    const auto cotangents = [&] {
+      return needs.size() > 3 ? std::vector<Tensor>{dx, dw, db, dresidual} : std::vector<Tensor>{dx, dw, db};
+    };
     const bool winograd = winograd_applies(g_);
     const ConvAlgorithm dx_algorithm = needs[0] ? choose_algorithm(g_, true) : ConvAlgorithm::Im2col;
     const std::optional<DirectConvShape> direct =
@@ -96,12 +103,12 @@ class Conv2dNode : public Node {
     if (dx_f4) winograd_f4_input_gradient(g_, w_.data(), u.data(), dx.data());
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
     float* dx_left = direct || dx_f4 ? nullptr : pointer(dx);  // what the GEMM paths still compute
-    if (!dx_left && !dw.defined() && !db.defined()) return {dx, dw, db};
+    if (!dx_left && !dw.defined() && !db.defined()) return cotangents();
     if (winograd)
       winograd_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
     else
       conv_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
-    return {dx, dw, db};
+    return cotangents();
   }
 
  private:
@@ -191,14 +198,30 @@ ConvAlgorithm conv2d_algorithm(const Tensor& x, const Tensor& weight, const Conv
 }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
+  return conv2d_add(x_in, weight_in, bias_in, options, Tensor());
+}
+
+Tensor conv2d_add(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options,
+                  const Tensor& residual_in) {
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
   Tensor cut_w;
   Conv2dOptions cut_o;
-  if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o)) return conv2d(x_in, cut_w, bias_in, cut_o);
+  if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o)) return conv2d_add(x_in, cut_w, bias_in, cut_o, residual_in);
+  if (residual_in.defined()) {
+    check(residual_in.shape() == Shape{g.N, g.O, g.OH, g.OW}, "conv2d: residual ", residual_in.shape(),
+          " does not match the output [", g.N, ", ", g.O, ", ", g.OH, ", ", g.OW, "]");
+    // Winograd finishes its rows in a staging copy (F(2×2)) or scatters them (F(4×4)),
+    // without the residual: the addition runs after it, as its own op.
+    if (const ConvAlgorithm a = choose_algorithm(g, false); a == ConvAlgorithm::Winograd || a == ConvAlgorithm::WinogradF4)
+      return add(conv2d_add(x_in, weight_in, bias_in, options, Tensor()), residual_in);
+  }
   Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
-  const bool record = needs_grad({x, w, bias});
-  Tensor out = convolve(g, x, w, bias, Epilogue{});
-  if (record) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()), {x, w, bias});
+  const Tensor residual = contiguous_or_undefined(residual_in);
+  const bool record = needs_grad({x, w, bias, residual});
+  Tensor out = convolve(g, x, w, bias, Epilogue{}, residual);
+  if (record)
+    attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()),
+           residual.defined() ? std::vector<Tensor>{x, w, bias, residual} : std::vector<Tensor>{x, w, bias});
   return out;
 }
 
@@ -218,7 +241,8 @@ Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const
     // gradients back through the fold (ops/norm.h).
     const FoldedConvolution folded =
         fold_eval_batch_norm(weight_in, bias_in, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
-    return finish(conv2d(x_in, folded.weight, folded.bias, options));
+    const Tensor y = conv2d_add(x_in, folded.weight, folded.bias, options, residual);
+    return then_relu ? relu(y) : y;
   }
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
   Tensor cut_w;

@@ -443,6 +443,63 @@ TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops
         }
 }
 
+TEST_CASE("conv2d_add: the residual added as the output is written is the separate ops (bits, every transport)") {
+  // Every forward path: direct (small maps, stride 2), Winograd (which adds after it),
+  // im2col in row tiles of one image, blocks of images staged, 1x1 read in place.
+  const std::vector<ConvCase> cases = {
+      {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 20, 20}, {40, 32, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
+      {{2, 16, 40, 40}, {24, 16, 1, 1}, Conv2dOptions::square(1, 0)},
+  };
+  uint64_t seed = 1900;
+  for (const ConvCase& c : cases)
+    for (const bool with_bias : {false, true}) {
+      INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " ",
+           std::string(to_string(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options))));
+      const int64_t O = c.w[0];
+      // x, w, the residual, and the bias when there is one.
+      Args in = {random_tensor(c.x, seed++), random_tensor(c.w, seed++)};
+      Tensor out_shape;
+      {
+        NoGrad off;
+        out_shape = conv2d(in[0], in[1], Tensor(), c.options);
+      }
+      in.push_back(random_tensor(out_shape.shape(), seed++));
+      if (with_bias) in.push_back(random_tensor({O}, seed++));
+      const auto bias = [](const Args& a) { return a.size() > 3 ? a[3] : Tensor(); };
+      const Fn fused = [&](const Args& a) { return conv2d_add(a[0], a[1], bias(a), c.options, a[2]); };
+      const Fn separate = [&](const Args& a) { return add(conv2d(a[0], a[1], bias(a), c.options), a[2]); };
+      {
+        NoGrad off;
+        CHECK(fused(in).to_vector() == separate(in).to_vector());
+      }
+      const Tensor u = random_tensor(out_shape.shape(), seed++);
+      for (const Transport& t : {Transport::gradient(), Transport::pullback(), soft(0.1f)}) {
+        const auto a = vjp(fused, in, u, t), b = vjp(separate, in, u, t);
+        for (size_t i = 0; i < in.size(); ++i) {
+          CAPTURE(i);
+          CHECK(a[i].to_vector() == b[i].to_vector());
+        }
+        CHECK(a[2].to_vector() == u.to_vector());
+      }
+    }
+  // Finite differences, every input perturbed, on a direct and an im2col layer.
+  for (const ConvCase& c : {ConvCase{{2, 3, 6, 6}, {4, 3, 3, 3}, Conv2dOptions::square(2, 1)},
+                            ConvCase{{2, 3, 5, 5}, {4, 3, 1, 1}, Conv2dOptions::square(1, 0)}}) {
+    const Fn fused = [&](const Args& a) { return conv2d_add(a[0], a[1], a[2], c.options, a[3]); };
+    Tensor y;
+    {
+      NoGrad off;
+      y = conv2d(Tensor::empty(c.x), Tensor::empty(c.w), Tensor(), c.options);
+    }
+    check_gradients(fused, {random_tensor(c.x, 1990), random_tensor(c.w, 1991), random_tensor({c.w[0]}, 1992),
+                            random_tensor(y.shape(), 1993)});
+  }
+}
+
 TEST_CASE("conv2d_batch_norm_eval: recorded, the fold is the separate ops (every input's gradient, every transport)") {
   // The BatchNorm folds into the convolution even when the parameters take part in the
   // graph: the convolution's weight and bias and BatchNorm's γ and β get their gradients
