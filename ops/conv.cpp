@@ -93,10 +93,12 @@ class Conv2dNode : public Node {
     const std::optional<DirectConvShape> direct =
         dx_algorithm == ConvAlgorithm::Direct ? direct_shape(g_, true) : std::nullopt;
     const bool dx_f4 = dx_algorithm == ConvAlgorithm::WinogradF4;
-    // conv_backward adds into dx, except for a 1×1 stride-1 conv, whose input gradient it
-    // writes as it does winograd_backward, winograd_f4_input_gradient and direct_conv: every entry.
+    // conv_backward adds into dx, except for 1×1 kernels without padding, whose input
+    // gradient it writes as winograd_backward, winograd_f4_input_gradient and direct_conv
+    // do: every entry.
     if (needs[0])
-      dx = winograd || direct || dx_f4 || g_.pointwise ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
+      dx = winograd || direct || dx_f4 || col2im_writes_every_entry(g_) ? Tensor::empty(x_.shape())
+                                                                        : Tensor::zeros(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     if (direct) direct_conv(*direct, u.data(), w_.data(), true, dx.data(), [](float*, int64_t) {});

@@ -336,6 +336,29 @@ TEST_CASE("conv2d: a 1x1 layer on a small map in balanced image blocks, the same
   check_against_reference_conv({{8, 1024, 7, 7}, {16, 1024, 1, 1}, {}}, seed, 1e-4, 1e-3, {Transport::gradient()});
 }
 
+TEST_CASE("conv2d: a strided 1x1 layer's input gradient is written whole, zero between the strides") {
+  // Its col2im writes every entry of dx (no zero-filled tensor first): strides 2 and 3,
+  // maps that the stride divides and that it does not (the last rows and columns read by
+  // no output), one image per GEMM in row tiles and blocks of images, against the
+  // reference, at 1 and 2 threads. The allocator is first handed blocks full of NaN, so
+  // that an entry left unwritten shows.
+  ThreadCount restore;
+  const std::vector<ConvCase> cases = {
+      {{2, 16, 56, 56}, {32, 16, 1, 1}, Conv2dOptions::square(2, 0)},
+      {{8, 64, 14, 14}, {128, 64, 1, 1}, Conv2dOptions::square(2, 0)},
+      {{3, 8, 13, 11}, {4, 8, 1, 1}, Conv2dOptions::square(3, 0)},
+      {{2, 8, 7, 9}, {6, 8, 1, 1}, Conv2dOptions{2, 3, 0, 0, 1, 1, 1}},
+  };
+  uint64_t seed = 340;
+  for (const ConvCase& c : cases) {
+    REQUIRE(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options, true) == ConvAlgorithm::Im2col);
+    for (int repeat = 0; repeat < 4; ++repeat) Tensor::full(c.x, std::nanf(""));
+    check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+    check_same_bits_at_one_and_two_threads(conv_with(c.options),
+                                           {random_tensor(c.x, seed++), random_tensor(c.w, seed++)}, seed++);
+  }
+}
+
 TEST_CASE("conv2d: image blocks are equal to within an image and even in number where there are several") {
   // (images, block asked for) -> images a block.
   CHECK(conv::balanced_block(8, 6) == 4);  // 2 blocks: 4 + 4, not 6 + 2

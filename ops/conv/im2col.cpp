@@ -213,6 +213,31 @@ void col2im_add(const ConvGeometry& g, float* cols, int64_t nb, const Tile& t, f
   });
 }
 
+// col2im for a 1×1 kernel without padding (col2im_writes_every_entry), strided: the tile's
+// rows of dx are written whole, the gradient where an output position read the input and
+// zero between the strides, with no zero-fill before and no read-back. Output rows
+// [oh0, oh1) read input rows oh·sh, so the tiles' input rows [oh0·sh, oh1·sh) cover every
+// row (OH·sh ≥ H when the kernel is 1×1 and there is no padding).
+void col2im_scatter(const ConvGeometry& g, const float* cols, int64_t nb, const Tile& t, float* dx) {
+  const int64_t T = t.positions(g), ld = nb * T;
+  const int64_t h0 = t.oh0 * g.sh, h1 = std::min(g.H, t.oh1 * g.sh);
+  const int64_t grain = std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(nb * (h1 - h0) * g.W, 1));
+  parallel_for(g.C, grain, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* src = cols + c * ld + b * T - t.oh0 * g.OW;  // src[oh·OW + ow] is output (oh, ow)
+        float* plane = dx + (b * g.C + c) * g.H * g.W;
+        for (int64_t h = h0; h < h1; ++h) {
+          float* d = plane + h * g.W;
+          std::fill(d, d + g.W, 0.0f);
+          if (h % g.sh != 0) continue;
+          const float* s = src + (h / g.sh) * g.OW;
+          for (int64_t ow = 0; ow < g.OW; ++ow) d[ow * g.sw] = s[ow];
+        }
+      }
+  });
+}
+
 // `count` matrices op(A_i) (M × K), A_i at A + i·stride, packed once for the products of a
 // whole batch (every tile meets them).
 std::vector<PackedA> pack_weights(int64_t count, bool ta, int64_t M, int64_t K, const float* A, int64_t lda,
@@ -281,6 +306,10 @@ void conv_forward(const ConvGeometry& g, const float* x, const float* w, const E
   });
 }
 
+bool col2im_writes_every_entry(const ConvGeometry& g) {
+  return g.pointwise || (g.KH == 1 && g.KW == 1 && g.ph == 0 && g.pw == 0 && g.dh == 1 && g.dw == 1);
+}
+
 // The bias sums read each tile of dY while the GEMMs have it in cache.
 void conv_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
                    float* db) {
@@ -341,7 +370,11 @@ void conv_backward(const ConvGeometry& g, const float* x, const float* w, const 
           for (int64_t gi = 0; gi < g.groups; ++gi)
             product(weights_t[gi], false, ncols, 1.0f, dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld, 0.0f,
                     dcols.data + gi * g.rows_g * dcols.ld, dcols.ld);
-          if (!tiling.in_place(nb)) col2im_add(g, dcols.data, nb, t, dx_block);
+          if (tiling.in_place(nb)) continue;
+          if (col2im_writes_every_entry(g) && !g.pointwise)
+            col2im_scatter(g, dcols.data, nb, t, dx_block);
+          else
+            col2im_add(g, dcols.data, nb, t, dx_block);
         }
       }
     }
