@@ -184,31 +184,40 @@ void col2im_add(const ConvGeometry& g, float* cols, int64_t nb, const Tile& t, f
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < nb; ++b) {
         float* plane = dx + (b * g.C + c) * g.H * g.W;
-        for (int64_t i = 0; i < g.KH; ++i)
-          for (int64_t j = 0; j < g.KW; ++j) {
-            const int64_t r = (c * g.KH + i) * g.KW + j;
-            const Tap& k = taps[i * g.KW + j];
-            if (k.rh.lo == k.rh.hi) continue;
-            float* src = cols + r * ld + b * T - t.oh0 * g.OW;  // src[oh·OW + ow] is output (oh, ow)
-            if (g.flat) {  // one shifted add over the valid rows, the wrapped padding zeroed first
+        // src(i, j)[oh·OW + ow] is tap (i, j)'s entry for output (oh, ow).
+        const auto src = [&](int64_t i, int64_t j) { return cols + ((c * g.KH + i) * g.KW + j) * ld + b * T - t.oh0 * g.OW; };
+        for (int64_t i = 0; i < g.KH; ++i) {
+          const Range rh = taps[i * g.KW].rh;  // the same for every tap of kernel row i
+          if (rh.lo == rh.hi) continue;
+          if (g.flat) {
+            for (int64_t j = 0; j < g.KW; ++j) {
+              const Tap& k = taps[i * g.KW + j];
+              float* s = src(i, j);
+              // One shifted add over the valid rows, the wrapped padding zeroed first.
               for (int64_t oh = k.rh.lo; oh < k.rh.hi; ++oh) {
-                std::fill(src + oh * g.OW, src + oh * g.OW + k.rw.lo, 0.0f);
-                std::fill(src + oh * g.OW + k.rw.hi, src + (oh + 1) * g.OW, 0.0f);
+                std::fill(s + oh * g.OW, s + oh * g.OW + k.rw.lo, 0.0f);
+                std::fill(s + oh * g.OW + k.rw.hi, s + (oh + 1) * g.OW, 0.0f);
               }
               const int64_t q0 = k.rh.lo * g.OW + k.rw.lo, q1 = (k.rh.hi - 1) * g.OW + k.rw.hi;
               float* d = plane + k.h_off * g.W + k.w_off;
-              for (int64_t q = q0; q < q1; ++q) d[q] += src[q];
-              continue;
+              for (int64_t q = q0; q < q1; ++q) d[q] += s[q];
             }
-            for (int64_t oh = k.rh.lo; oh < k.rh.hi; ++oh) {
-              const float* s = src + oh * g.OW;
+            continue;
+          }
+          // Row by row: the kernel row's taps add into one input row while it is in cache.
+          // Output row oh is the only one of kernel row i to reach its input row, so each
+          // input value still takes its taps in (i, j) order: a tap-by-tap pass's sums.
+          for (int64_t oh = rh.lo; oh < rh.hi; ++oh)
+            for (int64_t j = 0; j < g.KW; ++j) {
+              const Tap& k = taps[i * g.KW + j];
+              const float* s = src(i, j) + oh * g.OW;
               float* d = plane + (oh * g.sh + k.h_off) * g.W + k.w_off;
               if (g.sw == 1)  // contiguous: the compiler vectorises this form
                 for (int64_t ow = k.rw.lo; ow < k.rw.hi; ++ow) d[ow] += s[ow];
               else
                 for (int64_t ow = k.rw.lo; ow < k.rw.hi; ++ow) d[ow * g.sw] += s[ow];
             }
-          }
+        }
       }
   });
 }
