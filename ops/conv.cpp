@@ -73,35 +73,44 @@ ConvAlgorithm choose_algorithm(const ConvGeometry& g, bool input_gradient) {
   return winograd_applies(g) ? ConvAlgorithm::Winograd : ConvAlgorithm::Im2col;
 }
 
-// Convolution is affine in x (and linear in w): one rule serves every transport.
+// Convolution is affine in x (and linear in w): one rule serves every transport. Inputs x,
+// w, the bias and, when the convolution added one as it wrote its output, a residual (whose
+// cotangent is the output's).
 class Conv2dNode : public Node {
  public:
   Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w) : g_(g), x_(std::move(x)), w_(std::move(w)) {}
   std::string name() const override { return "conv2d"; }
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
-    Tensor dx, dw, db;
+    Tensor dx, dw, db, dresidual;
+    // A fresh handle, so that the engine copies before it adds into it.
+    if (needs.size() > 3 && needs[3]) dresidual = u.detach();
+    const auto cotangents = [&] {
+      return needs.size() > 3 ? std::vector<Tensor>{dx, dw, db, dresidual} : std::vector<Tensor>{dx, dw, db};
+    };
     const bool winograd = winograd_applies(g_);
     const ConvAlgorithm dx_algorithm = needs[0] ? choose_algorithm(g_, true) : ConvAlgorithm::Im2col;
     const std::optional<DirectConvShape> direct =
         dx_algorithm == ConvAlgorithm::Direct ? direct_shape(g_, true) : std::nullopt;
     const bool dx_f4 = dx_algorithm == ConvAlgorithm::WinogradF4;
-    // conv_backward adds into dx, except for a 1×1 stride-1 conv, whose input gradient it
-    // writes as it does winograd_backward, winograd_f4_input_gradient and direct_conv: every entry.
+    // conv_backward adds into dx, except for 1×1 kernels without padding, whose input
+    // gradient it writes as winograd_backward, winograd_f4_input_gradient and direct_conv
+    // do: every entry.
     if (needs[0])
-      dx = winograd || direct || dx_f4 || g_.pointwise ? Tensor::empty(x_.shape()) : Tensor::zeros(x_.shape());
+      dx = winograd || direct || dx_f4 || col2im_writes_every_entry(g_) ? Tensor::empty(x_.shape())
+                                                                        : Tensor::zeros(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     if (direct) direct_conv(*direct, u.data(), w_.data(), true, dx.data(), [](float*, int64_t) {});
     if (dx_f4) winograd_f4_input_gradient(g_, w_.data(), u.data(), dx.data());
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
     float* dx_left = direct || dx_f4 ? nullptr : pointer(dx);  // what the GEMM paths still compute
-    if (!dx_left && !dw.defined() && !db.defined()) return {dx, dw, db};
+    if (!dx_left && !dw.defined() && !db.defined()) return cotangents();
     if (winograd)
       winograd_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
     else
       conv_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
-    return {dx, dw, db};
+    return cotangents();
   }
 
  private:
@@ -191,14 +200,30 @@ ConvAlgorithm conv2d_algorithm(const Tensor& x, const Tensor& weight, const Conv
 }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
+  return conv2d_add(x_in, weight_in, bias_in, options, Tensor());
+}
+
+Tensor conv2d_add(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options,
+                  const Tensor& residual_in) {
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
   Tensor cut_w;
   Conv2dOptions cut_o;
-  if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o)) return conv2d(x_in, cut_w, bias_in, cut_o);
+  if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o)) return conv2d_add(x_in, cut_w, bias_in, cut_o, residual_in);
+  if (residual_in.defined()) {
+    check(residual_in.shape() == Shape{g.N, g.O, g.OH, g.OW}, "conv2d: residual ", residual_in.shape(),
+          " does not match the output [", g.N, ", ", g.O, ", ", g.OH, ", ", g.OW, "]");
+    // Winograd finishes its rows in a staging copy (F(2×2)) or scatters them (F(4×4)),
+    // without the residual: the addition runs after it, as its own op.
+    if (const ConvAlgorithm a = choose_algorithm(g, false); a == ConvAlgorithm::Winograd || a == ConvAlgorithm::WinogradF4)
+      return add(conv2d_add(x_in, weight_in, bias_in, options, Tensor()), residual_in);
+  }
   Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
-  const bool record = needs_grad({x, w, bias});
-  Tensor out = convolve(g, x, w, bias, Epilogue{});
-  if (record) attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()), {x, w, bias});
+  const Tensor residual = contiguous_or_undefined(residual_in);
+  const bool record = needs_grad({x, w, bias, residual});
+  Tensor out = convolve(g, x, w, bias, Epilogue{}, residual);
+  if (record)
+    attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()),
+           residual.defined() ? std::vector<Tensor>{x, w, bias, residual} : std::vector<Tensor>{x, w, bias});
   return out;
 }
 
@@ -211,26 +236,15 @@ Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const
     return then_relu ? add_relu(y, residual) : add(y, residual);
   };
   if (needs_grad({x_in, weight_in, bias_in, bn.weight, bn.bias, residual})) {
-    // Only the input in a graph (a stitch's frozen models, an explanation): the BatchNorm is
-    // the map z ↦ scale·z + shift under every transport, so it folds into the convolution,
-    // w·scale per output channel and b·scale + shift: one op, and a pass over memory each
-    // way, less. The same values up to rounding (the products are scaled before summing).
-    if (!needs_grad({weight_in, bias_in, bn.weight, bn.bias})) {
-      const int64_t O = weight_in.size(0);
-      const ChannelAffine affine =
-          eval_batch_norm_affine(O, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
-      Tensor w = weight_in.contiguous().clone(), b = Tensor::empty({O});
-      const Tensor conv_bias = contiguous_or_undefined(bias_in);
-      const int64_t per_channel = w.numel() / std::max<int64_t>(O, 1);
-      for (int64_t o = 0; o < O; ++o) {
-        float* row = w.data() + o * per_channel;
-        for (int64_t k = 0; k < per_channel; ++k) row[k] *= affine.scale[o];
-        b.data()[o] = (conv_bias.defined() ? conv_bias.data()[o] : 0.0f) * affine.scale[o] + affine.shift[o];
-      }
-      return finish(conv2d(x_in, w, b, options));
-    }
-    return finish(batch_norm(conv2d(x_in, weight_in, bias_in, options), bn.weight, bn.bias, bn.running_mean,
-                             bn.running_var, false, 0.0f, bn.eps));
+    // In a graph the BatchNorm is the map z ↦ scale·z + shift under every transport, so it
+    // folds into the convolution, w·scale per output channel and b·scale + shift: one op,
+    // and a pass over the output each way, less. The same values up to rounding (the
+    // products are scaled before summing). Parameters that take part in the graph get their
+    // gradients back through the fold (ops/norm.h).
+    const FoldedConvolution folded =
+        fold_eval_batch_norm(weight_in, bias_in, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
+    const Tensor y = conv2d_add(x_in, folded.weight, folded.bias, options, residual);
+    return then_relu ? relu(y) : y;
   }
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
   Tensor cut_w;

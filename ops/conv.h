@@ -57,6 +57,12 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 // and the weight gradient when the weight needs none (explanations).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, const Conv2dOptions& options = {});
 
+// conv2d(x, weight, bias, options) + residual (of the output's shape; none when undefined),
+// the residual added as each output is written where the algorithm finishes its rows in
+// place (im2col, direct): the separate ops' bits and one pass over the output less.
+Tensor conv2d_add(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options,
+                  const Tensor& residual);
+
 // The algorithms of conv2d (ops/conv/), and the one that runs this convolution here, forward
 // or for its input gradient (after dead taps are cut; on this CPU and vector cap): for the
 // tests, which check each against the reference (ops/reference/), and for benchmarks.

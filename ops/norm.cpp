@@ -433,6 +433,103 @@ ChannelAffine eval_batch_norm_affine(int64_t C, const Tensor& weight, const Tens
   return channel_affine(mean, invstd, values_or(weight, C, 1.0f), values_or(bias, C, 0.0f));
 }
 
+namespace {
+
+// w' = w·scale[o] per output channel o, scale = γ·invstd: the cotangents of w (u·scale) and
+// of γ (invstd·Σ u·w over the channel's weights).
+class FoldedWeightNode : public Node {
+public:
+  FoldedWeightNode(Tensor w, std::vector<float> scale, std::vector<float> invstd)
+      : w_(std::move(w)), scale_(std::move(scale)), invstd_(std::move(invstd)) {}
+  std::string name() const override { return "fold_batch_norm_weight"; }
+
+  std::vector<Tensor> vjp(const Tensor& u_in, const Transport&) override {
+    const Tensor u = u_in.contiguous();
+    const int64_t O = int64_t(scale_.size()), per_channel = O > 0 ? w_.numel() / O : 0;
+    std::vector<Tensor> out(needs.size());
+    const bool wants_w = needs[0], wants_gamma = needs.size() > 1 && needs[1];
+    if (wants_w) out[0] = Tensor::empty(w_.shape());
+    if (wants_gamma) out[1] = Tensor::empty({O});
+    parallel_for(O, 1, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const float* ur = u.data() + o * per_channel;
+        if (wants_w) {
+          float* dr = out[0].data() + o * per_channel;
+          for (int64_t k = 0; k < per_channel; ++k) dr[k] = ur[k] * scale_[o];
+        }
+        if (wants_gamma) {
+          const float* wr = w_.data() + o * per_channel;
+          out[1].data()[o] = float(invstd_[o] * lane_sum(per_channel, [ur, wr](int64_t k) { return ur[k] * wr[k]; }));
+        }
+      }
+    });
+    return out;
+  }
+
+private:
+  void release() override { w_ = Tensor(); }
+  Tensor w_;
+  std::vector<float> scale_, invstd_;
+};
+
+// b' = b·scale + shift per channel, shift = β − μ·scale, scale = γ·invstd: the cotangents
+// of b (u·scale), γ (u·(b − μ)·invstd) and β (u).
+class FoldedBiasNode : public Node {
+public:
+  FoldedBiasNode(std::vector<float> conv_bias, std::vector<float> mean, std::vector<float> invstd,
+                 std::vector<float> scale)
+      : conv_bias_(std::move(conv_bias)), mean_(std::move(mean)), invstd_(std::move(invstd)), scale_(std::move(scale)) {}
+  std::string name() const override { return "fold_batch_norm_bias"; }
+
+  std::vector<Tensor> vjp(const Tensor& u_in, const Transport&) override {
+    const std::vector<float> u = u_in.to_vector();
+    const size_t O = u.size();
+    std::vector<float> d_bias(O), d_gamma(O);
+    for (size_t o = 0; o < O; ++o) {
+      d_bias[o] = u[o] * scale_[o];
+      d_gamma[o] = u[o] * (conv_bias_[o] - mean_[o]) * invstd_[o];
+    }
+    std::vector<Tensor> out(needs.size());
+    if (needs[0]) out[0] = Tensor::from_vector({int64_t(O)}, d_bias);
+    if (needs.size() > 1 && needs[1]) out[1] = Tensor::from_vector({int64_t(O)}, d_gamma);
+    if (needs.size() > 2 && needs[2]) out[2] = u_in.contiguous().clone();
+    return out;
+  }
+
+private:
+  std::vector<float> conv_bias_, mean_, invstd_, scale_;
+};
+
+}  // namespace
+
+FoldedConvolution fold_eval_batch_norm(const Tensor& conv_weight, const Tensor& conv_bias, const Tensor& weight,
+                                       const Tensor& bias, const Tensor& running_mean, const Tensor& running_var,
+                                       float eps) {
+  check(conv_weight.defined() && conv_weight.dim() >= 1, "fold_eval_batch_norm: the convolution's weight is undefined");
+  const int64_t O = conv_weight.size(0);
+  const ChannelAffine affine = eval_batch_norm_affine(O, weight, bias, running_mean, running_var, eps);
+  check_channel_vector(conv_bias, "the convolution's bias", O, Shape{1, O});
+  const Tensor w = conv_weight.contiguous();
+  const std::vector<float> conv_b = values_or(conv_bias, O, 0.0f);
+  Tensor folded_w = Tensor::empty(w.shape()), folded_b = Tensor::empty({O});
+  const int64_t per_channel = O > 0 ? w.numel() / O : 0;
+  parallel_for(O, std::max<int64_t>(1, 16384 / std::max<int64_t>(per_channel, 1)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const float *wr = w.data() + o * per_channel;
+      float* fr = folded_w.data() + o * per_channel;
+      for (int64_t k = 0; k < per_channel; ++k) fr[k] = wr[k] * affine.scale[o];
+    }
+  });
+  for (int64_t o = 0; o < O; ++o) folded_b.data()[o] = conv_b[o] * affine.scale[o] + affine.shift[o];
+  if (needs_grad({conv_weight, conv_bias, weight, bias})) {
+    std::vector<float> mean(O), invstd(O);
+    running_statistics(running_mean, running_var, eps, mean, invstd);
+    attach(folded_w, std::make_shared<FoldedWeightNode>(w.detach(), affine.scale, invstd), {w, weight});
+    attach(folded_b, std::make_shared<FoldedBiasNode>(conv_b, mean, invstd, affine.scale), {conv_bias, weight, bias});
+  }
+  return {folded_w, folded_b};
+}
+
 Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight, const Tensor& bias, float eps) {
   check(x.defined(), "layer_norm: the input is undefined");
   check(normalized_dims >= 1 && normalized_dims <= x.dim(), "layer_norm: cannot normalise the last ",

@@ -48,6 +48,21 @@ struct ChannelAffine {
 ChannelAffine eval_batch_norm_affine(int64_t C, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
                                      const Tensor& running_var, float eps = 1e-5f);
 
+// A convolution's weight (O, ...) and bias (O, or undefined) with an eval-mode BatchNorm of
+// its O output channels folded in: weight·scale[o] per output channel and bias·scale + shift
+// (eval_batch_norm_affine's scale and shift), so that conv2d with them is batch_norm of the
+// convolution, up to rounding (the products are scaled before they are summed). Recorded
+// when the convolution's or the BatchNorm's parameters take part in a graph (an eval-mode
+// model whose parameters still require grad), so that their gradients come back through the
+// fold: the map is linear in the weight and affine in the bias, γ and β, so its rule is the
+// same under every transport, as BatchNorm's own in eval mode.
+struct FoldedConvolution {
+  Tensor weight, bias;
+};
+FoldedConvolution fold_eval_batch_norm(const Tensor& conv_weight, const Tensor& conv_bias, const Tensor& weight,
+                                       const Tensor& bias, const Tensor& running_mean, const Tensor& running_var,
+                                       float eps = 1e-5f);
+
 // x (..., D1..Dk) normalised over its last k = normalized_dims dims (usually 1), per row.
 // weight and bias have shape (D1..Dk) or are undefined.
 Tensor layer_norm(const Tensor& x, int64_t normalized_dims, const Tensor& weight, const Tensor& bias,

@@ -336,6 +336,29 @@ TEST_CASE("conv2d: a 1x1 layer on a small map in balanced image blocks, the same
   check_against_reference_conv({{8, 1024, 7, 7}, {16, 1024, 1, 1}, {}}, seed, 1e-4, 1e-3, {Transport::gradient()});
 }
 
+TEST_CASE("conv2d: a strided 1x1 layer's input gradient is written whole, zero between the strides") {
+  // Its col2im writes every entry of dx (no zero-filled tensor first): strides 2 and 3,
+  // maps that the stride divides and that it does not (the last rows and columns read by
+  // no output), one image per GEMM in row tiles and blocks of images, against the
+  // reference, at 1 and 2 threads. The allocator is first handed blocks full of NaN, so
+  // that an entry left unwritten shows.
+  ThreadCount restore;
+  const std::vector<ConvCase> cases = {
+      {{2, 16, 56, 56}, {32, 16, 1, 1}, Conv2dOptions::square(2, 0)},
+      {{8, 64, 14, 14}, {128, 64, 1, 1}, Conv2dOptions::square(2, 0)},
+      {{3, 8, 13, 11}, {4, 8, 1, 1}, Conv2dOptions::square(3, 0)},
+      {{2, 8, 7, 9}, {6, 8, 1, 1}, Conv2dOptions{2, 3, 0, 0, 1, 1, 1}},
+  };
+  uint64_t seed = 340;
+  for (const ConvCase& c : cases) {
+    REQUIRE(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options, true) == ConvAlgorithm::Im2col);
+    for (int repeat = 0; repeat < 4; ++repeat) Tensor::full(c.x, std::nanf(""));
+    check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+    check_same_bits_at_one_and_two_threads(conv_with(c.options),
+                                           {random_tensor(c.x, seed++), random_tensor(c.w, seed++)}, seed++);
+  }
+}
+
 TEST_CASE("conv2d: image blocks are equal to within an image and even in number where there are several") {
   // (images, block asked for) -> images a block.
   CHECK(conv::balanced_block(8, 6) == 4);  // 2 blocks: 4 + 4, not 6 + 2
@@ -443,24 +466,108 @@ TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops
         }
 }
 
-TEST_CASE("conv2d_batch_norm_eval: recorded, it is the separate ops (gradients, every transport)") {
-  const Tensor bn_w = random_tensor({4}, 951), bn_b = random_tensor({4}, 952), mean = random_tensor({4}, 953),
-               var = random_tensor({4}, 954, 0.5f, 2.0f);
-  const Fn fused = [&](const Args& in) {
-    return conv2d_batch_norm_eval(in[0], in[1], in[2], Conv2dOptions::square(1, 1),
-                                  {bn_w, bn_b, mean, var, 1e-5f}, true);
+TEST_CASE("conv2d_add: the residual added as the output is written is the separate ops (bits, every transport)") {
+  // Every forward path: direct (small maps, stride 2), Winograd (which adds after it),
+  // im2col in row tiles of one image, blocks of images staged, 1x1 read in place.
+  const std::vector<ConvCase> cases = {
+      {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 20, 20}, {40, 32, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
+      {{2, 16, 40, 40}, {24, 16, 1, 1}, Conv2dOptions::square(1, 0)},
   };
-  const Fn separate = [&](const Args& in) {
-    return relu(batch_norm(conv2d(in[0], in[1], in[2], Conv2dOptions::square(1, 1)), bn_w, bn_b, mean, var, false));
-  };
-  const Args in = {random_tensor({2, 3, 6, 6}, 955), random_tensor({4, 3, 3, 3}, 956), random_tensor({4}, 957)};
-  check_gradients(fused, in);
-  const Tensor u = random_tensor({2, 4, 6, 6}, 958);
-  Temperatures soft_relu;
-  soft_relu.relu = 0.5f;
-  for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(soft_relu)}) {
-    const auto a = vjp(fused, in, u, t), b = vjp(separate, in, u, t);
-    for (size_t i = 0; i < 3; ++i) CHECK(a[i].to_vector() == b[i].to_vector());
+  uint64_t seed = 1900;
+  for (const ConvCase& c : cases)
+    for (const bool with_bias : {false, true}) {
+      INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " ",
+           std::string(to_string(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options))));
+      const int64_t O = c.w[0];
+      // x, w, the residual, and the bias when there is one.
+      Args in = {random_tensor(c.x, seed++), random_tensor(c.w, seed++)};
+      Tensor out_shape;
+      {
+        NoGrad off;
+        out_shape = conv2d(in[0], in[1], Tensor(), c.options);
+      }
+      in.push_back(random_tensor(out_shape.shape(), seed++));
+      if (with_bias) in.push_back(random_tensor({O}, seed++));
+      const auto bias = [](const Args& a) { return a.size() > 3 ? a[3] : Tensor(); };
+      const Fn fused = [&](const Args& a) { return conv2d_add(a[0], a[1], bias(a), c.options, a[2]); };
+      const Fn separate = [&](const Args& a) { return add(conv2d(a[0], a[1], bias(a), c.options), a[2]); };
+      {
+        NoGrad off;
+        CHECK(fused(in).to_vector() == separate(in).to_vector());
+      }
+      const Tensor u = random_tensor(out_shape.shape(), seed++);
+      for (const Transport& t : {Transport::gradient(), Transport::pullback(), soft(0.1f)}) {
+        const auto a = vjp(fused, in, u, t), b = vjp(separate, in, u, t);
+        for (size_t i = 0; i < in.size(); ++i) {
+          CAPTURE(i);
+          CHECK(a[i].to_vector() == b[i].to_vector());
+        }
+        CHECK(a[2].to_vector() == u.to_vector());
+      }
+    }
+  // Finite differences, every input perturbed, on a direct and an im2col layer.
+  for (const ConvCase& c : {ConvCase{{2, 3, 6, 6}, {4, 3, 3, 3}, Conv2dOptions::square(2, 1)},
+                            ConvCase{{2, 3, 5, 5}, {4, 3, 1, 1}, Conv2dOptions::square(1, 0)}}) {
+    const Fn fused = [&](const Args& a) { return conv2d_add(a[0], a[1], a[2], c.options, a[3]); };
+    Tensor y;
+    {
+      NoGrad off;
+      y = conv2d(Tensor::empty(c.x), Tensor::empty(c.w), Tensor(), c.options);
+    }
+    check_gradients(fused, {random_tensor(c.x, 1990), random_tensor(c.w, 1991), random_tensor({c.w[0]}, 1992),
+                            random_tensor(y.shape(), 1993)});
+  }
+}
+
+TEST_CASE("conv2d_batch_norm_eval: recorded, the fold is the separate ops (every input's gradient, every transport)") {
+  // The BatchNorm folds into the convolution even when the parameters take part in the
+  // graph: the convolution's weight and bias and BatchNorm's γ and β get their gradients
+  // back through the fold. Against the separate ops up to rounding (the products are scaled
+  // before summing), under every transport, with a residual and without; and against
+  // finite differences, every input perturbed.
+  const Tensor mean = random_tensor({4}, 953), var = random_tensor({4}, 954, 0.5f, 2.0f);
+  for (const bool with_residual : {false, true}) {
+    CAPTURE(with_residual);
+    const auto residual = [&](const Args& in) { return with_residual ? in[5] : Tensor(); };
+    const Fn fused = [&](const Args& in) {
+      return conv2d_batch_norm_eval(in[0], in[1], in[2], Conv2dOptions::square(1, 1),
+                                    {in[3], in[4], mean, var, 1e-5f}, true, residual(in));
+    };
+    const Fn separate = [&](const Args& in) {
+      Tensor z = batch_norm(conv2d(in[0], in[1], in[2], Conv2dOptions::square(1, 1)), in[3], in[4], mean, var, false);
+      if (with_residual) z = add(z, in[5]);
+      return relu(z);
+    };
+    Args in = {random_tensor({2, 3, 6, 6}, 955), random_tensor({4, 3, 3, 3}, 956), random_tensor({4}, 957),
+               random_tensor({4}, 951), random_tensor({4}, 952)};
+    if (with_residual) in.push_back(random_tensor({2, 4, 6, 6}, 959));
+    // Finite differences: every input without the ReLU (a step in γ or β moves a whole
+    // channel across the ReLU's kink), the input, weight, bias and residual with it.
+    const Fn affine = [&](const Args& a) {
+      return conv2d_batch_norm_eval(a[0], a[1], a[2], Conv2dOptions::square(1, 1), {a[3], a[4], mean, var, 1e-5f},
+                                    false, residual(a));
+    };
+    check_gradients(affine, in);
+    std::vector<bool> past_the_kink(in.size(), true);
+    past_the_kink[3] = past_the_kink[4] = false;
+    check_gradients(fused, in, {}, past_the_kink);
+    const Tensor u = random_tensor({2, 4, 6, 6}, 958);
+    Temperatures soft_relu;
+    soft_relu.relu = 0.5f;
+    for (const Transport& t : {Transport::gradient(), Transport::pullback(), Transport::soft_pullback(soft_relu)}) {
+      const auto a = vjp(fused, in, u, t), b = vjp(separate, in, u, t);
+      for (size_t i = 0; i < in.size(); ++i) {
+        CAPTURE(i);
+        check_close(a[i], b[i], 1e-4, 1e-4, "cotangent");
+        CHECK(max_abs(b[i]) > 0.1);
+      }
+    }
+    NoGrad no_grad;
+    check_close(fused(in), separate(in), 1e-5, 1e-5, "forward");
   }
 }
 

@@ -184,31 +184,65 @@ void col2im_add(const ConvGeometry& g, float* cols, int64_t nb, const Tile& t, f
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t b = 0; b < nb; ++b) {
         float* plane = dx + (b * g.C + c) * g.H * g.W;
-        for (int64_t i = 0; i < g.KH; ++i)
-          for (int64_t j = 0; j < g.KW; ++j) {
-            const int64_t r = (c * g.KH + i) * g.KW + j;
-            const Tap& k = taps[i * g.KW + j];
-            if (k.rh.lo == k.rh.hi) continue;
-            float* src = cols + r * ld + b * T - t.oh0 * g.OW;  // src[oh·OW + ow] is output (oh, ow)
-            if (g.flat) {  // one shifted add over the valid rows, the wrapped padding zeroed first
+        // src(i, j)[oh·OW + ow] is tap (i, j)'s entry for output (oh, ow).
+        const auto src = [&](int64_t i, int64_t j) { return cols + ((c * g.KH + i) * g.KW + j) * ld + b * T - t.oh0 * g.OW; };
+        for (int64_t i = 0; i < g.KH; ++i) {
+          const Range rh = taps[i * g.KW].rh;  // the same for every tap of kernel row i
+          if (rh.lo == rh.hi) continue;
+          if (g.flat) {
+            for (int64_t j = 0; j < g.KW; ++j) {
+              const Tap& k = taps[i * g.KW + j];
+              float* s = src(i, j);
+              // One shifted add over the valid rows, the wrapped padding zeroed first.
               for (int64_t oh = k.rh.lo; oh < k.rh.hi; ++oh) {
-                std::fill(src + oh * g.OW, src + oh * g.OW + k.rw.lo, 0.0f);
-                std::fill(src + oh * g.OW + k.rw.hi, src + (oh + 1) * g.OW, 0.0f);
+                std::fill(s + oh * g.OW, s + oh * g.OW + k.rw.lo, 0.0f);
+                std::fill(s + oh * g.OW + k.rw.hi, s + (oh + 1) * g.OW, 0.0f);
               }
               const int64_t q0 = k.rh.lo * g.OW + k.rw.lo, q1 = (k.rh.hi - 1) * g.OW + k.rw.hi;
               float* d = plane + k.h_off * g.W + k.w_off;
-              for (int64_t q = q0; q < q1; ++q) d[q] += src[q];
-              continue;
+              for (int64_t q = q0; q < q1; ++q) d[q] += s[q];
             }
-            for (int64_t oh = k.rh.lo; oh < k.rh.hi; ++oh) {
-              const float* s = src + oh * g.OW;
+            continue;
+          }
+          // Row by row: the kernel row's taps add into one input row while it is in cache.
+          // Output row oh is the only one of kernel row i to reach its input row, so each
+          // input value still takes its taps in (i, j) order: a tap-by-tap pass's sums.
+          for (int64_t oh = rh.lo; oh < rh.hi; ++oh)
+            for (int64_t j = 0; j < g.KW; ++j) {
+              const Tap& k = taps[i * g.KW + j];
+              const float* s = src(i, j) + oh * g.OW;
               float* d = plane + (oh * g.sh + k.h_off) * g.W + k.w_off;
               if (g.sw == 1)  // contiguous: the compiler vectorises this form
                 for (int64_t ow = k.rw.lo; ow < k.rw.hi; ++ow) d[ow] += s[ow];
               else
                 for (int64_t ow = k.rw.lo; ow < k.rw.hi; ++ow) d[ow * g.sw] += s[ow];
             }
-          }
+        }
+      }
+  });
+}
+
+// col2im for a 1×1 kernel without padding (col2im_writes_every_entry), strided: the tile's
+// rows of dx are written whole, the gradient where an output position read the input and
+// zero between the strides, with no zero-fill before and no read-back. Output rows
+// [oh0, oh1) read input rows oh·sh, so the tiles' input rows [oh0·sh, oh1·sh) cover every
+// row (OH·sh ≥ H when the kernel is 1×1 and there is no padding).
+void col2im_scatter(const ConvGeometry& g, const float* cols, int64_t nb, const Tile& t, float* dx) {
+  const int64_t T = t.positions(g), ld = nb * T;
+  const int64_t h0 = t.oh0 * g.sh, h1 = std::min(g.H, t.oh1 * g.sh);
+  const int64_t grain = std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(nb * (h1 - h0) * g.W, 1));
+  parallel_for(g.C, grain, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* src = cols + c * ld + b * T - t.oh0 * g.OW;  // src[oh·OW + ow] is output (oh, ow)
+        float* plane = dx + (b * g.C + c) * g.H * g.W;
+        for (int64_t h = h0; h < h1; ++h) {
+          float* d = plane + h * g.W;
+          std::fill(d, d + g.W, 0.0f);
+          if (h % g.sh != 0) continue;
+          const float* s = src + (h / g.sh) * g.OW;
+          for (int64_t ow = 0; ow < g.OW; ++ow) d[ow * g.sw] = s[ow];
+        }
       }
   });
 }
@@ -254,27 +288,35 @@ void conv_forward(const ConvGeometry& g, const float* x, const float* w, const E
           im2col(g, x_block, nb, t, cols_buffer.data());
           cols = {cols_buffer.data(), ncols};
         }
-        // The product: straight into y for one image (onto the bias), else staged and copied
-        // out with the bias added.
+        // The product: straight into y for one image, else staged and copied out with the
+        // bias added.
         const Matrix out = nb == 1 ? Matrix{y_block + t.oh0 * g.OW, g.P} : Matrix{staging.data(), ncols};
-        const float beta = nb == 1 && bias ? 1.0f : 0.0f;
-        if (beta != 0.0f)
-          for (int64_t o = 0; o < g.O; ++o) std::fill(out.data + o * out.ld, out.data + o * out.ld + ncols, bias[o]);
-        // Written straight into y, the product runs in column pieces, each finished by the
-        // epilogue while it is still in cache (the same bits as one product: gemm.h).
-        const int64_t piece = nb == 1 && epilogue.after_bias() ? epilogue_columns(g.O, ncols) : ncols;
+        // Written straight into y, the product runs in column pieces, each given its bias and
+        // finished by the epilogue while it is still in cache (the same bits as one product:
+        // gemm.h), rather than y filled with the bias first (a pass over y) and added onto.
+        const bool finish_pieces = nb == 1 && (bias || epilogue.after_bias());
+        const int64_t piece = finish_pieces ? epilogue_columns(g.O, ncols) : ncols;
         for (int64_t j0 = 0; j0 < ncols; j0 += piece) {
           const int64_t width = std::min(piece, ncols - j0);
           for (int64_t gi = 0; gi < g.groups; ++gi)
-            product(weights[gi], false, width, 1.0f, cols.data + gi * g.rows_g * cols.ld + j0, cols.ld, beta,
+            product(weights[gi], false, width, 1.0f, cols.data + gi * g.rows_g * cols.ld + j0, cols.ld, 0.0f,
                     out.data + gi * g.Og * out.ld + j0, out.ld);
-          if (nb == 1 && epilogue.after_bias())
-            for (int64_t o = 0; o < g.O; ++o) epilogue.finish_row(out.data + o * out.ld + j0, width, o);
+          if (finish_pieces)
+            for (int64_t o = 0; o < g.O; ++o) {
+              float* __restrict row = out.data + o * out.ld + j0;
+              if (bias)
+                for (int64_t j = 0; j < width; ++j) row[j] += bias[o];
+              epilogue.finish_row(row, width, o);
+            }
         }
         if (nb > 1) matrix_to_planes(staging.data(), nb, g.O, g.P, epilogue, y_block);
       }
     }
   });
+}
+
+bool col2im_writes_every_entry(const ConvGeometry& g) {
+  return g.pointwise || (g.KH == 1 && g.KW == 1 && g.ph == 0 && g.pw == 0 && g.dh == 1 && g.dw == 1);
 }
 
 // The bias sums read each tile of dY while the GEMMs have it in cache.
@@ -337,7 +379,11 @@ void conv_backward(const ConvGeometry& g, const float* x, const float* w, const 
           for (int64_t gi = 0; gi < g.groups; ++gi)
             product(weights_t[gi], false, ncols, 1.0f, dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld, 0.0f,
                     dcols.data + gi * g.rows_g * dcols.ld, dcols.ld);
-          if (!tiling.in_place(nb)) col2im_add(g, dcols.data, nb, t, dx_block);
+          if (tiling.in_place(nb)) continue;
+          if (col2im_writes_every_entry(g) && !g.pointwise)
+            col2im_scatter(g, dcols.data, nb, t, dx_block);
+          else
+            col2im_add(g, dcols.data, nb, t, dx_block);
         }
       }
     }

@@ -14,9 +14,13 @@ namespace adjoint::conv {
 // y = epilogue(conv(x, w)): image blocks in parallel; per block, per tile, one GEMM per group.
 void conv_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y);
 
+// Whether conv_backward writes every entry of dx: 1×1 kernels without padding or dilation
+// (at any stride), where each input position is read by at most one output position, so
+// that col2im writes it rather than adds onto it. Otherwise dx must arrive zeroed.
+bool col2im_writes_every_entry(const ConvGeometry& g);
+
 // dx = col2im(Wᵀ·dY), dw = Σ_tiles dY·colsᵀ and db = Σ_tiles Σ_columns dY, each skipped when
-// its pointer is null; dx arrives zeroed (col2im adds), except for a 1×1 stride-1 conv
-// (g.pointwise), whose every entry of dx is written.
+// its pointer is null; dx arrives zeroed (col2im adds) unless col2im_writes_every_entry.
 void conv_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
                    float* db);
 
