@@ -21,8 +21,9 @@ namespace {
 // The register tile: kMr rows × kNr columns of C, as kMr × 2 vectors of 16 floats.
 constexpr int64_t kMr = kAvx512PanelRows;
 constexpr int64_t kNr = 32;
-// Blocks: op(B) kKc × kNc (about 1 MiB, in L2 or L3), op(A) kMc × kKc (240 KiB, in L2),
-// a panel of op(B) kKc × kNr (32 KiB, in L1 while kMc / kMr panels of A pass over it).
+// Blocks: op(B) kKc × kNc (about 1 MiB, in L2), op(A) kMc × kKc (240 KiB, in L2 or L1),
+// a panel of op(A) kMr × kKc (12 KiB, in L1 while the block's kNc / kNr panels of op(B)
+// pass over it).
 // kKc and the 12-row tile were chosen on the shapes of ResNet's and VGG's convolutions
 // (docs/benchmarks.md).
 constexpr int64_t kKc = kAvx512DepthBlock;
@@ -171,8 +172,13 @@ ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
           for (int64_t ir = 0; ir < mc; ir += kMr)
             pack_a(ta, A, lda, pc, kc, ic + ir, std::min(kMr, mc - ir), buffers.a.get() + ir * kc);
         }
-        for (int64_t jr = 0; jr < nc; jr += kNr)
-          for (int64_t ir = 0; ir < mc; ir += kMr)
+        // A row panel (12 KiB) stays in L1 while the block's column panels of op(B) pass
+        // from L2, so successive tiles of C lie side by side in the same 12 rows. Walking
+        // down a column of tiles instead puts every tile's rows ldc apart: for C 2304 or
+        // 3072 wide, twelve pages per tile and no stream for the prefetcher to follow
+        // (docs/benchmarks.md, "The engine's GEMM on ViT-B/16's linear layers").
+        for (int64_t ir = 0; ir < mc; ir += kMr)
+          for (int64_t jr = 0; jr < nc; jr += kNr)
             micro_kernel(kc, pa + ir * kc, pb + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
                          std::min(kNr, nc - jr), alpha, beta, pc == 0);
       }
