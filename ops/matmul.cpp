@@ -80,10 +80,10 @@ class MatmulNode : public Node {
 
 // linear's three products and which kernels run each (engine/gemm.h), as one table of
 // rules: the first rule whose least extents a product meets chooses, OpenBLAS otherwise.
-// The engine's AVX-512 kernel runs the products where it was measured level with or ahead
-// of OpenBLAS (ViT-B/16's linear layers, docs/benchmarks.md "The engine's GEMM on
-// ViT-B/16's linear layers"), and there the forward's bias and residual fold into its
-// epilogue. Narrower layers (PVT's, the small test models) stay on OpenBLAS, unmeasured.
+// On ViT-B/16's layers the engine's AVX-512 kernel (with the forward's bias and residual in
+// its epilogue) measured level with OpenBLAS, not ahead (docs/benchmarks.md "The engine's
+// GEMM on ViT-B/16's linear layers"), so every rule names OpenBLAS, the kernels the peer
+// shares; a rule switched to `widest` moves those shapes and folds the epilogue.
 enum class LinearProduct { forward, input_gradient, weight_gradient };
 
 struct LinearRoute {
@@ -93,9 +93,9 @@ struct LinearRoute {
 };
 
 constexpr LinearRoute kLinearRoutes[] = {
-    {LinearProduct::forward, 256, 768, 768, GemmKernel::widest},
-    {LinearProduct::input_gradient, 256, 768, 768, GemmKernel::widest},
-    {LinearProduct::weight_gradient, 256, 768, 768, GemmKernel::widest},
+    {LinearProduct::forward, 256, 768, 768, GemmKernel::blas},
+    {LinearProduct::input_gradient, 256, 768, 768, GemmKernel::blas},
+    {LinearProduct::weight_gradient, 256, 768, 768, GemmKernel::blas},
 };
 
 GemmKernel linear_kernel(LinearProduct product, int64_t rows, int64_t out, int64_t in) {

@@ -138,9 +138,9 @@ TEST_CASE("linear: matches PyTorch") {
   check_golden_case("conv", "linear.nobias", 2, linear_of);
 }
 
-TEST_CASE("linear: a layer as wide as ViT-B's (the engine's kernel, bias and residual in its epilogue) against the reference") {
-  // 260 rows (edge tiles), 768 in, 776 out: the shapes that linear's route table sends to
-  // the AVX-512 kernel where the CPU has it. Forward, the three gradients, directional finite
+TEST_CASE("linear: a layer as wide as ViT-B's, with bias and residual, against the reference") {
+  // 260 rows (edge tiles), 768 in, 776 out: shapes that linear's route table names, on
+  // whichever kernel it chooses. Forward, the three gradients, directional finite
   // differences, and the same bits at 1 and 2 threads.
   const int64_t rows = 260, in = 768, out = 776;
   const Tensor x = random_tensor({2, rows / 2, in}, 41), w = random_tensor({out, in}, 42, -0.05f, 0.05f),
