@@ -177,7 +177,7 @@ void split_product(GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, in
 
 // C = residual + bias, row by row (either may be absent, not both).
 void fill_from(const GemmEpilogue& e, int64_t M, int64_t N, float* C, int64_t ldc) {
-  parallel_for(M, std::max<int64_t>(1, 65536 / std::max<int64_t>(N, 1)), [&](int64_t r0, int64_t r1) {
+  parallel_for(M, 1024, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* row = C + r * ldc;
       const float* residual = e.residual ? e.residual + r * e.ldr : nullptr;

@@ -35,8 +35,8 @@ struct GemmEpilogue {
   }
 };
 
-// C = alpha · op(A) · op(B) + residual + bias (C is not read; it may be the residual
-// itself). With `widest` on a CPU that runs the AVX-512 kernels the epilogue folds into the
+// C = alpha · op(A) · op(B) + residual + bias (C is not read, and must not overlap the
+// residual). With `widest` on a CPU that runs the AVX-512 kernels the epilogue folds into the
 // product; otherwise C is filled with residual + bias and the product accumulates onto it.
 // Either way residual + bias is one float sum, so both give the bits of that fill followed
 // by the product with beta = 1 on the same kernels; the same at any thread count.

@@ -132,14 +132,13 @@ ADJOINT_AVX512 void micro_kernel(int64_t kc, const float* __restrict a, const fl
   const float* start_residual = epilogue.residual;
   const float* start_bias = epilogue.bias;
   int64_t ldr = epilogue.ldr;
-  if (starts_from_epilogue && !full) {
+  if (starts_from_epilogue && !full) {  // the edge tile's terms, as one residual of its size
     std::fill(&edge_start[0][0], &edge_start[0][0] + kMr * kNr, 0.0f);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < cols; ++j) {
-        const float* residual = epilogue.residual;
-        const float* bias = epilogue.bias;
-        edge_start[r][j] = !residual ? bias[j] : !bias ? residual[r * ldr + j] : residual[r * ldr + j] + bias[j];
-      }
+      for (int64_t j = 0; j < cols; ++j)
+        edge_start[r][j] = !start_residual ? start_bias[j]
+                           : !start_bias   ? start_residual[r * ldr + j]
+                                           : start_residual[r * ldr + j] + start_bias[j];
     start_residual = &edge_start[0][0], start_bias = nullptr, ldr = kNr;
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
@@ -199,9 +198,9 @@ ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         }
         // A row panel (12 KiB) stays in L1 while the block's column panels of op(B) pass
         // from L2, so successive tiles of C lie side by side in the same 12 rows. Walking
-        // down a column of tiles instead puts every tile's rows ldc apart: for C 2304 or
-        // 3072 wide, twelve pages per tile and no stream for the prefetcher to follow
-        // (docs/benchmarks.md, "The engine's GEMM on ViT-B/16's linear layers").
+        // down a column of tiles instead jumps 12 rows of C from tile to tile, which lost
+        // to OpenBLAS where C is wide (docs/benchmarks.md, "The engine's GEMM on ViT-B/16's
+        // linear layers").
         for (int64_t ir = 0; ir < mc; ir += kMr)
           for (int64_t jr = 0; jr < nc; jr += kNr)
             micro_kernel(kc, pa + ir * kc, pb + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
