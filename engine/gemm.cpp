@@ -98,11 +98,14 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
   if (timed) blas_nanoseconds.fetch_add(thread_cpu_nanoseconds() - start, std::memory_order_relaxed);
 }
 
-// One product on the calling thread, by the kernels asked for (see GemmKernel).
+// One product on the calling thread, by the kernels asked for (see GemmKernel). An
+// epilogue only reaches the AVX-512 kernels (gemm_with_epilogue fills C for OpenBLAS).
 void product(GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+             const GemmEpilogue& epilogue = {}) {
   if (kernel == GemmKernel::widest && avx512_gemm_available())
-    return avx512_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return avx512_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, epilogue);
+  check(epilogue.empty(), "gemm: an epilogue on OpenBLAS's kernels (fill C first)");
   sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -147,31 +150,64 @@ void scale(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
   }
 }
 
+// A product of K > 0, split into panels across threads where it is large enough.
+void split_product(GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                   const GemmEpilogue& epilogue) {
+  select_blas_kernels();
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  if (flops < kSplitFlops || num_threads() == 1)
+    return product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue);
+  if (N >= M) {  // column panels: C[:, j0:j1] = op(A) · op(B)[:, j0:j1]
+    const int64_t width = panel_width(N, M, K);
+    if (width >= N) return product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue);
+    parallel_for(N, width, [&](int64_t j0, int64_t j1) {
+      const float* Bj = tb ? B + j0 * ldb : B + j0;
+      product(kernel, ta, tb, M, j1 - j0, K, alpha, A, lda, Bj, ldb, beta, C + j0, ldc, epilogue.at(0, j0));
+    });
+  } else {  // row panels: C[i0:i1, :] = op(A)[i0:i1, :] · op(B)
+    const int64_t width = panel_width(M, N, K);
+    if (width >= M) return product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, epilogue);
+    parallel_for(M, width, [&](int64_t i0, int64_t i1) {
+      const float* Ai = ta ? A + i0 : A + i0 * lda;
+      product(kernel, ta, tb, i1 - i0, N, K, alpha, Ai, lda, B, ldb, beta, C + i0 * ldc, ldc, epilogue.at(i0, 0));
+    });
+  }
+}
+
+// C = residual + bias, row by row (either may be absent, not both).
+void fill_from(const GemmEpilogue& e, int64_t M, int64_t N, float* C, int64_t ldc) {
+  parallel_for(M, 1024, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = C + r * ldc;
+      const float* residual = e.residual ? e.residual + r * e.ldr : nullptr;
+      if (!residual) std::copy(e.bias, e.bias + N, row);
+      else if (!e.bias) std::copy(residual, residual + N, row);
+      else
+        for (int64_t c = 0; c < N; ++c) row[c] = residual[c] + e.bias[c];
+    }
+  });
+}
+
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
           int64_t ldb, float beta, float* C, int64_t ldc, GemmKernel kernel) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale(M, N, beta, C, ldc);
-  const double flops = 2.0 * double(M) * double(N) * double(K);
-  if (flops < kSplitFlops || num_threads() == 1)
-    return gemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, kernel);
-  select_blas_kernels();
-  if (N >= M) {  // column panels: C[:, j0:j1] = op(A) · op(B)[:, j0:j1]
-    const int64_t width = panel_width(N, M, K);
-    if (width >= N) return product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    parallel_for(N, width, [&](int64_t j0, int64_t j1) {
-      const float* Bj = tb ? B + j0 * ldb : B + j0;
-      product(kernel, ta, tb, M, j1 - j0, K, alpha, A, lda, Bj, ldb, beta, C + j0, ldc);
-    });
-  } else {  // row panels: C[i0:i1, :] = op(A)[i0:i1, :] · op(B)
-    const int64_t width = panel_width(M, N, K);
-    if (width >= M) return product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    parallel_for(M, width, [&](int64_t i0, int64_t i1) {
-      const float* Ai = ta ? A + i0 : A + i0 * lda;
-      product(kernel, ta, tb, i1 - i0, N, K, alpha, Ai, lda, B, ldb, beta, C + i0 * ldc, ldc);
-    });
+  split_product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, {});
+}
+
+void gemm_with_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, const GemmEpilogue& epilogue, float* C, int64_t ldc,
+                        GemmKernel kernel) {
+  if (M == 0 || N == 0) return;
+  if (epilogue.empty()) return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, kernel);
+  if (kernel != GemmKernel::widest || !avx512_gemm_available() || K == 0) {
+    fill_from(epilogue, M, N, C, ldc);
+    return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc, kernel);
   }
+  split_product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, epilogue);
 }
 
 void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -20,6 +20,30 @@ enum class GemmKernel { blas, widest };
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, GemmKernel kernel = GemmKernel::blas);
 
+// What a product starts its sums from in place of beta · C: an affine layer's bias (N
+// values, one per column of C) and a residual connection (M × N, leading dimension ldr),
+// each optional. The AVX-512 kernels add them while a tile of C is in registers, where
+// OpenBLAS needs C filled with them by a pass of its own first.
+struct GemmEpilogue {
+  const float* bias = nullptr;
+  const float* residual = nullptr;
+  int64_t ldr = 0;
+  bool empty() const { return bias == nullptr && residual == nullptr; }
+  // The epilogue of the block of C that starts at row i, column j.
+  GemmEpilogue at(int64_t i, int64_t j) const {
+    return {bias ? bias + j : nullptr, residual ? residual + i * ldr + j : nullptr, ldr};
+  }
+};
+
+// C = alpha · op(A) · op(B) + residual + bias (C is not read, and must not overlap the
+// residual). With `widest` on a CPU that runs the AVX-512 kernels the epilogue folds into the
+// product; otherwise C is filled with residual + bias and the product accumulates onto it.
+// Either way residual + bias is one float sum, so both give the bits of that fill followed
+// by the product with beta = 1 on the same kernels; the same at any thread count.
+void gemm_with_epilogue(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, const GemmEpilogue& epilogue, float* C,
+                        int64_t ldc, GemmKernel kernel);
+
 // As gemm, on the calling thread only: for callers that already run their products in
 // parallel (conv2d over image blocks), where splitting again would only repack operands.
 void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

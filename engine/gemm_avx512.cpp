@@ -21,8 +21,9 @@ namespace {
 // The register tile: kMr rows × kNr columns of C, as kMr × 2 vectors of 16 floats.
 constexpr int64_t kMr = kAvx512PanelRows;
 constexpr int64_t kNr = 32;
-// Blocks: op(B) kKc × kNc (about 1 MiB, in L2 or L3), op(A) kMc × kKc (240 KiB, in L2),
-// a panel of op(B) kKc × kNr (32 KiB, in L1 while kMc / kMr panels of A pass over it).
+// Blocks: op(B) kKc × kNc (about 1 MiB, in L2), op(A) kMc × kKc (240 KiB, in L2 or L1),
+// a panel of op(A) kMr × kKc (12 KiB, in L1 while the block's kNc / kNr panels of op(B)
+// pass over it).
 // kKc and the 12-row tile were chosen on the shapes of ResNet's and VGG's convolutions
 // (docs/benchmarks.md).
 constexpr int64_t kKc = kAvx512DepthBlock;
@@ -96,11 +97,13 @@ ADJOINT_AVX512 void pack_a(bool ta, const float* A, int64_t lda, int64_t k0, int
   pack_transposed(A + m0 * lda + k0, lda, count, kc, kMr, kMr, out);
 }
 
-// C tile (rows × cols ≤ kMr × kNr) = alpha · a·b + (first block ? beta · C : C), with a
-// and b packed panels of depth kc. Edge tiles go through a full-size copy of C, so that
+// C tile (rows × cols ≤ kMr × kNr) = alpha · a·b + (first block ? start : C), with a and b
+// packed panels of depth kc, and start = beta · C, or with an epilogue residual + bias
+// (the tile's own corner of each). Edge tiles go through a full-size copy of C, so that
 // every element of C meets the same operations wherever its tile lies.
 ADJOINT_AVX512 void micro_kernel(int64_t kc, const float* __restrict a, const float* __restrict b, float* c,
-                                 int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta, bool first) {
+                                 int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta, bool first,
+                                 const GemmEpilogue& epilogue) {
   __m512 acc[kMr][2];
   for (int64_t r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
@@ -116,18 +119,40 @@ ADJOINT_AVX512 void micro_kernel(int64_t kc, const float* __restrict a, const fl
   alignas(64) float edge[kMr][kNr];
   float* out = full ? c : &edge[0][0];
   const int64_t ld = full ? ldc : kNr;
-  const bool reads_c = !first || beta != 0.0f;
+  // The first depth block starts from the epilogue's terms where there are any (C is not read).
+  const bool starts_from_epilogue = first && !epilogue.empty();
+  const bool reads_c = !starts_from_epilogue && (!first || beta != 0.0f);
   if (!full) {
     std::fill(&edge[0][0], &edge[0][0] + kMr * kNr, 0.0f);
     if (reads_c)
       for (int64_t r = 0; r < rows; ++r) std::copy(c + r * ldc, c + r * ldc + cols, edge[r]);
+  }
+  // Residual + bias, summed as a separate pass that fills C with them would (the same bits).
+  alignas(64) float edge_start[kMr][kNr];
+  const float* start_residual = epilogue.residual;
+  const float* start_bias = epilogue.bias;
+  int64_t ldr = epilogue.ldr;
+  if (starts_from_epilogue && !full) {  // the edge tile's terms, as one residual of its size
+    std::fill(&edge_start[0][0], &edge_start[0][0] + kMr * kNr, 0.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j)
+        edge_start[r][j] = !start_residual ? start_bias[j]
+                           : !start_bias   ? start_residual[r * ldr + j]
+                                           : start_residual[r * ldr + j] + start_bias[j];
+    start_residual = &edge_start[0][0], start_bias = nullptr, ldr = kNr;
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (int64_t r = 0; r < kMr; ++r)
     for (int h = 0; h < 2; ++h) {
       float* at = out + r * ld + 16 * h;
       __m512 v = _mm512_mul_ps(va, acc[r][h]);
-      if (reads_c) {
+      if (starts_from_epilogue) {
+        __m512 start;
+        if (!start_residual) start = _mm512_loadu_ps(start_bias + 16 * h);
+        else if (!start_bias) start = _mm512_loadu_ps(start_residual + r * ldr + 16 * h);
+        else start = _mm512_add_ps(_mm512_loadu_ps(start_residual + r * ldr + 16 * h), _mm512_loadu_ps(start_bias + 16 * h));
+        v = _mm512_add_ps(v, start);
+      } else if (reads_c) {
         const __m512 old = _mm512_loadu_ps(at);
         v = _mm512_add_ps(v, first ? _mm512_mul_ps(vb, old) : old);
       }
@@ -153,7 +178,7 @@ ADJOINT_AVX512 void pack_all_of_a(bool ta, int64_t M, int64_t K, const float* A,
 
 ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                            const float* packed_a) {
+                            const float* packed_a, const GemmEpilogue& epilogue) {
   PackBuffers& buffers = pack_buffers();
   float* pb = buffers.b.get();
   for (int64_t jc = 0; jc < N; jc += kNc) {
@@ -171,10 +196,15 @@ ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
           for (int64_t ir = 0; ir < mc; ir += kMr)
             pack_a(ta, A, lda, pc, kc, ic + ir, std::min(kMr, mc - ir), buffers.a.get() + ir * kc);
         }
-        for (int64_t jr = 0; jr < nc; jr += kNr)
-          for (int64_t ir = 0; ir < mc; ir += kMr)
+        // A row panel (12 KiB) stays in L1 while the block's column panels of op(B) pass
+        // from L2, so successive tiles of C lie side by side in the same 12 rows. Walking
+        // down a column of tiles instead jumps 12 rows of C from tile to tile, which lost
+        // to OpenBLAS where C is wide (docs/benchmarks.md, "The engine's GEMM on ViT-B/16's
+        // linear layers").
+        for (int64_t ir = 0; ir < mc; ir += kMr)
+          for (int64_t jr = 0; jr < nc; jr += kNr)
             micro_kernel(kc, pa + ir * kc, pb + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
-                         std::min(kNr, nc - jr), alpha, beta, pc == 0);
+                         std::min(kNr, nc - jr), alpha, beta, pc == 0, epilogue.at(ic + ir, jc + jr));
       }
     }
   }
@@ -185,10 +215,11 @@ ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
 bool avx512_gemm_available() { return vector_isa() == VectorIsa::Avx512; }
 
 void avx512_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* packed_a) {
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* packed_a,
+                 const GemmEpilogue& epilogue) {
   check(avx512_gemm_available(), "avx512_gemm: this CPU has no AVX-512 (or run_widest is capped below it)");
   if (M == 0 || N == 0 || K == 0) throw Error("avx512_gemm: empty product (gemm handles those)");
-  product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, packed_a);
+  product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, packed_a, epilogue);
 }
 
 void avx512_pack_a(bool ta, int64_t M, int64_t K, const float* A, int64_t lda, float* out) {
@@ -200,7 +231,7 @@ void avx512_pack_a(bool ta, int64_t M, int64_t K, const float* A, int64_t lda, f
 
 bool avx512_gemm_available() { return false; }
 void avx512_gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                 float*, int64_t, const float*) {
+                 float*, int64_t, const float*, const GemmEpilogue&) {
   throw Error("avx512_gemm: not an x86-64 build");
 }
 void avx512_pack_a(bool, int64_t, int64_t, const float*, int64_t, float*) {

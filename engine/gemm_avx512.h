@@ -18,15 +18,18 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "engine/gemm.h"
+
 namespace adjoint {
 
 // Whether avx512_gemm runs here: the CPU has AVX-512 and run_widest's cap allows it.
 bool avx512_gemm_available();
 
 // `packed_a`: op(A) as avx512_pack_a wrote it, or null to pack it here (A is then read).
+// A non-empty `epilogue` replaces beta · C: C = alpha · op(A) · op(B) + residual + bias.
 void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                 const float* packed_a = nullptr);
+                 const float* packed_a = nullptr, const GemmEpilogue& epilogue = {});
 
 // The layout of op(A) packed whole, for products that share it (a convolution's weights meet
 // every tile of a batch): depth block after depth block of kAvx512DepthBlock, each its panels

@@ -78,6 +78,33 @@ class MatmulNode : public Node {
   MatmulShape s_;
 };
 
+// linear's three products and which kernels run each (engine/gemm.h), as one table of
+// rules: the first rule whose least extents a product meets chooses, OpenBLAS otherwise.
+// On ViT-B/16's layers the engine's AVX-512 kernel (with the forward's bias and residual in
+// its epilogue) measured level with OpenBLAS, not ahead (docs/benchmarks.md "The engine's
+// GEMM on ViT-B/16's linear layers"), so every rule names OpenBLAS, the kernels the peer
+// shares; a rule switched to `widest` moves those shapes and folds the epilogue.
+enum class LinearProduct { forward, input_gradient, weight_gradient };
+
+struct LinearRoute {
+  LinearProduct product;
+  int64_t min_rows, min_out, min_in;
+  GemmKernel kernel;
+};
+
+constexpr LinearRoute kLinearRoutes[] = {
+    {LinearProduct::forward, 256, 768, 768, GemmKernel::blas},
+    {LinearProduct::input_gradient, 256, 768, 768, GemmKernel::blas},
+    {LinearProduct::weight_gradient, 256, 768, 768, GemmKernel::blas},
+};
+
+GemmKernel linear_kernel(LinearProduct product, int64_t rows, int64_t out, int64_t in) {
+  for (const LinearRoute& route : kLinearRoutes)
+    if (route.product == product && rows >= route.min_rows && out >= route.min_out && in >= route.min_in)
+      return route.kernel;
+  return GemmKernel::blas;
+}
+
 class LinearNode : public Node {
  public:
   LinearNode(Tensor x, Tensor weight, int64_t rows) : x_(std::move(x)), w_(std::move(weight)), rows_(rows) {}
@@ -89,11 +116,13 @@ class LinearNode : public Node {
     Tensor dx, dw, db;
     if (needs[0]) {
       dx = Tensor::empty(x_.shape());
-      gemm(false, false, rows_, in, out, 1.0f, u.data(), out, w_.data(), in, 0.0f, dx.data(), in);
+      gemm(false, false, rows_, in, out, 1.0f, u.data(), out, w_.data(), in, 0.0f, dx.data(), in,
+           linear_kernel(LinearProduct::input_gradient, rows_, out, in));
     }
     if (needs[1]) {
       dw = Tensor::empty(w_.shape());
-      gemm(true, false, out, in, rows_, 1.0f, u.data(), out, x_.data(), in, 0.0f, dw.data(), in);
+      gemm(true, false, out, in, rows_, 1.0f, u.data(), out, x_.data(), in, 0.0f, dw.data(), in,
+           linear_kernel(LinearProduct::weight_gradient, rows_, out, in));
     }
     if (needs.size() > 2 && needs[2]) {
       db = Tensor::empty({out});
@@ -165,25 +194,13 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
           " for input ", x.shape(), " and weight ", w.shape(), " must be contiguous, of the output's shape ",
           out_shape, ", and used outside a recorded graph");
   Tensor out = into.defined() ? into : Tensor::empty(out_shape);
-  float* y = out.data();
-  float beta = 0.0f;
-  if (bias.defined() || residual.defined()) {  // start every row from them; the GEMM accumulates onto it
-    const float* b = bias.defined() ? bias.data() : nullptr;
-    const float* start = residual.defined() ? residual.data() : nullptr;
-    parallel_for(rows, 1024, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        float* row = y + r * out_features;
-        if (!start) std::copy(b, b + out_features, row);
-        else if (!b) std::copy(start + r * out_features, start + (r + 1) * out_features, row);
-        else
-          for (int64_t c = 0; c < out_features; ++c) row[c] = start[r * out_features + c] + b[c];
-      }
-    });
-    beta = 1.0f;
-  }
+  // Each row starts from residual + bias; the product adds onto it (engine/gemm.h).
+  const GemmEpilogue epilogue{bias.defined() ? bias.data() : nullptr, residual.defined() ? residual.data() : nullptr,
+                              out_features};
   count_multiply_adds(rows * out_features * in_features);
-  gemm(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features, beta, y,
-       out_features);
+  gemm_with_epilogue(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features,
+                     epilogue, out.data(), out_features,
+                     linear_kernel(LinearProduct::forward, rows, out_features, in_features));
   if (record)
     attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias, residual});
   return out;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/gemm.h"
@@ -121,4 +122,48 @@ TEST_CASE("PackedA: products with op(A) packed once give the bits of the unpacke
         CHECK(with_packed == plain);
       }
     }
+}
+
+TEST_CASE("gemm_with_epilogue: bias and residual added in the product give the bits of filling C first, split or not") {
+  // Column panels (N > M) and row panels (M > N) at 2 threads, edge tiles, two depth blocks;
+  // bias only, residual only (leading dimension wider than C's), both.
+  const int saved = num_threads();
+  for (const auto& [M, N] : {std::pair<int64_t, int64_t>{250, 900}, {900, 250}}) {
+    const int64_t K = 300, ldc = N + 7, ldr = N + 3;
+    CAPTURE(M);
+    const std::vector<float> A = random_values(M * K, 8), B = random_values(N * K, 9);
+    const std::vector<float> bias = random_values(N, 10), residual = random_values(M * ldr, 11);
+    for (int terms = 1; terms <= 3; ++terms) {
+      CAPTURE(terms);
+      const GemmEpilogue epilogue{terms & 1 ? bias.data() : nullptr, terms & 2 ? residual.data() : nullptr, ldr};
+      for (const GemmKernel kernel : {GemmKernel::blas, GemmKernel::widest}) {
+        // The definition: C filled with residual + bias, then the product with beta = 1.
+        std::vector<float> filled(size_t(M * ldc), 0.0f);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            const float* r = epilogue.residual;
+            const float* b = epilogue.bias;
+            filled[i * ldc + j] = !r ? b[j] : !b ? r[i * ldr + j] : r[i * ldr + j] + b[j];
+          }
+        set_num_threads(1);
+        gemm(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, 1.0f, filled.data(), ldc, kernel);
+        for (const int threads : {1, 2}) {
+          set_num_threads(threads);
+          std::vector<float> C(size_t(M * ldc), 0.0f);
+          gemm_with_epilogue(false, true, M, N, K, 1.0f, A.data(), K, B.data(), K, epilogue, C.data(), ldc, kernel);
+          CHECK(C == filled);
+        }
+        // And against the double product, within float rounding of a 300-term sum.
+        double worst = 0;
+        for (int64_t i = 0; i < M; i += 7)
+          for (int64_t j = 0; j < N; j += 5) {
+            double want = (epilogue.bias ? bias[j] : 0.0) + (epilogue.residual ? residual[i * ldr + j] : 0.0);
+            for (int64_t k = 0; k < K; ++k) want += double(A[i * K + k]) * double(B[j * K + k]);
+            worst = std::max(worst, std::abs(want - double(filled[i * ldc + j])));
+          }
+        CHECK(worst < 1e-5 * double(K + 1));
+      }
+    }
+  }
+  set_num_threads(saved);
 }
