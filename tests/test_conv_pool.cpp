@@ -35,6 +35,19 @@ struct ConvCase {
   Conv2dOptions options;
 };
 
+// One case per forward path of conv2d: the direct kernels (small maps, stride 2), Winograd (3x3
+// stride 1), one image per GEMM in row tiles (large images), blocks of images through a staging
+// matrix (small images), 1x1 read in place.
+std::vector<ConvCase> forward_path_cases() {
+  return {
+      {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 32, 20, 20}, {40, 32, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
+      {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
+  };
+}
+
 Fn conv_with(Conv2dOptions options) {
   return [options](const std::vector<Tensor>& in) {
     return conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), options);
@@ -433,14 +446,8 @@ TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops
   // after it), one image per GEMM in row tiles (large images), blocks of images through a
   // staging matrix (small images), 1x1 read in place, and 1x1 with so many outputs that
   // the product runs in column pieces.
-  const std::vector<ConvCase> cases = {
-      {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
-      {{2, 32, 20, 20}, {40, 32, 3, 3}, Conv2dOptions::square(1, 1)},
-      {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
-      {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
-      {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
-      {{1, 4, 20, 20}, {600, 4, 1, 1}, Conv2dOptions::square(1, 0)},
-  };
+  std::vector<ConvCase> cases = forward_path_cases();
+  cases.push_back({{1, 4, 20, 20}, {600, 4, 1, 1}, Conv2dOptions::square(1, 0)});
   uint64_t seed = 900;
   for (const ConvCase& c : cases)
     for (const bool with_bias : {false, true})
@@ -469,14 +476,8 @@ TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops
 TEST_CASE("conv2d_add: the residual added as the output is written is the separate ops (bits, every transport)") {
   // Every forward path: direct (small maps, stride 2), Winograd (which adds after it),
   // im2col in row tiles of one image, blocks of images staged, 1x1 read in place.
-  const std::vector<ConvCase> cases = {
-      {{3, 16, 12, 12}, {20, 16, 3, 3}, Conv2dOptions::square(1, 1)},
-      {{2, 32, 20, 20}, {40, 32, 3, 3}, Conv2dOptions::square(1, 1)},
-      {{2, 8, 41, 41}, {6, 8, 3, 3}, Conv2dOptions::square(2, 1)},
-      {{5, 8, 6, 6}, {12, 8, 3, 3}, Conv2dOptions::square(2, 1)},
-      {{2, 8, 10, 10}, {6, 8, 1, 1}, Conv2dOptions::square(1, 0)},
-      {{2, 16, 40, 40}, {24, 16, 1, 1}, Conv2dOptions::square(1, 0)},
-  };
+  std::vector<ConvCase> cases = forward_path_cases();
+  cases.push_back({{2, 16, 40, 40}, {24, 16, 1, 1}, Conv2dOptions::square(1, 0)});
   uint64_t seed = 1900;
   for (const ConvCase& c : cases)
     for (const bool with_bias : {false, true}) {

@@ -29,6 +29,27 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return x.shape() == y.shape() && std::memcmp(x.data(), y.data(), size_t(x.numel()) * sizeof(float)) == 0;
 }
 
+// A VGG-11-BN of an eighth of the width on 16×16 inputs (7 classes), in eval mode, six
+// normal images drawn after its weights, and the classes it predicts for them.
+struct SmallBatch {
+  std::shared_ptr<Model> model;
+  Tensor x;
+  std::vector<int64_t> expected;
+};
+SmallBatch small_vgg_batch(uint64_t seed) {
+  ModelConfig c;
+  c.arch = "vgg11_bn";
+  c.width = 0.125;
+  c.num_classes = 7;
+  c.image_size = 16;
+  Generator gen(seed);
+  SmallBatch out{make_model(c, gen)};
+  out.model->train(false);
+  out.x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
+  out.expected = predicted_classes(*out.model, out.x);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("Generator::without_draws: zeros of the shape, and the counters a drawing generator would use") {
@@ -203,16 +224,10 @@ TEST_CASE("report_cells: max-sensitivity and randomisation (8 steps a piece) apa
 }
 
 TEST_CASE("explain: the methods of one transport in passes of max_batch rows, each example's map as alone") {
-  ModelConfig c;
-  c.arch = "vgg11_bn";
-  c.width = 0.125;
-  c.num_classes = 7;
-  c.image_size = 16;
-  Generator gen(9);
-  const std::shared_ptr<Model> model = make_model(c, gen);
-  model->train(false);
-  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
-  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  const SmallBatch small = small_vgg_batch(9);
+  const std::shared_ptr<Model>& model = small.model;
+  const Tensor& x = small.x;
+  const std::vector<int64_t>& expected = small.expected;
   const int64_t row = x.numel() / 6;
   ExplainOptions passes;
   passes.max_batch = 4;  // a pass of 4, then one of 2
@@ -246,16 +261,10 @@ TEST_CASE("explain: the methods of one transport in passes of max_batch rows, ea
 }
 
 TEST_CASE("explain_predicted: the predicted classes read off the method's own forward pass, the same maps") {
-  ModelConfig c;
-  c.arch = "vgg11_bn";
-  c.width = 0.125;
-  c.num_classes = 7;
-  c.image_size = 16;
-  Generator gen(8);
-  const std::shared_ptr<Model> model = make_model(c, gen);
-  model->train(false);
-  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
-  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  const SmallBatch small = small_vgg_batch(8);
+  const std::shared_ptr<Model>& model = small.model;
+  const Tensor& x = small.x;
+  const std::vector<int64_t>& expected = small.expected;
   CHECK(std::set<int64_t>(expected.begin(), expected.end()).size() > 1);  // not one class for all
   for (const char* method : {"gradient", "soft_pullback", "pullback", "guided_backprop"}) {
     CAPTURE(method);
@@ -293,16 +302,10 @@ TEST_CASE("explain_predicted: the predicted classes read off the method's own fo
 }
 
 TEST_CASE("explain_report: the pictured images' passes first, their pictures drawn before the rest; the same files") {
-  ModelConfig c;
-  c.arch = "vgg11_bn";
-  c.width = 0.125;
-  c.num_classes = 7;
-  c.image_size = 16;
-  Generator gen(10);
-  const std::shared_ptr<Model> model = make_model(c, gen);
-  model->train(false);
-  const Tensor x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
-  const std::vector<int64_t> expected = predicted_classes(*model, x);
+  const SmallBatch small = small_vgg_batch(10);
+  const std::shared_ptr<Model>& model = small.model;
+  const Tensor& x = small.x;
+  const std::vector<int64_t>& expected = small.expected;
   testing::TempDir dir;
   const auto bytes = [](const std::string& path) { return read_text_file(path); };
   for (const bool with_metric : {false, true}) {  // targets from the first method, or found first
