@@ -39,6 +39,25 @@
 namespace adjoint {
 namespace {
 
+// One progress bar at a time, with rate and ETA, for each stage a computation reports (an exact
+// route's inner products, a proposal's adaptation, tempering, sized draws): a new stage's name
+// ends the last bar and starts the next.
+class StageBars {
+public:
+  explicit StageBars(std::string label) : label_(std::move(label)) {}
+  std::function<void(const std::string&, double)> listener() {
+    return [this](const std::string& what, double share) {
+      if (what != stage_) bar_.reset(), bar_.emplace(cat(label_, " ", what), 100, "%"), stage_ = what;
+      bar_->update(int64_t(share * 100), share, "");
+    };
+  }
+  void close() { bar_.reset(), stage_.clear(); }
+
+private:
+  std::string label_, stage_;
+  std::optional<cli::ProgressBar> bar_;
+};
+
 namespace fs = std::filesystem;
 
 // A checkpoint's model in eval mode (loading refuses non-finite weights, naming the tensor).
@@ -199,14 +218,10 @@ int run_pair(const cli::Args& a) {
     throw UsageError(cat(pair, ": the data metric is a closed form of one bilinear layer; these networks are deeper"));
 
   // A long exact route shows its progress: one bar for each inner product it computes.
-  std::optional<cli::ProgressBar> bar;
-  std::string stage;
-  o.progress = [&](const std::string& what, double share) {
-    if (what != stage) bar.reset(), bar.emplace(cat("tensorsim ", what), 100, "%"), stage = what;
-    bar->update(int64_t(share * 100), share, "");
-  };
+  StageBars bars("tensorsim");
+  o.progress = bars.listener();
   const TensorSimScore score = defined(pair, naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, o, ref); }));
-  bar.reset();
+  bars.close();
   const std::string compared = reference ? cat("A - ", a.text("diff"), " vs B") : "A vs B";
   std::printf("tensor similarity of %s: %s [%s: %s]\n", compared.c_str(), fixed(score.total, 4).c_str(), score.kind.c_str(),
               score.method.c_str());
@@ -397,9 +412,14 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
     const auto [i, j] = pairs[size_t(p)];
     TensorSimOptions own = o;
     own.seed = o.seed + uint64_t(p);  // sampled pairs draw apart: their errors are independent
+    // A pair's long stages (an adaptation, tempering, sized draws) show their progress with an ETA,
+    // on the first rank only, so that ranks do not draw over each other.
+    StageBars bars(cat("tensorsim pair ", p + 1, "/", pairs.size()));
+    if (distributed::rank() == 0) own.progress = bars.listener();
     const TensorSimScore s = naming(cat(cks[i].path, " vs ", cks[j].path), [&] {
       return tensor_similarity(*cks[i].model, *cks[j].model, own, nullptr, &traces);
     });
+    bars.close();
     mine[size_t(p)] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
     mine_se[size_t(p)] = s.standard_error;
     mine_unreliable[size_t(p)] = s.reliable ? 0.0 : 1.0;
