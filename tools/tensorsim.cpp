@@ -105,6 +105,7 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.positions = a.integer("positions");
   o.input_std = a.number("input-std");
   o.recursion = a.flag("recursion");
+  o.tempering = !a.flag("no-tempering");
   o.tolerance = a.number("tolerance");
   if (a.integer("seed") < 0) throw UsageError(cat("--seed must be 0 or more, got ", a.integer("seed")));
   o.seed = uint64_t(a.integer("seed"));
@@ -444,7 +445,7 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
   distributed::broadcast(method, last_pair_rank);
   if (unreliable > 0)
     method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (the draws' Pareto tail shape is over ",
-                  "min(1 − 1/log10 N, 0.7), or a proposal's search for the peaks had not settled: the standard error may ",
+                  "min(1 − 1/log10 N, 0.7), or a proposal's search for the peaks had not settled (with --no-tempering), or tempered runs disagreed on the mass they found: the standard error may ",
                   "understate the error)");
   return pairwise;
 }
@@ -604,6 +605,7 @@ const cli::Registration tensorsim_command({
                  "evaluations of N Gaussian inputs, with standard errors",
                  "0"},
                 {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
+                {"no-tempering", "", "where the sampled estimate stays marked unreliable (heavy tails, or peaks its search did not settle), report it marked rather than temper over directions (slower: replicate runs)", ""},
                 {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},
                 {"seed", "N", "the draws of sampled estimates and of --check-mc (runs with different seeds are independent)", "1"},
                 {"run", "DIR", "compare every kept checkpoint of a training run (or a folder of the paper's LM checkpoints: config.json, checkpoints/)", ""},

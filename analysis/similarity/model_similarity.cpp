@@ -393,7 +393,7 @@ std::string tempered_method(const MonteCarloSimilarity& mc) {
 
 TensorSimScore monte_carlo(RoutePair& p) {
   MonteCarloPlan plan;
-  plan.tolerance = p.o.tolerance, plan.seed = p.o.seed, plan.input_std = p.o.input_std;
+  plan.tolerance = p.o.tolerance, plan.seed = p.o.seed, plan.input_std = p.o.input_std, plan.tempering = p.o.tempering;
   if (p.o.progress) {
     plan.progress = [&p](int64_t done, int64_t needed, double) { p.o.progress("Monte Carlo", double(done) / double(needed)); };
     plan.stage_progress = [&p](const std::string& stage, double share) { p.o.progress(stage, share); };
