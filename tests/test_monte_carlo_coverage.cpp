@@ -13,6 +13,7 @@
 #include "analysis/similarity/monte_carlo.h"
 #include "analysis/similarity/polynomial_moments.h"
 #include "analysis/similarity/radial_quadrature.h"
+#include "models/model.h"
 #include "models/paper_lm.h"
 
 using namespace adjoint;
@@ -32,6 +33,15 @@ Pair attention_pair() {
   const std::map<std::string, Tensor> first = paper_lm_random_state(shape, gen, 0.5),
                                       second = paper_lm_random_state(shape, gen, 0.15, 0, &first);
   return {paper_lm_view(first, shape, 2, "a"), paper_lm_view(second, shape, 2, "b")};
+}
+
+// Two independently drawn depth-2 residual bilinear MLPs (4 inputs, hidden 8, 3 classes): degree 4.
+Pair residual_mlp_pair() {
+  ModelConfig c;
+  c.arch = "bilinear_mlp";
+  c.in_features = 4, c.hidden = 8, c.num_classes = 3, c.depth = 2;
+  Generator first(5), second(6);
+  return {make_model(c, first)->polynomial_view(), make_model(c, second)->polynomial_view()};
 }
 
 bool covers(double estimate, double se, double exact) { return std::abs(estimate - exact) <= 1.96 * se; }
@@ -175,4 +185,16 @@ TEST_CASE("Monte Carlo coverage: tempered directions' replicate runs cover a 2-b
   check_each_covers(c, exact, runs, 17);
   CHECK(c.tempered == runs);
   CHECK(c.unreliable <= 3);
+}
+
+TEST_CASE("Monte Carlo coverage: tempered directions cover a depth-2 residual MLP pair's exact inner products") {
+  // A smooth target far from the case tempering is for: it must not bias what it does not help.
+  const Pair p = residual_mlp_pair();
+  const double input_std = 1.0;
+  const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
+  const int runs = 20;
+  const Coverage c = coverage(p, exact, input_std, Sampler::Tempered, runs);
+  check_each_covers(c, exact, runs, 17);
+  CHECK(c.tempered == runs);
+  CHECK(c.unreliable == 0);
 }

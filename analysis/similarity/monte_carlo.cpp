@@ -369,6 +369,9 @@ double student_t_975(int dof) {
   return z + (z3 + z) / (4 * v) + (5 * z5 + 16 * z3 + 3 * z) / (96 * v * v) + (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * v * v * v);
 }
 
+// The factor t_{R−1}/z that makes ±1.96 standard errors of a mean of R runs Student's 95% interval.
+double t_widening(int runs) { return student_t_975(runs - 1) / 1.959963984540054; }
+
 // The scales E|f_a|² and E|f_b|² of the target |f_a|²/E|f_a|² + |f_b|²/E|f_b|², read off a uniform run.
 struct TargetScales {
   double aa = 1, bb = 1;
@@ -449,7 +452,7 @@ TemperedEstimate tempered_estimate(const Setup& s, const MonteCarloPlan& plan, c
     check(std::isfinite(e.total.ab) && std::isfinite(e.total.aa) && std::isfinite(e.total.bb), "monte carlo similarity: a tempered run of ",
           s.a.arch, " and ", s.b.arch, " gave an inner product out of range");
     if (e.replicates < plan.min_replicates) continue;
-    const double se = e.total.cosine(e.replicates).second;
+    const double se = e.total.cosine(e.replicates).second * t_widening(e.replicates);  // as reported
     if (se <= plan.tolerance || e.replicates >= plan.max_replicates) break;
     const double wanted = double(e.replicates) * (se / plan.tolerance) * (se / plan.tolerance);
     needed = int(std::clamp(std::ceil(wanted), double(e.replicates + 1), double(plan.max_replicates)));
@@ -592,7 +595,7 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   MonteCarloSimilarity tempered = finish(t.total, t.slice, t.replicates);
   // Few runs: each standard error widened by t/z, so that ±1.96 of them is Student's 95% interval
   // of replicates − 1 degrees of freedom (its spread is itself estimated from a few runs).
-  const double widen = student_t_975(t.replicates - 1) / 1.959963984540054;
+  const double widen = t_widening(t.replicates);
   for (double* se : {&tempered.similarity_se, &tempered.inner_ab_se, &tempered.inner_aa_se, &tempered.inner_bb_se}) *se *= widen;
   for (double& se : tempered.slice_se) se *= widen;
   tempered.radial_points = int(s.per_draw_rows);
