@@ -25,7 +25,7 @@
 // each estimator (plain sampling given the same network evaluations as a direction's rule).
 // MC_ESTIMATORS=default,importance,tempered,spherical,plain (any of them) runs only those named;
 // MC_REPLICATES=R the tempered estimate's runs in drift (8 otherwise), where DRAWS counts its
-// particles a run.
+// particles a run; MC_PARTICLES=N the particles of every tempered run in drift (the default's too).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -194,6 +194,7 @@ void drift(double input_std, const std::string& path, const std::vector<int64_t>
       // Tempered: DRAWS particles a run, a fixed number of runs (no tolerance to size them to).
       plan.min_replicates = plan.max_replicates = replicates_wanted();
       if (e.always_temper) plan.tempering_plan.particles = draws;
+      if (const char* particles = std::getenv("MC_PARTICLES")) plan.tempering_plan.particles = std::max(2LL, std::atoll(particles));
       const auto start = std::chrono::steady_clock::now();
       const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
       const std::string law = mc.tempered ? tempered_law(mc)

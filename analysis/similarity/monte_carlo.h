@@ -127,12 +127,13 @@ struct MonteCarloPlan {
   // least min_replicates, until the cosine's standard error across them reaches the tolerance (at
   // most max_replicates). Its estimate replaces the marked one, and is itself marked where the
   // runs' log normalisers spread by more than tempering_spread_limit: runs that disagree on the
-  // mass found by factors of e make a mean of a few of them, and its spread, untrustworthy.
+  // mass found by factors of e^0.5 make a mean of a few of them, and its spread, untrustworthy
+  // (one run that found a peak the others missed dominates both).
   // always_temper: temper every radial estimate (its own tests).
   bool tempering = true, always_temper = false;
   TemperingPlan tempering_plan;
   int min_replicates = 8, max_replicates = 64;
-  double tempering_spread_limit = 1.0;
+  double tempering_spread_limit = 0.5;
   // Hears (draws so far, draws the current standard error says are needed, that error).
   std::function<void(int64_t done, int64_t needed, double standard_error)> progress;
   // Hears the work before and beside the sized draws, by stage ("adapting directions",
