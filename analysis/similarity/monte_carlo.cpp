@@ -423,7 +423,7 @@ struct TemperedEstimate {
 TemperedEstimate tempered_estimate(const Setup& s, const MonteCarloPlan& plan, const TargetScales& scales, const DirectionProposal& base,
                                    Generator& gen) {
   check(plan.min_replicates >= 2 && plan.max_replicates >= plan.min_replicates,
-        "monte carlo similarity: tempering needs at least 2 replicate runs, and no fewer at most than at least; got ",
+        "monte carlo similarity: tempering needs min_replicates ≥ 2 and max_replicates ≥ min_replicates, got ",
         plan.min_replicates, " and ", plan.max_replicates);
   const DirectionIntegrands integrands = [&](const std::vector<double>& u, int64_t n) {
     return direction_integrands(s, plan, scales, u, n);

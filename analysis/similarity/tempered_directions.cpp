@@ -139,7 +139,7 @@ void check_plan(const TemperingPlan& plan, int64_t dimension) {
   check(plan.particles >= 2 && plan.moves >= 1, "tempering: needs at least 2 particles and 1 move a rung, got ", plan.particles,
         " and ", plan.moves);
   check(plan.ess_share > 0 && plan.ess_share < 1, "tempering: the effective-size share must be in (0, 1), got ", plan.ess_share);
-  check(plan.min_rungs >= 1 && plan.max_rungs >= plan.min_rungs, "tempering: needs at least 1 rung and no more at least than at most, got ",
+  check(plan.min_rungs >= 1 && plan.max_rungs >= plan.min_rungs, "tempering: min_rungs must be at least 1 and at most max_rungs, got ",
         plan.min_rungs, " and ", plan.max_rungs);
 }
 

@@ -1,8 +1,9 @@
 // Integrals over directions by sequential Monte Carlo through tempered targets (docs/methods.md
 // §3.3, "Tempering over directions"): where a direction's weight h(u) has many sharp peaks, a
 // search for them one at a time misses some, and a proposal built from those found leaves their
-// mass out. A population of directions is carried instead from the uniform law (β = 0) to the
-// law ∝ h(u) (β = 1) through the tempered laws ∝ h(u)^β, reweighted, resampled and moved by
+// mass out. A population of directions is carried instead from a base law q (β = 0: the uniform
+// law, or a proposal fitted to the peaks found) to the law ∝ h(u) (β = 1) through the tempered
+// laws ∝ q(u)^(1−β)·h(u)^β, reweighted, resampled and moved by
 // Metropolis steps at each rung, so that mass anywhere on the sphere is met while the target is
 // still flat enough to reach it, and the particles settle on each peak in proportion to its mass.
 //
