@@ -88,6 +88,16 @@ void check_each_covers(const Coverage& c, const ExactInnerProducts& exact, int r
   CHECK(c.bb >= at_least);
 }
 
+// Tempering forced on 20 runs: each interval covers in at least 17, and no run is marked.
+void check_tempered_covers(const Pair& p, double input_std) {
+  const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
+  const int runs = 20;
+  const Coverage c = coverage(p, exact, input_std, Sampler::Tempered, runs);
+  check_each_covers(c, exact, runs, 17);
+  CHECK(c.tempered == runs);
+  CHECK(c.unreliable == 0);
+}
+
 }  // namespace
 
 TEST_CASE("Monte Carlo coverage: the default estimate covers a 2-block attention LM's exact inner products, unmarked") {
@@ -177,24 +187,10 @@ TEST_CASE("Monte Carlo coverage: tempered directions' replicate runs cover a 2-b
   // end marked): a pilot sets the ladder, then independent runs along it, the interval from their
   // spread. A run whose incremental weights or final weights lose the exact 1/h, or whose moves do
   // not leave each tempered law invariant, biases every inner product.
-  const Pair p = attention_pair();
-  const double input_std = 0.4;
-  const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
-  const int runs = 20;
-  const Coverage c = coverage(p, exact, input_std, Sampler::Tempered, runs);
-  check_each_covers(c, exact, runs, 17);
-  CHECK(c.tempered == runs);
-  CHECK(c.unreliable <= 3);
+  check_tempered_covers(attention_pair(), 0.4);
 }
 
 TEST_CASE("Monte Carlo coverage: tempered directions cover a depth-2 residual MLP pair's exact inner products") {
   // A smooth target far from the case tempering is for: it must not bias what it does not help.
-  const Pair p = residual_mlp_pair();
-  const double input_std = 1.0;
-  const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
-  const int runs = 20;
-  const Coverage c = coverage(p, exact, input_std, Sampler::Tempered, runs);
-  check_each_covers(c, exact, runs, 17);
-  CHECK(c.tempered == runs);
-  CHECK(c.unreliable == 0);
+  check_tempered_covers(residual_mlp_pair(), 1.0);
 }

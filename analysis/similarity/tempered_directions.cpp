@@ -50,14 +50,6 @@ Population start(int64_t n, const DirectionIntegrands& integrands, const Directi
   return p;
 }
 
-double log_sum_exp(const std::vector<double>& x) {
-  const double top = *std::max_element(x.begin(), x.end());
-  if (!std::isfinite(top)) return top;
-  double sum = 0;
-  for (double v : x) sum += std::exp(v - top);
-  return top + std::log(sum);
-}
-
 // The incremental log weights Δβ·(log h − log q) (0 where Δβ = 0, whatever h).
 std::vector<double> log_weights(const Population& p, double step) {
   std::vector<double> w(size_t(p.n));
