@@ -493,6 +493,7 @@ MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const Ten
   MonteCarloPlan plan;
   plan.seed = seed, plan.input_std = o.input_std, plan.tolerance = 1e-300, plan.min_draws = 0;
   plan.max_samples = std::max<int64_t>(samples / radial_points_for(degree), 2);
+  plan.tempering = false;  // its replicate runs would spend far beyond the budget asked for
   return monte_carlo_sized(va, vb, plan, reference ? &ref : nullptr);
 }
 
