@@ -62,6 +62,8 @@ Coverage coverage(const Pair& p, const ExactInnerProducts& exact, double input_s
     plan.always_adapt = sampler == Sampler::ImportanceDirections || sampler == Sampler::ChosenOnPilots;
     plan.choose_by_pilot = sampler != Sampler::ImportanceDirections;
     plan.always_temper = sampler == Sampler::Tempered;
+    // The laws below are tested as they are: tempering, where their estimate ends marked, would replace it.
+    plan.tempering = sampler == Sampler::Default || sampler == Sampler::Tempered;
     if (plan.always_temper)  // replicate runs cost more than draws
       plan.tolerance = 0.005, plan.tempering_plan.particles = 128, plan.tempering_plan.moves = 2;
     const MonteCarloSimilarity mc = monte_carlo_sized(p.a, p.b, plan);
