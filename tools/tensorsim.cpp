@@ -39,6 +39,25 @@
 namespace adjoint {
 namespace {
 
+// One progress bar at a time, with rate and ETA, for each stage a computation reports (an exact
+// route's inner products, a proposal's adaptation, tempering, sized draws): a new stage's name
+// ends the last bar and starts the next.
+class StageBars {
+public:
+  explicit StageBars(std::string label) : label_(std::move(label)) {}
+  std::function<void(const std::string&, double)> listener() {
+    return [this](const std::string& what, double share) {
+      if (what != stage_) bar_.reset(), bar_.emplace(cat(label_, " ", what), 100, "%"), stage_ = what;
+      bar_->update(int64_t(share * 100), share, "");
+    };
+  }
+  void close() { bar_.reset(), stage_.clear(); }
+
+private:
+  std::string label_, stage_;
+  std::optional<cli::ProgressBar> bar_;
+};
+
 namespace fs = std::filesystem;
 
 // A checkpoint's model in eval mode (loading refuses non-finite weights, naming the tensor).
@@ -86,6 +105,7 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.positions = a.integer("positions");
   o.input_std = a.number("input-std");
   o.recursion = a.flag("recursion");
+  o.tempering = !a.flag("no-tempering");
   o.tolerance = a.number("tolerance");
   if (a.integer("seed") < 0) throw UsageError(cat("--seed must be 0 or more, got ", a.integer("seed")));
   o.seed = uint64_t(a.integer("seed"));
@@ -199,14 +219,10 @@ int run_pair(const cli::Args& a) {
     throw UsageError(cat(pair, ": the data metric is a closed form of one bilinear layer; these networks are deeper"));
 
   // A long exact route shows its progress: one bar for each inner product it computes.
-  std::optional<cli::ProgressBar> bar;
-  std::string stage;
-  o.progress = [&](const std::string& what, double share) {
-    if (what != stage) bar.reset(), bar.emplace(cat("tensorsim ", what), 100, "%"), stage = what;
-    bar->update(int64_t(share * 100), share, "");
-  };
+  StageBars bars("tensorsim");
+  o.progress = bars.listener();
   const TensorSimScore score = defined(pair, naming(pair, [&] { return tensor_similarity(*ca.model, *cb.model, o, ref); }));
-  bar.reset();
+  bars.close();
   const std::string compared = reference ? cat("A - ", a.text("diff"), " vs B") : "A vs B";
   std::printf("tensor similarity of %s: %s [%s: %s]\n", compared.c_str(), fixed(score.total, 4).c_str(), score.kind.c_str(),
               score.method.c_str());
@@ -397,9 +413,14 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
     const auto [i, j] = pairs[size_t(p)];
     TensorSimOptions own = o;
     own.seed = o.seed + uint64_t(p);  // sampled pairs draw apart: their errors are independent
+    // A pair's long stages (an adaptation, tempering, sized draws) show their progress with an ETA,
+    // on the first rank only, so that ranks do not draw over each other.
+    StageBars bars(cat("tensorsim pair ", p + 1, "/", pairs.size()));
+    if (distributed::rank() == 0) own.progress = bars.listener();
     const TensorSimScore s = naming(cat(cks[i].path, " vs ", cks[j].path), [&] {
       return tensor_similarity(*cks[i].model, *cks[j].model, own, nullptr, &traces);
     });
+    bars.close();
     mine[size_t(p)] = defined(cat(cks[i].path, " vs ", cks[j].path), s).total;
     mine_se[size_t(p)] = s.standard_error;
     mine_unreliable[size_t(p)] = s.reliable ? 0.0 : 1.0;
@@ -424,7 +445,7 @@ std::vector<double> run_pairwise(const std::vector<LoadedCheckpoint>& cks, const
   distributed::broadcast(method, last_pair_rank);
   if (unreliable > 0)
     method += cat("; ", unreliable, " of ", pairs.size(), " pairs marked unreliable (the draws' Pareto tail shape is over ",
-                  "min(1 − 1/log10 N, 0.7), or a proposal's search for the peaks had not settled: the standard error may ",
+                  "min(1 − 1/log10 N, 0.7), or a proposal's search for the peaks had not settled (with --no-tempering), or tempered runs disagreed on the mass they found: the standard error may ",
                   "understate the error)");
   return pairwise;
 }
@@ -584,6 +605,7 @@ const cli::Registration tensorsim_command({
                  "evaluations of N Gaussian inputs, with standard errors",
                  "0"},
                 {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
+                {"no-tempering", "", "where the sampled estimate stays marked unreliable (heavy tails, or peaks its search did not settle), report it marked rather than temper over directions (slower: replicate runs)", ""},
                 {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},
                 {"seed", "N", "the draws of sampled estimates and of --check-mc (runs with different seeds are independent)", "1"},
                 {"run", "DIR", "compare every kept checkpoint of a training run (or a folder of the paper's LM checkpoints: config.json, checkpoints/)", ""},

@@ -23,7 +23,9 @@
 // drift: the safetensors file's network (the paper's layout, 2 heads, 4 positions) against
 // itself with layers.1.o.weight halved, estimated at each number of draws (no tolerance), by
 // each estimator (plain sampling given the same network evaluations as a direction's rule).
-// MC_ESTIMATORS=default,importance,spherical,plain (any of them) runs only those named.
+// MC_ESTIMATORS=default,importance,tempered,spherical,plain (any of them) runs only those named;
+// MC_REPLICATES=R the tempered estimate's runs in drift (8 otherwise), where DRAWS counts its
+// particles a run; MC_PARTICLES=N the particles of every tempered run in drift (the default's too).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -55,17 +57,20 @@ bool covers(double estimate, double se, double exact) { return std::abs(estimate
 // plain sampling of whole inputs.
 struct Estimator {
   const char* name;
-  bool radial, importance, always_adapt;
+  bool radial, importance, always_adapt, tempering, always_temper;
 };
 const Estimator kEstimators[] = {
-    {"default (directions importance-sampled where uniform ones are heavy-tailed)", true, true, false},
-    {"importance-sampled directions, always adapted", true, true, true},
-    {"spherical-radial (uniform directions)", true, false, false},
-    {"plain", false, false, false},
+    {"default (directions importance-sampled where uniform ones are heavy-tailed, tempered where still marked)", true, true, false,
+     true, false},
+    {"importance-sampled directions, always adapted", true, true, true, false, false},
+    {"tempered directions, always", true, false, false, true, true},
+    {"spherical-radial (uniform directions)", true, false, false, false, false},
+    {"plain", false, false, false, false, false},
 };
 MonteCarloPlan plan_of(const Estimator& e) {
   MonteCarloPlan plan;
   plan.radial = e.radial, plan.importance = e.importance, plan.always_adapt = e.always_adapt;
+  plan.tempering = e.tempering, plan.always_temper = e.always_temper;
   plan.choose_by_pilot = !e.always_adapt;  // "always adapted": the proposal forced, its own evidence
   return plan;
 }
@@ -78,7 +83,7 @@ struct Tally {
 };
 
 // MC_ESTIMATORS, when set, names the estimators to run (a comma-separated list of the names'
-// first words: default, importance, spherical, plain); all otherwise.
+// first words: default, importance, tempered, spherical, plain); all otherwise.
 bool selected(const Estimator& e) {
   const char* only = std::getenv("MC_ESTIMATORS");
   if (!only) return true;
@@ -151,6 +156,20 @@ std::string pilot_shapes(double uniform, double proposal) {
   return text;
 }
 
+// MC_REPLICATES, when set, the tempered estimate's runs in drift (8 otherwise).
+int replicates_wanted() {
+  const char* text = std::getenv("MC_REPLICATES");
+  return text ? std::max(2, std::atoi(text)) : 8;
+}
+
+// "tempered (R runs × N particles, L rungs; log-normaliser s.d. S, acceptance A)".
+std::string tempered_law(const MonteCarloSimilarity& mc) {
+  char text[160];
+  std::snprintf(text, sizeof text, "tempered (%d runs × %lld particles, %d rungs; log-normaliser s.d. %.2f, acceptance %.2f)",
+                mc.replicates, (long long)mc.particles, mc.rungs, mc.log_normaliser_spread, mc.tempering_acceptance);
+  return text;
+}
+
 void drift(double input_std, const std::string& path, const std::vector<int64_t>& budgets) {
   const SafetensorsFile file = read_safetensors(path);
   PaperLmShape shape;
@@ -172,9 +191,14 @@ void drift(double input_std, const std::string& path, const std::vector<int64_t>
       plan.tolerance = 1e-12, plan.input_std = input_std, plan.seed = uint64_t(draws) + 1, plan.rerun_limit = 0;
       // Plain sampling gets the same network evaluations.
       plan.max_samples = e.radial ? draws : draws * radial_points_for(polynomial_degree(a) + polynomial_degree(b));
+      // Tempered: DRAWS particles a run, a fixed number of runs (no tolerance to size them to).
+      plan.min_replicates = plan.max_replicates = replicates_wanted();
+      if (e.always_temper) plan.tempering_plan.particles = draws;
+      if (const char* particles = std::getenv("MC_PARTICLES")) plan.tempering_plan.particles = std::max(2LL, std::atoll(particles));
       const auto start = std::chrono::steady_clock::now();
       const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
-      const std::string law = !e.radial ? "inputs"
+      const std::string law = mc.tempered ? tempered_law(mc)
+                              : !e.radial ? "inputs"
                               : mc.proposal_peaks == 0 ? "uniform"
                                                        : std::string(mc.importance ? "proposal" : "uniform") + " (" +
                                                              std::to_string(mc.proposal_peaks) + ", " +

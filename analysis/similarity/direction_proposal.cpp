@@ -45,6 +45,8 @@ double log_density_one_side(const ProjectedNormal& c, double b, double quadratic
          log_radial_moment(m - 1, a);
 }
 
+}  // namespace
+
 double log_sum_exp(const std::vector<double>& v) {
   const double top = *std::max_element(v.begin(), v.end());
   if (!std::isfinite(top)) return top;
@@ -52,8 +54,6 @@ double log_sum_exp(const std::vector<double>& v) {
   for (double x : v) sum += std::exp(x - top);
   return top + std::log(sum);
 }
-
-}  // namespace
 
 double log_density(const ProjectedNormal& c, const double* u, int64_t m) {
   const double b = c.distance * dot(c.mean.data(), u, m);

@@ -35,6 +35,9 @@ struct ProjectedNormal {
   std::vector<double> axes;
   std::vector<double> precisions;
 };
+// log Σ exp(v_i), without overflow (the largest term factored out); −∞ for no finite term.
+double log_sum_exp(const std::vector<double>& v);
+
 // log of PN(μ, s)'s density relative to the uniform law, at the unit vector u of R^m.
 double log_density(const ProjectedNormal& component, const double* u, int64_t m);
 

@@ -381,16 +381,28 @@ bool monte_carlo_applies(RoutePair& p) {
     throw UsageError(cat("tensor similarity: --tolerance must be a positive number, got ", p.o.tolerance));
   return true;
 }
+// How a tempered estimate was made, and its interval or why it has none.
+std::string tempered_method(const MonteCarloSimilarity& mc) {
+  return cat(mc.replicates, " independent runs of tempering over directions (", mc.particles, " particles each through ", mc.rungs,
+             " tempered laws, each direction along the ", mc.radial_points, "-point radial rule; the estimate where importance ",
+             "sampling stayed marked), the standard error from the runs' spread",
+             mc.reliable ? cat(", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ", mc.similarity + 1.96 * mc.similarity_se)
+                         : cat(", NO reliable interval: the runs' log normalisers spread by ", mc.log_normaliser_spread,
+                               " (they disagree on the mass they found, and a mean of a few of them may miss most of it)"));
+}
+
 TensorSimScore monte_carlo(RoutePair& p) {
   MonteCarloPlan plan;
-  plan.tolerance = p.o.tolerance, plan.seed = p.o.seed, plan.input_std = p.o.input_std;
-  if (p.o.progress)
+  plan.tolerance = p.o.tolerance, plan.seed = p.o.seed, plan.input_std = p.o.input_std, plan.tempering = p.o.tempering;
+  if (p.o.progress) {
     plan.progress = [&p](int64_t done, int64_t needed, double) { p.o.progress("Monte Carlo", double(done) / double(needed)); };
+    plan.stage_progress = [&p](const std::string& stage, double share) { p.o.progress(stage, share); };
+  }
   const MonteCarloSimilarity mc = monte_carlo_sized(p.va, p.vb, plan, p.reference ? &p.vr : nullptr);
   TensorSimScore score;
   score.kind = "monte-carlo";
   score.method = cat("Monte Carlo estimate (gaussian), ",
-                     mc.radial_points ? cat(mc.samples, mc.importance ? " importance-sampled" : "", " directions, each along the ",
+                     mc.tempered ? tempered_method(mc) : mc.radial_points ? cat(mc.samples, mc.importance ? " importance-sampled" : "", " directions, each along the ",
                                             mc.radial_points, "-point radial rule")
                                       : cat(mc.samples, " samples"),
                      mc.importance ? cat(" (a proposal at ", mc.proposal_peaks, " peaks, fitted on ", mc.proposal_draws, " more)") : "",
@@ -399,7 +411,7 @@ TensorSimScore monte_carlo(RoutePair& p) {
                                                 mc.proposal_pilot_shape, " against ", mc.uniform_pilot_shape, ")")
                                           : "",
                      mc.control_variate ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
-                     mc.reliable ? cat(", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ",
+                     mc.tempered ? "" : mc.reliable ? cat(", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ",
                                          mc.similarity + 1.96 * mc.similarity_se)
                                    : mc.importance && !mc.proposal_settled && mc.pareto_shape <= mc.pareto_limit
                                          ? cat(", NO reliable interval: the proposal's search for the peaks stopped before it ",
@@ -481,6 +493,7 @@ MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const Ten
   MonteCarloPlan plan;
   plan.seed = seed, plan.input_std = o.input_std, plan.tolerance = 1e-300, plan.min_draws = 0;
   plan.max_samples = std::max<int64_t>(samples / radial_points_for(degree), 2);
+  plan.tempering = false;  // its replicate runs would spend far beyond the budget asked for
   return monte_carlo_sized(va, vb, plan, reference ? &ref : nullptr);
 }
 

@@ -33,6 +33,7 @@ struct TensorSimOptions {
   double input_std = 1.0;           // gaussian metric: x ~ N(0, input_std²·I)
   bool recursion = false;           // deep networks: the second-moment recursion (the Gaussian closure), asked for
   double tolerance = 0.005;         // where no exact route applies: Monte Carlo to this standard error of the cosine
+  bool tempering = true;            // where sampling stays marked, temper over directions (monte_carlo.h); false: report it marked
   uint64_t seed = 1;                // and its draws
   const InputDistribution* data = nullptr;  // data metric: the data's N(μ, Σ)
   // Long exact routes report here: which inner product ("<A|B>", "<A|A>", …) and its share done.

@@ -360,6 +360,111 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
   return run;
 }
 
+// Student's t quantile at 0.975 for `dof` degrees of freedom, by the Cornish–Fisher expansion
+// about the normal quantile z (within 0.002 from 3 degrees of freedom up; 12.7 at 1).
+double student_t_975(int dof) {
+  if (dof <= 1) return 12.706;
+  if (dof == 2) return 4.303;
+  const double z = 1.959963984540054, v = double(dof), z3 = z * z * z, z5 = z3 * z * z, z7 = z5 * z * z;
+  return z + (z3 + z) / (4 * v) + (5 * z5 + 16 * z3 + 3 * z) / (96 * v * v) + (3 * z7 + 19 * z5 + 17 * z3 - 15 * z) / (384 * v * v * v);
+}
+
+// The factor t_{R−1}/z that makes ±1.96 standard errors of a mean of R runs Student's 95% interval.
+double t_widening(int runs) { return student_t_975(runs - 1) / 1.959963984540054; }
+
+// The scales E|f_a|² and E|f_b|² of the target |f_a|²/E|f_a|² + |f_b|²/E|f_b|², read off a uniform run.
+struct TargetScales {
+  double aa = 1, bb = 1;
+};
+TargetScales target_scales(const SizedRun& run) {
+  TargetScales t;
+  double aa = 0, bb = 0;
+  for (int64_t i = 0; i < run.done; ++i) aa += run.raw_aa[size_t(i)], bb += run.raw_bb[size_t(i)];
+  if (aa > 0) t.aa = aa / double(run.done);
+  if (bb > 0) t.bb = bb / double(run.done);
+  return t;
+}
+
+// Along each of the n directions (rows of u), by the radial rule: the target
+// h = |f_a|²/E|f_a|² + |f_b|²/E|f_b|², then f_a·f_b, |f_a|², |f_b|² summed over every output,
+// then those three for each output feature (summed over positions), 4 + 3·classes values a row.
+// Each integrand is at most a constant times h (|f_a·f_b| ≤ (|f_a|² + |f_b|²)/2 by scale).
+std::vector<double> direction_integrands(const Setup& s, const MonteCarloPlan& plan, const TargetScales& scales,
+                                         const std::vector<double>& u, int64_t n) {
+  const std::vector<double> x = rows_along(u, n, s.features, s.rule, plan.input_std);
+  const int64_t rows = n * s.per_draw_rows, T = s.a.positions, classes = s.a.output_dim(), k = s.per_draw_rows;
+  const std::vector<double> fa = outputs(s.a, s.reference, x, rows), fb = evaluate_polynomial(s.b, x, rows);
+  const int64_t width = 4 + 3 * classes;
+  std::vector<double> values(size_t(n * width), 0.0);
+  for (int64_t d = 0; d < n; ++d) {
+    double* row = values.data() + d * width;
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < classes; ++o) {
+          const size_t j = size_t(((d * k + i) * T + t) * classes + o);
+          const double w = s.weights[size_t(i)], ab = w * fa[j] * fb[j], aa = w * fa[j] * fa[j], bb = w * fb[j] * fb[j];
+          row[1] += ab, row[2] += aa, row[3] += bb;
+          row[4 + 3 * o] += ab, row[5 + 3 * o] += aa, row[6 + 3 * o] += bb;
+        }
+    row[0] = row[2] / scales.aa + row[3] / scales.bb;
+  }
+  return values;
+}
+
+// The tempered estimate (MonteCarloPlan::tempering): a pilot run sets the schedule, then
+// independent runs along it, each an unbiased estimate of every inner product, summed like draws.
+struct TemperedEstimate {
+  CosineSums total;
+  std::vector<CosineSums> slice;
+  int replicates = 0, rungs = 0;
+  int64_t evaluations = 0;  // directions
+  double log_normaliser_spread = 0, acceptance = 0;
+};
+TemperedEstimate tempered_estimate(const Setup& s, const MonteCarloPlan& plan, const TargetScales& scales, const DirectionProposal& base,
+                                   Generator& gen) {
+  check(plan.min_replicates >= 2 && plan.max_replicates >= plan.min_replicates,
+        "monte carlo similarity: tempering needs min_replicates ≥ 2 and max_replicates ≥ min_replicates, got ",
+        plan.min_replicates, " and ", plan.max_replicates);
+  const DirectionIntegrands integrands = [&](const std::vector<double>& u, int64_t n) {
+    return direction_integrands(s, plan, scales, u, n);
+  };
+  TemperedEstimate e;
+  const TemperingSchedule schedule = tempering_schedule(base, integrands, plan.tempering_plan, gen, &e.evaluations,
+                                                        [&](double beta) {
+                                                          if (plan.stage_progress) plan.stage_progress("tempering (pilot)", beta);
+                                                        });
+  e.rungs = int(schedule.betas.size()) - 1;
+  const int64_t classes = s.a.output_dim();
+  e.slice.resize(size_t(classes));
+  std::vector<double> logs;
+  int needed = plan.min_replicates;
+  for (;;) {
+    const int done = e.replicates;
+    const TemperedRun run = tempered_run(base, integrands, schedule, plan.tempering_plan, gen, [&](double share) {
+      if (plan.stage_progress) plan.stage_progress("tempering", (double(done) + share) / double(needed));
+    });
+    e.evaluations += run.evaluations, e.acceptance += run.acceptance;
+    const std::vector<double>& v = run.integrals;
+    e.total.add(v[0], v[1], v[2]);
+    for (int64_t o = 0; o < classes; ++o) e.slice[size_t(o)].add(v[size_t(3 + 3 * o)], v[size_t(4 + 3 * o)], v[size_t(5 + 3 * o)]);
+    logs.push_back(run.log_normaliser);
+    ++e.replicates;
+    check(std::isfinite(e.total.ab) && std::isfinite(e.total.aa) && std::isfinite(e.total.bb), "monte carlo similarity: a tempered run of ",
+          s.a.arch, " and ", s.b.arch, " gave an inner product out of range");
+    if (e.replicates < plan.min_replicates) continue;
+    const double se = e.total.cosine(e.replicates).second * t_widening(e.replicates);  // as reported
+    if (se <= plan.tolerance || e.replicates >= plan.max_replicates) break;
+    const double wanted = double(e.replicates) * (se / plan.tolerance) * (se / plan.tolerance);
+    needed = int(std::clamp(std::ceil(wanted), double(e.replicates + 1), double(plan.max_replicates)));
+  }
+  double mean = 0, squares = 0;
+  for (double l : logs) mean += l / double(logs.size());
+  for (double l : logs) squares += (l - mean) * (l - mean);
+  e.log_normaliser_spread = std::sqrt(squares / double(logs.size() - 1));
+  e.acceptance /= double(e.replicates);
+  return e;
+}
+
 }  // namespace
 
 bool prefer_proposal(const PilotSummary& uniform, const PilotSummary& proposal) {
@@ -410,8 +515,11 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   // Uniform directions first; where importance sampling may follow, they stop as soon as their
   // draws are marked heavy-tailed (sizing them further would only spend draws on a tail they do
   // not sample well).
-  const bool may_adapt = plan.radial && plan.importance;
-  SizedRun run = sized_run(s, plan, DirectionProposal::uniform(s.features), gen,
+  // Tempering always (its tests): the uniform run only reads the target's scales.
+  const bool may_adapt = plan.radial && plan.importance && !plan.always_temper;
+  MonteCarloPlan first = plan;
+  if (plan.radial && plan.always_temper) first.max_samples = std::min(plan.max_samples, plan.min_draws);
+  SizedRun run = sized_run(s, first, DirectionProposal::uniform(s.features), gen,
                            may_adapt && !plan.always_adapt ? std::function<bool(const SizedRun&)>(heavy) : nullptr);
   // Importance sampling, where the uniform directions' draws are heavy-tailed: their highest
   // directions start the search for the peaks of |f_a|²/E|f_a|² + |f_b|²/E|f_b|² (by
@@ -424,18 +532,21 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   int64_t set_aside = 0;
   bool use_proposal = false, declined = false;
   double uniform_shape = NAN, proposal_shape = NAN;
-  if (plan.radial && plan.importance && (plan.always_adapt || heavy(run))) {
-    double scale_aa = 0, scale_bb = 0;
-    for (int64_t i = 0; i < run.done; ++i) scale_aa += run.raw_aa[size_t(i)], scale_bb += run.raw_bb[size_t(i)];
-    scale_aa = scale_aa > 0 ? scale_aa / double(run.done) : 1.0, scale_bb = scale_bb > 0 ? scale_bb / double(run.done) : 1.0;
+  const TargetScales scales = plan.radial ? target_scales(run) : TargetScales{};
+  if (may_adapt && (plan.always_adapt || heavy(run))) {
     std::vector<double> explored(size_t(run.done));
-    for (int64_t i = 0; i < run.done; ++i) explored[size_t(i)] = run.raw_aa[size_t(i)] / scale_aa + run.raw_bb[size_t(i)] / scale_bb;
+    for (int64_t i = 0; i < run.done; ++i) explored[size_t(i)] = run.raw_aa[size_t(i)] / scales.aa + run.raw_bb[size_t(i)] / scales.bb;
+    // The adaptation's progress: the directions it has spent against its budget.
+    int64_t spent = 0;
+    const double budget = plan.proposal.budget * double(run.done);
     auto target = [&](const std::vector<double>& u, int64_t n) {
       const std::vector<double> x = rows_along(u, n, s.features, s.rule, plan.input_std);
       const int64_t rows = n * s.per_draw_rows;
       const Products q = per_draw(products(outputs(s.a, s.reference, x, rows), evaluate_polynomial(s.b, x, rows), rows), s.weights);
       std::vector<double> h(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) h[size_t(i)] = q.aa[size_t(i)] / scale_aa + q.bb[size_t(i)] / scale_bb;
+      for (int64_t i = 0; i < n; ++i) h[size_t(i)] = q.aa[size_t(i)] / scales.aa + q.bb[size_t(i)] / scales.bb;
+      spent += n;
+      if (plan.stage_progress && budget > 0) plan.stage_progress("adapting directions", std::min(double(spent) / budget, 0.99));
       return h;
     };
     fit = adapt_direction_proposal(s.features, target, run.directions, explored, run.done, plan.proposal, gen);
@@ -476,7 +587,27 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   // mass unfound that a sized run may not meet: its estimate is marked whatever its draws' tail.
   r.proposal_settled = fit.settled;
   r.reliable = !heavy(run) && (!use_proposal || fit.settled);
-  return r;
+  if (!plan.radial || !plan.tempering || (r.reliable && !plan.always_temper)) return r;
+  // Tempering in place of a marked estimate; what was spent before it is set aside.
+  // It starts from the fitted proposal where there is one (its peaks, found on draws set aside).
+  const TemperedEstimate t =
+      tempered_estimate(s, plan, scales, fit.proposal.components.empty() ? DirectionProposal::uniform(s.features) : fit.proposal, gen);
+  MonteCarloSimilarity tempered = finish(t.total, t.slice, t.replicates);
+  // Few runs: each standard error widened by t/z, so that ±1.96 of them is Student's 95% interval
+  // of replicates − 1 degrees of freedom (its spread is itself estimated from a few runs).
+  const double widen = t_widening(t.replicates);
+  for (double* se : {&tempered.similarity_se, &tempered.inner_ab_se, &tempered.inner_aa_se, &tempered.inner_bb_se}) *se *= widen;
+  for (double& se : tempered.slice_se) se *= widen;
+  tempered.radial_points = int(s.per_draw_rows);
+  tempered.evaluations = r.evaluations + t.evaluations * s.per_draw_rows;
+  tempered.proposal_peaks = r.proposal_peaks, tempered.proposal_unconverged = r.proposal_unconverged;
+  tempered.proposal_draws = r.proposal_draws + run.done + run.pilot;
+  tempered.pareto_shape = NAN, tempered.pareto_limit = NAN;
+  tempered.tempered = true, tempered.replicates = t.replicates, tempered.rungs = t.rungs;
+  tempered.particles = plan.tempering_plan.particles;
+  tempered.log_normaliser_spread = t.log_normaliser_spread, tempered.tempering_acceptance = t.acceptance;
+  tempered.reliable = t.log_normaliser_spread <= plan.tempering_spread_limit;
+  return tempered;
 }
 
 }  // namespace adjoint

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "analysis/similarity/direction_proposal.h"
+#include "analysis/similarity/tempered_directions.h"
 #include "models/polynomial.h"
 
 namespace adjoint {
@@ -44,8 +46,17 @@ struct MonteCarloSimilarity {
   // min(1 − 1/log10 N, 0.7).
   double pareto_shape = 0, pareto_limit = 0.7;
   // pareto_shape within pareto_limit and tail_share within the plan's limit, and, drawn from a
-  // proposal, the proposal's search settled
+  // proposal, the proposal's search settled; tempered, the replicates' log-normaliser spread
+  // within tempering_spread_limit
   bool reliable = true;
+  // Tempering over directions (MonteCarloPlan::tempering): the estimate is the mean of
+  // `replicates` independent runs of `particles` directions through `rungs` tempered laws, its
+  // standard errors their spread (samples then counts replicates); log_normaliser_spread is the
+  // standard deviation of the runs' log normalisers, the runs' agreement on the mass they found.
+  bool tempered = false;
+  int replicates = 0, rungs = 0;
+  int64_t particles = 0;
+  double log_normaliser_spread = NAN, tempering_acceptance = NAN;
 };
 
 // `reference`, when given, is subtracted from a (the difference tensor of --diff).
@@ -108,8 +119,26 @@ struct MonteCarloPlan {
   bool embedding_span = true;  // sample x in the span of the embeddings' rows (below), where they begin with one
   uint64_t seed = 1;
   double input_std = 1.0;
+  // Tempering over directions (tempered_directions.h), where the estimate above would end
+  // marked (its draws heavy-tailed, or drawn from a proposal whose search did not settle): a
+  // population carried from uniform directions to the law ∝ |f_a|²/E|f_a|² + |f_b|²/E|f_b|²
+  // (the proposal's target) through its powers, which meets the peaks together rather than one
+  // at a time. The ladder and steps come from a pilot run; then independent runs along them, at
+  // least min_replicates, until the cosine's standard error across them reaches the tolerance (at
+  // most max_replicates). Its estimate replaces the marked one, and is itself marked where the
+  // runs' log normalisers spread by more than tempering_spread_limit: runs that disagree on the
+  // mass found by factors of e^0.5 make a mean of a few of them, and its spread, untrustworthy
+  // (one run that found a peak the others missed dominates both).
+  // always_temper: temper every radial estimate (its own tests).
+  bool tempering = true, always_temper = false;
+  TemperingPlan tempering_plan;
+  int min_replicates = 8, max_replicates = 64;
+  double tempering_spread_limit = 0.5;
   // Hears (draws so far, draws the current standard error says are needed, that error).
   std::function<void(int64_t done, int64_t needed, double standard_error)> progress;
+  // Hears the work before and beside the sized draws, by stage ("adapting directions",
+  // "tempering"), as the share of the stage done.
+  std::function<void(const std::string& stage, double share)> stage_progress;
 };
 MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a, const PolynomialView& b, const MonteCarloPlan& plan,
                                        const PolynomialView* reference = nullptr);
