@@ -43,7 +43,8 @@ SmallBatch small_vgg_batch(uint64_t seed) {
   c.num_classes = 7;
   c.image_size = 16;
   Generator gen(seed);
-  SmallBatch out{make_model(c, gen)};
+  SmallBatch out;
+  out.model = make_model(c, gen);
   out.model->train(false);
   out.x = normal({6, 3, 16, 16}, 0.0f, 1.0f, gen);
   out.expected = predicted_classes(*out.model, out.x);
