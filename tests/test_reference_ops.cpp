@@ -238,6 +238,54 @@ TEST_CASE("reference ops: attention under every transport matches the reference"
   }
 }
 
+TEST_CASE("reference ops: attention's softmax rows of every length against the reference, the same bits at every "
+          "vector width") {
+  // The softmax runs sixteen lanes at a time with the last partial vector padded: rows
+  // shorter than, equal to and one past a vector, a ViT-B/16 row (197 = 12·16 + 5), and
+  // the causal mask's rows of every length from 1 up.
+  for (bool causal : {false, true})
+    for (int64_t S : {1, 5, 16, 17, 197}) {
+      INFO("causal ", causal, ", keys ", S);
+      const ref::AttentionShape s{2, causal ? S : 3, S, 4, 3, 0.5, causal};
+      const Values q = random_values(size_t(s.heads * s.T * s.d), 111, -3, 3),
+                   k = random_values(size_t(s.heads * s.S * s.d), 112, -3, 3),
+                   v = random_values(size_t(s.heads * s.S * s.dv), 113),
+                   u = random_values(size_t(s.heads * s.T * s.dv), 114);
+      const Tensor qt = as_tensor({2, s.T, s.d}, q), kt = as_tensor({2, s.S, s.d}, k), vt = as_tensor({2, s.S, s.dv}, v),
+                   ut = as_tensor({2, s.T, s.dv}, u);
+      const Fn f = [&](const std::vector<Tensor>& in) {
+        return scaled_dot_product_attention(in[0], in[1], in[2], causal, float(s.scale));
+      };
+      const Transport soft = all_transports()[2];
+      std::vector<std::vector<float>> widest;  // forward, dq, dk, dv, soft pullback's dv
+      for (VectorIsa isa : {VectorIsa::Avx512, VectorIsa::Avx2, VectorIsa::Baseline}) {
+        INFO("vectors capped at ", static_cast<int>(isa));
+        cap_vector_isa(isa);
+        Tensor y;
+        {
+          NoGrad no_grad;
+          y = f({qt, kt, vt});
+        }
+        const auto g = fast_vjp(f, {qt, kt, vt}, ut, Transport::gradient());
+        const auto p = fast_vjp(f, {qt, kt, vt}, ut, soft);
+        check_matches(y, ref::attention_forward(q, k, v, s), 1e-5, "forward");
+        const ref::AttentionGrads expected = ref::attention_backward(u, q, k, v, s, Transport::gradient());
+        check_matches(g[0], expected.dq, 1e-5, "dq");
+        check_matches(g[1], expected.dk, 1e-5, "dk");
+        check_matches(g[2], expected.dv, 1e-5, "dv");
+        check_matches(p[2], ref::attention_backward(u, q, k, v, s, soft).dv, 1e-5, "soft pullback's dv");
+        const std::vector<std::vector<float>> bits = {y.to_vector(), g[0].to_vector(), g[1].to_vector(),
+                                                      g[2].to_vector(), p[2].to_vector()};
+        // Below AVX-512 the head products run on OpenBLAS (engine/gemm.h), whose sums of
+        // many terms round differently from the engine's kernel; on short rows the two
+        // agree, so there the bits show the softmax's own order of operations.
+        if (widest.empty()) widest = bits;
+        if (S <= 17) CHECK(bits == widest);
+      }
+      cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
+    }
+}
+
 TEST_CASE("reference ops: the reference attention's gradient matches finite differences") {
   const ref::AttentionShape s{2, 4, 4, 3, 2, 0.7, true};
   const Values q = random_values(size_t(s.heads * s.T * s.d), 81, -2, 2),
