@@ -485,10 +485,11 @@ struct BatchPictures {
 };
 
 // attributions_<method>.safetensors: every image's map, the inputs, the targets and the
-// counterfactuals of the ascent methods.
+// counterfactuals of the ascent methods, queued on `writer`. Each job holds its tensors.
 void write_attribution_files(const ReportRun& run, const std::vector<std::string>& methods,
                              std::map<std::string, Tensor>& attributions,
-                             std::map<std::string, Tensor>& counterfactuals, std::vector<std::string>& files) {
+                             std::map<std::string, Tensor>& counterfactuals, PictureWriter& writer,
+                             std::vector<std::string>& files) {
   Tensor target_values = Tensor::empty({run.images});
   for (int64_t i = 0; i < run.images; ++i) target_values.data()[i] = float(run.targets[size_t(i)]);
   for (const std::string& method : methods) {
@@ -497,7 +498,10 @@ void write_attribution_files(const ReportRun& run, const std::vector<std::string
     if (counterfactuals.count(method)) tensors["counterfactuals"] = counterfactuals[method];
     const std::string path =
         (std::filesystem::path(run.options.out_dir) / ("attributions_" + method + ".safetensors")).string();
-    write_safetensors(path, tensors, {{"method", method}, {"model", run.model.config().arch}});
+    std::map<std::string, std::string> metadata = {{"method", method}, {"model", run.model.config().arch}};
+    writer.write([path, tensors = std::move(tensors), metadata = std::move(metadata)] {
+      write_safetensors(path, tensors, metadata);
+    });
     files.push_back(path);
   }
 }
@@ -872,10 +876,13 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
 
   if (run.targets_from_first_method) run.targets = found_targets;
   result.targets = run.targets;
-  if (keep_attributions) write_attribution_files(run, methods, all_attributions, all_counterfactuals, result.files);
+  timed(result.times.pictures, [&] { writer.finish(); });  // the last pictures
+  if (keep_attributions)  // by the writer's thread, from here on
+    write_attribution_files(run, methods, all_attributions, all_counterfactuals, writer, result.files);
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
-  timed(result.times.pictures, [&] { writer.finish(); });  // the last pictures, written beside the files above
+  if (o.beside_last_files) o.beside_last_files(result.files);
+  writer.finish();
   result.times.total = seconds_since(start);
   return result;
 }
