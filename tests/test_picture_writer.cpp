@@ -205,3 +205,34 @@ TEST_CASE("explain report: beside_last_files runs once, after the pictures and t
   }
   set_num_threads(0);
 }
+
+TEST_CASE("explain report: a maps' file that cannot be written fails the report by name and leaves no temporary") {
+  Generator gen(5);
+  const auto model = make_model(grey_resnet18(0.0625, 28, 10), gen);
+  model->train(false);
+  const Tensor x = random_tensor({2, 1, 28, 28}, 29, -1.0f, 1.0f);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    TempDir dir;
+    // A folder where the file should go: the temporary is written, then cannot be renamed.
+    fs::create_directories(dir.path() / "attributions_gradient.safetensors");
+    ReportOptions o;
+    o.methods = {"gradient", "soft_pullback"};
+    o.out_dir = dir.path().string();
+    o.normalisation = {{0.5f}, {0.5f}};
+    o.explain.range = {-1.0f, 1.0f};
+    int calls = 0;
+    o.beside_last_files = [&](const std::vector<std::string>&) { ++calls; };
+    CHECK_THROWS_WITH_AS(explain_report(*model, x, {}, o), doctest::Contains("attributions_gradient.safetensors"), Error);
+    CHECK(calls == 1);
+    for (const std::string& name : files_under(dir.path())) {
+      CAPTURE(name);
+      CHECK(name.find(".tmp.") == std::string::npos);
+    }
+    // The other method's file and every picture are whole.
+    CHECK(read_safetensors(dir.file("attributions_soft_pullback.safetensors")).tensors.size() == 3);
+    CHECK(read_text(dir.path() / "image_0001" / "sheet.png").starts_with("\x89PNG"));
+  }
+  set_num_threads(0);
+}
