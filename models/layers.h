@@ -15,8 +15,8 @@ namespace adjoint {
 
 // Draws `weight` afresh from N(0, std²) in place (torchvision's kaiming_normal). A generator
 // without draws (a model whose weights a file then overwrites) only reserves the counters a
-// draw would use: the weight keeps the zeros it was made with, and no second tensor of its
-// size is made and copied.
+// draw would use and leaves `weight` as it is (the zeros that generator made it with): no
+// second tensor of its size is made and copied.
 void redraw_normal(Tensor& weight, float std, Generator& gen);
 
 class Linear : public Module {
