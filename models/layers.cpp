@@ -25,6 +25,14 @@ Tensor fan_in_uniform(const Shape& shape, int64_t fan_in, Generator& gen) {
 }
 }  // namespace
 
+void redraw_normal(Tensor& weight, float std, Generator& gen) {
+  if (!gen.draws()) {
+    gen.reserve(static_cast<uint64_t>(weight.numel()));
+    return;
+  }
+  weight.copy_from(normal(weight.shape(), 0.0f, std, gen));
+}
+
 Linear::Linear(int64_t in, int64_t out, bool has_bias, Generator& gen) {
   weight = register_parameter("weight", fan_in_uniform({out, in}, in, gen));
   if (has_bias) bias = register_parameter("bias", fan_in_uniform({out}, in, gen));

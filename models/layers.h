@@ -13,6 +13,12 @@
 
 namespace adjoint {
 
+// Draws `weight` afresh from N(0, std²) in place (torchvision's kaiming_normal). A generator
+// without draws (a model whose weights a file then overwrites) only reserves the counters a
+// draw would use and leaves `weight` as it is (the zeros that generator made it with): no
+// second tensor of its size is made and copied.
+void redraw_normal(Tensor& weight, float std, Generator& gen);
+
 class Linear : public Module {
 public:
   Linear(int64_t in, int64_t out, bool bias, Generator& gen);

@@ -27,7 +27,7 @@ Conv2dOptions conv_options(int64_t stride, int64_t padding) {
 std::shared_ptr<Conv2d> make_conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad, Generator& gen) {
   auto conv = std::make_shared<Conv2d>(in, out, k, conv_options(stride, pad), false, gen);
   const float std = std::sqrt(2.0f / float(out * k * k));
-  conv->weight.copy_from(normal(conv->weight.shape(), 0.0f, std, gen));
+  redraw_normal(conv->weight, std, gen);
   return conv;
 }
 

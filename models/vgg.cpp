@@ -53,7 +53,7 @@ public:
       const std::string name = cat("features.", index);
       auto conv = features->register_module(std::to_string(index++), std::make_shared<Conv2d>(in, out, 3, same, true, gen));
       // torchvision: kaiming_normal(fan_out) weights, zero bias.
-      conv->weight.copy_from(normal(conv->weight.shape(), 0.0f, std::sqrt(2.0f / float(out * 9)), gen));
+      redraw_normal(conv->weight, std::sqrt(2.0f / float(out * 9)), gen);
       conv->bias.fill_(0.0f);
       std::shared_ptr<BatchNorm> bn;
       if (batch_norm) bn = features->register_module(std::to_string(index++), std::make_shared<BatchNorm>(out));

@@ -17,6 +17,7 @@
 #include "engine/random.h"
 #include "analysis/pullbacks/explain.h"
 #include "analysis/pullbacks/report.h"
+#include "models/layers.h"
 #include "models/model.h"
 #include "models/model_source.h"
 #include "tests/support.h"
@@ -336,6 +337,23 @@ TEST_CASE("explain_report: the pictured images' passes first, their pictures dra
     CHECK_FALSE(std::filesystem::exists(dir.file(cat("passes_", with_metric, "/image_0003"))));
     if (with_metric) CHECK(passes.table.rows.size() == 3);
   }
+}
+
+TEST_CASE("redraw_normal: a drawing generator's N(0, std²) in place; without draws, the zeros kept and the same counters") {
+  Generator drawing(7), reference(7), skipping = Generator::without_draws();
+  Tensor drawn = Tensor::zeros({6, 3, 3, 3}), kept = Tensor::zeros({6, 3, 3, 3});
+  redraw_normal(drawn, 0.5f, drawing);
+  redraw_normal(kept, 0.5f, skipping);
+  const Tensor want = normal({6, 3, 3, 3}, 0.0f, 0.5f, reference);
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < drawn.numel(); ++i) {
+    CHECK(drawn.data()[i] == want.data()[i]);
+    CHECK(kept.data()[i] == 0.0f);
+    nonzero += drawn.data()[i] != 0.0f;
+  }
+  CHECK(nonzero == drawn.numel());
+  CHECK(skipping.offset() == drawing.offset());
+  CHECK(skipping.offset() == 162);
 }
 
 }  // namespace adjoint

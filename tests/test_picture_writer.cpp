@@ -3,13 +3,19 @@
 // alone, whatever the threads and the order, and an error must reach the caller.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "analysis/common/heatmap.h"
 #include "analysis/pullbacks/picture_writer.h"
 #include "analysis/pullbacks/report.h"
 #include "engine/error.h"
+#include "engine/io/files.h"
 #include "engine/io/safetensors.h"
 #include "engine/random.h"
 #include "engine/threads.h"
@@ -90,4 +96,143 @@ TEST_CASE("explain report: the pictures written beside the methods are the rende
     CHECK(fs::exists(folder / "sheet.png"));
   }
   CHECK(r.files.size() == 3 * 6 + 2);  // per image: input, 2 × (map, overlay), sheet; then 2 attribution files
+}
+
+namespace {
+
+// True when the two tensors have the same shape and the same values.
+bool same(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.contiguous(), y = b.contiguous();
+  return x.shape() == y.shape() && std::equal(x.data(), x.data() + x.numel(), y.data());
+}
+
+// The names of the files in `folder`, recursively, relative to it.
+std::vector<std::string> files_under(const fs::path& folder) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::recursive_directory_iterator(folder))
+    if (entry.is_regular_file()) names.push_back(fs::relative(entry.path(), folder).string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("picture writer: other files queued beside the pictures are written whole; a failure mid-way leaves nothing") {
+  const std::map<std::string, Tensor> tensors = {{"maps", random_tensor({4, 3, 5, 5}, 3, -1.0f, 1.0f)},
+                                                 {"targets", random_tensor({4}, 4, 0.0f, 9.0f)}};
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    TempDir dir;
+    {
+      PictureWriter writer;
+      writer.write(dir.file("a.png"), test_picture(1));
+      writer.write([&] { write_safetensors(dir.file("maps.safetensors"), tensors, {{"method", "gradient"}}); });
+      writer.write(dir.file("b.png"), test_picture(2));
+      writer.finish();
+      const SafetensorsFile back = read_safetensors(dir.file("maps.safetensors"));
+      for (const auto& [name, t] : tensors) CHECK(same(back.tensors.at(name), t));
+      CHECK(read_text(dir.path() / "b.png") == encode_png(test_picture(2)));
+
+      // A file whose writing fails half-way (an error after its first bytes): finish() throws
+      // it, the files queued beside it are written, and neither the file nor a temporary of it
+      // is left.
+      writer.write([&] {
+        AtomicFile file(dir.file("half.bin"), "test");
+        file.write(std::string(1000, 'x'));
+        throw Error(cat("test: ", file.path(), ": failed after 1000 bytes"));
+      });
+      writer.write(dir.file("c.png"), test_picture(3));
+      CHECK_THROWS_WITH_AS(writer.finish(), doctest::Contains("half.bin"), Error);
+      CHECK(read_text(dir.path() / "c.png") == encode_png(test_picture(3)));
+      writer.write([&] { write_safetensors(dir.file("missing/maps.safetensors"), tensors, {}); });
+      CHECK_THROWS_WITH_AS(writer.finish(), doctest::Contains("missing/maps.safetensors"), Error);
+      CHECK(files_under(dir.path()) == std::vector<std::string>{"a.png", "b.png", "c.png", "maps.safetensors"});
+      writer.finish();  // each error is reported once
+    }
+  }
+  set_num_threads(2);
+  {  // A writer destroyed with files still queued writes them (its thread runs them) first.
+    TempDir dir;
+    {
+      PictureWriter writer;
+      for (int i = 0; i < 4; ++i)
+        writer.write([&, i] { write_safetensors(dir.file(cat("m", i, ".safetensors")), tensors, {}); });
+    }
+    for (int i = 0; i < 4; ++i) CHECK(read_safetensors(dir.file(cat("m", i, ".safetensors"))).tensors.size() == 2);
+  }
+  set_num_threads(0);
+}
+
+TEST_CASE("explain report: beside_last_files runs once, after the pictures and tables, beside the maps' files") {
+  Generator gen(5);
+  const auto model = make_model(grey_resnet18(0.0625, 28, 10), gen);
+  model->train(false);
+  const Tensor x = random_tensor({3, 1, 28, 28}, 23, -1.0f, 1.0f);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    TempDir dir;
+    ReportOptions o;
+    o.methods = {"gradient", "soft_pullback"};
+    o.metrics = {"sparseness"};
+    o.batch_size = 2;
+    o.out_dir = dir.path().string();
+    o.normalisation = {{0.5f}, {0.5f}};
+    o.explain.range = {-1.0f, 1.0f};
+    int calls = 0;
+    std::vector<std::string> given;
+    o.beside_last_files = [&](const std::vector<std::string>& files) {
+      ++calls;
+      given = files;
+      for (const std::string& file : files)  // every picture and table is whole on disk by now
+        if (!file.ends_with(".safetensors")) {
+          CAPTURE(file);
+          CHECK(fs::exists(file));
+          CHECK(!fs::exists(file + cat(".tmp.", ::getpid())));
+        }
+    };
+    const ReportResult r = explain_report(*model, x, {}, o);
+    CHECK(calls == 1);
+    CHECK(given == r.files);
+    CHECK(r.files.size() == 3 * 6 + 2 + 3);  // pictures, 2 attribution files, 3 tables
+    // The maps' files were written beside it, and are whole when the report returns.
+    for (const std::string& method : o.methods) {
+      const SafetensorsFile maps = read_safetensors(dir.file("attributions_" + method + ".safetensors"));
+      CHECK(same(maps.tensors.at("inputs"), x));
+      CHECK(maps.tensors.at("attributions").shape() == x.shape());
+    }
+  }
+  set_num_threads(0);
+}
+
+TEST_CASE("explain report: a maps' file that cannot be written fails the report by name and leaves no temporary") {
+  Generator gen(5);
+  const auto model = make_model(grey_resnet18(0.0625, 28, 10), gen);
+  model->train(false);
+  const Tensor x = random_tensor({2, 1, 28, 28}, 29, -1.0f, 1.0f);
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    TempDir dir;
+    // A folder where the file should go: the temporary is written, then cannot be renamed.
+    fs::create_directories(dir.path() / "attributions_gradient.safetensors");
+    ReportOptions o;
+    o.methods = {"gradient", "soft_pullback"};
+    o.out_dir = dir.path().string();
+    o.normalisation = {{0.5f}, {0.5f}};
+    o.explain.range = {-1.0f, 1.0f};
+    int calls = 0;
+    o.beside_last_files = [&](const std::vector<std::string>&) { ++calls; };
+    CHECK_THROWS_WITH_AS(explain_report(*model, x, {}, o), doctest::Contains("attributions_gradient.safetensors"), Error);
+    CHECK(calls == 1);
+    for (const std::string& name : files_under(dir.path())) {
+      CAPTURE(name);
+      CHECK(name.find(".tmp.") == std::string::npos);
+    }
+    // The other method's file and every picture are whole.
+    CHECK(read_safetensors(dir.file("attributions_soft_pullback.safetensors")).tensors.size() == 3);
+    CHECK(read_text(dir.path() / "image_0001" / "sheet.png").starts_with("\x89PNG"));
+  }
+  set_num_threads(0);
 }

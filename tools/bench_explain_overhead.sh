@@ -5,7 +5,7 @@
 # alternately and prints, per run, the whole command's wall time (process start to exit),
 # the methods' time (explain's own `time:` line), the process's CPU time and peak resident
 # set (where GNU time is installed) and the overhead, (whole - methods) / methods; then the
-# best of each, and whether both wrote the same results
+# median (with the range) and the best of each, and whether both wrote the same results
 # (tools/compare_explain_outputs.py). Run it on a quiet machine (about 2 minutes); the
 # figures are in docs/benchmarks.md.
 #
@@ -58,6 +58,22 @@ if [ -n "$before" ]; then  # the same results from both (pictures by their pixel
     /usr/bin/python3 "$(dirname "$0")/compare_explain_outputs.py" "$out/before_${images}_1" "$out/after_${images}_1"
   done
 fi
+# The spread between runs of one executable is part of the result: the median too, and
+# the range of the fixed part (whole - methods).
+echo "median of $repeats runs each, and the range of whole - methods:"
+awk '{ key = $1 " " $2 " " $3; o = $NF; sub("%", "", o)
+       whole = $0; sub(/.*whole /, "", whole); sub(/ s,.*/, "", whole)
+       methods = $0; sub(/.*methods /, "", methods); sub(/ s,.*/, "", methods)
+       n[key]++; overhead[key, n[key]] = o + 0; fixed = whole - methods
+       if (!(key in lo) || fixed < lo[key]) lo[key] = fixed
+       if (!(key in hi) || fixed > hi[key]) hi[key] = fixed }
+     END { for (k in n) {
+             m = n[k]
+             for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++)
+               if (overhead[k, j] < overhead[k, i]) { t = overhead[k, i]; overhead[k, i] = overhead[k, j]; overhead[k, j] = t }
+             median = m % 2 ? overhead[k, (m + 1) / 2] : (overhead[k, m / 2] + overhead[k, m / 2 + 1]) / 2
+             printf "%s overhead median %.1f%% (%.1f-%.1f%%), whole - methods %.3f-%.3f s\n", k, median,
+                    overhead[k, 1], overhead[k, m], lo[k], hi[k] } }' "$results" | sort -k1,1r -k2,2n
 echo "best of $repeats runs each (the lowest overhead):"
 awk '{ key = $1 " " $2; o = $NF; sub("%", "", o)
        if (!(key in best) || o + 0 < best[key] + 0) { best[key] = o; line[key] = $0 } }

@@ -1,6 +1,8 @@
 // `adjoint explain`: explanations of a model's decisions as pictures, raw attributions and
 // a quality table (docs/methods.md §1.3–1.4). The work is in analysis/pullbacks/report.cpp; this file
 // turns options into ReportOptions, finds the model and the images, and prints.
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <future>
@@ -235,6 +237,15 @@ void print_times(const ReportTimes& t, int64_t images) {
               t.total, t.methods, 1e3 * t.methods / double(images), t.metrics, t.pictures, rest);
 }
 
+// OUT/index.html: the run, the tables and the first images' contact sheets among `files`.
+void write_page(const cli::Args& a, const std::string& out_dir, const std::string& title,
+                const std::vector<std::string>& files) {
+  cli::HtmlReport page = cli::folder_report(out_dir, title);
+  for (const std::string& file : files)
+    if (file.ends_with("/sheet.png") && page.figures.size() < 8) page.figures.push_back(file);
+  cli::write_html_report(out_dir, a, page);
+}
+
 // What made the numbers of --evaluate's cells besides the report's options: the model
 // (its files' content hashes, not their paths), the images and the commit built from.
 Provenance cell_identity(const cli::Args& a, const Model& model, const Inputs& in) {
@@ -357,6 +368,17 @@ int run_explain(const cli::Args& a) {
   }
   std::fflush(stdout);
 
+  const std::string page_title = cat("adjoint explain: ", join(o.methods, ", "), " on ", model.config().arch, ", ", in.source);
+  o.beside_last_files = [&](const std::vector<std::string>& files) {
+    // The page, by a thread of its own, and the methods' memory handed back to the system,
+    // while the report's writer writes the maps' files: released by the kernel at exit, that
+    // memory would cost about as long as the files again, after them. This thread's heap
+    // (its malloc arena) holds nearly all of it; the page's thread allocates from another,
+    // so malloc_trim, which holds an arena's lock while it trims it, stalls neither thread.
+    std::future<void> page = std::async(std::launch::async, [&] { write_page(a, o.out_dir, page_title, files); });
+    malloc_trim(0);
+    page.get();
+  };
   ReportResult r;
   if (speaks) {
     cli::ProgressBar bar("explain", N * int64_t(o.methods.size()), "map");
@@ -371,11 +393,6 @@ int run_explain(const cli::Args& a) {
   print_times(r.times, N);
   std::printf("wrote %zu files to %s%s\n", r.files.size(), o.out_dir.c_str(),
               o.metrics.empty() ? "" : " (metrics.md, metrics.csv, metrics.json)");
-  cli::HtmlReport page = cli::folder_report(o.out_dir, cat("adjoint explain: ", join(o.methods, ", "), " on ",
-                                                           model.config().arch, ", ", in.source));
-  for (const std::string& file : r.files)  // the first images' contact sheets
-    if (file.ends_with("/sheet.png") && page.figures.size() < 8) page.figures.push_back(file);
-  cli::write_html_report(o.out_dir, a, page);
   return 0;
 }
 

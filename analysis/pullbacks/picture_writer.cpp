@@ -19,14 +19,18 @@ PictureWriter::~PictureWriter() {
 }
 
 void PictureWriter::write(std::string path, Image image) {
+  write([path = std::move(path), image = std::move(image)] { write_png(path, image); });
+}
+
+void PictureWriter::write(std::function<void()> write_file) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending_.emplace_back(std::move(path), std::move(image));
+    pending_.push_back(std::move(write_file));
   }
   queued_.notify_one();
 }
 
-bool PictureWriter::take(std::pair<std::string, Image>& next) {
+bool PictureWriter::take(std::function<void()>& next) {
   if (pending_.empty()) return false;
   next = std::move(pending_.front());
   pending_.pop_front();
@@ -34,10 +38,10 @@ bool PictureWriter::take(std::pair<std::string, Image>& next) {
   return true;
 }
 
-void PictureWriter::write_one(const std::pair<std::string, Image>& picture) {
+void PictureWriter::write_one(const std::function<void()>& write_file) {
   std::exception_ptr failed;
   try {
-    write_png(picture.first, picture.second);
+    write_file();
   } catch (...) {
     failed = std::current_exception();
   }
@@ -49,7 +53,7 @@ void PictureWriter::write_one(const std::pair<std::string, Image>& picture) {
 
 void PictureWriter::run() {
   for (;;) {
-    std::pair<std::string, Image> next;
+    std::function<void()> next;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       queued_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
@@ -61,7 +65,7 @@ void PictureWriter::run() {
 
 void PictureWriter::finish() {
   for (;;) {  // the caller encodes beside the writer's thread
-    std::pair<std::string, Image> next;
+    std::function<void()> next;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!take(next)) break;

@@ -427,31 +427,50 @@ struct BatchPictures {
   // Needs no targets: drawn before the batch's first method, which may find them.
   void inputs(const ReportBatch& batch) {
     method_columns.resize(size_t(shown));
+    input_images.resize(size_t(shown));
+    for_each_image([&](int64_t i) { input_images[size_t(i)] = render_input(example(batch.x, i), options.normalisation, scale); });
     for (int64_t i = 0; i < shown; ++i) {
       const std::string dir = picture_dir(options.out_dir, first + i);
       std::filesystem::create_directories(dir);
-      input_images.push_back(render_input(example(batch.x, i), options.normalisation, scale));
-      write(dir + "/input.png", input_images.back());
+      write(dir + "/input.png", input_images[size_t(i)]);
     }
   }
 
   void method(const std::string& method, const ReportBatch& batch, const Tensor& attr, const Tensor& counterfactual) {
+    struct Drawn {
+      Image heat, overlay, counterfactual;
+      double peak = 0;
+    };
+    std::vector<Drawn> drawn(static_cast<size_t>(shown));
+    for_each_image([&](int64_t i) {
+      Drawn& d = drawn[size_t(i)];
+      const Tensor a = example(attr, i), xi = example(batch.x, i);
+      d.heat = render_heatmap(a, scale);
+      d.overlay = render_overlay(xi, a, options.normalisation, scale);
+      for (float v : channel_sum(a)) d.peak = std::max(d.peak, double(std::fabs(v)));
+      if (counterfactual.defined()) d.counterfactual = render_input(example(counterfactual, i), options.normalisation, scale);
+    });
     for (int64_t i = 0; i < shown; ++i) {
       const std::string dir = picture_dir(options.out_dir, first + i);
-      const Tensor a = example(attr, i), xi = example(batch.x, i);
-      const Image heat = render_heatmap(a, scale), overlay = render_overlay(xi, a, options.normalisation, scale);
-      write(dir + "/" + method + ".png", heat);
-      write(dir + "/" + method + "_overlay.png", overlay);
-      double peak = 0;
-      for (float v : channel_sum(a)) peak = std::max(peak, double(std::fabs(v)));
-      SheetColumn column{method, {{heat, cat("max |a| ", number(peak))}, {overlay, ""}}};
+      Drawn& d = drawn[size_t(i)];
+      write(dir + "/" + method + ".png", d.heat);
+      write(dir + "/" + method + "_overlay.png", d.overlay);
+      SheetColumn column{method, {{std::move(d.heat), cat("max |a| ", number(d.peak))}, {std::move(d.overlay), ""}}};
       if (counterfactual.defined()) {
-        const Image cf = render_input(example(counterfactual, i), options.normalisation, scale);
-        write(dir + "/" + method + "_counterfactual.png", cf);
-        column.cells.push_back({cf, "counterfactual x_K"});
+        write(dir + "/" + method + "_counterfactual.png", d.counterfactual);
+        column.cells.push_back({std::move(d.counterfactual), "counterfactual x_K"});
       }
       method_columns[size_t(i)].push_back(std::move(column));
     }
+  }
+
+  // Renders the images over the threads (the report's main thread would draw them alone
+  // while the methods wait); the files are then queued in the images' order.
+  template <class Render>
+  void for_each_image(const Render& render) const {
+    parallel_for(shown, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) render(i);
+    });
   }
 
   // The input, labelled with the class explained, then every method's column.
@@ -466,10 +485,11 @@ struct BatchPictures {
 };
 
 // attributions_<method>.safetensors: every image's map, the inputs, the targets and the
-// counterfactuals of the ascent methods.
+// counterfactuals of the ascent methods, queued on `writer`. Each job holds its tensors.
 void write_attribution_files(const ReportRun& run, const std::vector<std::string>& methods,
                              std::map<std::string, Tensor>& attributions,
-                             std::map<std::string, Tensor>& counterfactuals, std::vector<std::string>& files) {
+                             std::map<std::string, Tensor>& counterfactuals, PictureWriter& writer,
+                             std::vector<std::string>& files) {
   Tensor target_values = Tensor::empty({run.images});
   for (int64_t i = 0; i < run.images; ++i) target_values.data()[i] = float(run.targets[size_t(i)]);
   for (const std::string& method : methods) {
@@ -478,7 +498,10 @@ void write_attribution_files(const ReportRun& run, const std::vector<std::string
     if (counterfactuals.count(method)) tensors["counterfactuals"] = counterfactuals[method];
     const std::string path =
         (std::filesystem::path(run.options.out_dir) / ("attributions_" + method + ".safetensors")).string();
-    write_safetensors(path, tensors, {{"method", method}, {"model", run.model.config().arch}});
+    std::map<std::string, std::string> metadata = {{"method", method}, {"model", run.model.config().arch}};
+    writer.write([path, tensors = std::move(tensors), metadata = std::move(metadata)] {
+      write_safetensors(path, tensors, metadata);
+    });
     files.push_back(path);
   }
 }
@@ -853,10 +876,13 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
 
   if (run.targets_from_first_method) run.targets = found_targets;
   result.targets = run.targets;
-  if (keep_attributions) write_attribution_files(run, methods, all_attributions, all_counterfactuals, result.files);
+  timed(result.times.pictures, [&] { writer.finish(); });  // the last pictures
+  if (keep_attributions)  // by the writer's thread, from here on
+    write_attribution_files(run, methods, all_attributions, all_counterfactuals, writer, result.files);
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
-  timed(result.times.pictures, [&] { writer.finish(); });  // the last pictures, written beside the files above
+  if (o.beside_last_files) o.beside_last_files(result.files);
+  writer.finish();
   result.times.total = seconds_since(start);
   return result;
 }

@@ -164,6 +164,11 @@ struct ReportOptions {
   std::vector<std::string> class_names;  // the pictures' class labels (empty: "class k")
   int64_t scale = 0;               // enlargement of the pictures (0: default_scale)
   std::vector<std::pair<std::string, std::string>> context;  // copied into the table
+  // Called once every map and score is made and the pictures and tables are on disk, with
+  // the report's files, while the report's writer thread writes those of maps (with one
+  // thread: before it does). The methods' memory is free from then on: explain writes its
+  // page and hands that memory back to the system meanwhile.
+  std::function<void(const std::vector<std::string>& files)> beside_last_files;
 
   // In cells (analysis/pullbacks/cells.h): each batch of images is a cell, written to
   // out_dir/cells/ when finished and reused by a rerun whose record matches; the cells are
