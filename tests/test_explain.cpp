@@ -415,7 +415,7 @@ TEST_CASE("explain: SmoothGrad is the mean gradient at noisy copies, however it 
   Generator gen(o.seed);
   Tensor want = Tensor::zeros(x.shape());
   for (int s = 0; s < 5; ++s) {
-    const Tensor noisy = x + normal(x.shape(), 0.0f, 0.3f, gen);
+    const Tensor noisy = x + normal_noise(x.shape(), 0.0f, 0.3f, gen);
     const Tensor g = explain("gradient", *model, noisy, targets);
     for (int64_t i = 0; i < g.numel(); ++i) want.data()[i] += g.data()[i] / 5.0f;
   }

@@ -222,19 +222,22 @@ Tensor smoothgrad(const Model& m, const Tensor& x, const std::vector<int64_t>& t
   const float sigma = o.smoothgrad_sigma * o.range.width();
   const Tensor xc = x.contiguous();
   const int64_t n = o.smoothgrad_samples, numel = x.numel();
-  // Samples are drawn in order from one generator, so the noise does not depend on how
-  // they are grouped into passes: a pass's samples are one draw of consecutive counters.
+  // Sample k's noise is the k-th draw of x's shape from one generator, so it does not
+  // depend on how the samples are grouped into passes. normal_noise rather than normal():
+  // the draws are as many as the pixels of every copy, so a double log and cosine per draw
+  // would weigh against the gradients themselves.
   Generator gen(o.seed);
   const std::vector<double> mean(n, 1.0 / double(n));
   const float* px = xc.data();
   return weighted_gradient_sum("smoothgrad", m, xc, t, mean, o, [&](int64_t k0, int64_t k1, float* dst) {
-    Shape shape = x.shape();
-    shape[0] *= k1 - k0;
-    const Tensor noise = normal(shape, 0.0f, sigma, gen);
-    const float* pn = noise.data();
-    parallel_for((k1 - k0) * numel, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) dst[i] = px[i % numel] + pn[i];
-    });
+    for (int64_t k = k0; k < k1; ++k) {
+      const Tensor noise = normal_noise(x.shape(), 0.0f, sigma, gen);
+      const float* pn = noise.data();
+      float* copy = dst + (k - k0) * numel;
+      parallel_for(numel, kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) copy[i] = px[i] + pn[i];
+      });
+    }
   });
 }
 
