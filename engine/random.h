@@ -44,9 +44,9 @@ private:
 Tensor uniform(const Shape& shape, float lo, float hi, Generator& gen);
 Tensor normal(const Shape& shape, float mean, float std, Generator& gen);
 Tensor bernoulli(const Shape& shape, float p, Generator& gen);
-// N(mean, std²) noise, about three times cheaper than normal(): each Philox call gives
-// four values (both Box–Muller outputs of each pair of its words) computed in float, from
-// 23-bit uniforms, so |value − mean| < 5.8 std. For noise added to inputs (SmoothGrad's
+// N(mean, std²) noise, cheaper a value than normal(): each Philox call gives four values
+// (both Box–Muller outputs of each pair of its words) computed in float, each radius from a
+// 23-bit uniform, so |value − mean| < 5.8 std. For noise added to inputs (SmoothGrad's
 // copies), where the far tail does not matter and draws are many. Values 4c..4c+3 come from
 // the draw's c-th counter, so the draw reserves ⌈numel/4⌉ counters and, like the others,
 // does not depend on the thread count.
