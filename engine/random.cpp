@@ -65,6 +65,37 @@ Tensor normal(const Shape& shape, float mean, float std, Generator& gen) {
   });
 }
 
+Tensor normal_noise(const Shape& shape, float mean, float std, Generator& gen) {
+  check(std >= 0, "normal_noise: negative standard deviation ", std);
+  if (!gen.draws()) {
+    Tensor zeros = Tensor::zeros(shape);
+    gen.reserve(static_cast<uint64_t>((zeros.numel() + 3) / 4));
+    return zeros;
+  }
+  Tensor out = Tensor::empty(shape);
+  const int64_t n = out.numel(), calls = (n + 3) / 4;
+  const uint64_t first = gen.reserve(static_cast<uint64_t>(calls));
+  const uint64_t key = gen.seed();
+  float* p = out.data();
+  parallel_for(calls, 1 << 12, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const std::array<uint32_t, 4> w = philox(key, first + static_cast<uint64_t>(c));
+      float values[4];
+      for (int pair = 0; pair < 2; ++pair) {
+        // u1 = (2k + 1) / 2²⁴ with k < 2²³: exact in float and never 0, so the log is finite.
+        const float u1 = static_cast<float>(2 * (w[2 * pair] >> 9) + 1) * (1.0f / 16777216.0f);
+        const float angle = static_cast<float>(2.0 * M_PI) * unit(w[2 * pair + 1]);
+        const float radius = std * std::sqrt(-2.0f * std::log(u1));
+        values[2 * pair] = mean + radius * std::cos(angle);
+        values[2 * pair + 1] = mean + radius * std::sin(angle);
+      }
+      const int64_t at = 4 * c;
+      for (int64_t j = 0; j < std::min<int64_t>(4, n - at); ++j) p[at + j] = values[j];
+    }
+  });
+  return out;
+}
+
 Tensor bernoulli(const Shape& shape, float p, Generator& gen) {
   check(p >= 0 && p <= 1, "bernoulli: probability ", p, " is outside [0, 1]");
   return fill(shape, gen, [=](const std::array<uint32_t, 4>& w) { return unit(w[0]) < p ? 1.0f : 0.0f; });

@@ -134,6 +134,48 @@ TEST_CASE("Philox draws do not depend on the thread count") {
   set_num_threads(0);
 }
 
+TEST_CASE("normal_noise: four standard normal values a Philox call, whatever the threads or the split") {
+  set_num_threads(1);
+  Generator g1(42);
+  const std::vector<float> one = normal_noise({100001}, 0, 1, g1).to_vector();
+  CHECK(g1.offset() == 25001);  // ⌈100001 / 4⌉ counters
+  set_num_threads(2);
+  Generator g2(42);
+  CHECK(normal_noise({100001}, 0, 1, g2).to_vector() == one);
+  set_num_threads(0);
+  // Counter c gives values 4c..4c+3, so two draws of 8 are one draw of 16.
+  Generator whole(7), split(7);
+  std::vector<float> halves = normal_noise({8}, 0, 1, split).to_vector();
+  const std::vector<float> second = normal_noise({8}, 0, 1, split).to_vector();
+  halves.insert(halves.end(), second.begin(), second.end());
+  CHECK(normal_noise({16}, 0, 1, whole).to_vector() == halves);
+  // Moments of N(0, 1) (standard errors about 0.003, 0.0045, 0.03), the share beyond 2σ
+  // (0.0455, s.e. 0.0007), the bound of 23-bit uniforms, and no correlation between the
+  // two values of one Box–Muller pair or between pairs.
+  double sum = 0, sq = 0, fourth = 0, beyond = 0, within_pair = 0, across_pairs = 0, largest = 0;
+  for (size_t i = 0; i < one.size(); ++i) {
+    const double v = one[i];
+    sum += v, sq += v * v, fourth += v * v * v * v, beyond += std::abs(v) > 2.0, largest = std::max(largest, std::abs(v));
+    if (i % 2 == 0 && i + 1 < one.size()) within_pair += v * one[i + 1];
+    if (i % 4 == 0 && i + 2 < one.size()) across_pairs += v * one[i + 2];
+  }
+  const double n = double(one.size());
+  CHECK(std::abs(sum / n) < 0.015);
+  CHECK(std::abs(sq / n - 1.0) < 0.02);
+  CHECK(std::abs(fourth / n - 3.0) < 0.15);
+  CHECK(std::abs(beyond / n - 0.0455) < 0.004);
+  CHECK(std::abs(within_pair / (n / 2)) < 0.02);
+  CHECK(std::abs(across_pairs / (n / 4)) < 0.03);
+  CHECK(largest < 5.8);
+  CHECK(largest > 3.5);
+  // Mean and standard deviation scale the values; another seed gives other values.
+  Generator g3(42), g4(43);
+  const std::vector<float> scaled = normal_noise({4}, 1.5f, 0.25f, g3).to_vector();
+  for (int i = 0; i < 4; ++i) CHECK(scaled[i] == doctest::Approx(1.5 + 0.25 * one[i]).epsilon(1e-6));
+  CHECK(normal_noise({4}, 0, 1, g4).to_vector() != std::vector<float>(one.begin(), one.begin() + 4));
+  CHECK_THROWS_WITH_AS(normal_noise({4}, 0, -1, g4), doctest::Contains("negative standard deviation"), Error);
+}
+
 TEST_CASE("a cotangent passed through unchanged is never summed into in place") {
   // contiguous() hands its cotangent on as is; t then receives a second one, and the
   // sum must not be written into the tensor already delivered for c.

@@ -415,7 +415,7 @@ TEST_CASE("explain: SmoothGrad is the mean gradient at noisy copies, however it 
   Generator gen(o.seed);
   Tensor want = Tensor::zeros(x.shape());
   for (int s = 0; s < 5; ++s) {
-    const Tensor noisy = x + normal(x.shape(), 0.0f, 0.3f, gen);
+    const Tensor noisy = x + normal_noise(x.shape(), 0.0f, 0.3f, gen);
     const Tensor g = explain("gradient", *model, noisy, targets);
     for (int64_t i = 0; i < g.numel(); ++i) want.data()[i] += g.data()[i] / 5.0f;
   }
@@ -424,11 +424,24 @@ TEST_CASE("explain: SmoothGrad is the mean gradient at noisy copies, however it 
   o.max_batch = 1;  // one sample per pass
   check_attribution(explain("smoothgrad", *model, x, targets, o), batched, 1e-5, "smoothgrad, one sample per pass");
   o.max_batch = 64;
-  o.max_pass_elements = 2 * x.numel();  // two samples per pass by their elements, the last pass one
+  o.max_sample_pass_elements = 2 * x.numel();  // two samples per pass by their elements, the last pass one
   check_attribution(explain("smoothgrad", *model, x, targets, o), batched, 1e-5, "smoothgrad, two samples per pass");
-  o.max_pass_elements = 1;  // below one sample: still one sample per pass
+  o.max_sample_pass_elements = 1;  // below one sample: still one sample per pass
   check_attribution(explain("smoothgrad", *model, x, targets, o), batched, 1e-5, "smoothgrad, a budget below one sample");
   CHECK(max_abs(batched - explain("gradient", *model, x, targets)) > 1e-4 * max_abs(batched));
+  // Integrated gradients' path points are grouped the same way.
+  ExplainOptions path;
+  path.ig_steps = 5;
+  const Tensor whole = explain("integrated_gradients", *model, x, targets, path);
+  path.max_sample_pass_elements = 2 * x.numel();
+  check_attribution(explain("integrated_gradients", *model, x, targets, path), whole, 1e-5, "IG, two points per pass");
+  path.max_sample_pass_elements = 0;
+  CHECK_THROWS_WITH_AS(explain("integrated_gradients", *model, x, targets, path),
+                       doctest::Contains("max_sample_pass_elements must be positive, got 0"), Error);
+  // At ImageNet's size the samples' passes hold twice the rows of a single method's.
+  const Tensor images = Tensor::zeros({64, 3, 224, 224});
+  CHECK(rows_per_pass(ExplainOptions{}, images) == 8);
+  CHECK(sample_rows_per_pass(ExplainOptions{}, images) == 16);
 }
 
 TEST_CASE("explain: Grad-CAM's default blocks, token grid and bilinear resize") {

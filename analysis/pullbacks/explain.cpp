@@ -71,11 +71,24 @@ Tensor input_cotangent(const char* method, const Model& model, const Tensor& x, 
 
 }  // namespace
 
-int64_t rows_per_pass(const ExplainOptions& o, const Tensor& x) {
+namespace {
+
+// Rows of x within max_batch and `max_elements` input elements, at least one.
+int64_t rows_within(const ExplainOptions& o, const Tensor& x, int64_t max_elements, const char* option) {
   check(o.max_batch > 0, "explain: max_batch must be positive, got ", o.max_batch);
-  check(o.max_pass_elements > 0, "explain: max_pass_elements must be positive, got ", o.max_pass_elements);
+  check(max_elements > 0, "explain: ", option, " must be positive, got ", max_elements);
   const int64_t example_numel = x.numel() / x.size(0);
-  return std::max<int64_t>(1, std::min(o.max_batch, o.max_pass_elements / example_numel));
+  return std::max<int64_t>(1, std::min(o.max_batch, max_elements / example_numel));
+}
+
+}  // namespace
+
+int64_t rows_per_pass(const ExplainOptions& o, const Tensor& x) {
+  return rows_within(o, x, o.max_pass_elements, "max_pass_elements");
+}
+
+int64_t sample_rows_per_pass(const ExplainOptions& o, const Tensor& x) {
+  return rows_within(o, x, o.max_sample_pass_elements, "max_sample_pass_elements");
 }
 
 namespace {
@@ -190,7 +203,7 @@ Tensor weighted_gradient_sum(const char* method, const Model& model, const Tenso
                              const ExplainOptions& o, Points points) {
   const int64_t N = x.size(0), count = static_cast<int64_t>(weights.size());
   const int64_t batch_numel = x.numel();
-  const int64_t per_pass = std::max<int64_t>(1, rows_per_pass(o, x) / N);  // samples per forward
+  const int64_t per_pass = std::max<int64_t>(1, sample_rows_per_pass(o, x) / N);  // samples per forward
   Tensor total = Tensor::zeros(x.shape());
   float* pt = total.data();
   std::vector<int64_t> rows;
@@ -222,19 +235,22 @@ Tensor smoothgrad(const Model& m, const Tensor& x, const std::vector<int64_t>& t
   const float sigma = o.smoothgrad_sigma * o.range.width();
   const Tensor xc = x.contiguous();
   const int64_t n = o.smoothgrad_samples, numel = x.numel();
-  // Samples are drawn in order from one generator, so the noise does not depend on how
-  // they are grouped into passes: a pass's samples are one draw of consecutive counters.
+  // Sample k's noise is the k-th draw of x's shape from one generator, so it does not
+  // depend on how the samples are grouped into passes. normal_noise rather than normal():
+  // the draws are as many as the pixels of every copy, so a double log and cosine per draw
+  // would weigh against the gradients themselves.
   Generator gen(o.seed);
   const std::vector<double> mean(n, 1.0 / double(n));
   const float* px = xc.data();
   return weighted_gradient_sum("smoothgrad", m, xc, t, mean, o, [&](int64_t k0, int64_t k1, float* dst) {
-    Shape shape = x.shape();
-    shape[0] *= k1 - k0;
-    const Tensor noise = normal(shape, 0.0f, sigma, gen);
-    const float* pn = noise.data();
-    parallel_for((k1 - k0) * numel, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) dst[i] = px[i % numel] + pn[i];
-    });
+    for (int64_t k = k0; k < k1; ++k) {
+      const Tensor noise = normal_noise(x.shape(), 0.0f, sigma, gen);
+      const float* pn = noise.data();
+      float* copy = dst + (k - k0) * numel;
+      parallel_for(numel, kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) copy[i] = px[i] + pn[i];
+      });
+    }
   });
 }
 
