@@ -205,6 +205,21 @@ TEST_CASE("conv2d_batch_norm_eval: weights prepared once per version, the same b
   }
 }
 
+TEST_CASE("conv2d_batch_norm_eval: one weight tensor at two group counts keeps a form for each") {
+  // (8, 4, 1, 1) weights read 4 input channels as one group, 8 as two.
+  const Tensor w = random_tensor({8, 4, 1, 1}, 7500), b = random_tensor({8}, 7501);
+  const EvalBatchNorm bn = random_batch_norm(8, 7502);
+  NoGrad off;
+  for (int round = 0; round < 2; ++round)
+    for (const int64_t groups : {1, 2}) {
+      CAPTURE(groups);
+      const Tensor x = random_tensor({2, 4 * groups, 5, 5}, 7510 + uint64_t(groups));
+      const Conv2dOptions o = Conv2dOptions::square(1, 0, 1, groups);
+      CHECK(conv2d_batch_norm_eval(x, w, b, o, bn, true).to_vector() == fresh_output(x, w, b, o, bn).to_vector());
+    }
+  CHECK(forms_kept(w) == 2);
+}
+
 TEST_CASE("conv2d_batch_norm_eval: recorded, the fold and the input gradient's forms are kept per version") {
   // Parameters in the graph (an explanation of a model whose parameters require grad): the
   // folded weight is kept with the weight, and its convolution forms with it, forward and

@@ -260,12 +260,13 @@ std::vector<PackedA> pack_weights(int64_t count, bool ta, int64_t M, int64_t K, 
   return packed;
 }
 
-// The weights per group (or their transposes, `ta`) packed, kept by `kept` where it keeps forms.
+// The weights per group (or their transposes, `ta`) packed, kept by `kept` where it keeps forms
+// (one weight tensor serves different group counts on inputs of different widths).
 std::shared_ptr<const std::vector<PackedA>> packed_weights(const ConvGeometry& g, bool ta, const float* w,
                                                            const PreparedWeights& kept) {
   using Packed = std::vector<PackedA>;
   const bool packs = avx512_gemm_available();
-  return kept.get<Packed>(WeightForm::Im2colPacked, {uint64_t(ta), uint64_t(packs)}, [&] {
+  return kept.get<Packed>(WeightForm::Im2colPacked, {uint64_t(ta), uint64_t(packs), uint64_t(g.groups)}, [&] {
     const int64_t M = ta ? g.rows_g : g.Og, K = ta ? g.Og : g.rows_g;
     auto packed = std::make_shared<const Packed>(pack_weights(g.groups, ta, M, K, w, g.rows_g, g.Og * g.rows_g));
     // Without the AVX-512 kernels a PackedA only points at the weights.
