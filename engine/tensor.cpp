@@ -120,6 +120,17 @@ PreparedForms::~PreparedForms() {
 void PreparedForms::drop(size_t i) {
   count_bytes(-forms_[i].bytes);
   forms_.erase(forms_.begin() + std::ptrdiff_t(i));
+  count_.store(forms_.size(), std::memory_order_relaxed);
+}
+
+void PreparedForms::clear() {
+  std::vector<Form> dropped;  // freed after the mutex is let go
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Form& f : forms_) count_bytes(-f.bytes);
+    dropped.swap(forms_);
+    count_.store(0, std::memory_order_relaxed);
+  }
 }
 
 std::shared_ptr<const void> PreparedForms::find(const Key& key, uint64_t version) {
@@ -140,6 +151,7 @@ void PreparedForms::keep(Key key, uint64_t version, std::shared_ptr<const void> 
     if (forms_[i].key == key || forms_[i].version != version) drop(i);
   if (forms_.size() >= kMaxForms) drop(0);
   forms_.push_back({std::move(key), version, std::move(form), bytes});
+  count_.store(forms_.size(), std::memory_order_relaxed);
   count_bytes(bytes);
 }
 

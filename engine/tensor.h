@@ -43,6 +43,10 @@ public:
   void keep(Key key, uint64_t version, std::shared_ptr<const void> form, int64_t bytes);
   size_t size() const;    // forms kept
   int64_t bytes() const;  // their bytes
+  // Whether any form may be kept: one load, for the write path.
+  bool any() const { return count_.load(std::memory_order_relaxed) != 0; }
+  // Drops every form (the values were written: none is valid any more).
+  void clear();
 
 private:
   struct Form {
@@ -54,6 +58,7 @@ private:
   void drop(size_t i);  // with the mutex held
   mutable std::mutex mutex_;
   std::vector<Form> forms_;
+  std::atomic<size_t> count_{0};  // forms_.size(), readable without the mutex
 };
 
 // A float buffer, 64-byte aligned and left uninitialised: factories that promise values
@@ -61,9 +66,11 @@ private:
 //
 // Its version counts writes: every non-const access to its values (data(), operator[])
 // counts as one, whether or not it then writes, so that every writer (an optimiser's step,
-// a loader, copy_from, fill_, an op writing its output) moves it without further care. Code
-// that only reads goes through a const Storage or Tensor. A pointer taken for writing is
-// written through before the values are next read by an op that keeps prepared forms.
+// a loader, copy_from, fill_, an op writing its output) moves it without further care; it
+// also drops the forms kept from the old values, so that a training step after an eval
+// pass does not hold them. Code that only reads goes through a const Storage or Tensor. A
+// pointer taken for writing is written through before the values are next read by an op
+// that keeps prepared forms.
 class Storage {
 public:
   explicit Storage(size_t size);
@@ -72,6 +79,7 @@ public:
   Storage& operator=(const Storage&) = delete;
   float* data() {
     bump_version();
+    if (prepared_.any()) prepared_.clear();
     return data_;
   }
   const float* data() const { return data_; }

@@ -159,7 +159,9 @@ TEST_CASE("prepared forms: found by key at their version, bounded, counted in Me
     CHECK(*form(2) == 2);
     CHECK(made == 2);
     CHECK(forms_kept(w) == 2);
-    w.data()[0] = 1.0f;  // a write: both forms are stale
+    w.data()[0] = 1.0f;  // a write: both forms are stale, and go at once
+    CHECK(forms_kept(w) == 0);
+    CHECK(memory_stats().current_bytes == at_start + 32);
     CHECK(*form(1) == 1);
     CHECK(made == 3);
     CHECK(forms_kept(w) == 1);
@@ -304,9 +306,17 @@ TEST_CASE("prepared weights: an eval-mode model whose weights change after a pas
     first = model->forward(x).to_vector();
   }
   CHECK(same_as_fresh() == first);
+  size_t kept = 0;
+  for (const auto& [name, p] : model->named_parameters()) kept += forms_kept(p);
+  CHECK(kept > 0);
   Sgd sgd(model->named_parameters(), SgdOptions{0.05, 0.0, 0.0, false});
   backward(sum(model->forward(x)));
   sgd.step();
+  // The step wrote every weight: nothing kept from the old values stays in memory.
+  for (const auto& [name, p] : model->named_parameters()) {
+    CAPTURE(name);
+    CHECK(forms_kept(p) == 0);
+  }
   CHECK(same_as_fresh() != first);
   std::map<std::string, Tensor> other;
   for (const auto& [name, t] : model->state_dict()) other[name] = t.clone();
