@@ -8,6 +8,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <utility>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -45,6 +46,14 @@ public:
 
 namespace {
 std::atomic<int64_t> live_bytes{0}, peak_bytes{0};
+std::atomic<uint64_t> storages_made{0};
+
+void count_bytes(int64_t delta) {
+  const int64_t now = live_bytes += delta;
+  int64_t peak = peak_bytes.load(std::memory_order_relaxed);
+  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
 
 // A training step frees and allocates the same activations, step after step. glibc hands
 // freed blocks back to the system (above its adaptive mmap threshold, and the free top of
@@ -90,21 +99,72 @@ void free_floats(float* data) { std::free(reinterpret_cast<void**>(data)[-1]); }
 
 }  // namespace
 
-Storage::Storage(size_t size) : data_(allocate_floats(size)), size_(size) {
+Storage::Storage(size_t size) : data_(allocate_floats(size)), size_(size), id_(++storages_made) {
 #ifndef NDEBUG
   // Debug builds (the sanitizer build among them) fill new storage with NaN, so that code
   // reading entries it never wrote shows in its results instead of passing by the luck of
   // freshly zeroed pages.
   std::fill(data_, data_ + size, std::numeric_limits<float>::quiet_NaN());
 #endif
-  const int64_t now = live_bytes += int64_t(size * sizeof(float));
-  int64_t peak = peak_bytes.load(std::memory_order_relaxed);
-  while (now > peak && !peak_bytes.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  count_bytes(int64_t(size * sizeof(float)));
 }
 Storage::~Storage() {
   live_bytes -= int64_t(size_ * sizeof(float));
   free_floats(data_);
+}
+
+PreparedForms::~PreparedForms() {
+  for (const Form& f : forms_) count_bytes(-f.bytes);
+}
+
+void PreparedForms::drop(size_t i) {
+  count_bytes(-forms_[i].bytes);
+  forms_.erase(forms_.begin() + std::ptrdiff_t(i));
+  count_.store(forms_.size(), std::memory_order_relaxed);
+}
+
+void PreparedForms::clear() {
+  std::vector<Form> dropped;  // freed after the mutex is let go
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Form& f : forms_) count_bytes(-f.bytes);
+    dropped.swap(forms_);
+    count_.store(0, std::memory_order_relaxed);
+  }
+}
+
+std::shared_ptr<const void> PreparedForms::find(const Key& key, uint64_t version) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::shared_ptr<const void> found;
+  for (size_t i = forms_.size(); i-- > 0;) {
+    if (forms_[i].version != version)
+      drop(i);
+    else if (forms_[i].key == key)
+      found = forms_[i].value;
+  }
+  return found;
+}
+
+void PreparedForms::keep(Key key, uint64_t version, std::shared_ptr<const void> form, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = forms_.size(); i-- > 0;)
+    if (forms_[i].key == key || forms_[i].version != version) drop(i);
+  if (forms_.size() >= kMaxForms) drop(0);
+  forms_.push_back({std::move(key), version, std::move(form), bytes});
+  count_.store(forms_.size(), std::memory_order_relaxed);
+  count_bytes(bytes);
+}
+
+size_t PreparedForms::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return forms_.size();
+}
+
+int64_t PreparedForms::bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t total = 0;
+  for (const Form& f : forms_) total += f.bytes;
+  return total;
 }
 
 MemoryStats memory_stats() { return {live_bytes.load(), peak_bytes.load()}; }
@@ -149,7 +209,7 @@ bool Tensor::is_contiguous() const {
 
 void copy_to_dense(const Tensor& src, float* dst) {
   const TensorImpl& t = *src.impl();
-  const float* base = t.storage->data() + t.offset;
+  const float* base = std::as_const(*t.storage).data() + t.offset;
   const int64_t rank = static_cast<int64_t>(t.shape.size());
   const int64_t n = numel(t.shape);
   if (n == 0) return;
@@ -200,7 +260,13 @@ float* Tensor::data() {
   check(is_contiguous(), "Tensor::data: tensor of shape ", t.shape, " is not contiguous");
   return t.storage->data() + t.offset;
 }
-const float* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
+const float* Tensor::data() const {
+  const TensorImpl& t = checked();
+  check(is_contiguous(), "Tensor::data: tensor of shape ", t.shape, " is not contiguous");
+  return std::as_const(*t.storage).data() + t.offset;
+}
+
+uint64_t Tensor::version() const { return checked().storage->version(); }
 
 float Tensor::at(std::initializer_list<int64_t> index) const {
   const TensorImpl& t = checked();
@@ -212,12 +278,12 @@ float Tensor::at(std::initializer_list<int64_t> index) const {
           " of shape ", t.shape);
     pos += i * t.strides[a++];
   }
-  return (*t.storage)[static_cast<size_t>(pos)];
+  return std::as_const(*t.storage)[static_cast<size_t>(pos)];
 }
 
 float Tensor::item() const {
   check(numel() == 1, "Tensor::item: tensor of shape ", shape(), " has ", numel(), " elements");
-  return (*impl_->storage)[static_cast<size_t>(impl_->offset)];
+  return std::as_const(*impl_->storage)[static_cast<size_t>(impl_->offset)];
 }
 
 std::vector<float> Tensor::to_vector() const {

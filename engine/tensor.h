@@ -5,8 +5,12 @@
 // copies only when the layout is not already row-major. A tensor produced by an op
 // while autograd records carries grad_fn, the node that transports cotangents back.
 #pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,22 +21,84 @@ namespace adjoint {
 class Node;
 class Tensor;
 
+// Forms that kernels prepare from a storage's values (a convolution's weights transformed for
+// Winograd, packed for a GEMM, folded with a BatchNorm), kept beside the storage, so that a
+// model's weights are prepared once per version of their values rather than at every call.
+// The storage owns them: they go when it goes, so nothing outlives the model. A form is
+// found by its key (which kind of form, and everything else its values depend on, other
+// storages' ids and versions among them) and is valid while the storage's version is the one
+// it was made at. At most kMaxForms are kept; stale forms go first, then the oldest. Their
+// bytes count in MemoryStats while kept.
+class PreparedForms {
+public:
+  using Key = std::vector<uint64_t>;
+  static constexpr size_t kMaxForms = 6;
+  PreparedForms() = default;
+  PreparedForms(const PreparedForms&) = delete;
+  PreparedForms& operator=(const PreparedForms&) = delete;
+  ~PreparedForms();
+  // The form kept under `key` at `version`, else null (and every form of another version goes).
+  std::shared_ptr<const void> find(const Key& key, uint64_t version);
+  // Keeps `form` (of `bytes` bytes) under `key`, made from the values at `version`.
+  void keep(Key key, uint64_t version, std::shared_ptr<const void> form, int64_t bytes);
+  size_t size() const;    // forms kept
+  int64_t bytes() const;  // their bytes
+  // Whether any form may be kept: one load, for the write path.
+  bool any() const { return count_.load(std::memory_order_relaxed) != 0; }
+  // Drops every form (the values were written: none is valid any more).
+  void clear();
+
+private:
+  struct Form {
+    Key key;
+    uint64_t version;
+    std::shared_ptr<const void> value;
+    int64_t bytes;
+  };
+  void drop(size_t i);  // with the mutex held
+  mutable std::mutex mutex_;
+  std::vector<Form> forms_;
+  std::atomic<size_t> count_{0};  // forms_.size(), readable without the mutex
+};
+
 // A float buffer, 64-byte aligned and left uninitialised: factories that promise values
 // (zeros, full) write them; ops overwrite every element they allocate.
+//
+// Its version counts writes: every non-const access to its values (data(), operator[])
+// counts as one, whether or not it then writes, so that every writer (an optimiser's step,
+// a loader, copy_from, fill_, an op writing its output) moves it without further care; it
+// also drops the forms kept from the old values, so that a training step after an eval
+// pass does not hold them. Code that only reads goes through a const Storage or Tensor. A
+// pointer taken for writing is written through before the values are next read by an op
+// that keeps prepared forms.
 class Storage {
 public:
   explicit Storage(size_t size);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  float* data() { return data_; }
+  float* data() {
+    bump_version();
+    if (prepared_.any()) prepared_.clear();
+    return data_;
+  }
   const float* data() const { return data_; }
   size_t size() const { return size_; }
-  float& operator[](size_t i) { return data_[i]; }
+  float& operator[](size_t i) { return data()[i]; }
+  const float& operator[](size_t i) const { return data_[i]; }
+
+  // Unique among the storages of the process, never reused.
+  uint64_t id() const { return id_; }
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  PreparedForms& prepared() const { return prepared_; }
 
 private:
   float* data_;
   size_t size_;
+  uint64_t id_;
+  std::atomic<uint64_t> version_{0};
+  mutable PreparedForms prepared_;
 };
 
 // Bytes held by all live tensor storage, and the most held at once since the last reset:
@@ -78,9 +144,20 @@ public:
   // The same values in row-major storage: this tensor itself when it already is, else a
   // copy that autograd sees as the identity.
   Tensor contiguous() const;
-  // Dense pointer to the first element. Throws unless the tensor is contiguous.
+  // Dense pointer to the first element. Throws unless the tensor is contiguous. The
+  // non-const one counts as a write (Storage's version).
   float* data();
   const float* data() const;
+  // The version of the values: its storage's (Storage), moved by every write.
+  uint64_t version() const;
+
+  // The form of this tensor's values that `make` prepares, kept with its storage
+  // (PreparedForms) under `key`, to which this view's offset and shape are added, while the
+  // values stay at this version; `make` returns the form and the bytes it holds (0 where
+  // they are tensors, which count themselves).
+  template <class Form>
+  std::shared_ptr<const Form> prepared(
+      PreparedForms::Key key, const std::function<std::pair<std::shared_ptr<const Form>, int64_t>()>& make) const;
   // Element at a full index, whatever the layout (tests and debugging, not hot loops).
   float at(std::initializer_list<int64_t> index) const;
   float item() const;  // the single element of a one-element tensor
@@ -113,6 +190,21 @@ private:
   TensorImpl& checked() const;
   std::shared_ptr<TensorImpl> impl_;
 };
+
+template <class Form>
+std::shared_ptr<const Form> Tensor::prepared(
+    PreparedForms::Key key, const std::function<std::pair<std::shared_ptr<const Form>, int64_t>()>& make) const {
+  const TensorImpl& t = checked();
+  key.push_back(uint64_t(t.offset));
+  for (int64_t extent : t.shape) key.push_back(uint64_t(extent));
+  for (int64_t stride : t.strides) key.push_back(uint64_t(stride));
+  PreparedForms& forms = t.storage->prepared();
+  const uint64_t version = t.storage->version();
+  if (auto kept = forms.find(key, version)) return std::static_pointer_cast<const Form>(kept);
+  auto [form, bytes] = make();
+  forms.keep(std::move(key), version, form, bytes);
+  return form;
+}
 
 // Copies a strided tensor's values into dense row-major memory.
 void copy_to_dense(const Tensor& src, float* dst);

@@ -32,6 +32,7 @@
 #include "ops/conv/direct.h"
 #include "ops/conv/geometry.h"
 #include "ops/conv/im2col.h"
+#include "ops/conv/prepared_weights.h"
 #include "ops/conv/winograd.h"
 #include "ops/conv/winograd_f4.h"
 #include "ops/layout.h"
@@ -76,12 +77,18 @@ ConvAlgorithm choose_algorithm(const ConvGeometry& g, bool input_gradient) {
 // Convolution is affine in x (and linear in w): one rule serves every transport. Inputs x,
 // w, the bias and, when the convolution added one as it wrote its output, a residual (whose
 // cotangent is the output's).
+// With `keep_prepared`, the input gradient's forms of the weights are kept with them
+// (ops/conv/prepared_weights.h).
 class Conv2dNode : public Node {
  public:
-  Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w) : g_(g), x_(std::move(x)), w_(std::move(w)) {}
+  Conv2dNode(const ConvGeometry& g, Tensor x, Tensor w, bool keep_prepared)
+      : g_(g), x_(std::move(x)), w_(std::move(w)), keep_prepared_(keep_prepared) {}
   std::string name() const override { return "conv2d"; }
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
+    const Tensor& x = x_;
+    const Tensor& w = w_;  // read only, so that its version (engine/tensor.h) stays
+    const PreparedWeights kept = keep_prepared_ ? PreparedWeights(w) : PreparedWeights();
     Tensor dx, dw, db, dresidual;
     // A fresh handle, so that the engine copies before it adds into it.
     if (needs.size() > 3 && needs[3]) dresidual = u.detach();
@@ -101,15 +108,15 @@ class Conv2dNode : public Node {
                                                                         : Tensor::zeros(x_.shape());
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
-    if (direct) direct_conv(*direct, u.data(), w_.data(), true, dx.data(), [](float*, int64_t) {});
-    if (dx_f4) winograd_f4_input_gradient(g_, w_.data(), u.data(), dx.data());
+    if (direct) direct_conv(*direct, u.data(), w.data(), true, dx.data(), [](float*, int64_t) {}, kept);
+    if (dx_f4) winograd_f4_input_gradient(g_, w.data(), u.data(), dx.data(), kept);
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
     float* dx_left = direct || dx_f4 ? nullptr : pointer(dx);  // what the GEMM paths still compute
     if (!dx_left && !dw.defined() && !db.defined()) return cotangents();
     if (winograd)
-      winograd_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
+      winograd_backward(g_, x.data(), w.data(), u.data(), dx_left, pointer(dw), pointer(db), kept);
     else
-      conv_backward(g_, x_.data(), w_.data(), u.data(), dx_left, pointer(dw), pointer(db));
+      conv_backward(g_, x.data(), w.data(), u.data(), dx_left, pointer(dw), pointer(db), kept);
     return cotangents();
   }
 
@@ -118,12 +125,13 @@ class Conv2dNode : public Node {
 
   ConvGeometry g_;
   Tensor x_, w_;
+  bool keep_prepared_;
 };
 
 // The output of a convolution with `epilogue` (its bias pointer is set here, from `bias`,
-// and its residual from `residual`, when defined).
+// and its residual from `residual`, when defined), the weights' forms kept by `kept`.
 Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& bias, Epilogue epilogue,
-                const Tensor& residual = Tensor()) {
+                const Tensor& residual, const PreparedWeights& kept) {
   Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW});
   count_multiply_adds(g.N * g.O * g.P * g.rows_g);
   epilogue.bias = bias.defined() ? bias.data() : nullptr;
@@ -137,11 +145,11 @@ Tensor convolve(const ConvGeometry& g, const Tensor& x, const Tensor& w, const T
             for (int64_t p = 0; p < g.P; ++p) plane[p] += epilogue.bias[o];
           epilogue.finish_row(plane, g.P, o);
         });
-      });
+      }, kept);
       break;
-    case ConvAlgorithm::Winograd: winograd_forward(g, x.data(), w.data(), epilogue, out.data()); break;
-    case ConvAlgorithm::WinogradF4: winograd_f4_forward(g, x.data(), w.data(), epilogue, out.data()); break;
-    case ConvAlgorithm::Im2col: conv_forward(g, x.data(), w.data(), epilogue, out.data()); break;
+    case ConvAlgorithm::Winograd: winograd_forward(g, x.data(), w.data(), epilogue, out.data(), kept); break;
+    case ConvAlgorithm::WinogradF4: winograd_f4_forward(g, x.data(), w.data(), epilogue, out.data(), kept); break;
+    case ConvAlgorithm::Im2col: conv_forward(g, x.data(), w.data(), epilogue, out.data(), kept); break;
   }
   return out;
 }
@@ -199,32 +207,45 @@ ConvAlgorithm conv2d_algorithm(const Tensor& x, const Tensor& weight, const Conv
   return choose_algorithm(g, input_gradient);
 }
 
-Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
-  return conv2d_add(x_in, weight_in, bias_in, options, Tensor());
-}
+namespace {
 
-Tensor conv2d_add(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options,
-                  const Tensor& residual_in) {
+// conv2d_add; with `keep_prepared`, the forms prepared from the weights, forward and for the
+// input gradient, are kept with them (ops/conv/prepared_weights.h): for weights that stay
+// the same from call to call (eval mode).
+Tensor convolve_add(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options,
+                    const Tensor& residual_in, bool keep_prepared) {
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
   Tensor cut_w;
   Conv2dOptions cut_o;
-  if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o)) return conv2d_add(x_in, cut_w, bias_in, cut_o, residual_in);
+  if (cut_dead_taps(g, weight_in, options, &cut_w, &cut_o))
+    return convolve_add(x_in, cut_w, bias_in, cut_o, residual_in, keep_prepared);
   if (residual_in.defined()) {
     check(residual_in.shape() == Shape{g.N, g.O, g.OH, g.OW}, "conv2d: residual ", residual_in.shape(),
           " does not match the output [", g.N, ", ", g.O, ", ", g.OH, ", ", g.OW, "]");
     // Winograd finishes its rows in a staging copy (F(2×2)) or scatters them (F(4×4)),
     // without the residual: the addition runs after it, as its own op.
     if (const ConvAlgorithm a = choose_algorithm(g, false); a == ConvAlgorithm::Winograd || a == ConvAlgorithm::WinogradF4)
-      return add(conv2d_add(x_in, weight_in, bias_in, options, Tensor()), residual_in);
+      return add(convolve_add(x_in, weight_in, bias_in, options, Tensor(), keep_prepared), residual_in);
   }
-  Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
+  const Tensor x = x_in.contiguous(), w = weight_in.contiguous(), bias = contiguous_or_undefined(bias_in);
   const Tensor residual = contiguous_or_undefined(residual_in);
   const bool record = needs_grad({x, w, bias, residual});
-  Tensor out = convolve(g, x, w, bias, Epilogue{}, residual);
+  Tensor out = convolve(g, x, w, bias, Epilogue{}, residual, keep_prepared ? PreparedWeights(w) : PreparedWeights());
   if (record)
-    attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach()),
+    attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach(), keep_prepared),
            residual.defined() ? std::vector<Tensor>{x, w, bias, residual} : std::vector<Tensor>{x, w, bias});
   return out;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options) {
+  return convolve_add(x_in, weight_in, bias_in, options, Tensor(), false);
+}
+
+Tensor conv2d_add(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Conv2dOptions& options,
+                  const Tensor& residual_in) {
+  return convolve_add(x_in, weight_in, bias_in, options, residual_in, false);
 }
 
 Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
@@ -243,7 +264,7 @@ Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const
     // gradients back through the fold (ops/norm.h).
     const FoldedConvolution folded =
         fold_eval_batch_norm(weight_in, bias_in, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps);
-    const Tensor y = conv2d_add(x_in, folded.weight, folded.bias, options, residual);
+    const Tensor y = convolve_add(x_in, folded.weight, folded.bias, options, residual, true);
     return then_relu ? relu(y) : y;
   }
   const ConvGeometry g = make_geometry(x_in, weight_in, bias_in, options);
@@ -260,11 +281,11 @@ Tensor conv2d_batch_norm_eval(const Tensor& x_in, const Tensor& weight_in, const
     // Winograd finishes its rows in a staging copy (F(2×2)) or scatters them (F(4×4)),
     // without the residual: the addition runs after it.
     if (const ConvAlgorithm a = choose_algorithm(g, false); a == ConvAlgorithm::Winograd || a == ConvAlgorithm::WinogradF4)
-      return finish(convolve(g, x, w, bias, epilogue));
+      return finish(convolve(g, x, w, bias, epilogue, Tensor(), PreparedWeights(w)));
   }
   Epilogue fused = epilogue;
   fused.relu = then_relu;
-  return convolve(g, x, w, bias, fused, contiguous_or_undefined(residual));
+  return convolve(g, x, w, bias, fused, contiguous_or_undefined(residual), PreparedWeights(w));
 }
 
 }  // namespace adjoint

@@ -7,8 +7,8 @@
 //   3×3 layers, where the GEMM algorithms move more memory than they compute.
 // - Winograd F(2×2, 3×3) for other 3×3 kernels at stride 1 (no dilation, no groups, 16
 //   channels or more; with more than 128 × 128 channels, at least 128 tiles per call, since
-//   the weights' transform is redone every call): 16 GEMMs in a transform domain, 2.25×
-//   fewer multiplications than direct convolution. On AVX-512 its transforms run 16 tiles
+//   outside eval mode the weights' transform is redone every call): 16 GEMMs in a transform
+//   domain, 2.25× fewer multiplications than direct convolution. On AVX-512 its transforms run 16 tiles
 //   at a time (ops/conv/winograd_avx512.h) and the weights' transform writes the GEMM kernel's
 //   packed layout directly. On maps of 14 and more rows and columns, F(4×4, 3×3) instead
 //   (ops/conv/winograd_f4.h): 36 GEMMs over 4×4 tiles, 4× fewer multiplications, at about
@@ -82,8 +82,10 @@ struct EvalBatchNorm {
 // `then_relu`. When nothing is recorded (inference), the convolution applies BatchNorm's
 // per-channel affine map, the residual and the ReLU to each output as it writes it: one
 // pass over the output instead of three and one tensor instead of three, with bitwise the
-// same values. When a graph is recorded, it runs the separate ops, so every transport sees
-// their nodes.
+// same values. When a graph is recorded, BatchNorm folds into the weights instead
+// (fold_eval_batch_norm, ops/norm.h). Either way what is prepared from the weights (the fold,
+// Winograd's transforms, the kernels' packings, forward and for the input gradient) is kept
+// with them and made again only when their values change (ops/conv/prepared_weights.h).
 Tensor conv2d_batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options,
                               const EvalBatchNorm& bn, bool then_relu, const Tensor& residual = Tensor());
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -502,6 +504,17 @@ private:
 
 }  // namespace
 
+namespace {
+// The first word of the folded weight's key among a weight's prepared forms (engine/tensor.h);
+// ops/conv/prepared_weights.h numbers the convolution's forms from 0.
+constexpr uint64_t kFoldedWeightForm = 1000;
+
+struct FoldedWeight {
+  Tensor weight;
+  uint64_t version;  // the folded weight's own, when made
+};
+}  // namespace
+
 FoldedConvolution fold_eval_batch_norm(const Tensor& conv_weight, const Tensor& conv_bias, const Tensor& weight,
                                        const Tensor& bias, const Tensor& running_mean, const Tensor& running_var,
                                        float eps) {
@@ -511,15 +524,36 @@ FoldedConvolution fold_eval_batch_norm(const Tensor& conv_weight, const Tensor& 
   check_channel_vector(conv_bias, "the convolution's bias", O, Shape{1, O});
   const Tensor w = conv_weight.contiguous();
   const std::vector<float> conv_b = values_or(conv_bias, O, 0.0f);
-  Tensor folded_w = Tensor::empty(w.shape()), folded_b = Tensor::empty({O});
-  const int64_t per_channel = O > 0 ? w.numel() / O : 0;
-  parallel_for(O, std::max<int64_t>(1, 16384 / std::max<int64_t>(per_channel, 1)), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      const float *wr = w.data() + o * per_channel;
-      float* fr = folded_w.data() + o * per_channel;
-      for (int64_t k = 0; k < per_channel; ++k) fr[k] = wr[k] * affine.scale[o];
-    }
-  });
+  // The folded weight depends on the weight, γ, the running variance and eps only. It is
+  // kept with the weight (PreparedForms, engine/tensor.h) while none of them changes, so
+  // that an eval-mode model's passes fold once, and the convolution's own prepared forms
+  // of it (ops/conv/prepared_weights.h) are kept in turn.
+  const auto identity = [](const Tensor& t) {
+    return std::pair<uint64_t, uint64_t>{t.defined() ? t.impl()->storage->id() : 0, t.defined() ? t.version() : 0};
+  };
+  const auto [gamma_id, gamma_version] = identity(weight);
+  const auto [var_id, var_version] = identity(running_var);
+  uint32_t eps_bits;
+  std::memcpy(&eps_bits, &eps, sizeof eps_bits);
+  const auto fold = [&] {
+    Tensor folded = Tensor::empty(w.shape());
+    float* out = folded.data();
+    const int64_t per_channel = O > 0 ? w.numel() / O : 0;
+    parallel_for(O, std::max<int64_t>(1, 16384 / std::max<int64_t>(per_channel, 1)), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const float* wr = w.data() + o * per_channel;
+        float* fr = out + o * per_channel;
+        for (int64_t k = 0; k < per_channel; ++k) fr[k] = wr[k] * affine.scale[o];
+      }
+    });
+    // A tensor counts its own bytes.
+    return std::pair{std::make_shared<const FoldedWeight>(FoldedWeight{folded, folded.version()}), int64_t(0)};
+  };
+  std::shared_ptr<const FoldedWeight> kept =
+      w.prepared<FoldedWeight>({kFoldedWeightForm, gamma_id, gamma_version, var_id, var_version, eps_bits}, fold);
+  // Handed out to be read only; should anything have written it since, it is folded afresh.
+  if (kept->weight.version() != kept->version) kept = fold().first;
+  Tensor folded_w = kept->weight.detach(), folded_b = Tensor::empty({O});
   for (int64_t o = 0; o < O; ++o) folded_b.data()[o] = conv_b[o] * affine.scale[o] + affine.shift[o];
   if (needs_grad({conv_weight, conv_bias, weight, bias})) {
     std::vector<float> mean(O), invstd(O);

@@ -55,7 +55,9 @@ ChannelAffine eval_batch_norm_affine(int64_t C, const Tensor& weight, const Tens
 // when the convolution's or the BatchNorm's parameters take part in a graph (an eval-mode
 // model whose parameters still require grad), so that their gradients come back through the
 // fold: the map is linear in the weight and affine in the bias, γ and β, so its rule is the
-// same under every transport, as BatchNorm's own in eval mode.
+// same under every transport, as BatchNorm's own in eval mode. The folded weight is kept
+// with the convolution's weight (PreparedForms, engine/tensor.h) until it, γ or the running
+// variance is written.
 struct FoldedConvolution {
   Tensor weight, bias;
 };

@@ -105,18 +105,20 @@ void check_gradients(const Fn& f, const std::vector<Tensor>& inputs, GradCheckOp
     Tensor x = inputs[k].clone();
     std::vector<Tensor> args = inputs;
     args[k] = x;
-    float* p = x.data();
+    // Each write through data() of its own, so that the version of x moves with it: ops
+    // keep forms prepared from their inputs per version (engine/tensor.h).
+    const auto set = [&](int64_t i, float value) { x.data()[i] = value; };
     std::vector<float> a = analytic[k].to_vector();
     double numeric_norm = 0, worst = 0;
     int64_t worst_at = -1, bad = 0;
     double worst_num = 0, worst_ana = 0;
     for (int64_t i = 0; i < x.numel(); ++i) {
-      const float saved = p[i];
-      p[i] = static_cast<float>(saved + options.eps);
+      const float saved = std::as_const(x).data()[i];
+      set(i, static_cast<float>(saved + options.eps));
       const double plus = project(f, args, uv);
-      p[i] = static_cast<float>(saved - options.eps);
+      set(i, static_cast<float>(saved - options.eps));
       const double minus = project(f, args, uv);
-      p[i] = saved;
+      set(i, saved);
       const double numeric = (plus - minus) / (2 * options.eps);
       numeric_norm += numeric * numeric;
       const double err = std::abs(a[i] - numeric);

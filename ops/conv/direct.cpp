@@ -35,12 +35,19 @@ constexpr int64_t kPackGrain = 1 << 15;
 // channel b·block + q (zero past the last), input channel c, tap (i, j). Blocks in parallel,
 // each written in order (every entry once, so the buffer needs no clearing first); a copy,
 // the same at any thread count.
-std::unique_ptr<float[]> pack_weights(const DirectConvShape& s, const float* w, bool adjoint_of, int64_t block) {
+struct PackedWeights {
+  std::unique_ptr<float[]> values;
+  int64_t size;
+};
+std::shared_ptr<const PackedWeights> pack_weights(const DirectConvShape& s, const float* w, bool adjoint_of,
+                                                  int64_t block) {
   const int64_t blocks = (s.O + block - 1) / block, taps = s.KH * s.KW, per_block = s.C * taps * block;
-  std::unique_ptr<float[]> packed(new float[static_cast<size_t>(blocks * per_block)]);
+  auto packed_weights = std::make_shared<PackedWeights>(
+      PackedWeights{std::unique_ptr<float[]>(new float[static_cast<size_t>(blocks * per_block)]), blocks * per_block});
+  float* packed = packed_weights->values.get();
   parallel_for(blocks, std::max<int64_t>(1, kPackGrain / std::max<int64_t>(per_block, 1)), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      float* to = packed.get() + b * per_block;
+      float* to = packed + b * per_block;
       const int64_t channels = std::min(block, s.O - b * block);
       for (int64_t c = 0; c < s.C; ++c)
         for (int64_t tap = 0; tap < taps; ++tap, to += block) {
@@ -53,7 +60,16 @@ std::unique_ptr<float[]> pack_weights(const DirectConvShape& s, const float* w, 
         }
     }
   });
-  return packed;
+  return packed_weights;
+}
+
+// pack_weights's blocks, kept by `kept` where it keeps forms.
+std::shared_ptr<const PackedWeights> packed_weights(const DirectConvShape& s, const float* w, bool adjoint_of,
+                                                    int64_t block, const conv::PreparedWeights& kept) {
+  return kept.get<PackedWeights>(conv::WeightForm::Direct, {uint64_t(adjoint_of), uint64_t(block)}, [&] {
+    auto packed = pack_weights(s, w, adjoint_of, block);
+    return std::pair<std::shared_ptr<const PackedWeights>, int64_t>{packed, packed->size * int64_t(sizeof(float))};
+  });
 }
 
 // One image, zero-padded: C planes of `rows` rows of `stride` floats; input row h is row
@@ -356,26 +372,26 @@ bool direct_conv_runs(const DirectConvShape& s) {
 }
 
 void direct_conv(const DirectConvShape& s, const float* x, const float* w, bool adjoint_of, float* y,
-                 const std::function<void(float*, int64_t)>& finish) {
+                 const std::function<void(float*, int64_t)>& finish, const conv::PreparedWeights& kept) {
   check(direct_conv_runs(s), "direct_conv: not for this shape or CPU");
   if (s.N == 0 || s.O == 0) return;
   if (by_channels_suits(s)) {  // where both suit, by channels is ahead (see its rule)
-    const std::unique_ptr<float[]> packed = pack_weights(s, w, adjoint_of, kChannelBlock);
-    return run_by_channels(s, x, packed.get(), y, finish);
+    const auto packed = packed_weights(s, w, adjoint_of, kChannelBlock, kept);
+    return run_by_channels(s, x, packed->values.get(), y, finish);
   }
   const int64_t block = block_size(s.O);
-  const std::unique_ptr<float[]> packed = pack_weights(s, w, adjoint_of, block);
+  const auto packed = packed_weights(s, w, adjoint_of, block, kept);
   if (block == 8)
-    run_by_rows<8>(s, x, packed.get(), y, finish);
+    run_by_rows<8>(s, x, packed->values.get(), y, finish);
   else
-    run_by_rows<kMaxBlock>(s, x, packed.get(), y, finish);
+    run_by_rows<kMaxBlock>(s, x, packed->values.get(), y, finish);
 }
 
 #else  // not x86-64: never runs
 
 bool direct_conv_runs(const DirectConvShape&) { return false; }
 void direct_conv(const DirectConvShape&, const float*, const float*, bool, float*,
-                 const std::function<void(float*, int64_t)>&) {
+                 const std::function<void(float*, int64_t)>&, const conv::PreparedWeights&) {
   throw Error("direct_conv: not an x86-64 build");
 }
 

@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "ops/conv/prepared_weights.h"
+
 namespace adjoint {
 
 // One convolution without dilation or groups: x (N, C, H, W), w (O, C, KH, KW), padding
@@ -36,8 +38,10 @@ bool direct_conv_runs(const DirectConvShape& s);
 // channel o) while it is in cache. With `adjoint_of` the weights are those of the
 // convolution this one is the input gradient of: w is (C, O, KH, KW) and is read as
 // w[c][o][KH−1−i][KW−1−j] (transposed and flipped).
-// The sums run over c, then i, then j, in order: the same bits at any thread count.
+// The sums run over c, then i, then j, in order: the same bits at any thread count. The
+// weights' blocks are kept by `kept` where it keeps forms (ops/conv/prepared_weights.h).
 void direct_conv(const DirectConvShape& s, const float* x, const float* w, bool adjoint_of, float* y,
-                 const std::function<void(float* plane, int64_t o)>& finish);
+                 const std::function<void(float* plane, int64_t o)>& finish,
+                 const conv::PreparedWeights& kept = {});
 
 }  // namespace adjoint

@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "engine/gemm.h"
+#include "engine/gemm_avx512.h"
 #include "engine/threads.h"
 
 namespace adjoint::conv {
@@ -257,6 +260,21 @@ std::vector<PackedA> pack_weights(int64_t count, bool ta, int64_t M, int64_t K, 
   return packed;
 }
 
+// The weights per group (or their transposes, `ta`) packed, kept by `kept` where it keeps forms
+// (one weight tensor serves different group counts on inputs of different widths).
+std::shared_ptr<const std::vector<PackedA>> packed_weights(const ConvGeometry& g, bool ta, const float* w,
+                                                           const PreparedWeights& kept) {
+  using Packed = std::vector<PackedA>;
+  const bool packs = avx512_gemm_available();
+  return kept.get<Packed>(WeightForm::Im2colPacked, {uint64_t(ta), uint64_t(packs), uint64_t(g.groups)}, [&] {
+    const int64_t M = ta ? g.rows_g : g.Og, K = ta ? g.Og : g.rows_g;
+    auto packed = std::make_shared<const Packed>(pack_weights(g.groups, ta, M, K, w, g.rows_g, g.Og * g.rows_g));
+    // Without the AVX-512 kernels a PackedA only points at the weights.
+    const int64_t bytes = packs ? g.groups * avx512_packed_a_size(M, K) * int64_t(sizeof(float)) : 0;
+    return std::pair<std::shared_ptr<const Packed>, int64_t>{packed, bytes};
+  });
+}
+
 // A GEMM operand or result: a row-major matrix at `data` with leading dimension `ld`.
 struct Matrix {
   float* data;
@@ -266,11 +284,13 @@ struct Matrix {
 }  // namespace
 
 // Image blocks in parallel; per block, per tile, one GEMM per group.
-void conv_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
+void conv_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y,
+                  const PreparedWeights& kept) {
   const float* bias = epilogue.bias;
   const Tiling tiling = choose_tiling(g, kMinColumns);
   const ConvGemm product(tiling.blocks());
-  const std::vector<PackedA> weights = pack_weights(g.groups, false, g.Og, g.rows_g, w, g.rows_g, g.Og * g.rows_g);
+  const auto kept_weights = packed_weights(g, false, w, kept);
+  const std::vector<PackedA>& weights = *kept_weights;
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t n0 = k * tiling.block, nb = tiling.images_in(k);
@@ -321,12 +341,11 @@ bool col2im_writes_every_entry(const ConvGeometry& g) {
 
 // The bias sums read each tile of dY while the GEMMs have it in cache.
 void conv_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                   float* db) {
+                   float* db, const PreparedWeights& kept) {
   const Tiling tiling = choose_tiling(g, kMinColumnsBackward);
   const ConvGemm product(tiling.blocks());
   // Wᵀ per group, for the input gradient.
-  const std::vector<PackedA> weights_t =
-      dx ? pack_weights(g.groups, true, g.rows_g, g.Og, w, g.rows_g, g.Og * g.rows_g) : std::vector<PackedA>{};
+  const auto kept_weights_t = dx ? packed_weights(g, true, w, kept) : nullptr;
   const int64_t blocks = tiling.blocks();
   if (blocks == 0) {  // an empty batch: the parameter gradients are zero
     if (dw) std::fill(dw, dw + g.O * g.rows_g, 0.0f);
@@ -377,7 +396,7 @@ void conv_backward(const ConvGeometry& g, const float* x, const float* w, const 
           const Matrix dcols =
               tiling.in_place(nb) ? Matrix{dx_block + t.oh0 * g.OW, g.P} : Matrix{cols_buffer.data(), ncols};
           for (int64_t gi = 0; gi < g.groups; ++gi)
-            product(weights_t[gi], false, ncols, 1.0f, dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld, 0.0f,
+            product((*kept_weights_t)[gi], false, ncols, 1.0f, dy_tile.data + gi * g.Og * dy_tile.ld, dy_tile.ld, 0.0f,
                     dcols.data + gi * g.rows_g * dcols.ld, dcols.ld);
           if (tiling.in_place(nb)) continue;
           if (col2im_writes_every_entry(g) && !g.pointwise)

@@ -381,10 +381,12 @@ void winograd_output_adjoint(const ConvGeometry& g, const float* dy, const Winog
 }  // namespace
 
 // y = epilogue(conv(x, w)).
-void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
+void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y,
+                      const PreparedWeights& kept) {
   check(epilogue.residual == nullptr, "winograd_forward: a residual cannot be fused (rows finish in a staging copy)");
   const WinogradTiling tiling = winograd_tiling(g, 2, 16, kWinogradBytes, winograd_min_tiles(g, false));
-  const WinogradF2Weights packed_u(g, w, false);
+  const auto kept_u = winograd_weights<WinogradF2Kernel>(g, w, false, WeightForm::Winograd, kept);
+  const WinogradF2Weights& packed_u = *kept_u;
   const ConvGemm product(tiling.blocks());
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
@@ -408,7 +410,7 @@ void winograd_forward(const ConvGeometry& g, const float* x, const float* w, con
 // As conv_backward, through the transform domain, except that dx is overwritten (it need
 // not arrive zeroed).
 void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                       float* db) {
+                       float* db, const PreparedWeights& kept) {
   const WinogradTiling tiling = winograd_tiling(g, 2, 16, kWinogradBytes, winograd_min_tiles(g, true));
   const int64_t blocks = tiling.blocks();
   if (blocks == 0) {  // an empty batch: the parameter gradients are zero
@@ -419,8 +421,8 @@ void winograd_backward(const ConvGeometry& g, const float* x, const float* w, co
   const ConvGemm product(blocks);
   const int64_t us = slice_stride(g.O, g.C), u_size = 16 * us;
   // The weights in the transform domain, transposed, for the input gradient.
-  std::optional<WinogradF2Weights> packed_u_t;
-  if (dx) packed_u_t.emplace(g, w, true);
+  std::shared_ptr<const WinogradF2Weights> packed_u_t;
+  if (dx) packed_u_t = winograd_weights<WinogradF2Kernel>(g, w, true, WeightForm::Winograd, kept);
   const int64_t chunk = (blocks + kMaxPartials - 1) / kMaxPartials;  // blocks per partial sum
   const int64_t chunks = (blocks + chunk - 1) / chunk;
   Scratch dU(dw ? chunks * u_size : 0);  // the weight gradient in the transform domain, per chunk

@@ -11,6 +11,7 @@
 // On AVX-512 the transforms run 16 tiles at a time (ops/conv/winograd_avx512.h).
 #pragma once
 #include "ops/conv/geometry.h"
+#include "ops/conv/prepared_weights.h"
 
 namespace adjoint::conv {
 
@@ -18,12 +19,14 @@ namespace adjoint::conv {
 // channels, and enough tiles for large weights (the rules beside the constants in winograd.cpp).
 bool winograd_applies(const ConvGeometry& g);
 
-// y = epilogue(conv(x, w)).
-void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y);
+// y = epilogue(conv(x, w)). The weights' transforms are kept by `kept` where it keeps forms
+// (ops/conv/prepared_weights.h), here and below.
+void winograd_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y,
+                      const PreparedWeights& kept = {});
 
 // As conv_backward (ops/conv/im2col.h), through the transform domain, except that dx is
 // overwritten (it need not arrive zeroed).
 void winograd_backward(const ConvGeometry& g, const float* x, const float* w, const float* dy, float* dx, float* dw,
-                       float* db);
+                       float* db, const PreparedWeights& kept = {});
 
 }  // namespace adjoint::conv

@@ -17,6 +17,7 @@
 #include "engine/gemm_avx512.h"
 #include "engine/threads.h"
 #include "ops/conv/geometry.h"
+#include "ops/conv/prepared_weights.h"
 
 #if defined(__x86_64__)
 #include "engine/avx512.h"
@@ -143,6 +144,7 @@ class WinogradWeights {
                                : PackedA(false, M_, K_, u + xi * stride_, K_, GemmKernel::blas));
   }
   const PackedA& operator[](int xi) const { return slices_[static_cast<size_t>(xi)]; }
+  int64_t bytes() const { return kSlices * stride_ * int64_t(sizeof(float)); }
 
  private:
   void transform_plain(const float* w, int64_t row_step, int64_t depth_step, float* u) const {
@@ -174,5 +176,20 @@ class WinogradWeights {
   Scratch storage_;
   std::vector<PackedA> slices_;
 };
+
+// U (or Uᵀ) of the weights w, of kind `form` (Winograd, or WinogradFlipped where w are a
+// convolution's weights transposed and flipped for its input gradient), kept by `kept` where
+// it keeps forms.
+template <class Transform>
+std::shared_ptr<const WinogradWeights<Transform>> winograd_weights(const ConvGeometry& g, const float* w,
+                                                                   bool transposed, WeightForm form,
+                                                                   const PreparedWeights& kept) {
+  using Weights = WinogradWeights<Transform>;
+  return kept.get<Weights>(form, {uint64_t(Transform::kSlices), uint64_t(transposed), uint64_t(avx512_gemm_available())},
+                           [&] {
+                             auto u = std::make_shared<const Weights>(g, w, transposed);
+                             return std::pair<std::shared_ptr<const Weights>, int64_t>{u, u->bytes()};
+                           });
+}
 
 }  // namespace adjoint::conv

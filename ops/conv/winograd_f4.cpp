@@ -367,10 +367,15 @@ ConvGeometry winograd_f4_input_gradient_geometry(const ConvGeometry& g) {
   return t;
 }
 
-void winograd_f4_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y) {
+namespace {
+
+using WinogradF4Weights = WinogradWeights<WinogradF4Kernel>;
+
+// y = epilogue(conv(x, w)) for the weights' transform U.
+void winograd_f4_products(const ConvGeometry& g, const float* x, const WinogradF4Weights& packed_u,
+                          const Epilogue& epilogue, float* y) {
   check(epilogue.residual == nullptr, "winograd_f4_forward: a residual cannot be fused");
   const WinogradTiling tiling = winograd_tiling(g, kTile, kSlices, kF4Bytes, kF4MinTiles);
-  const WinogradWeights<WinogradF4Kernel> packed_u(g, w, false);
   const ConvGemm product(tiling.blocks());
   parallel_for(tiling.blocks(), 1, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k) {
@@ -391,17 +396,30 @@ void winograd_f4_forward(const ConvGeometry& g, const float* x, const float* w, 
   });
 }
 
-void winograd_f4_input_gradient(const ConvGeometry& g, const float* w, const float* dy, float* dx) {
+}  // namespace
+
+void winograd_f4_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y,
+                         const PreparedWeights& kept) {
+  winograd_f4_products(g, x, *winograd_weights<WinogradF4Kernel>(g, w, false, WeightForm::Winograd, kept), epilogue, y);
+}
+
+void winograd_f4_input_gradient(const ConvGeometry& g, const float* w, const float* dy, float* dx,
+                                const PreparedWeights& kept) {
   const ConvGeometry t = winograd_f4_input_gradient_geometry(g);
-  // w̃[c][o] = w[o][c] with its nine taps reversed (both axes flipped).
-  Scratch flipped(g.C * g.O * 9);
-  float* wt = flipped.data();
-  parallel_for(g.C, std::max<int64_t>(1, kCopyGrain / (9 * g.O)), [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t o = 0; o < g.O; ++o)
-        for (int tap = 0; tap < 9; ++tap) wt[(c * g.O + o) * 9 + 8 - tap] = w[(o * g.C + c) * 9 + tap];
-  });
-  winograd_f4_forward(t, dy, wt, Epilogue{}, dx);
+  const auto packed_u = kept.get<WinogradF4Weights>(
+      WeightForm::WinogradFlipped, {uint64_t(kSlices), uint64_t(avx512_gemm_available())}, [&] {
+        // w̃[c][o] = w[o][c] with its nine taps reversed (both axes flipped).
+        Scratch flipped(g.C * g.O * 9);
+        float* wt = flipped.data();
+        parallel_for(g.C, std::max<int64_t>(1, kCopyGrain / (9 * g.O)), [&](int64_t c0, int64_t c1) {
+          for (int64_t c = c0; c < c1; ++c)
+            for (int64_t o = 0; o < g.O; ++o)
+              for (int tap = 0; tap < 9; ++tap) wt[(c * g.O + o) * 9 + 8 - tap] = w[(o * g.C + c) * 9 + tap];
+        });
+        auto u = std::make_shared<const WinogradF4Weights>(t, wt, false);
+        return std::pair<std::shared_ptr<const WinogradF4Weights>, int64_t>{u, u->bytes()};
+      });
+  winograd_f4_products(t, dy, *packed_u, Epilogue{}, dx);
 }
 
 }  // namespace adjoint::conv

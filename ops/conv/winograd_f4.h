@@ -23,6 +23,7 @@
 // time and give the same bits.
 #pragma once
 #include "ops/conv/geometry.h"
+#include "ops/conv/prepared_weights.h"
 
 namespace adjoint::conv {
 
@@ -35,11 +36,14 @@ bool winograd_f4_applies(const ConvGeometry& g);
 // convolved with the transposed, flipped weights (C, O, 3, 3), padding 2 − p, gives dx.
 ConvGeometry winograd_f4_input_gradient_geometry(const ConvGeometry& g);
 
-// y = epilogue(conv(x, w)); no residual (as winograd_forward).
-void winograd_f4_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y);
+// y = epilogue(conv(x, w)); no residual (as winograd_forward). The weights' transforms are
+// kept by `kept` where it keeps forms (ops/conv/prepared_weights.h), here and below.
+void winograd_f4_forward(const ConvGeometry& g, const float* x, const float* w, const Epilogue& epilogue, float* y,
+                         const PreparedWeights& kept = {});
 
 // dx = the input gradient of conv(x, w) for dY = dy, every entry written. Runs where
 // winograd_f4_applies(winograd_f4_input_gradient_geometry(g)).
-void winograd_f4_input_gradient(const ConvGeometry& g, const float* w, const float* dy, float* dx);
+void winograd_f4_input_gradient(const ConvGeometry& g, const float* w, const float* dy, float* dx,
+                                const PreparedWeights& kept = {});
 
 }  // namespace adjoint::conv
