@@ -228,6 +228,57 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
   }
 }
 
+TEST_CASE("conv2d: Winograd F(4x4)'s weight gradient matches a direct convolution, finite differences and itself at 2 threads") {
+  // ops/conv/winograd_f4_weight_grad.cpp, held to kWinogradF4Tolerance of the gradient's root
+  // mean square (its sums add transformed values several times the result's size): several
+  // image blocks added as partial sums, bands of tile rows in one image, clipped edge tiles,
+  // paddings 0 and 2, four rows of tiles a vector (a 14-wide map), and O·C not a multiple of
+  // 16 (the transform back to 3x3 kernels ends pair by pair). More than 32 channels: the
+  // direct kernels take narrower layers.
+  const std::vector<ConvCase> cases = {
+      {{8, 40, 28, 28}, {36, 40, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{1, 40, 74, 70}, {48, 40, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{2, 36, 31, 35}, {37, 36, 3, 3}, Conv2dOptions::square(1, 0)},
+      {{1, 41, 29, 30}, {37, 41, 3, 3}, Conv2dOptions::square(1, 2)},
+      {{4, 64, 14, 15}, {72, 64, 3, 3}, Conv2dOptions::square(1, 1)},
+  };
+  uint64_t seed = 900;
+  for (const ConvCase& c : cases) {
+    INFO("x ", to_string(c.x), " w ", to_string(c.w));
+    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+    REQUIRE(conv2d_algorithm(x, w, c.options) == ConvAlgorithm::WinogradF4);
+    const Fn f = conv_with(c.options);
+    Tensor y;
+    {
+      NoGrad no_grad;
+      y = f({x, w});
+    }
+    const Tensor u = random_tensor(y.shape(), seed++);
+    const reference::ConvShape shape{c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], c.options};
+    const reference::ConvGrads ref =
+        reference::conv2d_backward(reference::values(u), reference::values(x), reference::values(w), shape);
+    const std::vector<float> dw = vjp(f, {x, w}, u)[1].to_vector();
+    double squares = 0, worst = 0;
+    for (size_t i = 0; i < ref.dw.size(); ++i) {
+      squares += ref.dw[i] * ref.dw[i];
+      worst = std::max(worst, std::abs(dw[i] - ref.dw[i]));
+    }
+    const double rms = std::sqrt(squares / static_cast<double>(ref.dw.size()));
+    INFO("largest error ", worst, ", the gradient's RMS ", rms);
+    CHECK(rms > 0);
+    CHECK(worst <= kWinogradF4Tolerance * rms);
+  }
+  // Finite differences of the weights (the input's gradient is not this kernel's).
+  check_gradients(conv_with(Conv2dOptions::square(1, 1)),
+                  {random_tensor({1, 33, 14, 14}, seed++), random_tensor({16, 33, 3, 3}, seed++)}, {}, {false, true});
+  // Its blocks and partial sums depend on the shape only.
+  ThreadCount restore;
+  for (size_t i = 0; i < 2; ++i)
+    check_same_bits_at_one_and_two_threads(conv_with(cases[i].options),
+                                           {random_tensor(cases[i].x, seed++), random_tensor(cases[i].w, seed++)},
+                                           seed++);
+}
+
 TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convolution" *
           doctest::skip(cpu_vector_isa() != VectorIsa::Avx512)) {
   // ops/conv/direct.cpp. By rows: up to 32 channels, maps 12 to 32 wide, stride 1; blocks of
