@@ -23,19 +23,23 @@ void select_by_gate_bits_plain(const uint16_t* bits, const float* u, int64_t L, 
 }
 
 #if defined(__x86_64__)
-// A word is one vector compare (its mask is the word) and one masked load.
+// A word is one vector compare (its mask is the word) and one masked load; only the row's
+// last word, when it is partial, masks its loads and stores.
 ADJOINT_AVX512 void write_gate_bits_avx512(const float* y, int64_t L, uint16_t* bits) {
-  for (int64_t w = 0, l = 0; l < L; ++w, l += 16) {
-    const __mmask16 inside = first_lanes(L - l);
-    bits[w] = _mm512_mask_cmp_ps_mask(inside, _mm512_maskz_loadu_ps(inside, y + l), _mm512_setzero_ps(), _CMP_GT_OQ);
-  }
+  const __m512 zero = _mm512_setzero_ps();
+  int64_t l = 0;
+  for (; l + 16 <= L; l += 16) bits[l / 16] = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + l), zero, _CMP_GT_OQ);
+  if (l == L) return;
+  const __mmask16 inside = first_lanes(L - l);
+  bits[l / 16] = _mm512_mask_cmp_ps_mask(inside, _mm512_maskz_loadu_ps(inside, y + l), zero, _CMP_GT_OQ);
 }
 
 ADJOINT_AVX512 void select_by_gate_bits_avx512(const uint16_t* bits, const float* u, int64_t L, float* out) {
-  for (int64_t w = 0, l = 0; l < L; ++w, l += 16) {
-    const __mmask16 inside = first_lanes(L - l);
-    _mm512_mask_storeu_ps(out + l, inside, _mm512_maskz_loadu_ps(inside & bits[w], u + l));
-  }
+  int64_t l = 0;
+  for (; l + 16 <= L; l += 16) _mm512_storeu_ps(out + l, _mm512_maskz_loadu_ps(bits[l / 16], u + l));
+  if (l == L) return;
+  const __mmask16 inside = first_lanes(L - l);
+  _mm512_mask_storeu_ps(out + l, inside, _mm512_maskz_loadu_ps(inside & bits[l / 16], u + l));
 }
 #endif
 

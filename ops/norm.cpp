@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -78,7 +79,7 @@ public:
   // pullback's select read instead.
   BatchNormNode(Tensor x, ChannelLayout layout, std::vector<float> mean, std::vector<float> invstd,
                 std::vector<float> gamma, bool batch_statistics, Tensor gate, bool gate_is_output,
-                std::vector<uint16_t> gate_bits)
+                std::unique_ptr<uint16_t[]> gate_bits)
       : x_(std::move(x)),
         layout_(layout),
         mean_(std::move(mean)),
@@ -117,7 +118,7 @@ public:
     // back from cache: into the residual's cotangent when it has one.
     Tensor g = wants_residual ? Tensor::empty(u.shape()) : Tensor();
     normalisation_vjp(u.data(), gate_.data(), t, out, wants_residual ? g.data() : nullptr,
-                      gate_bits_.empty() ? nullptr : gate_bits_.data());
+                      gate_bits_.get());
     if (wants_residual) out[3] = g;
     return out;
   }
@@ -208,7 +209,7 @@ private:
 
   void release() override {
     x_ = gate_ = Tensor();
-    gate_bits_ = {};
+    gate_bits_.reset();
   }
 
   Tensor x_;
@@ -217,7 +218,7 @@ private:
   bool batch_statistics_;                     // training mode: μ, σ are functions of x
   Tensor gate_;
   bool gate_is_output_;
-  std::vector<uint16_t> gate_bits_;
+  std::unique_ptr<uint16_t[]> gate_bits_;
 };
 
 void check_channel_vector(const Tensor& t, const char* what, int64_t C, const Shape& x_shape) {
@@ -394,7 +395,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   // op anyway), else its input z, which the soft, guided and DeepLift rules read.
   const bool keep_pre_activation = record && tail.relu && !recording_gradient_only();
   // Under GradientOnly, also the gate as bits for the gradient's select (1/32 of the output).
-  std::vector<uint16_t> gate_bits(record && tail.relu && !keep_pre_activation ? size_t(N * C * gate_words(L)) : 0);
+  // Every word is written below, so the words start uninitialised.
+  std::unique_ptr<uint16_t[]> gate_bits;
+  if (record && tail.relu && !keep_pre_activation) gate_bits.reset(new uint16_t[size_t(N * C * gate_words(L))]);
   std::vector<float> gamma = values_or(weight, C, 1.0f);
   const std::vector<float> beta = values_or(bias, C, 0.0f);
   std::vector<float> mean(C), invstd(C);
@@ -413,8 +416,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
           invstd[c] = float(1.0 / std::sqrt(var[c] + double(eps)));
         }
         const auto [scale, shift] = channel_scale_shift(mean[c], invstd[c], gamma[c], beta[c]);
-        write_channel(px, pr, scale, shift, tail.relu, po, pz, gate_bits.empty() ? nullptr : gate_bits.data(),
-                      {N, C, L}, c);
+        write_channel(px, pr, scale, shift, tail.relu, po, pz, gate_bits.get(), {N, C, L}, c);
       }
     });
   });
