@@ -67,7 +67,7 @@ std::optional<DirectConvShape> direct_shape(const ConvGeometry& g, bool input_gr
 // shape, else Winograd where it applies (F(4×4) where its tiles fit the map, else F(2×2)),
 // else im2col. The input gradient by F(4×4) is the forward pass of its own convolution
 // (winograd_f4_input_gradient_geometry). (The weight gradient runs by F(4×4) where it
-// applies, else through F(2×2)'s GEMMs where Winograd does, else im2col's.)
+// applies with enough tiles, else through F(2×2)'s GEMMs where Winograd does, else im2col's.)
 ConvAlgorithm choose_algorithm(const ConvGeometry& g, bool input_gradient) {
   if (direct_shape(g, input_gradient)) return ConvAlgorithm::Direct;
   if (winograd_f4_applies(input_gradient ? winograd_f4_input_gradient_geometry(g) : g))
@@ -105,7 +105,7 @@ class Conv2dNode : public Node {
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     if (direct) direct_conv(*direct, u.data(), w_.data(), true, dx.data(), [](float*, int64_t) {});
     if (dx_f4) winograd_f4_input_gradient(g_, w_.data(), u.data(), dx.data());
-    const bool dw_f4 = dw.defined() && winograd_f4_applies(g_);
+    const bool dw_f4 = dw.defined() && winograd_f4_weight_gradient_applies(g_);
     if (dw_f4) winograd_f4_weight_gradient(g_, x_.data(), u.data(), dw.data());
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
     // What the GEMM paths still compute.

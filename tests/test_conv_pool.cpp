@@ -17,6 +17,7 @@
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/conv/geometry.h"
+#include "ops/conv/winograd_f4_weight_grad.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/pool.h"
@@ -238,15 +239,16 @@ TEST_CASE("conv2d: Winograd F(4x4)'s weight gradient matches a direct convolutio
   const std::vector<ConvCase> cases = {
       {{8, 40, 28, 28}, {36, 40, 3, 3}, Conv2dOptions::square(1, 1)},
       {{1, 40, 74, 70}, {48, 40, 3, 3}, Conv2dOptions::square(1, 1)},
-      {{2, 36, 31, 35}, {37, 36, 3, 3}, Conv2dOptions::square(1, 0)},
-      {{1, 41, 29, 30}, {37, 41, 3, 3}, Conv2dOptions::square(1, 2)},
-      {{4, 64, 14, 15}, {72, 64, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{8, 36, 31, 35}, {37, 36, 3, 3}, Conv2dOptions::square(1, 0)},
+      {{4, 41, 29, 30}, {37, 41, 3, 3}, Conv2dOptions::square(1, 2)},
+      {{16, 64, 14, 15}, {72, 64, 3, 3}, Conv2dOptions::square(1, 1)},
   };
   uint64_t seed = 900;
   for (const ConvCase& c : cases) {
     INFO("x ", to_string(c.x), " w ", to_string(c.w));
     const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
     REQUIRE(conv2d_algorithm(x, w, c.options) == ConvAlgorithm::WinogradF4);
+    REQUIRE(conv::winograd_f4_weight_gradient_applies(conv::make_geometry(x, w, Tensor(), c.options)));
     const Fn f = conv_with(c.options);
     Tensor y;
     {
@@ -268,9 +270,17 @@ TEST_CASE("conv2d: Winograd F(4x4)'s weight gradient matches a direct convolutio
     CHECK(rms > 0);
     CHECK(worst <= kWinogradF4Tolerance * rms);
   }
-  // Finite differences of the weights (the input's gradient is not this kernel's).
-  check_gradients(conv_with(Conv2dOptions::square(1, 1)),
-                  {random_tensor({1, 33, 14, 14}, seed++), random_tensor({16, 33, 3, 3}, seed++)}, {}, {false, true});
+  // Below its fewest tiles a batch keeps F(2x2)'s weight gradient: 8 images of 14x14, 128 tiles.
+  CHECK_FALSE(conv::winograd_f4_weight_gradient_applies(conv::make_geometry(
+      random_tensor({8, 64, 14, 14}, 0), random_tensor({64, 64, 3, 3}, 0), Tensor(), Conv2dOptions::square(1, 1))));
+  // Finite differences of the weights (the input's gradient is not this kernel's). The
+  // convolution is linear in w, so a wide step is exact but for rounding, whose share it
+  // shrinks (F(4x4)'s forward rounds to about 1e-5 of the outputs' RMS).
+  GradCheckOptions linear;
+  linear.eps = 0.5;
+  const Tensor fd_x = random_tensor({1, 16, 64, 64}, seed++), fd_w = random_tensor({16, 16, 3, 3}, seed++);
+  REQUIRE(conv::winograd_f4_weight_gradient_applies(conv::make_geometry(fd_x, fd_w, Tensor(), Conv2dOptions::square(1, 1))));
+  check_gradients(conv_with(Conv2dOptions::square(1, 1)), {fd_x, fd_w}, linear, {false, true});
   // Its blocks and partial sums depend on the shape only.
   ThreadCount restore;
   for (size_t i = 0; i < 2; ++i)

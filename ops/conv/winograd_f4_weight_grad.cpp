@@ -6,6 +6,7 @@
 #include "engine/threads.h"
 #include "engine/vectorize.h"
 #include "ops/conv/winograd_common.h"
+#include "ops/conv/winograd_f4.h"
 #include "ops/conv/winograd_f4_transforms.h"
 
 #if defined(__x86_64__)
@@ -27,6 +28,8 @@ namespace {
 // narrow.
 constexpr int64_t kF4WeightGradBytes = 1 << 19;
 constexpr int64_t kF4WeightGradMinTiles = 256;
+// The fewest tiles in the batch for which this runs (the header says why).
+constexpr int64_t kF4WeightGradMinBatchTiles = 256;
 
 // The adjoints of F(4×4)'s output and kernel transforms (the matrices Aᵀ and G are in
 // ops/conv/winograd_f4.cpp), on values `step` apart. T is a float or a vector of floats (one
@@ -187,6 +190,11 @@ void weights_from_transform_domain(const ConvGeometry& g, const float* dU, int64
 }
 
 }  // namespace
+
+bool winograd_f4_weight_gradient_applies(const ConvGeometry& g) {
+  const int64_t tiles = g.N * ((g.OH + kTile - 1) / kTile) * ((g.OW + kTile - 1) / kTile);
+  return winograd_f4_applies(g) && tiles >= kF4WeightGradMinBatchTiles;
+}
 
 void winograd_f4_weight_gradient(const ConvGeometry& g, const float* x, const float* dy, float* dw) {
   const WinogradTiling tiling = winograd_tiling(g, kTile, kSlices, kF4WeightGradBytes, kF4WeightGradMinTiles);

@@ -16,8 +16,14 @@
 
 namespace adjoint::conv {
 
+// Whether the weight gradient runs here: where F(4×4) runs the layer (winograd_f4_applies)
+// and the batch holds at least kF4WeightGradMinBatchTiles tiles. With fewer, the products are
+// too shallow for the 36·O·C sum they write (2.25 times F(2×2)'s): ResNet-50's 256-channel
+// layers at 14 × 14, 128 tiles a batch of 8, ran no faster, and F(2×2) keeps them.
+bool winograd_f4_weight_gradient_applies(const ConvGeometry& g);
+
 // dw (O, C, 3, 3) = the weight gradient of conv(x, w) for dY = dy, every entry written.
-// Runs where winograd_f4_applies(g). The blocks and their partial sums depend on the shape
+// Runs where winograd_f4_weight_gradient_applies(g). The blocks and their partial sums depend on the shape
 // only, so the result is the same bits at any thread count.
 void winograd_f4_weight_gradient(const ConvGeometry& g, const float* x, const float* dy, float* dw);
 
