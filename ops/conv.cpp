@@ -7,12 +7,13 @@
 //   ops/conv/im2col.h           im2col + GEMM (and col2im for the input gradient): any shape
 //   ops/conv/winograd.h         Winograd F(2×2, 3×3): 3×3 kernels at stride 1
 //   ops/conv/winograd_f4.h      Winograd F(4×4, 3×3): the same on maps of 14 and more
+//   ops/conv/winograd_f4_weight_grad.h  F(4×4)'s weight gradient, in its transform domain
 //   ops/conv/winograd_avx512.h  Winograd's transforms 16 tiles at a time, on AVX-512
 //   ops/conv/direct.h           direct convolution kernels, on AVX-512: narrow layers,
 //                               small maps, strided 3×3 layers
 //
-// The choice (forward and input gradient each choose; the weight gradient always runs
-// through GEMMs): direct where its kernels suit the shape, else Winograd where it applies
+// The choice (forward and input gradient each choose; the weight gradient runs by F(4×4)
+// where it applies, else through GEMMs): direct where its kernels suit the shape, else Winograd where it applies
 // (F(4×4) on maps of 14 and more, else F(2×2)), else im2col. Why each rule sits where it
 // does: ops/conv.h; the measurements behind the constants: docs/benchmarks.md,
 // "Convolution tuning constants".
@@ -35,6 +36,7 @@
 #include "ops/conv/prepared_weights.h"
 #include "ops/conv/winograd.h"
 #include "ops/conv/winograd_f4.h"
+#include "ops/conv/winograd_f4_weight_grad.h"
 #include "ops/layout.h"
 #include "ops/norm.h"
 
@@ -65,8 +67,8 @@ std::optional<DirectConvShape> direct_shape(const ConvGeometry& g, bool input_gr
 // The choice rule, forward or for the input gradient: direct where its kernels suit the
 // shape, else Winograd where it applies (F(4×4) where its tiles fit the map, else F(2×2)),
 // else im2col. The input gradient by F(4×4) is the forward pass of its own convolution
-// (winograd_f4_input_gradient_geometry). (The weight gradient always runs through GEMMs:
-// F(2×2)'s where Winograd applies, else im2col's.)
+// (winograd_f4_input_gradient_geometry). (The weight gradient runs by F(4×4) where it
+// applies with enough tiles, else through F(2×2)'s GEMMs where Winograd does, else im2col's.)
 ConvAlgorithm choose_algorithm(const ConvGeometry& g, bool input_gradient) {
   if (direct_shape(g, input_gradient)) return ConvAlgorithm::Direct;
   if (winograd_f4_applies(input_gradient ? winograd_f4_input_gradient_geometry(g) : g))
@@ -110,13 +112,17 @@ class Conv2dNode : public Node {
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     if (direct) direct_conv(*direct, u.data(), w.data(), true, dx.data(), [](float*, int64_t) {}, kept);
     if (dx_f4) winograd_f4_input_gradient(g_, w.data(), u.data(), dx.data(), kept);
+    const bool dw_f4 = dw.defined() && winograd_f4_weight_gradient_applies(g_);
+    if (dw_f4) winograd_f4_weight_gradient(g_, x.data(), u.data(), dw.data());
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
-    float* dx_left = direct || dx_f4 ? nullptr : pointer(dx);  // what the GEMM paths still compute
-    if (!dx_left && !dw.defined() && !db.defined()) return cotangents();
+    // What the GEMM paths still compute.
+    float* dx_left = direct || dx_f4 ? nullptr : pointer(dx);
+    float* dw_left = dw_f4 ? nullptr : pointer(dw);
+    if (!dx_left && !dw_left && !db.defined()) return cotangents();
     if (winograd)
-      winograd_backward(g_, x.data(), w.data(), u.data(), dx_left, pointer(dw), pointer(db), kept);
+      winograd_backward(g_, x.data(), w.data(), u.data(), dx_left, dw_left, pointer(db), kept);
     else
-      conv_backward(g_, x.data(), w.data(), u.data(), dx_left, pointer(dw), pointer(db), kept);
+      conv_backward(g_, x.data(), w.data(), u.data(), dx_left, dw_left, pointer(db), kept);
     return cotangents();
   }
 

@@ -1,6 +1,7 @@
 // 2-D convolution (cross-correlation, as torch.nn.functional.conv2d), by one of three
 // algorithms chosen per layer from its shape (the forward pass and the input gradient each
-// choose; the weight gradient always runs through GEMMs):
+// choose; the weight gradient runs through GEMMs, in F(4×4)'s transform domain where that
+// runs the layer on a batch of 256 tiles or more, else in F(2×2)'s or by im2col):
 //
 // - Direct, on CPUs with AVX-512 (ops/conv/direct.h): narrow layers (up to 32 channels) on
 //   maps 12 to 32 wide, small maps (up to 8 wide, up to 128 input channels) and strided
@@ -13,7 +14,8 @@
 //   packed layout directly. On maps of 14 and more rows and columns, F(4×4, 3×3) instead
 //   (ops/conv/winograd_f4.h): 36 GEMMs over 4×4 tiles, 4× fewer multiplications, at about
 //   ten times F(2×2)'s rounding error (1e-5 of the outputs' RMS); its input gradient is the
-//   same forward pass on the transposed, flipped weights.
+//   same forward pass on the transposed, flipped weights, its weight gradient the adjoint
+//   transforms around 36 GEMMs (ops/conv/winograd_f4_weight_grad.h).
 // - im2col + GEMM for everything else, with a 1×1 stride-1 path that reads the input in
 //   place.
 //

@@ -14,6 +14,7 @@
 #include "engine/threads.h"
 #include "engine/vectorize.h"
 #include "ops/activation.h"
+#include "ops/gate_bits.h"
 
 namespace adjoint {
 
@@ -74,9 +75,12 @@ std::pair<float, float> channel_scale_shift(float mean, float invstd, float gamm
 class BatchNormNode : public Node {
 public:
   // `gate` holds the ReLU's input z, or under GradientOnly its output (whose sign is the
-  // gate; the next op keeps it anyway); undefined without a ReLU.
+  // gate; the next op keeps it anyway); undefined without a ReLU. Under GradientOnly
+  // `gate_bits` holds the same gate as bits (ops/gate_bits.h), which the gradient's and the
+  // pullback's select read instead.
   BatchNormNode(Tensor x, ChannelLayout layout, std::vector<float> mean, std::vector<float> invstd,
-                std::vector<float> gamma, bool batch_statistics, Tensor gate, bool gate_is_output)
+                std::vector<float> gamma, bool batch_statistics, Tensor gate, bool gate_is_output,
+                std::unique_ptr<uint16_t[]> gate_bits)
       : x_(std::move(x)),
         layout_(layout),
         mean_(std::move(mean)),
@@ -84,7 +88,8 @@ public:
         gamma_(std::move(gamma)),
         batch_statistics_(batch_statistics),
         gate_(std::move(gate)),
-        gate_is_output_(gate_is_output) {}
+        gate_is_output_(gate_is_output),
+        gate_bits_(std::move(gate_bits)) {}
   std::string name() const override { return gate_.defined() ? "batch_norm_relu" : "batch_norm"; }
 
   // Cotangents of x, γ, β and the residual (inputs 0–3).
@@ -113,7 +118,8 @@ public:
     // The ReLU's select, written channel by channel inside the loop that then reads it
     // back from cache: into the residual's cotangent when it has one.
     Tensor g = wants_residual ? Tensor::empty(u.shape()) : Tensor();
-    normalisation_vjp(u.data(), gate_.data(), t, out, wants_residual ? g.data() : nullptr);
+    normalisation_vjp(u.data(), gate_.data(), t, out, wants_residual ? g.data() : nullptr,
+                      gate_bits_.get());
     if (wants_residual) out[3] = g;
     return out;
   }
@@ -123,9 +129,9 @@ private:
   // normalised values, or, with `gate`, for the ReLU's select relu_gate(gate, u). The
   // select is written out first, a channel at a time, into `keep` (of u's layout) when
   // given, else into a scratch channel; the reductions then read plain rows, which
-  // vectorise.
+  // vectorise. With `gate_bits` the select reads the gate from them (ops/gate_bits.h).
   void normalisation_vjp(const float* u, const float* gate, const Transport& t, std::vector<Tensor>& out,
-                         float* keep = nullptr) const {
+                         float* keep = nullptr, const uint16_t* gate_bits = nullptr) const {
     const auto [N, C, L] = layout_;
     const float* px = x_.data();
     const double count = double(N) * double(L);
@@ -153,6 +159,10 @@ private:
             for (int64_t n = 0; n < N; ++n) {
               const float *gr = gate + (n * C + c) * L, *ur = u + (n * C + c) * L;
               float* sr = selected + n * stride;
+              if (gate_bits) {
+                select_by_gate_bits(gate_bits + (n * C + c) * gate_words(L), ur, L, sr);
+                continue;
+              }
               for (int64_t l = 0; l < L; ++l) sr[l] = relu_gate(gr[l], ur[l]);
             }
             cot = selected;
@@ -198,7 +208,10 @@ private:
     return t;
   }
 
-  void release() override { x_ = gate_ = Tensor(); }
+  void release() override {
+    x_ = gate_ = Tensor();
+    gate_bits_.reset();
+  }
 
   Tensor x_;
   ChannelLayout layout_;
@@ -206,6 +219,7 @@ private:
   bool batch_statistics_;                     // training mode: μ, σ are functions of x
   Tensor gate_;
   bool gate_is_output_;
+  std::unique_ptr<uint16_t[]> gate_bits_;
 };
 
 void check_channel_vector(const Tensor& t, const char* what, int64_t C, const Shape& x_shape) {
@@ -232,9 +246,10 @@ ChannelAffine channel_affine(const std::vector<float>& mean, const std::vector<f
 }
 
 // One channel's output rows: y = x·scale + shift, + the residual, then the ReLU, in the
-// separate ops' order; `pre` (when not null) receives the ReLU's input.
+// separate ops' order; `pre` (when not null) receives the ReLU's input, `bits` (when not
+// null) the ReLU's gate as bits, read from each row while it is in cache.
 void write_channel(const float* px, const float* residual, float scale, float shift, bool relu, float* po,
-                   float* pre, const ChannelLayout& layout, int64_t c) {
+                   float* pre, uint16_t* bits, const ChannelLayout& layout, int64_t c) {
   const auto [N, C, L] = layout;
   for (int64_t n = 0; n < N; ++n) {
     const int64_t row = (n * C + c) * L;
@@ -252,6 +267,7 @@ void write_channel(const float* px, const float* residual, float scale, float sh
     if (zr) {  // only outside a training step, for the transports that read z
       for (int64_t l = 0; l < L; ++l) zr[l] = rr ? xr[l] * scale + shift + rr[l] : xr[l] * scale + shift;
     }
+    if (bits) write_gate_bits(yr, L, bits + (n * C + c) * gate_words(L));
   }
 }
 
@@ -379,6 +395,10 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   // The ReLU's gate for the backward pass: its output under GradientOnly (kept by the next
   // op anyway), else its input z, which the soft, guided and DeepLift rules read.
   const bool keep_pre_activation = record && tail.relu && !recording_gradient_only();
+  // Under GradientOnly, also the gate as bits for the gradient's select (1/32 of the output).
+  // Every word is written below, so the words start uninitialised.
+  std::unique_ptr<uint16_t[]> gate_bits;
+  if (record && tail.relu && !keep_pre_activation) gate_bits.reset(new uint16_t[size_t(N * C * gate_words(L))]);
   std::vector<float> gamma = values_or(weight, C, 1.0f);
   const std::vector<float> beta = values_or(bias, C, 0.0f);
   std::vector<float> mean(C), invstd(C);
@@ -397,7 +417,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
           invstd[c] = float(1.0 / std::sqrt(var[c] + double(eps)));
         }
         const auto [scale, shift] = channel_scale_shift(mean[c], invstd[c], gamma[c], beta[c]);
-        write_channel(px, pr, scale, shift, tail.relu, po, pz, {N, C, L}, c);
+        write_channel(px, pr, scale, shift, tail.relu, po, pz, gate_bits.get(), {N, C, L}, c);
       }
     });
   });
@@ -416,7 +436,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
     const Tensor gate = !tail.relu ? Tensor() : keep_pre_activation ? pre : out.detach();
     attach(out,
            std::make_shared<BatchNormNode>(xc.detach(), ChannelLayout{N, C, L}, std::move(mean), std::move(invstd),
-                                           std::move(gamma), training, gate, !keep_pre_activation),
+                                           std::move(gamma), training, gate, !keep_pre_activation,
+                                           std::move(gate_bits)),
            residual.defined() ? std::vector<Tensor>{xc, weight, bias, residual} : std::vector<Tensor>{xc, weight, bias});
   }
   return out;

@@ -17,6 +17,7 @@
 #include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/conv/geometry.h"
+#include "ops/conv/winograd_f4_weight_grad.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
 #include "ops/pool.h"
@@ -226,6 +227,73 @@ TEST_CASE("conv2d: row tiles and Winograd tiles match a direct convolution") {
     check_all();
     cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
   }
+}
+
+TEST_CASE("conv2d: Winograd F(4x4)'s weight gradient matches a direct convolution, finite differences and itself at 2 threads") {
+  // ops/conv/winograd_f4_weight_grad.cpp, held to kWinogradF4Tolerance of the gradient's root
+  // mean square (its sums add transformed values several times the result's size): several
+  // image blocks added as partial sums, bands of tile rows in one image, clipped edge tiles,
+  // paddings 0 and 2, four rows of tiles a vector (a 14-wide map), and O·C not a multiple of
+  // 16 (the transform back to 3x3 kernels ends pair by pair). More than 32 channels: the
+  // direct kernels take narrower layers.
+  const std::vector<ConvCase> cases = {
+      {{8, 40, 28, 28}, {36, 40, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{1, 40, 74, 70}, {48, 40, 3, 3}, Conv2dOptions::square(1, 1)},
+      {{8, 36, 31, 35}, {37, 36, 3, 3}, Conv2dOptions::square(1, 0)},
+      {{4, 41, 29, 30}, {37, 41, 3, 3}, Conv2dOptions::square(1, 2)},
+      {{16, 64, 14, 15}, {72, 64, 3, 3}, Conv2dOptions::square(1, 1)},
+  };
+  uint64_t seed = 900;
+  const auto check_case = [&](const ConvCase& c) {
+    INFO("x ", to_string(c.x), " w ", to_string(c.w), ", vector isa ", int(vector_isa()));
+    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+    REQUIRE(conv2d_algorithm(x, w, c.options) == ConvAlgorithm::WinogradF4);
+    REQUIRE(conv::winograd_f4_weight_gradient_applies(conv::make_geometry(x, w, Tensor(), c.options)));
+    const Fn f = conv_with(c.options);
+    Tensor y;
+    {
+      NoGrad no_grad;
+      y = f({x, w});
+    }
+    const Tensor u = random_tensor(y.shape(), seed++);
+    const reference::ConvShape shape{c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], c.options};
+    const reference::ConvGrads ref =
+        reference::conv2d_backward(reference::values(u), reference::values(x), reference::values(w), shape);
+    const std::vector<float> dw = vjp(f, {x, w}, u)[1].to_vector();
+    double squares = 0, worst = 0;
+    for (size_t i = 0; i < ref.dw.size(); ++i) {
+      squares += ref.dw[i] * ref.dw[i];
+      worst = std::max(worst, std::abs(dw[i] - ref.dw[i]));
+    }
+    const double rms = std::sqrt(squares / static_cast<double>(ref.dw.size()));
+    INFO("largest error ", worst, ", the gradient's RMS ", rms);
+    CHECK(rms > 0);
+    CHECK(worst <= kWinogradF4Tolerance * rms);
+  };
+  for (const ConvCase& c : cases) check_case(c);
+  // Without AVX-512 the transforms run a tile at a time and the products on OpenBLAS.
+  if (cpu_vector_isa() == VectorIsa::Avx512) {
+    cap_vector_isa(VectorIsa::Avx2);
+    for (const ConvCase& c : cases) check_case(c);
+    cap_vector_isa(VectorIsa::Avx512);
+  }
+  // Below its fewest tiles a batch keeps F(2x2)'s weight gradient: 8 images of 14x14, 128 tiles.
+  CHECK_FALSE(conv::winograd_f4_weight_gradient_applies(conv::make_geometry(
+      random_tensor({8, 64, 14, 14}, 0), random_tensor({64, 64, 3, 3}, 0), Tensor(), Conv2dOptions::square(1, 1))));
+  // Finite differences of the weights (the input's gradient is not this kernel's). The
+  // convolution is linear in w, so a wide step is exact but for rounding, whose share it
+  // shrinks (F(4x4)'s forward rounds to about 1e-5 of the outputs' RMS).
+  GradCheckOptions linear;
+  linear.eps = 0.5;
+  const Tensor fd_x = random_tensor({1, 16, 64, 64}, seed++), fd_w = random_tensor({16, 16, 3, 3}, seed++);
+  REQUIRE(conv::winograd_f4_weight_gradient_applies(conv::make_geometry(fd_x, fd_w, Tensor(), Conv2dOptions::square(1, 1))));
+  check_gradients(conv_with(Conv2dOptions::square(1, 1)), {fd_x, fd_w}, linear, {false, true});
+  // Its blocks and partial sums depend on the shape only.
+  ThreadCount restore;
+  for (size_t i = 0; i < 2; ++i)
+    check_same_bits_at_one_and_two_threads(conv_with(cases[i].options),
+                                           {random_tensor(cases[i].x, seed++), random_tensor(cases[i].w, seed++)},
+                                           seed++);
 }
 
 TEST_CASE("conv2d: the direct kernels for narrow layers match a direct convolution" *

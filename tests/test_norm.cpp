@@ -2,12 +2,14 @@
 // BatchNorm's tail (+ residual, ReLU) against the separate ops, bit for bit.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/threads.h"
+#include "engine/vectorize.h"
 #include "ops/activation.h"
 #include "ops/elementwise.h"
 #include "ops/norm.h"
@@ -315,4 +317,38 @@ TEST_CASE("norm: batch_norm with its tail gives the same bits at 1 and 2 threads
   const std::vector<Tensor> one = run(1), two = run(2);
   set_num_threads(previous);
   for (size_t i = 0; i < one.size(); ++i) check_close(two[i], one[i], 0, 0, cat("output ", i));
+}
+
+TEST_CASE("norm: under GradientOnly the ReLU's gate read from bits gives the separate ops' bits") {
+  // ops/gate_bits.h: rows shorter than a word, rows ending inside a word and rows of whole
+  // words; the AVX-512 path and the plain one; 1 and 2 threads.
+  const int previous = num_threads();
+  for (const Shape& shape : {Shape{3, 5, 3, 3}, Shape{2, 7, 7, 7}, Shape{2, 3, 8, 8}})
+    for (const VectorIsa isa : {cpu_vector_isa(), VectorIsa::Baseline})
+      for (const int threads : {1, 2})
+        for (const TailCase c : {TailCase{true, true}, TailCase{false, true}}) {
+          INFO("x ", to_string(shape), ", ", describe(c), ", vector isa ", int(isa), ", threads ", threads);
+          cap_vector_isa(isa);
+          set_num_threads(threads);
+          const int64_t C = shape[1];
+          const Tensor x = random_tensor(shape, 71, -2, 2), r = random_tensor(shape, 72), u = random_tensor(shape, 73);
+          const Tensor w = random_tensor({C}, 74, 0.5, 1.5), b = random_tensor({C}, 75);
+          auto ins_a = leaves({x, w, b, r}), ins_b = leaves({x, w, b, r});
+          Tensor ya, yb;
+          {
+            GradientOnly scope;
+            ya = composed_tail(ins_a, c, random_tensor({C}, 76), random_tensor({C}, 77, 0.5, 2));
+            yb = fused_tail(ins_b, c, random_tensor({C}, 76), random_tensor({C}, 77, 0.5, 2));
+          }
+          check_close(yb, ya, 0, 0, "forward");
+          const std::vector<float> y = yb.to_vector();
+          CHECK(std::count(y.begin(), y.end(), 0.0f) > int64_t(y.size()) / 5);  // the gate closes often
+          const Args wrt_a = c.residual ? ins_a : Args(ins_a.begin(), ins_a.begin() + 3);
+          const Args wrt_b = c.residual ? ins_b : Args(ins_b.begin(), ins_b.begin() + 3);
+          const std::vector<Tensor> ga = grad(ya, wrt_a, u), gb = grad(yb, wrt_b, u);
+          for (size_t i = 0; i < ga.size(); ++i) check_close(gb[i], ga[i], 0, 0, cat("cotangent of input ", i));
+          CHECK(max_abs(gb[0]) > 1e-3);
+        }
+  cap_vector_isa(cpu_vector_isa());
+  set_num_threads(previous);
 }

@@ -10,6 +10,7 @@
 #include "engine/vectorize.h"
 #include "ops/conv/winograd.h"
 #include "ops/conv/winograd_common.h"
+#include "ops/conv/winograd_f4_transforms.h"
 
 #if defined(__x86_64__)
 #include "engine/avx512.h"
@@ -17,11 +18,12 @@
 
 namespace adjoint::conv {
 
-namespace {
+using winograd_f4::kLanes;
+using winograd_f4::kSlices;
+using winograd_f4::kTile;
+using winograd_f4::tile_rows_a_vector;
 
-constexpr int kSlices = 36;  // transform positions: a 6 × 6 patch
-constexpr int64_t kTile = 4;  // outputs per tile side
-constexpr int kLanes = 16;    // tiles per transform call
+namespace {
 
 // Below this map size F(2×2) runs the layer: on a 7-wide map, 2 tiles of 4 across where 7
 // outputs are wanted, the transformed weights (36·O·C floats, 2.25 times F(2×2)'s, written
@@ -108,14 +110,6 @@ struct WinogradF4Kernel {
   }
 };
 
-// Where the tiles of a band lie: output rows [oh0, oh0 + 4·rows) of `nb` images, TW tiles
-// across; tile t = (b·rows + r)·TW + s has its top-left output at (oh0 + 4r, 4s) and its
-// 6 × 6 input patch at (oh0 + 4r − ph, 4s − pw).
-struct F4Band {
-  int64_t nb, oh0, rows, TW;
-  int64_t tiles() const { return nb * rows * TW; }
-};
-
 // What follows the sum in output channel o (Epilogue, without a residual): + bias, then
 // ·scale + shift, then max(·, 0), the operations of Epilogue::finish_row.
 struct ChannelFinish {
@@ -169,32 +163,6 @@ void output_row_tiles(const float* in, int64_t ms, int64_t n, const ChannelFinis
 }
 
 #if defined(__x86_64__)
-// Columns q .. q + 16 of a row W wide, zero outside it (those lanes are not read).
-ADJOINT_AVX512 __m512 load_inside(const float* row, int64_t q, int64_t W) {
-  return _mm512_maskz_loadu_ps(lanes_between(-q, W - q), row + q);
-}
-
-// Lanes 1–15 of v, then lane 0 of `last`.
-ADJOINT_AVX512 __m512 next_tile(__m512 v, __m512 last) {
-  return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(last), _mm512_castps_si512(v), 1));
-}
-
-// The six patch columns of 16 tiles along one row: col[j] lane t = column q0 + 4t + j. Five
-// loads of 16 columns; columns 4t + p (p < 4) are picked from each pair of loads by one
-// permute and joined by a shuffle; columns 4t + 4 and 4t + 5 are those of tile t + 1.
-ADJOINT_AVX512 void patch_columns(const float* row, int64_t q0, int64_t W, __m512 col[6]) {
-  const __m512 v0 = load_inside(row, q0, W), v1 = load_inside(row, q0 + 16, W), v2 = load_inside(row, q0 + 32, W),
-               v3 = load_inside(row, q0 + 48, W), v4 = load_inside(row, q0 + 64, W);
-  for (int p = 0; p < 4; ++p) {
-    const __m512i every_fourth =
-        _mm512_setr_epi32(p, p + 4, p + 8, p + 12, p + 16, p + 20, p + 24, p + 28, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512 low = _mm512_permutex2var_ps(v0, every_fourth, v1), high = _mm512_permutex2var_ps(v2, every_fourth, v3);
-    col[p] = _mm512_shuffle_f32x4(low, high, 0x44);  // lanes 0–7 of each
-  }
-  col[4] = next_tile(col[0], v4);
-  col[5] = next_tile(col[1], next_tile(v4, v4));
-}
-
 // input_row_tiles for k rows of n tiles in the lanes of vectors: tile t of row a in lane
 // a·n + t (k > 1 where a row of tiles is at most half a vector: the rows' tiles lie one after
 // the other in V, so their lanes store as one). rows[a] is row a's patch rows.
@@ -205,7 +173,7 @@ ADJOINT_AVX512 void input_tiles_avx512(const float* const rows[][6], int64_t k, 
     __m512 col[36];  // row a's patch values, its tiles in lanes 0 .. n
     for (int i = 0; i < 6; ++i) {
       if (rows[a][i]) {
-        patch_columns(rows[a][i], q0, W, col + 6 * i);
+        winograd_f4_patch_columns(rows[a][i], q0, W, col + 6 * i);
       } else {
         for (int j = 0; j < 6; ++j) col[6 * i + j] = _mm512_setzero_ps();
       }
@@ -277,13 +245,8 @@ void output_tiles_avx512(const float*, int64_t, int64_t, int64_t, const ChannelF
 }
 #endif
 
-// How many rows of TW tiles the vector transforms take at once: one where a row fills more
-// than half a vector (in pieces of 16 tiles), else as many whole rows as fit (a 28-wide map's
-// 7 tiles a row run two rows a vector, a 14-wide map's 4 tiles four).
-int64_t tile_rows_a_vector(int64_t TW) { return TW <= kLanes / 2 ? kLanes / TW : 1; }
+}  // namespace
 
-// V[ξ][c][t] = (Bᵀ d B)[ξ] for the input patch d of each tile t of the band (zero outside
-// the input); x is the block's first value.
 void winograd_f4_input(const ConvGeometry& g, const float* x, const F4Band& band, float* V) {
   const int64_t T = band.tiles(), TW = band.TW, vs = winograd_slice_stride(g.C, T);
   const bool vectors = vector_isa() == VectorIsa::Avx512;
@@ -315,6 +278,8 @@ void winograd_f4_input(const ConvGeometry& g, const float* x, const F4Band& band
         }
   });
 }
+
+namespace {
 
 // y = epilogue(Aᵀ M A) for every tile of the band; y is the block's first value.
 void winograd_f4_output(const ConvGeometry& g, const float* M, const F4Band& band, const Epilogue& epilogue,

@@ -15,7 +15,8 @@
 //
 // The input gradient of such a convolution is itself one: dx = dY convolved with the
 // weights transposed (C × O) and flipped, with padding 2 − p. It runs through the same
-// forward pass. The weight gradient stays with F(2×2) (winograd_backward).
+// forward pass. The weight gradient runs in the same transform domain
+// (ops/conv/winograd_f4_weight_grad.h).
 //
 // The transforms run along a row of tiles, 16 tiles at a time, one a lane: on AVX-512 a patch
 // row's six columns of 16 tiles come from five loads by permutes, and an output row of 16
