@@ -82,7 +82,7 @@ TEST_CASE("tensorsim: --check-mc reports its mark and tail diagnostics; --sample
   save_checkpoint(dir.file("a.safetensors"), *make_model(heavy_tailed_lm(), ga), nullptr, 0, 0, {});
   save_checkpoint(dir.file("b.safetensors"), *make_model(heavy_tailed_lm(), gb), nullptr, 0, 0, {});
   const std::string std_text = "2";
-  // Batch 6 of the test above: ⟨B|B⟩ 7.7 of its standard errors off, marked.
+  // Batch 6 of the test above, one that misses the exact self terms and is marked.
   const adjoint::testing::CommandOutcome check =
       adjoint::testing::run_adjoint({"tensorsim", dir.file("a.safetensors"), dir.file("b.safetensors"), "--no-baselines",
                                      "--input-std", std_text, "--check-mc", "20000", "--seed", "6", "--out", dir.file("check")});
