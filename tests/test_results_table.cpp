@@ -34,6 +34,16 @@ TEST_CASE("results table: CSV, Markdown, HTML and JSON of a small table") {
   CHECK(to_json(t.json()) == R"([{"method":"gradient","score":0.25},{"method":"soft pullback","score":-1.5}])");
 }
 
+TEST_CASE("results table: Markdown streamed a row at a time is the whole table's Markdown") {
+  const Table t = small_table();
+  std::string streamed = t.markdown_head();
+  for (const auto& row : t.rows) streamed += t.markdown_row(row);
+  CHECK(streamed == t.markdown());
+  CHECK(t.markdown_head() == "| method | score |\n|---|---:|\n");
+  CHECK(t.markdown_row({"a | b", "1"}) == "| a \\| b | 1 |\n");  // escaped as every Markdown cell
+  CHECK_THROWS_WITH_AS(t.markdown_row({"1"}), doctest::Contains("a row of 1 cells for 2 columns"), Error);
+}
+
 TEST_CASE("results table: every format escapes what would break it") {
   const std::string awkward = "a, \"b\" | <c> & 'd'\ne";
   Table t{{"text"}};

@@ -77,3 +77,49 @@ TEST_CASE("tempering over directions: replicate runs estimate the mass of six sh
   CHECK(mass.se < 0.08);
   CHECK(share.se < 0.35);
 }
+
+TEST_CASE("tempering over directions: the pilot resamples only where the weights collapsed, and sweeps on where particles stay put") {
+  // The six peaks again, two ways at about the same evaluations: resampling at every rung with
+  // `moves` sweeps (3 584 particles), and the adaptive schedule (1 024): resampling only where the
+  // carried weights' ESS fell below half, sweeping on until 90% of the particles have moved.
+  const int64_t m = 12;
+  const DirectionIntegrands f = peaked(m, 6, 20);
+  const double one = sphere_moment(m, 20), total = 21 * one;
+  const DirectionProposal uniform = DirectionProposal::uniform(m);
+  Replicates mass[2], share[2];
+  double evaluations[2] = {0, 0};
+  for (const int adaptive : {0, 1}) {
+    TemperingPlan plan;
+    plan.particles = adaptive ? 1024 : 3584;
+    if (!adaptive) plan.resample_share = 1, plan.moved_share = 0;
+    Generator gen(7);
+    const TemperingSchedule schedule = tempering_schedule(uniform, f, plan, gen);
+    int resampled = 0, extra = 0;
+    for (size_t t = 1; t + 1 < schedule.betas.size(); ++t) resampled += schedule.resample[t], extra += schedule.sweeps[t] > plan.moves;
+    const int moving_rungs = int(schedule.betas.size()) - 2;  // the last rung neither resamples nor moves
+    CHECK(schedule.sweeps.back() == 0);
+    if (adaptive) {
+      CHECK(resampled < moving_rungs / 2);
+      CHECK(extra > 0);
+    } else {
+      CHECK(resampled == moving_rungs);
+      CHECK(extra == 0);
+    }
+    std::vector<double> all, first;
+    for (int run = 0; run < 12; ++run) {
+      const TemperedRun r = tempered_run(uniform, f, schedule, plan, gen);
+      all.push_back(r.integrals[0] / total), first.push_back(r.integrals[1] / one), evaluations[adaptive] += double(r.evaluations) / 12;
+    }
+    mass[adaptive] = summary(all), share[adaptive] = summary(first);
+    const std::string name = adaptive ? "adaptive" : "every rung";
+    MESSAGE(name, ": ", moving_rungs, " rungs moved, resampled at ", resampled,
+            ", ", extra, " with extra sweeps, ", evaluations[adaptive], " evaluations a run; mass / exact ", mass[adaptive].mean, " ± ",
+            mass[adaptive].se, ", first peak's ", share[adaptive].mean, " ± ", share[adaptive].se);
+    CHECK(std::abs(mass[adaptive].mean - 1) <= 3.11 * mass[adaptive].se);
+    CHECK(std::abs(share[adaptive].mean - 1) <= 3.11 * share[adaptive].se);
+  }
+  CHECK(evaluations[1] < 1.2 * evaluations[0]);
+  // At about the same cost, the adaptive schedule's runs agree more closely.
+  CHECK(mass[1].se < 0.6 * mass[0].se);
+  CHECK(share[1].se < 0.6 * share[0].se);
+}

@@ -106,6 +106,7 @@ TensorSimOptions options_from(const cli::Args& a) {
   o.input_std = a.number("input-std");
   o.recursion = a.flag("recursion");
   o.tempering = !a.flag("no-tempering");
+  o.sampled = a.flag("sampled");
   o.tolerance = a.number("tolerance");
   if (a.integer("seed") < 0) throw UsageError(cat("--seed must be 0 or more, got ", a.integer("seed")));
   o.seed = uint64_t(a.integer("seed"));
@@ -242,6 +243,14 @@ int run_pair(const cli::Args& a) {
   Table csv{{"measure", "value", "inner_product", "norm_a", "norm_b", "compared"}};
   csv.add_row(csv_row("tensor_similarity", score.total, score.inner_ab, score.inner_aa, score.inner_bb, true, compared));
   csv.add_row({"method", score.kind, "", "", "", ""});
+  if (score.kind == "monte-carlo") {  // the estimate's standard errors (value column) and its mark
+    json["standard_error"] = number(score.standard_error), json["reliable"] = score.reliable;
+    csv.add_row(csv_row("standard_error", score.standard_error, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("inner_ab_standard_error", score.inner_ab_se, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("inner_aa_standard_error", score.inner_aa_se, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("inner_bb_standard_error", score.inner_bb_se, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("reliable", score.reliable ? 1 : 0, 0, 0, 0, false, compared));
+  }
   std::optional<MonteCarloSimilarity> mc;
   if (a.integer("check-mc") != 0) {
     mc = naming(pair, [&] {
@@ -253,11 +262,22 @@ int run_pair(const cli::Args& a) {
                 static_cast<long long>(a.integer("check-mc")), static_cast<long long>(mc->samples), mc->radial_points,
                 mc->importance ? ", importance-sampled" : "", fixed(mc->similarity, 6).c_str(), fixed(mc->similarity_se, 6).c_str(),
                 score.kind.c_str(), fixed(score.total, 6).c_str(), off);
+    // The diagnostics that decide whether the sampled estimate's interval is trusted (the route
+    // would temper over directions in place of a marked one; the check reports it as drawn).
+    std::printf("  tail diagnostics: Pareto shape %.3f (limit %.3f), largest draw's share of the variance %.3f, effective draws %.1f of %lld; %s\n",
+                mc->pareto_shape, mc->pareto_limit, mc->tail_share, mc->effective_draws, static_cast<long long>(mc->samples),
+                mc->reliable ? "unmarked" : "MARKED unreliable (its standard error may understate the error)");
     json["monte_carlo"] = Json(Json::Object{{"samples", Json(mc->samples)}, {"tensor_similarity", number(mc->similarity)},
-                                            {"standard_error", number(mc->similarity_se)}});
+                                            {"standard_error", number(mc->similarity_se)}, {"reliable", Json(mc->reliable)},
+                                            {"pareto_shape", number(mc->pareto_shape)}, {"tail_share", number(mc->tail_share)},
+                                            {"effective_draws", number(mc->effective_draws)}});
     csv.add_row({"monte_carlo_samples", cat(mc->samples), "", "", "", ""});
     csv.add_row(csv_row("monte_carlo_similarity", mc->similarity, 0, 0, 0, false, compared));
     csv.add_row(csv_row("monte_carlo_standard_error", mc->similarity_se, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("monte_carlo_reliable", mc->reliable ? 1 : 0, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("monte_carlo_pareto_shape", mc->pareto_shape, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("monte_carlo_tail_share", mc->tail_share, 0, 0, 0, false, compared));
+    csv.add_row(csv_row("monte_carlo_effective_draws", mc->effective_draws, 0, 0, 0, false, compared));
     // Each inner product apart, with its standard error (value column: the inner product).
     for (const auto& [name, value, se] : {std::tuple{"ab", mc->inner_ab, mc->inner_ab_se}, std::tuple{"aa", mc->inner_aa, mc->inner_aa_se},
                                           std::tuple{"bb", mc->inner_bb, mc->inner_bb_se}}) {
@@ -605,6 +625,7 @@ const cli::Registration tensorsim_command({
                  "evaluations of N Gaussian inputs, with standard errors",
                  "0"},
                 {"recursion", "", "deep networks: the second-moment recursion (the Gaussian closure, an approximation) in place of the exact routes and sampling", ""},
+                {"sampled", "", "the sampled estimate (sized to --tolerance, tempered where marked) even where an exact route applies: the estimator checked against the exact score of another run", ""},
                 {"no-tempering", "", "where the sampled estimate stays marked unreliable (heavy tails, or peaks its search did not settle), report it marked rather than temper over directions (slower: replicate runs)", ""},
                 {"tolerance", "SE", "where no exact route applies: sample until the cosine's standard error is at most SE", "0.005"},
                 {"seed", "N", "the draws of sampled estimates and of --check-mc (runs with different seeds are independent)", "1"},

@@ -40,6 +40,7 @@
 #include "analysis/similarity/radial_quadrature.h"
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
+#include "engine/io/table.h"
 #include "models/checkpoint.h"
 #include "models/paper_lm.h"
 
@@ -52,6 +53,34 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 bool covers(double estimate, double se, double exact) { return std::abs(estimate - exact) <= 1.96 * se; }
+
+// One cell, formatted as printf would.
+template <class... Values>
+std::string cell(const char* format, Values... values) {
+  char text[160];
+  std::snprintf(text, sizeof text, format, values...);
+  return text;
+}
+
+// "k/n": covered k times of n.
+std::string of(int k, int n) { return cell("%d/%d", k, n); }
+
+// A table's Markdown written a row at a time, each row as soon as it is measured.
+void print_head(const Table& t) {
+  std::fputs(t.markdown_head().c_str(), stdout);
+  std::fflush(stdout);
+}
+void print_row(const Table& t, const std::vector<std::string>& cells) {
+  std::fputs(t.markdown_row(cells).c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// Right-aligned columns but the named ones (text).
+std::vector<Align> numbers_but(size_t columns, const std::vector<size_t>& text) {
+  std::vector<Align> align(columns, Align::Right);
+  for (size_t i : text) align[i] = Align::Left;
+  return align;
+}
 
 // The estimators compared: importance-sampled directions (the default), uniform directions, and
 // plain sampling of whole inputs.
@@ -127,10 +156,11 @@ std::pair<PolynomialView, PolynomialView> plain_attention_pair(int64_t vocab, in
 
 void coverage(int runs, double tolerance, double input_std, int64_t vocab, int64_t dim, int64_t positions, double weight_std,
               double perturbation, int pairs) {
-  std::printf("| pair | estimator | exact cosine | cosine | <A|B> | <A|A> | <B|B> | mean s.e. | mean draws | mean evaluations | "
-              "mean time (s) | largest Pareto k | marked unreliable (of them, cosine missed; cosine missed in all) | "
-              "marked by variance share > 0.05 |\n"
-              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  Table table{{"pair", "estimator", "exact cosine", "cosine", "<A|B>", "<A|A>", "<B|B>", "mean s.e.", "mean draws", "mean evaluations",
+               "mean time (s)", "largest Pareto k", "marked unreliable (of them, cosine missed; cosine missed in all)",
+               "marked by variance share > 0.05"}};
+  table.align = numbers_but(table.header.size(), {1});
+  print_head(table);
   for (int pair = 0; pair < pairs; ++pair) {
     Generator gen(uint64_t(1000 + pair));
     const auto [a, b] = plain_attention_pair(vocab, dim, positions, weight_std, perturbation, gen);
@@ -140,10 +170,9 @@ void coverage(int runs, double tolerance, double input_std, int64_t vocab, int64
       MonteCarloPlan plan = plan_of(e);
       plan.tolerance = tolerance, plan.input_std = input_std;
       const Tally t = repeated_runs(a, b, plan, runs, 7919, 13, truth);
-      std::printf("| %d | %s | %.6f | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.2f | %.2f | %d (%d; %d) | %d |\n", pair,
-                  e.name, truth.cosine(), t.cosine, runs, t.ab, runs, t.aa, runs, t.bb, runs, t.se, t.draws, t.evaluations, t.time,
-                  t.pareto, t.marked, t.marked_missed, t.missed, t.share_marked);
-      std::fflush(stdout);
+      print_row(table, {std::to_string(pair), e.name, cell("%.6f", truth.cosine()), of(t.cosine, runs), of(t.ab, runs), of(t.aa, runs),
+                        of(t.bb, runs), cell("%.5f", t.se), cell("%.0f", t.draws), cell("%.0f", t.evaluations), cell("%.2f", t.time),
+                        cell("%.2f", t.pareto), cell("%d (%d; %d)", t.marked, t.marked_missed, t.missed), std::to_string(t.share_marked)});
     }
   }
 }
@@ -181,9 +210,10 @@ void drift(double input_std, const std::string& path, const std::vector<int64_t>
   for (float& w : halved) w *= 0.5f;
   other["layers.1.o.weight"] = Tensor::from_vector(other.at("layers.1.o.weight").shape(), halved);
   const PolynomialView b = paper_lm_view(other, shape, kPaperLmPositions, "halved");
-  std::printf("| estimator | draws | evaluations | cosine ± s.e. | <A|B> ± s.e. | <A|A> ± s.e. | <B|B> ± s.e. | Pareto k | tail share | "
-              "reliable | law drawn (peaks, unconverged; pilots' k: uniform, proposal) | time (s) |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|\n");
+  Table table{{"estimator", "draws", "evaluations", "cosine ± s.e.", "<A|B> ± s.e.", "<A|A> ± s.e.", "<B|B> ± s.e.", "Pareto k",
+               "tail share", "reliable", "law drawn (peaks, unconverged; pilots' k: uniform, proposal)", "time (s)"}};
+  table.align = numbers_but(table.header.size(), {0, 9, 10});
+  print_head(table);
   for (const Estimator& e : kEstimators) {
     if (!selected(e)) continue;
     for (int64_t draws : budgets) {
@@ -204,11 +234,10 @@ void drift(double input_std, const std::string& path, const std::vector<int64_t>
                                                              std::to_string(mc.proposal_peaks) + ", " +
                                                              std::to_string(mc.proposal_unconverged) + "; " +
                                                              pilot_shapes(mc.uniform_pilot_shape, mc.proposal_pilot_shape) + ")";
-      std::printf("| %s | %lld | %lld | %.4f ± %.4f | %.4g ± %.2g | %.4g ± %.2g | %.4g ± %.2g | %.2f | %.3f | %s | %s | %.1f |\n", e.name,
-                  (long long)mc.samples, (long long)mc.evaluations, mc.similarity, mc.similarity_se, mc.inner_ab, mc.inner_ab_se,
-                  mc.inner_aa, mc.inner_aa_se, mc.inner_bb, mc.inner_bb_se, mc.pareto_shape, mc.tail_share,
-                  mc.reliable ? "yes" : "no", law.c_str(), seconds_since(start));
-      std::fflush(stdout);
+      print_row(table, {e.name, std::to_string(mc.samples), std::to_string(mc.evaluations), cell("%.4f ± %.4f", mc.similarity, mc.similarity_se),
+                        cell("%.4g ± %.2g", mc.inner_ab, mc.inner_ab_se), cell("%.4g ± %.2g", mc.inner_aa, mc.inner_aa_se),
+                        cell("%.4g ± %.2g", mc.inner_bb, mc.inner_bb_se), cell("%.2f", mc.pareto_shape), cell("%.3f", mc.tail_share),
+                        mc.reliable ? "yes" : "no", law, cell("%.1f", seconds_since(start))});
     }
   }
 }
@@ -217,16 +246,17 @@ void versus(const std::string& path_a, const std::string& path_b, int64_t positi
             double tolerance, double ab, double aa, double bb) {
   const PolynomialView a = model_from_checkpoint(load_checkpoint(path_a))->polynomial_view(positions),
                        b = model_from_checkpoint(load_checkpoint(path_b))->polynomial_view(positions);
-  std::printf("| estimator | cosine | <A|B> | <A|A> | <B|B> | mean s.e. | mean draws | mean evaluations | mean time (s) | "
-              "largest Pareto k | marked unreliable |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  Table table{{"estimator", "cosine", "<A|B>", "<A|A>", "<B|B>", "mean s.e.", "mean draws", "mean evaluations", "mean time (s)",
+               "largest Pareto k", "marked unreliable"}};
+  table.align = numbers_but(table.header.size(), {0});
+  print_head(table);
   for (const Estimator& e : kEstimators) {
     if (!selected(e)) continue;
     MonteCarloPlan plan = plan_of(e);
     plan.tolerance = tolerance, plan.input_std = input_std;
     const Tally t = repeated_runs(a, b, plan, runs, 104729, 0, {ab, aa, bb});
-    std::printf("| %s | %d/%d | %d/%d | %d/%d | %d/%d | %.5f | %.0f | %.0f | %.1f | %.2f | %d |\n", e.name, t.cosine, runs, t.ab, runs,
-                t.aa, runs, t.bb, runs, t.se, t.draws, t.evaluations, t.time, t.pareto, t.marked);
-    std::fflush(stdout);
+    print_row(table, {e.name, of(t.cosine, runs), of(t.ab, runs), of(t.aa, runs), of(t.bb, runs), cell("%.5f", t.se), cell("%.0f", t.draws),
+                      cell("%.0f", t.evaluations), cell("%.1f", t.time), cell("%.2f", t.pareto), std::to_string(t.marked)});
   }
 }
 

@@ -422,6 +422,7 @@ TensorSimScore monte_carlo(RoutePair& p) {
   score.total = mc.similarity, score.standard_error = mc.similarity_se, score.samples = mc.samples;
   score.reliable = mc.reliable;
   score.inner_ab = mc.inner_ab, score.inner_aa = mc.inner_aa, score.inner_bb = mc.inner_bb;
+  score.inner_ab_se = mc.inner_ab_se, score.inner_aa_se = mc.inner_aa_se, score.inner_bb_se = mc.inner_bb_se;
   score.slices = mc.slices, score.slice_se = mc.slice_se;
   return score;
 }
@@ -446,21 +447,21 @@ TensorSimScore recursion(RoutePair& p) {
 
 // The routes, tried in order: the first that applies answers. `deep`: a route for networks of
 // more than one bilinear layer (the Gaussian metric with bias only); `exact`: skipped when the
-// recursion is asked for.
+// recursion is asked for; `sampled`: the only one tried when sampling is asked for.
 struct Route {
   const char* name;
-  bool deep, exact;
+  bool deep, exact, sampled;
   bool (*applies)(RoutePair&);
   TensorSimScore (*compute)(RoutePair&);
 };
 const Route kRoutes[] = {
-    {"closed form", false, true, one_layer_each, closed_form},
-    {"network tensors", false, true, identity_at_depth, network_tensors},
-    {"Isserlis sum", true, true, isserlis_applies, isserlis},
-    {"explicit polynomials", true, true, polynomial_applies, polynomial},
-    {"one position at a time", true, true, attention_block_applies, attention_block},
-    {"second-moment recursion", true, false, recursion_applies, recursion},
-    {"Monte Carlo", true, false, monte_carlo_applies, monte_carlo},
+    {"closed form", false, true, false, one_layer_each, closed_form},
+    {"network tensors", false, true, false, identity_at_depth, network_tensors},
+    {"Isserlis sum", true, true, false, isserlis_applies, isserlis},
+    {"explicit polynomials", true, true, false, polynomial_applies, polynomial},
+    {"one position at a time", true, true, false, attention_block_applies, attention_block},
+    {"second-moment recursion", true, false, false, recursion_applies, recursion},
+    {"Monte Carlo", true, false, true, monte_carlo_applies, monte_carlo},
 };
 
 }  // namespace
@@ -471,8 +472,11 @@ TensorSimScore tensor_similarity(const Model& a, const Model& b, const TensorSim
   RoutePair p{a, b, reference, o, cache ? *cache : own, a.polynomial_view(o.positions), b.polynomial_view(o.positions),
               reference ? reference->polynomial_view(o.positions) : PolynomialView{}, "", nullptr, {}, false, {}, {}};
   bool deep_checked = false;
+  if (o.recursion && o.sampled) throw UsageError("tensor similarity: --recursion and --sampled each choose the route; give one");
   if (o.recursion) p.why = "asked for (--recursion)";
+  if (o.sampled) p.why = "sampling asked for (--sampled)";
   for (const Route& route : kRoutes) {
+    if (o.sampled && !route.sampled) continue;
     if (route.deep && !deep_checked) check_deep_options(p), deep_checked = true;
     if (route.deep && route.exact && o.recursion) continue;
     if (route.applies(p)) return route.compute(p);

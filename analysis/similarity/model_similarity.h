@@ -33,6 +33,7 @@ struct TensorSimOptions {
   double input_std = 1.0;           // gaussian metric: x ~ N(0, input_std²·I)
   bool recursion = false;           // deep networks: the second-moment recursion (the Gaussian closure), asked for
   double tolerance = 0.005;         // where no exact route applies: Monte Carlo to this standard error of the cosine
+  bool sampled = false;             // the sampled estimate (Monte Carlo route) even where an exact route applies: its own check
   bool tempering = true;            // where sampling stays marked, temper over directions (monte_carlo.h); false: report it marked
   uint64_t seed = 1;                // and its draws
   const InputDistribution* data = nullptr;  // data metric: the data's N(μ, Σ)
@@ -84,6 +85,7 @@ struct TensorSimScore {
   std::vector<double> slice_ab, slice_aa, slice_bb;  // per output, where the method gives them
   // A Monte Carlo estimate's standard errors (0 for the others) and samples spent.
   double standard_error = 0;
+  double inner_ab_se = 0, inner_aa_se = 0, inner_bb_se = 0;
   std::vector<double> slice_se;
   int64_t samples = 0;
   bool reliable = true;  // false: a Monte Carlo estimate whose tail diagnostic marks its interval untrustworthy

@@ -274,6 +274,17 @@ double largest_pareto_shape(const Products& all) {
   return std::max({pareto_shape_both_tails(all.ab), pareto_shape_both_tails(all.aa), pareto_shape_both_tails(all.bb)});
 }
 
+// The smaller of the self terms' effective numbers of draws, (Σ x)²/Σ x² over the (positive) draws
+// of |f_a|² and of |f_b|².
+double self_effective_draws(const Products& all) {
+  auto effective = [](const std::vector<double>& x) {
+    double sum = 0, squares = 0;
+    for (double v : x) sum += v, squares += v * v;
+    return squares > 0 ? sum * sum / squares : double(x.size());
+  };
+  return std::min(effective(all.aa), effective(all.bb));
+}
+
 // What every sized run of a pair shares: the views read in the embeddings' span, the radial rule,
 // the direct paths of the control variate with their exact means.
 struct Setup {
@@ -582,6 +593,7 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   r.proposal_peaks = fit.peaks, r.proposal_unconverged = fit.unconverged, r.proposal_draws = fit.draws + set_aside;
   r.evaluations = (run.done + run.pilot + r.proposal_draws) * s.per_draw_rows;
   r.tail_share = run.total.tail_share(run.done);
+  r.effective_draws = self_effective_draws(run.all);
   r.pareto_shape = largest_pareto_shape(run.all), r.pareto_limit = pareto_shape_limit(run.done);
   // A proposal whose search was still finding peaks (or heavy weights) when it stopped has left
   // mass unfound that a sized run may not meet: its estimate is marked whatever its draws' tail.

@@ -30,6 +30,9 @@ struct MonteCarloSimilarity {
   int radial_points = 0;
   int64_t evaluations = 0;
   double tail_share = 0;
+  // The self terms' effective number of draws, (Σ x)²/Σ x² over the draws x of |f_a|² and of |f_b|²
+  // (each positive), the smaller: N for draws alike, near 1 where one draw carries the mean.
+  double effective_draws = 0;
   // Importance sampling over directions (direction_proposal.h): whether the directions came from
   // a fitted proposal, the peaks it found and the directions it spent (within evaluations).
   bool importance = false;

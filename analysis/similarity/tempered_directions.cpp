@@ -64,6 +64,23 @@ double effective_size(const std::vector<double>& log_w) {
   return std::exp(2 * log_sum_exp(log_w) - log_sum_exp(twice));
 }
 
+// The conditional effective sample size of a step (Zhou, Johansen & Aston 2016), n·(Σ W_i w_i)²/Σ W_i w_i²,
+// for the carried normalised weights W = exp(log_W) and the step's incremental weights exp(log_w).
+double conditional_effective_size(const std::vector<double>& log_W, const std::vector<double>& log_w) {
+  std::vector<double> once(log_w.size()), twice(log_w.size());
+  for (size_t i = 0; i < log_w.size(); ++i) once[i] = log_W[i] + log_w[i], twice[i] = log_W[i] + 2 * log_w[i];
+  return double(log_w.size()) * std::exp(2 * log_sum_exp(once) - log_sum_exp(twice));
+}
+
+// The carried log weights times the step's incremental weights, normalised to sum to 1; returns the
+// log of the step's weighted mean Σ W_i w_i, the factor it contributes to the normaliser.
+double reweight(std::vector<double>& log_W, const std::vector<double>& log_w) {
+  for (size_t i = 0; i < log_W.size(); ++i) log_W[i] += log_w[i];
+  const double factor = log_sum_exp(log_W);
+  for (double& v : log_W) v -= factor;
+  return factor;
+}
+
 // Multinomial resampling: n indices drawn with probabilities ∝ exp(log_w), by sorted uniforms.
 void resample(Population& p, const std::vector<double>& log_w, Generator& gen) {
   const double total = log_sum_exp(log_w);
@@ -93,7 +110,7 @@ void resample(Population& p, const std::vector<double>& log_w, Generator& gen) {
 // jump between distant peaks the random walk would take many rungs to cross. Either leaves π_β
 // invariant. Returns the share accepted.
 double metropolis_sweep(Population& p, double beta, double step, const DirectionIntegrands& integrands, const DirectionProposal& base,
-                        Generator& gen, int64_t& evaluations) {
+                        Generator& gen, int64_t& evaluations, std::vector<char>* moved = nullptr) {
   Population trial = p;
   if (step > 0) {
     const std::vector<float> xi = normal({p.n, p.m}, 0.0f, 1.0f, gen).to_vector();
@@ -119,6 +136,7 @@ double metropolis_sweep(Population& p, double beta, double step, const Direction
                                       : beta * ((trial.log_h[k] - trial.log_q[k]) - (p.log_h[k] - p.log_q[k]));
     if (!(std::log(double(accept[k])) < log_ratio)) continue;
     ++accepted;
+    if (moved) (*moved)[k] = 1;
     std::copy_n(trial.u.begin() + i * p.m, p.m, p.u.begin() + i * p.m);
     std::copy_n(trial.values.begin() + i * p.width, p.width, p.values.begin() + i * p.width);
     p.log_h[k] = trial.log_h[k], p.log_q[k] = trial.log_q[k];
@@ -131,6 +149,10 @@ void check_plan(const TemperingPlan& plan, int64_t dimension) {
   check(plan.particles >= 2 && plan.moves >= 1, "tempering: needs at least 2 particles and 1 move a rung, got ", plan.particles,
         " and ", plan.moves);
   check(plan.ess_share > 0 && plan.ess_share < 1, "tempering: the effective-size share must be in (0, 1), got ", plan.ess_share);
+  check(plan.resample_share > 0 && plan.resample_share <= 1, "tempering: the resampling share must be in (0, 1], got ",
+        plan.resample_share);
+  check(plan.moved_share >= 0 && plan.moved_share <= 1 && plan.max_moves >= plan.moves,
+        "tempering: the moved share must be in [0, 1] and max_moves at least moves, got ", plan.moved_share, " and ", plan.max_moves);
   check(plan.min_rungs >= 1 && plan.max_rungs >= plan.min_rungs, "tempering: min_rungs must be at least 1 and at most max_rungs, got ",
         plan.min_rungs, " and ", plan.max_rungs);
 }
@@ -145,43 +167,50 @@ TemperingSchedule tempering_schedule(const DirectionProposal& base, const Direct
   check_plan(plan, base.dimension);
   int64_t spent = plan.particles;
   Population p = start(plan.particles, integrands, base, gen);
+  const double flat = -std::log(double(plan.particles));
+  std::vector<double> log_W(size_t(plan.particles), flat);  // the carried weights, normalised
   TemperingSchedule s;
-  s.betas = {0.0}, s.steps = {0.0};
+  s.betas = {0.0}, s.steps = {0.0}, s.sweeps = {0}, s.resample = {0};
   double step = kLongestStep;
   const double wanted = plan.ess_share * double(plan.particles);
   while (s.betas.back() < 1) {
     check(int(s.betas.size()) <= plan.max_rungs, "tempering: the ladder reached ", plan.max_rungs, " rungs at β = ", s.betas.back(),
           " (the target is too peaked for ", plan.particles, " particles)");
     const double beta = s.betas.back();
-    // The next β: where the incremental weights' effective size falls to the wanted share, by
+    // The next β: where the step's conditional effective size falls to the wanted share, by
     // bisection (the size falls as the step grows), at most 1/min_rungs above this one.
     const double longest = std::min(1 - beta, 1.0 / plan.min_rungs);
     double next = beta + longest;
-    if (effective_size(log_weights(p, longest)) < wanted) {
+    if (conditional_effective_size(log_W, log_weights(p, longest)) < wanted) {
       double low = 0, high = longest;
       for (int i = 0; i < 60; ++i) {
         const double mid = (low + high) / 2;
-        (effective_size(log_weights(p, mid)) >= wanted ? low : high) = mid;
+        (conditional_effective_size(log_W, log_weights(p, mid)) >= wanted ? low : high) = mid;
       }
       next = beta + std::max(low, 1e-12);
     }
     s.betas.push_back(next);
     if (next >= 1 - 1e-12) {
-      s.betas.back() = 1, s.steps.push_back(step);
+      s.betas.back() = 1, s.steps.push_back(step), s.sweeps.push_back(0), s.resample.push_back(0);
       break;
     }
-    resample(p, log_weights(p, next - beta), gen);
-    // The random walk's step tuned toward the wanted acceptance over the rung's sweeps; the last
-    // value is kept.
-    for (int sweep = 0; sweep < plan.moves; ++sweep) {
+    reweight(log_W, log_weights(p, next - beta));
+    const bool resampled = effective_size(log_W) < plan.resample_share * double(plan.particles);
+    if (resampled) resample(p, log_W, gen), std::fill(log_W.begin(), log_W.end(), flat);
+    // The random walk's step tuned toward the wanted acceptance over the rung's sweeps (the last
+    // value is kept); sweeps on past `moves` until the wanted share of particles has moved.
+    std::vector<char> moved(size_t(plan.particles), 0);
+    auto moved_share = [&] { return double(std::count(moved.begin(), moved.end(), 1)) / double(plan.particles); };
+    int sweep = 0;
+    for (; sweep < plan.max_moves && (sweep < plan.moves || moved_share() < plan.moved_share); ++sweep) {
       if (sweep % 2 == 1) {
-        metropolis_sweep(p, next, 0, integrands, base, gen, spent);
+        metropolis_sweep(p, next, 0, integrands, base, gen, spent, &moved);
         continue;
       }
-      const double rate = metropolis_sweep(p, next, step, integrands, base, gen, spent);
+      const double rate = metropolis_sweep(p, next, step, integrands, base, gen, spent, &moved);
       step = std::clamp(step * std::exp(2 * (rate - plan.acceptance)), 1e-6, kLongestStep);
     }
-    s.steps.push_back(step);
+    s.steps.push_back(step), s.sweeps.push_back(sweep), s.resample.push_back(resampled ? 1 : 0);
     if (progress) progress(next);
   }
   if (evaluations) *evaluations += spent;
@@ -191,39 +220,40 @@ TemperingSchedule tempering_schedule(const DirectionProposal& base, const Direct
 TemperedRun tempered_run(const DirectionProposal& base, const DirectionIntegrands& integrands, const TemperingSchedule& schedule,
                          const TemperingPlan& plan, Generator& gen, const std::function<void(double)>& progress) {
   check_plan(plan, base.dimension);
-  check(schedule.betas.size() >= 2 && schedule.betas.front() == 0 && schedule.betas.back() == 1 &&
-            schedule.steps.size() == schedule.betas.size(),
-        "tempering: a schedule runs from β = 0 to β = 1 with a step at each rung");
+  const size_t size = schedule.betas.size();
+  check(size >= 2 && schedule.betas.front() == 0 && schedule.betas.back() == 1 && schedule.steps.size() == size &&
+            schedule.sweeps.size() == size && schedule.resample.size() == size,
+        "tempering: a schedule runs from β = 0 to β = 1 with a step, sweeps and a resampling flag at each rung");
   TemperedRun run;
   run.evaluations = plan.particles;
   Population p = start(plan.particles, integrands, base, gen);
   const int64_t K = p.width - 1;
-  const size_t rungs = schedule.betas.size() - 1;
+  const size_t rungs = size - 1;
+  const double flat = -std::log(double(plan.particles));
+  std::vector<double> log_W(size_t(plan.particles), flat);
   double acceptance = 0;
+  int64_t sweeps = 0;
   for (size_t t = 1; t <= rungs; ++t) {
-    const std::vector<double> log_w = log_weights(p, schedule.betas[t] - schedule.betas[t - 1]);
+    run.log_normaliser += reweight(log_W, log_weights(p, schedule.betas[t] - schedule.betas[t - 1]));
     if (t == rungs) {
-      // E_u[φ] = Z_{L−1}·(the mean over the particles of w·φ/h), as γ_L = h; each term in the log
-      // scale's range.
-      const double top = *std::max_element(log_w.begin(), log_w.end());
+      // E_u[φ] = Z_L·E_{π_L}[φ/h], as γ_L = h: the normaliser times the weighted mean of φ/h.
       run.integrals.assign(size_t(K), 0.0);
       for (int64_t i = 0; i < p.n; ++i) {
-        const double w = std::exp(log_w[size_t(i)] - top), h = p.values[size_t(i * p.width)];
-        if (!(h > 0)) continue;  // w·φ/h with φ bounded by h: 0 where h is
-        for (int64_t k = 0; k < K; ++k) run.integrals[size_t(k)] += w * p.values[size_t(i * p.width + 1 + k)] / h;
+        const double W = std::exp(log_W[size_t(i)]), h = p.values[size_t(i * p.width)];
+        if (!(h > 0)) continue;  // W·φ/h with φ bounded by h: 0 where h is
+        for (int64_t k = 0; k < K; ++k) run.integrals[size_t(k)] += W * p.values[size_t(i * p.width + 1 + k)] / h;
       }
-      const double scale = std::exp(run.log_normaliser + top) / double(p.n);
+      const double scale = std::exp(run.log_normaliser);
       for (double& v : run.integrals) v *= scale;
+      break;
     }
-    run.log_normaliser += log_sum_exp(log_w) - std::log(double(p.n));
-    if (t == rungs) break;
-    resample(p, log_w, gen);
-    for (int sweep = 0; sweep < plan.moves; ++sweep)
+    if (schedule.resample[t]) resample(p, log_W, gen), std::fill(log_W.begin(), log_W.end(), flat);
+    for (int sweep = 0; sweep < schedule.sweeps[t]; ++sweep, ++sweeps)
       acceptance += metropolis_sweep(p, schedule.betas[t], sweep % 2 == 1 ? 0.0 : schedule.steps[t], integrands, base, gen,
                                      run.evaluations);
     if (progress) progress(double(t) / double(rungs));
   }
-  run.acceptance = rungs > 1 ? acceptance / double((rungs - 1) * size_t(plan.moves)) : 1.0;
+  run.acceptance = sweeps > 0 ? acceptance / double(sweeps) : 1.0;
   return run;
 }
 

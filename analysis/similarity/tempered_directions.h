@@ -32,7 +32,21 @@ using DirectionIntegrands = std::function<std::vector<double>(const std::vector<
 struct TemperingPlan {
   int64_t particles = 256;
   int moves = 4;                // Metropolis sweeps over the population at each rung, alternately a random walk and draws from the base law
-  double ess_share = 0.5;       // the pilot's next β: the incremental weights' ESS falls to this share of the particles
+  // The pilot's next β: where the conditional effective sample size of the step (Zhou, Johansen &
+  // Aston 2016), N·(Σ W_i w_i)²/Σ W_i w_i² for the carried normalised weights W and the step's
+  // incremental weights w, falls to this share of the particles. It measures the step alone,
+  // whatever the weights carried from earlier rungs; with W uniform it is the ESS of w.
+  double ess_share = 0.5;
+  // The particles are resampled only where the carried weights' ESS, (Σ W)²/Σ W², has fallen
+  // below this share (1: at every rung): resampling a nearly flat population only duplicates
+  // particles and spends the diversity the early rungs need to meet every peak.
+  double resample_share = 0.5;
+  // More sweeps where the population collapsed: the pilot sweeps each rung at least `moves` times,
+  // and on until this share of the particles has moved (accepted a proposal) since the rung
+  // began, at most max_moves sweeps. Duplicates left by a resampling that no sweep moved are
+  // still one particle.
+  double moved_share = 0.9;
+  int max_moves = 16;
   double acceptance = 0.25;     // the pilot tunes each rung's step toward this acceptance rate
   // No rung raises β by more than 1/min_rungs: where the particles have not yet met the peaks
   // (a flat sample, whose weights keep a high effective size), the effective-size rule alone would
@@ -42,9 +56,12 @@ struct TemperingPlan {
 };
 
 // The ladder 0 = β_0 < β_1 < … < β_L = 1 and the Metropolis step length at each rung (step[t]
-// moves the particles at rung t, t ≥ 1): a proposal u' = (u + step·ξ)/|u + step·ξ|, ξ ~ N(0, I).
+// moves the particles at rung t, t ≥ 1): a proposal u' = (u + step·ξ)/|u + step·ξ|, ξ ~ N(0, I);
+// whether the particles are resampled at rung t, and the sweeps there (each entry 0 at t = 0).
 struct TemperingSchedule {
   std::vector<double> betas, steps;
+  std::vector<int> sweeps;
+  std::vector<char> resample;
 };
 
 struct TemperedRun {

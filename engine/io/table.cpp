@@ -29,20 +29,34 @@ std::string Table::csv() const {
   return out;
 }
 
-std::string Table::markdown() const {
-  const auto line = [](const std::vector<std::string>& cells) {
-    std::string out = "|";
-    for (const std::string& cell : cells) {
-      out += ' ';
-      out += markdown_cell(cell);
-      out += " |";
-    }
-    return out + "\n";
-  };
-  std::string out = line(header) + "|";
+namespace {
+
+std::string markdown_line(const std::vector<std::string>& cells) {
+  std::string out = "|";
+  for (const std::string& cell : cells) {
+    out += ' ';
+    out += markdown_cell(cell);
+    out += " |";
+  }
+  return out + "\n";
+}
+
+}  // namespace
+
+std::string Table::markdown_head() const {
+  std::string out = markdown_line(header) + "|";
   for (size_t i = 0; i < header.size(); ++i) out += i < align.size() && align[i] == Align::Right ? "---:|" : "---|";
-  out += "\n";
-  for (const auto& row : rows) out += line(row);
+  return out + "\n";
+}
+
+std::string Table::markdown_row(const std::vector<std::string>& cells) const {
+  check(cells.size() == header.size(), "table: a row of ", cells.size(), " cells for ", header.size(), " columns");
+  return markdown_line(cells);
+}
+
+std::string Table::markdown() const {
+  std::string out = markdown_head();
+  for (const auto& row : rows) out += markdown_line(row);
   return out;
 }
 

@@ -16,6 +16,8 @@
 //   Table t{{"method", "score"}};
 //   t.add_row({"gradient", fixed(0.25, 3)});
 //   write_file_atomic(out + "/scores.csv", t.csv());
+//   std::fputs(t.markdown_head().c_str(), stdout);           // or streamed, a row as it is measured
+//   std::fputs(t.markdown_row({"gradient", fixed(0.25, 3)}).c_str(), stdout);
 #pragma once
 #include <cstddef>
 #include <string>
@@ -38,6 +40,11 @@ struct Table {
 
   std::string csv() const;
   std::string markdown() const;
+  // The Markdown table written a row at a time, as its rows are measured: the header and its
+  // rule, then a line per row (throws Error unless it has a cell per header column), the same
+  // text markdown() gives for the rows held.
+  std::string markdown_head() const;
+  std::string markdown_row(const std::vector<std::string>& cells) const;
   std::string html() const;
   Json json() const;
 };
