@@ -94,6 +94,32 @@ struct ThreadCount {
   ~ThreadCount() { set_num_threads(saved); }
 };
 
+// A case's random input, weights and cotangent, the convolution's output, and the reference
+// convolution's gradients (ops/reference/conv2d.cpp, in double: shapes too large for a fixture
+// exercise the row tiles).
+struct ReferenceProblem {
+  Tensor x, w;
+  Fn f;
+  Tensor y, u;
+  reference::ConvShape shape;
+  reference::ConvGrads ref;
+};
+
+ReferenceProblem reference_problem(const ConvCase& c, uint64_t& seed) {
+  ReferenceProblem p;
+  p.x = random_tensor(c.x, seed++);
+  p.w = random_tensor(c.w, seed++);
+  p.f = conv_with(c.options);
+  {
+    NoGrad no_grad;
+    p.y = p.f({p.x, p.w});
+  }
+  p.u = random_tensor(p.y.shape(), seed++);
+  p.shape = reference::ConvShape{c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], c.options};
+  p.ref = reference::conv2d_backward(reference::values(p.u), reference::values(p.x), reference::values(p.w), p.shape);
+  return p;
+}
+
 // Checks the conv of case `c` against the reference convolution on random x, w and u (seeds
 // from `seed` on): the forward pass within `tolerance`, the input and weight cotangents of
 // u under each of `transports` within `tolerance` and `weight_tolerance` (a conv is linear
@@ -101,24 +127,13 @@ struct ThreadCount {
 void check_against_reference_conv(const ConvCase& c, uint64_t& seed, double tolerance, double weight_tolerance,
                                   const std::vector<Transport>& transports, double scale_tolerance = 0) {
   INFO("x ", to_string(c.x), " w ", to_string(c.w));
-  const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-  const Fn f = conv_with(c.options);
-  Tensor y;
-  {
-    NoGrad no_grad;
-    y = f({x, w});
-  }
-  const Tensor u = random_tensor(y.shape(), seed++);
-  // The reference convolution (ops/reference/conv2d.cpp), in double: shapes too large for
-  // a fixture exercise the row tiles.
-  const reference::ConvShape shape{c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], c.options};
-  const reference::Values xv = reference::values(x), wv = reference::values(w);
-  const reference::ConvGrads ref = reference::conv2d_backward(reference::values(u), xv, wv, shape);
-  check_against(y, reference::conv2d_forward(xv, wv, {}, shape), tolerance, "forward", scale_tolerance);
+  const ReferenceProblem p = reference_problem(c, seed);
+  check_against(p.y, reference::conv2d_forward(reference::values(p.x), reference::values(p.w), {}, p.shape), tolerance,
+                "forward", scale_tolerance);
   for (const Transport& t : transports) {
-    const auto g = vjp(f, {x, w}, u, t);
-    check_against(g[0], ref.dx, tolerance, "input cotangent", scale_tolerance);
-    check_against(g[1], ref.dw, weight_tolerance, "weight cotangent");
+    const auto g = vjp(p.f, {p.x, p.w}, p.u, t);
+    check_against(g[0], p.ref.dx, tolerance, "input cotangent", scale_tolerance);
+    check_against(g[1], p.ref.dw, weight_tolerance, "weight cotangent");
   }
 }
 
@@ -246,20 +261,11 @@ TEST_CASE("conv2d: Winograd F(4x4)'s weight gradient matches a direct convolutio
   uint64_t seed = 900;
   const auto check_case = [&](const ConvCase& c) {
     INFO("x ", to_string(c.x), " w ", to_string(c.w), ", vector isa ", int(vector_isa()));
-    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-    REQUIRE(conv2d_algorithm(x, w, c.options) == ConvAlgorithm::WinogradF4);
-    REQUIRE(conv::winograd_f4_weight_gradient_applies(conv::make_geometry(x, w, Tensor(), c.options)));
-    const Fn f = conv_with(c.options);
-    Tensor y;
-    {
-      NoGrad no_grad;
-      y = f({x, w});
-    }
-    const Tensor u = random_tensor(y.shape(), seed++);
-    const reference::ConvShape shape{c.x[0], c.x[1], c.x[2], c.x[3], c.w[0], c.w[2], c.w[3], c.options};
-    const reference::ConvGrads ref =
-        reference::conv2d_backward(reference::values(u), reference::values(x), reference::values(w), shape);
-    const std::vector<float> dw = vjp(f, {x, w}, u)[1].to_vector();
+    const ReferenceProblem p = reference_problem(c, seed);
+    REQUIRE(conv2d_algorithm(p.x, p.w, c.options) == ConvAlgorithm::WinogradF4);
+    REQUIRE(conv::winograd_f4_weight_gradient_applies(conv::make_geometry(p.x, p.w, Tensor(), c.options)));
+    const reference::ConvGrads& ref = p.ref;
+    const std::vector<float> dw = vjp(p.f, {p.x, p.w}, p.u)[1].to_vector();
     double squares = 0, worst = 0;
     for (size_t i = 0; i < ref.dw.size(); ++i) {
       squares += ref.dw[i] * ref.dw[i];
