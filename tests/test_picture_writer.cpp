@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "analysis/common/heatmap.h"
+#include "analysis/pullbacks/explain.h"
 #include "analysis/pullbacks/picture_writer.h"
 #include "analysis/pullbacks/report.h"
 #include "engine/error.h"
@@ -202,6 +204,58 @@ TEST_CASE("explain report: beside_last_files runs once, after the pictures and t
       CHECK(same(maps.tensors.at("inputs"), x));
       CHECK(maps.tensors.at("attributions").shape() == x.shape());
     }
+  }
+  set_num_threads(0);
+}
+
+TEST_CASE("explain report: the maps' files, written as the batches finish, are whole; a report stopped leaves none") {
+  Generator gen(5);
+  const auto model = make_model(grey_resnet18(0.0625, 28, 10), gen);
+  model->train(false);
+  const Tensor x = random_tensor({5, 1, 28, 28}, 31, -1.0f, 1.0f);
+  const std::vector<std::string> methods = {"gradient", "gradient_ascent"};
+  for (int threads : {1, 2}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    ReportOptions o;
+    o.methods = methods;
+    o.batch_size = 2;  // three batches, the last of one image
+    o.explain.ascent_steps = 1;
+    o.normalisation = {{0.5f}, {0.5f}};
+    o.explain.range = {-1.0f, 1.0f};
+    TempDir dir;
+    o.out_dir = dir.path().string();
+    o.picture_images = 0;
+    const ReportResult r = explain_report(*model, x, {}, o);
+    // Every image's gradient in its place: the whole batch's, made here.
+    const Tensor gradient = explain("gradient", *model, x, r.targets, o.explain);
+    const std::vector<float> expected = gradient.to_vector();
+    float largest = 0;
+    for (float v : expected) largest = std::max(largest, std::abs(v));
+    REQUIRE(largest > 0);
+    for (const std::string& method : methods) {
+      CAPTURE(method);
+      const SafetensorsFile maps = read_safetensors(dir.file("attributions_" + method + ".safetensors"));
+      CHECK(same(maps.tensors.at("inputs"), x));
+      CHECK(maps.tensors.at("attributions").shape() == x.shape());
+      CHECK(maps.tensors.at("targets").to_vector() == std::vector<float>(r.targets.begin(), r.targets.end()));
+      CHECK(maps.tensors.count("counterfactuals") == (method == "gradient_ascent" ? 1 : 0));
+      if (method != "gradient") continue;
+      const std::vector<float> written = maps.tensors.at("attributions").to_vector();
+      int64_t misplaced = 0;
+      for (size_t k = 0; k < expected.size(); ++k) misplaced += std::abs(written[k] - expected[k]) > 1e-4f * largest;
+      CHECK(misplaced == 0);
+    }
+
+    // Stopped after the second batch's first method (the progress callback throws): the
+    // files begun are dropped with their temporaries.
+    TempDir stopped;
+    o.out_dir = stopped.path().string();
+    const auto stop = [](int64_t done, int64_t, double, const std::string&) {
+      if (done >= 4) throw Error("stopped");
+    };
+    CHECK_THROWS_WITH_AS(explain_report(*model, x, {}, o, stop), "stopped", Error);
+    CHECK(files_under(stopped.path()).empty());
   }
   set_num_threads(0);
 }

@@ -10,6 +10,10 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
+#include <thread>
+
+#include <unistd.h>
 
 #include "engine/error.h"
 #include "engine/io/json.h"
@@ -421,6 +425,58 @@ TEST_CASE("safetensors write is atomic and leaves no temporary file") {
         cat("write_safetensors: ", path, ": tensor 'undefined' is undefined"));
   CHECK(read_safetensors(path).tensors.at("w").numel() == 3);
   CHECK(listing(dir) == std::vector<std::string>{"blocked.safetensors", "weights.safetensors"});
+}
+
+TEST_CASE("safetensors written in parts, out of order from two threads, is write_safetensors' bytes") {
+  testing::TempDir dir;
+  const Tensor a = testing::random_tensor({3, 4}, 11), b = testing::random_tensor({5}, 12),
+               c = testing::random_tensor({2, 2, 3}, 13);
+  const std::map<std::string, std::string> metadata = {{"method", "gradient"}, {"model", "tiny"}};
+  write_safetensors(dir.file("whole.safetensors"), {{"a", a}, {"b", b}, {"c", c}}, metadata);
+
+  SafetensorsWriter parts(dir.file("parts.safetensors"), {{"a", a.shape()}, {"b", b.shape()}, {"c", c.shape()}},
+                          metadata);
+  const auto rows = [](const Tensor& t, int64_t begin, int64_t end) {  // a copy of rows [begin, end)
+    const int64_t row = t.numel() / t.size(0);
+    std::vector<float> values(t.data() + begin * row, t.data() + end * row);
+    Shape shape = t.shape();
+    shape[0] = end - begin;
+    return Tensor::from_vector(shape, values);
+  };
+  std::thread other([&] {
+    parts.write("c", 6, rows(c, 1, 2));
+    parts.write("a", 0, rows(a, 0, 2));
+  });
+  parts.write("b", 0, b);
+  parts.write("a", 8, rows(a, 2, 3));
+  parts.write("c", 0, rows(c, 0, 1));
+  other.join();
+  CHECK(listing(dir) == std::vector<std::string>{cat("parts.safetensors.tmp.", ::getpid()), "whole.safetensors"});
+  parts.commit();
+  CHECK(testing::read_text(dir.file("parts.safetensors")) == testing::read_text(dir.file("whole.safetensors")));
+  CHECK(listing(dir) == std::vector<std::string>{"parts.safetensors", "whole.safetensors"});
+}
+
+TEST_CASE("safetensors written in parts: a value unwritten, an unknown tensor or a range outside it is refused") {
+  testing::TempDir dir;
+  const std::string path = dir.file("maps.safetensors");
+  {
+    SafetensorsWriter parts(path, {{"x", {2, 3}}, {"y", {4}}});
+    parts.write("x", 0, Tensor::ones({2, 3}));
+    parts.write("y", 0, Tensor::ones({3}));
+    CHECK(error_message([&] { parts.write("z", 0, Tensor::ones({1})); }) ==
+          cat("write_safetensors: ", path, ": no tensor 'z' in its header"));
+    CHECK(error_message([&] { parts.write("y", 2, Tensor::ones({3})); }) ==
+          cat("write_safetensors: ", path, ": tensor 'y' has 4 values, not [2, 5)"));
+    CHECK(error_message([&] { parts.commit(); }) ==
+          cat("write_safetensors: ", path, ": tensor 'y' has 3 of its 4 values written"));
+  }
+  CHECK(listing(dir).empty());  // the writer, gone uncommitted, took its temporary with it
+  {
+    SafetensorsWriter abandoned(path, {{"x", {2}}});
+    abandoned.write("x", 0, Tensor::ones({2}));
+  }
+  CHECK(listing(dir).empty());
 }
 
 // A benchmark, skipped by default: ./adjoint_tests -tc='safetensors 100 MB*' --no-skip

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 
 #include "analysis/pullbacks/cells.h"
@@ -485,26 +486,58 @@ struct BatchPictures {
 };
 
 // attributions_<method>.safetensors: every image's map, the inputs, the targets and the
-// counterfactuals of the ascent methods, queued on `writer`. Each job holds its tensors.
-void write_attribution_files(const ReportRun& run, const std::vector<std::string>& methods,
-                             std::map<std::string, Tensor>& attributions,
-                             std::map<std::string, Tensor>& counterfactuals, PictureWriter& writer,
-                             std::vector<std::string>& files) {
-  Tensor target_values = Tensor::empty({run.images});
-  for (int64_t i = 0; i < run.images; ++i) target_values.data()[i] = float(run.targets[size_t(i)]);
-  for (const std::string& method : methods) {
-    std::map<std::string, Tensor> tensors = {
-        {"attributions", attributions[method]}, {"inputs", run.x}, {"targets", target_values}};
-    if (counterfactuals.count(method)) tensors["counterfactuals"] = counterfactuals[method];
-    const std::string path =
-        (std::filesystem::path(run.options.out_dir) / ("attributions_" + method + ".safetensors")).string();
-    std::map<std::string, std::string> metadata = {{"method", method}, {"model", run.model.config().arch}};
-    writer.write([path, tensors = std::move(tensors), metadata = std::move(metadata)] {
-      write_safetensors(path, tensors, metadata);
-    });
-    files.push_back(path);
+// counterfactuals of the ascent methods. Each file is written as the report goes, by the
+// writer's thread: its header and inputs at once, each batch's maps as soon as a method has
+// made them, so that after the last pass only that pass's maps, the targets (the predicted
+// classes are known last) and the sync are left. Jobs share the files they write: a report that
+// fails drops the last share, and its files' temporaries with it.
+class AttributionFiles {
+public:
+  AttributionFiles(const ReportRun& run, const std::vector<std::string>& methods, PictureWriter& writer)
+      : writer_(writer), methods_(methods) {
+    const Shape maps = run.x.shape();
+    for (const std::string& method : methods) {
+      std::map<std::string, Shape> shapes = {{"attributions", maps}, {"inputs", maps}, {"targets", {run.images}}};
+      if (is_ascent(method)) shapes["counterfactuals"] = maps;
+      const std::string path =
+          (std::filesystem::path(run.options.out_dir) / ("attributions_" + method + ".safetensors")).string();
+      const std::map<std::string, std::string> metadata = {{"method", method}, {"model", run.model.config().arch}};
+      auto file = std::make_shared<SafetensorsWriter>(path, shapes, metadata);
+      files_[method] = file;
+      writer_.write([file, inputs = run.x] { file->write("inputs", 0, inputs); });
+    }
   }
-}
+
+  // Queues the rows of the maps of a batch whose first image is `first`.
+  void add(const std::string& method, int64_t first, const Tensor& attr, const Tensor& counterfactual) {
+    const std::shared_ptr<SafetensorsWriter>& file = files_.at(method);
+    const int64_t from = first * (attr.numel() / attr.size(0));
+    writer_.write([file, from, attr] { file->write("attributions", from, attr); });
+    if (counterfactual.defined())
+      writer_.write([file, from, counterfactual] { file->write("counterfactuals", from, counterfactual); });
+  }
+
+  // Queues the targets and the commit of each file, naming the files in `files`. Called once
+  // every batch's maps are queued and written (PictureWriter::finish), as a commit checks that
+  // the file is whole.
+  void finish(const std::vector<int64_t>& targets, std::vector<std::string>& files) {
+    Tensor target_values = Tensor::empty({int64_t(targets.size())});
+    for (size_t i = 0; i < targets.size(); ++i) target_values.data()[i] = float(targets[i]);
+    for (const std::string& method : methods_) {
+      std::shared_ptr<SafetensorsWriter> file = files_.at(method);
+      writer_.write([file, target_values] {
+        file->write("targets", 0, target_values);
+        file->commit();
+      });
+      files.push_back(file->path());
+    }
+  }
+
+private:
+  PictureWriter& writer_;
+  std::vector<std::string> methods_;
+  std::map<std::string, std::shared_ptr<SafetensorsWriter>> files_;
+};
 
 // The table: a column per metric with its note, a row per method × metric scored.
 MetricTable metric_table(const ReportRun& run, const std::vector<std::string>& methods, const MetricList& metrics,
@@ -828,12 +861,8 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
                        writer, in_batch};
   const bool keep_attributions = !o.out_dir.empty() && o.write_attributions;
   CellScores scores;  // method → metric → values
-  std::map<std::string, Tensor> all_attributions, all_counterfactuals;
-  if (keep_attributions)
-    for (const std::string& m : methods) {
-      all_attributions[m] = Tensor::empty(run.x.shape());
-      if (is_ascent(m)) all_counterfactuals[m] = Tensor::empty(run.x.shape());
-    }
+  std::optional<AttributionFiles> attribution_files;
+  if (keep_attributions) attribution_files.emplace(run, methods, writer);
 
   // Progress counts maps, and follows the cost model for the share of the work done: the
   // expensive metrics make the first batches much slower than the last.
@@ -848,10 +877,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
                                      const Tensor& counterfactual, double cost) {
     if (run.targets_from_first_method && method == methods.front())
       found_targets.insert(found_targets.end(), batch.targets.begin(), batch.targets.end());
-    if (keep_attributions) {
-      put_rows(all_attributions[method], attr, batch.first);
-      if (counterfactual.defined()) put_rows(all_counterfactuals[method], counterfactual, batch.first);
-    }
+    if (attribution_files) attribution_files->add(method, batch.first, attr, counterfactual);
     done += batch.size;
     spent += cost;
     if (progress) progress(done, total, total_cost > 0 ? std::min(1.0, spent / total_cost) : 1.0, method);
@@ -877,8 +903,7 @@ ReportResult explain_report(const Model& model, const Tensor& x_in, const std::v
   if (run.targets_from_first_method) run.targets = found_targets;
   result.targets = run.targets;
   timed(result.times.pictures, [&] { writer.finish(); });  // the last pictures
-  if (keep_attributions)  // by the writer's thread, from here on
-    write_attribution_files(run, methods, all_attributions, all_counterfactuals, writer, result.files);
+  if (attribution_files) attribution_files->finish(run.targets, result.files);  // by the writer's thread
   result.table = metric_table(run, methods, metrics, scores);
   if (!o.out_dir.empty() && o.write_tables && !metrics.empty()) write_table_files(result.table, o.out_dir, result.files);
   if (o.beside_last_files) o.beside_last_files(result.files);

@@ -1,5 +1,6 @@
 #include "engine/io/files.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -95,6 +96,28 @@ void AtomicFile::write(const void* bytes, size_t count) {
   errno = 0;
   if (count > 0 && std::fwrite(bytes, 1, count, file_) != count)
     throw Error(cat(who_, ": ", path_, ": writing ", temporary_, ": ", reason()));
+}
+
+void AtomicFile::write_at(uint64_t offset, const void* bytes, size_t count) {
+  check(file_ != nullptr, who_, ": ", path_, ": write after commit");
+  errno = 0;
+  if (std::fflush(file_) != 0) throw Error(cat(who_, ": ", path_, ": writing ", temporary_, ": ", reason()));
+  const char* at = static_cast<const char*>(bytes);
+  while (count > 0) {  // pwrite may write less than asked (a signal, a full disk's last block)
+    errno = 0;
+    const ssize_t written = ::pwrite(::fileno(file_), at, count, static_cast<off_t>(offset));
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) throw Error(cat(who_, ": ", path_, ": writing ", temporary_, ": ", reason()));
+    at += written;
+    offset += static_cast<uint64_t>(written);
+    count -= static_cast<size_t>(written);
+  }
+}
+
+void AtomicFile::start_writeback(uint64_t offset, size_t count) {
+  check(file_ != nullptr, who_, ": ", path_, ": write after commit");
+  // Only a hint: where the file system cannot start the writes early, commit() makes them.
+  ::sync_file_range(::fileno(file_), static_cast<off_t>(offset), static_cast<off_t>(count), SYNC_FILE_RANGE_WRITE);
 }
 
 void AtomicFile::commit() {

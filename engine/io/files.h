@@ -1,6 +1,7 @@
 // Writing files so that a reader sees the old file or the complete new one, never a
 // half-written one: write beside the target, flush to disk, rename over it.
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -19,6 +20,12 @@ public:
 
   void write(const void* bytes, size_t count);
   void write(const std::string& text) { write(text.data(), text.size()); }
+  // Writes `count` bytes at byte `offset` of the temporary, wherever write() has got to: for
+  // a file whose parts become known out of order. Threads may write disjoint ranges at once.
+  void write_at(uint64_t offset, const void* bytes, size_t count);
+  // Starts the disk writes of bytes [offset, offset + count) without waiting for them, so
+  // that commit()'s sync finds little left to do when the parts were written early.
+  void start_writeback(uint64_t offset, size_t count);
   // Flushes, syncs, closes and renames onto the target. Throws Error naming the path.
   void commit();
   const std::string& path() const { return path_; }

@@ -303,12 +303,14 @@ SafetensorsFile read_safetensors(const std::string& path) {
   return result;
 }
 
-void write_safetensors(AtomicFile& file, const std::map<std::string, Tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  const std::string where = cat("write_safetensors: ", file.path(), ": ");
-
-  // The header: metadata first, then the tensors in key order (std::map is sorted),
-  // back to back in the data section.
+namespace {
+// The header of a file of float32 tensors with these names and shapes, as write_safetensors
+// lays it out: its 8-byte length, then the JSON (metadata first, then the tensors in key
+// order, back to back in the data section), padded so that the data is 8-byte aligned. Each
+// tensor's byte offset in the data section goes into `offsets`.
+std::string safetensors_header(const std::string& where, const std::map<std::string, Shape>& shapes,
+                               const std::map<std::string, std::string>& metadata,
+                               std::map<std::string, int64_t>& offsets) {
   Json header = Json::object();
   Json::Object& members = header.as_object();
   if (!metadata.empty()) {
@@ -317,27 +319,75 @@ void write_safetensors(AtomicFile& file, const std::map<std::string, Tensor>& te
     members.emplace_back("__metadata__", Json(std::move(entries)));
   }
   int64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
+  for (const auto& [name, shape] : shapes) {
     check(name != "__metadata__", where, "'__metadata__' is reserved and cannot name a tensor");
-    check(tensor.defined(), where, "tensor '", name, "' is undefined");
-    Json shape = Json::array();
-    for (int64_t extent : tensor.shape()) shape.push_back(extent);
-    const int64_t bytes = tensor.numel() * static_cast<int64_t>(sizeof(float));
+    Json extents = Json::array();
+    for (int64_t extent : shape) extents.push_back(extent);
+    const int64_t bytes = numel(shape) * static_cast<int64_t>(sizeof(float));
     Json info = Json::object();
-    info.as_object() = {{"dtype", "F32"}, {"shape", std::move(shape)}, {"data_offsets", Json::Array{offset, offset + bytes}}};
+    info.as_object() = {{"dtype", "F32"}, {"shape", std::move(extents)}, {"data_offsets", Json::Array{offset, offset + bytes}}};
     members.emplace_back(name, std::move(info));
+    offsets[name] = offset;
     offset += bytes;
   }
   std::string header_text = to_json(header);
   header_text.append((8 - header_text.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned
   const uint64_t header_bytes = header_text.size();
+  std::string out(reinterpret_cast<const char*>(&header_bytes), 8);
+  return out + header_text;
+}
+}  // namespace
 
-  file.write(&header_bytes, 8);
-  file.write(header_text);
+void write_safetensors(AtomicFile& file, const std::map<std::string, Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string where = cat("write_safetensors: ", file.path(), ": ");
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, tensor] : tensors) {
+    check(tensor.defined(), where, "tensor '", name, "' is undefined");
+    shapes[name] = tensor.shape();
+  }
+  std::map<std::string, int64_t> offsets;
+  file.write(safetensors_header(where, shapes, metadata, offsets));
   for (const auto& [name, tensor] : tensors) {
     const Tensor dense = tensor.detach().contiguous();  // a copy only for strided views
     file.write(dense.data(), static_cast<size_t>(dense.numel()) * sizeof(float));
   }
+}
+
+SafetensorsWriter::SafetensorsWriter(std::string path, const std::map<std::string, Shape>& shapes,
+                                     const std::map<std::string, std::string>& metadata)
+    : file_(std::move(path), "write_safetensors") {
+  const std::string where = cat("write_safetensors: ", file_.path(), ": ");
+  std::map<std::string, int64_t> offsets;
+  const std::string header = safetensors_header(where, shapes, metadata, offsets);
+  for (const auto& [name, shape] : shapes)
+    parts_[name] = {int64_t(header.size()) + offsets[name], numel(shape), 0};
+  file_.write_at(0, header.data(), header.size());
+}
+
+void SafetensorsWriter::write(const std::string& name, int64_t first, const Tensor& values) {
+  auto found = parts_.find(name);
+  check(found != parts_.end(), "write_safetensors: ", file_.path(), ": no tensor '", name, "' in its header");
+  Part& part = found->second;
+  const Tensor dense = values.detach().contiguous();  // a copy only for strided views
+  check(first >= 0 && first + dense.numel() <= part.elements, "write_safetensors: ", file_.path(), ": tensor '", name,
+        "' has ", part.elements, " values, not [", first, ", ", first + dense.numel(), ")");
+  const uint64_t offset = uint64_t(part.offset + first * int64_t(sizeof(float)));
+  const size_t bytes = size_t(dense.numel()) * sizeof(float);
+  file_.write_at(offset, dense.data(), bytes);
+  file_.start_writeback(offset, bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  part.written += dense.numel();
+}
+
+void SafetensorsWriter::commit() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [name, part] : parts_)
+      check(part.written == part.elements, "write_safetensors: ", file_.path(), ": tensor '", name, "' has ",
+            part.written, " of its ", part.elements, " values written");
+  }
+  file_.commit();
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,

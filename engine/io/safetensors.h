@@ -2,10 +2,13 @@
 // Reading converts every numeric dtype to float32 and remembers the original dtype;
 // writing is atomic (temporary file, then rename).
 #pragma once
+#include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "engine/io/files.h"
+#include "engine/shape.h"
 #include "engine/tensor.h"
 
 namespace adjoint {
@@ -39,5 +42,33 @@ void write_safetensors(const std::string& path, const std::map<std::string, Tens
 // together only once all of them are written.
 void write_safetensors(AtomicFile& file, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// A float32 safetensors file written in parts, in any order and from several threads at
+// once: the header (from the tensors' names and shapes) when it is made, each tensor's values
+// in ranges as they become known (the maps of a batch while the next is being made), the
+// last part and commit() at the end. The file is the same bytes as write_safetensors writes
+// for the same tensors, and like it appears whole or not at all: commit() refuses a file with
+// a value unwritten, and a writer destroyed uncommitted removes its temporary.
+class SafetensorsWriter {
+public:
+  SafetensorsWriter(std::string path, const std::map<std::string, Shape>& shapes,
+                    const std::map<std::string, std::string>& metadata = {});
+  // Writes `values` (any shape) as tensor `name`'s elements from element `first` on, and starts
+  // their disk writes. Ranges must not overlap.
+  void write(const std::string& name, int64_t first, const Tensor& values);
+  // Syncs and renames the file onto its path once every value is written.
+  void commit();
+  const std::string& path() const { return file_.path(); }
+
+private:
+  struct Part {
+    int64_t offset = 0;    // in the file, in bytes
+    int64_t elements = 0;  // of the whole tensor
+    int64_t written = 0;   // elements written so far
+  };
+  AtomicFile file_;
+  std::map<std::string, Part> parts_;  // its keys are fixed when made; `written` under `mutex_`
+  std::mutex mutex_;
+};
 
 }  // namespace adjoint
