@@ -146,6 +146,13 @@ struct MonteCarloPlan {
 MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a, const PolynomialView& b, const MonteCarloPlan& plan,
                                        const PolynomialView* reference = nullptr);
 
+// The plan of a check at a fixed budget (`tensorsim --check-mc N`): the default estimator given
+// the network evaluations of `evaluations` plain draws, i.e. evaluations / (the radial rule's
+// points) directions however small the standard error, and no tempering (its replicate runs
+// would spend far beyond the budget).
+MonteCarloPlan fixed_budget_plan(const PolynomialView& a, const PolynomialView& b, int64_t evaluations, uint64_t seed, double input_std,
+                                 const PolynomialView* reference = nullptr);
+
 // The choice between uniform directions and a fitted proposal, read on a pilot run of each (equal
 // draws, both set aside afterwards: a choice read on the draws it then reports would favour
 // whichever law's draws happened to miss their tail). A law whose draws the tail diagnostic
