@@ -24,29 +24,10 @@ using namespace adjoint;
 
 namespace {
 
-// The batches of one inner product against its exact value.
-struct Pooled {
-  int n = 0, covered = 0;
-  double sum = 0, squares = 0, claimed_sq = 0, claimed = 0;
-  void add(double estimate, double se, double exact) {
-    ++n, sum += estimate - exact, squares += (estimate - exact) * (estimate - exact);
-    claimed_sq += se * se, claimed += se;
-    covered += std::abs(estimate - exact) <= 1.96 * se;
-  }
-  // The batches' mean − exact over the standard error of the mean of independent batches,
-  // sqrt(Σ se²)/n, from the errors they claim.
-  double z() const { return (sum / n) / (std::sqrt(claimed_sq) / n); }
-  // The batches' standard deviation over their mean claimed standard error.
-  double spread_ratio() const {
-    const double mean = sum / n;
-    return std::sqrt((squares - n * mean * mean) / (n - 1)) / (claimed / n);
-  }
-};
-
 // The three inner products of `batches` independent fixed-budget checks (seeds 1 … batches) of
 // `evaluations` network evaluations each, against the exact values.
 struct Batches {
-  Pooled ab, aa, bb;
+  PooledEstimates ab, aa, bb;
 };
 Batches run_batches(const PolynomialView& a, const PolynomialView& b, const TensorSimScore& exact, double input_std, int64_t evaluations,
                     int batches, bool control_variate) {
@@ -64,7 +45,7 @@ Batches run_batches(const PolynomialView& a, const PolynomialView& b, const Tens
   return p;
 }
 
-std::vector<std::pair<std::string, Pooled>> named(const Batches& p) { return {{"<A|B>", p.ab}, {"<A|A>", p.aa}, {"<B|B>", p.bb}}; }
+std::vector<std::pair<std::string, PooledEstimates>> named(const Batches& p) { return {{"<A|B>", p.ab}, {"<A|A>", p.aa}, {"<B|B>", p.bb}}; }
 
 ModelConfig one_block_lm() {
   ModelConfig c;

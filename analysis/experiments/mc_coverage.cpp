@@ -23,7 +23,8 @@
 // estimated RUNS times by each estimator: how many intervals cover each.
 // batches: the same pair through --check-mc SAMPLES (fixed_budget_plan) with seeds 1 … SEEDS, with
 // the control variate and without: whether the batches centre on the exact values and scatter as
-// much as their standard errors claim (what a handful of lm_exact_check batches cannot tell).
+// much as their standard errors claim (what a handful of lm_exact_check batches cannot tell), as
+// PooledEstimates reads them.
 // drift: the safetensors file's network (the paper's layout, 2 heads, 4 positions) against
 // itself with layers.1.o.weight halved, estimated at each number of draws (no tolerance), by
 // each estimator (plain sampling given the same network evaluations as a direction's rule).
@@ -273,31 +274,25 @@ void batches(const std::string& path_a, const std::string& path_b, int64_t posit
              double ab, double aa, double bb) {
   const PolynomialView a = model_from_checkpoint(load_checkpoint(path_a))->polynomial_view(positions),
                        b = model_from_checkpoint(load_checkpoint(path_b))->polynomial_view(positions);
-  Table table{{"control variate", "inner product", "exact", "batch mean", "z of the mean", "spread / claimed s.e.", "covered"}};
+  Table table{{"control variate", "inner product", "exact", "batch mean", "t (mean over spread)", "z (mean over claims)",
+               "spread / claimed s.e.", "covered"}};
   table.align = numbers_but(table.header.size(), {0, 1});
   print_head(table);
   for (const bool cv : {true, false}) {
+    check(seeds >= 2, "mc_coverage batches: needs at least 2 seeds to read their spread, got ", seeds);
     MonteCarloPlan plan = fixed_budget_plan(a, b, samples, 1, input_std);
     plan.control_variate = cv;
-    struct Moments {
-      double sum = 0, squares = 0, claimed = 0;
-      int covered = 0;
-    } m[3];
+    PooledEstimates m[3];
     const double exact[3] = {ab, aa, bb};
     for (int seed = 1; seed <= seeds; ++seed) {
       plan.seed = uint64_t(seed);
       const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
-      const double value[3] = {mc.inner_ab, mc.inner_aa, mc.inner_bb}, se[3] = {mc.inner_ab_se, mc.inner_aa_se, mc.inner_bb_se};
-      for (int k = 0; k < 3; ++k)
-        m[k].sum += value[k], m[k].squares += value[k] * value[k], m[k].claimed += se[k] / seeds,
-            m[k].covered += covers(value[k], se[k], exact[k]);
+      m[0].add(mc.inner_ab, mc.inner_ab_se, ab), m[1].add(mc.inner_aa, mc.inner_aa_se, aa), m[2].add(mc.inner_bb, mc.inner_bb_se, bb);
     }
     const char* names[3] = {"<A|B>", "<A|A>", "<B|B>"};
-    for (int k = 0; k < 3; ++k) {
-      const double n = seeds, mean = m[k].sum / n, spread = std::sqrt(std::max(m[k].squares / n - mean * mean, 0.0) * n / (n - 1));
-      print_row(table, {cv ? "yes" : "no", names[k], cell("%.6g", exact[k]), cell("%.6g", mean), cell("%.2f", (mean - exact[k]) / (spread / std::sqrt(n))),
-                        cell("%.2f", spread / m[k].claimed), of(m[k].covered, seeds)});
-    }
+    for (int k = 0; k < 3; ++k)
+      print_row(table, {cv ? "yes" : "no", names[k], cell("%.6g", exact[k]), cell("%.6g", exact[k] + m[k].sum / m[k].n),
+                        cell("%.2f", m[k].t()), cell("%.2f", m[k].z()), cell("%.2f", m[k].spread_ratio()), of(m[k].covered, seeds)});
   }
 }
 
