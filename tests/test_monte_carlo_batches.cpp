@@ -98,7 +98,7 @@ TEST_CASE("Monte Carlo batches: --check-mc's fixed budget centres on the exact i
 // At a small budget the control variate's draws (the branches left once the direct paths are
 // subtracted) are heavier-tailed for their variance than the raw draws, and their sample
 // variance understates the spread: the estimate stays unbiased, its intervals cover less than
-// 95% (docs/methods.md §3, "The control variate at small budgets").
+// 95% (docs/methods.md §3.3, "The control variate over many batches").
 TEST_CASE("Monte Carlo batches: at a few hundred directions the control variate stays unbiased") {
   const Pair pair = one_block_pair();
   const PolynomialView a = pair.a->polynomial_view(), b = pair.b->polynomial_view();
