@@ -22,7 +22,8 @@
 # row per cell and sampled estimate) and OUT/lm_exact_check.md. For each
 # inner product: the batches' mean against the exact value in units of the batch means' own
 # standard error (their spread over sqrt(BATCHES), no single run's variance trusted), and how
-# many batches' 95% intervals covered the exact value. Needs `apt-get install fortunes`.
+# many batches' 95% intervals covered the exact value; and the batches against the errors they
+# claim (the pooled mean's z from them, the batches' spread over them). Needs `apt-get install fortunes`.
 set -euo pipefail
 out=${1:?usage: lm_exact_check.sh OUT [SAMPLES] [BATCHES]}
 samples=${2:-200000}
@@ -113,8 +114,10 @@ done
   echo "CPU $(made_by CPU), $(made_by 'BLAS kernels'), one thread. Time: the exact score's command alone."
   echo "Each inner product: the batches' mean − exact, in units of the batch means' standard error"
   echo "(their standard deviation over sqrt($batches)), and how many batches' own 95% intervals covered the exact value."
+  echo "With $batches batches that ratio is Student's t of $((batches - 1)) degrees of freedom, not a normal z: where the"
+  echo "batches happen to lie close together it is large although each covers (the second table reads them against their claims)."
   echo
-  echo "| positions | input std | exact cosine | time (s) | MC cosine (batch mean ± s.e.) | cosine z | ⟨A\|B⟩ exact | ⟨A\|B⟩ z | covered | ⟨A\|A⟩ exact | ⟨A\|A⟩ z | covered | ⟨B\|B⟩ exact | ⟨B\|B⟩ z | covered | marked | recursion |"
+  echo "| positions | input std | exact cosine | time (s) | MC cosine (batch mean ± s.e.) | cosine t | ⟨A\|B⟩ exact | ⟨A\|B⟩ t | covered | ⟨A\|A⟩ exact | ⟨A\|A⟩ t | covered | ⟨B\|B⟩ exact | ⟨B\|B⟩ t | covered | marked | recursion |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   tail -n +2 "$csv" | awk -F, '
     function add(name, value, se, exact) {
@@ -140,6 +143,37 @@ done
                p[1], p[2], E[key, "cos"], T[key], m, sd, z("cos", E[key, "cos"]),
                E[key, "ab"], z("ab", E[key, "ab"]), hit[key, "ab"], k, E[key, "aa"], z("aa", E[key, "aa"]), hit[key, "aa"], k,
                E[key, "bb"], z("bb", E[key, "bb"]), hit[key, "bb"], k, marked[key], k, R[key]
+      }
+    }'
+  # The batches against the standard errors they claim: the pooled mean's z, (mean − exact) over
+  # sqrt(Σ se²)/n, normal where the claims are right; and the batches' spread over their mean
+  # claimed error, near 1 where the claims are right (a standard deviation of n draws: within
+  # about ±1.96/sqrt(2(n − 1)) of its truth).
+  echo
+  echo "The batches against their own standard errors: the mean − exact over the pooled claimed error sqrt(Σ se²)/$batches"
+  echo "(z), and the batches' standard deviation over their mean claimed error (spread; within about"
+  echo "±$(echo "scale=2; 1.96 / sqrt(2 * ($batches - 1))" | bc) of 1 for $batches batches whose claims are right)."
+  echo
+  echo "| positions | input std | cosine z | spread | ⟨A\|B⟩ z | spread | ⟨A\|A⟩ z | spread | ⟨B\|B⟩ z | spread |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  tail -n +2 "$csv" | awk -F, '
+    function add(name, value, se, exact) {
+      n[key, name]++; sum[key, name] += value - exact; sq[key, name] += (value - exact) * (value - exact)
+      claimed[key, name] += se; claimed_sq[key, name] += se * se
+    }
+    function cells(name,   k, m, sd) {
+      k = n[key, name]; m = sum[key, name] / k; sd = sqrt((sq[key, name] - k * m * m) / (k - 1))
+      return sprintf("%.2f | %.2f", m / (sqrt(claimed_sq[key, name]) / k), sd / (claimed[key, name] / k))
+    }
+    {
+      key = $1 "," $2
+      if (!(key in seen)) { seen[key] = 1; order[++cells_count] = key }
+      add("cos", $9, $10, $4); add("ab", $11, $12, $5); add("aa", $13, $14, $6); add("bb", $15, $16, $7)
+    }
+    END {
+      for (c = 1; c <= cells_count; c++) {
+        key = order[c]; split(key, p, ",")
+        printf "| %s | %s | %s | %s | %s | %s |\n", p[1], p[2], cells("cos"), cells("ab"), cells("aa"), cells("bb")
       }
     }'
   # Each batch apart: every estimate against the exact value in its own standard errors, and the

@@ -9,6 +9,7 @@
 //   build/analysis/experiments/mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]
 //   build/analysis/experiments/mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...
 //   build/analysis/experiments/mc_coverage versus A B POSITIONS INPUT_STD RUNS TOLERANCE EXACT_AB EXACT_AA EXACT_BB
+//   build/analysis/experiments/mc_coverage batches A B POSITIONS INPUT_STD SAMPLES SEEDS EXACT_AB EXACT_AA EXACT_BB
 //
 // coverage: PAIRS (default 1) pairs of random networks, the second the first with its weights
 // moved by PERTURBATION times a fresh draw (plain attention: no QK bias, no rotary
@@ -20,6 +21,10 @@
 // have).
 // versus: two adjoint checkpoints whose exact inner products are known (lm_exact_check.csv),
 // estimated RUNS times by each estimator: how many intervals cover each.
+// batches: the same pair through --check-mc SAMPLES (fixed_budget_plan) with seeds 1 … SEEDS, with
+// the control variate and without: whether the batches centre on the exact values and scatter as
+// much as their standard errors claim (what a handful of lm_exact_check batches cannot tell), as
+// PooledEstimates reads them.
 // drift: the safetensors file's network (the paper's layout, 2 heads, 4 positions) against
 // itself with layers.1.o.weight halved, estimated at each number of draws (no tolerance), by
 // each estimator (plain sampling given the same network evaluations as a direction's rule).
@@ -260,6 +265,37 @@ void versus(const std::string& path_a, const std::string& path_b, int64_t positi
   }
 }
 
+// batches: what --check-mc's fixed budget gives on a pair whose exact inner products are known,
+// over `seeds` independent batches (seeds 1 … seeds) of `samples` network evaluations each, with
+// the control variate and without: per inner product, the batches' mean − exact in units of the
+// mean's standard error (their spread over sqrt(seeds)), their spread against the mean standard
+// error they claim (near 1 where the claimed error is the error), and how many intervals covered.
+void batches(const std::string& path_a, const std::string& path_b, int64_t positions, double input_std, int64_t samples, int seeds,
+             double ab, double aa, double bb) {
+  const PolynomialView a = model_from_checkpoint(load_checkpoint(path_a))->polynomial_view(positions),
+                       b = model_from_checkpoint(load_checkpoint(path_b))->polynomial_view(positions);
+  Table table{{"control variate", "inner product", "exact", "batch mean", "t (mean over spread)", "z (mean over claims)",
+               "spread / claimed s.e.", "covered"}};
+  table.align = numbers_but(table.header.size(), {0, 1});
+  print_head(table);
+  for (const bool cv : {true, false}) {
+    check(seeds >= 2, "mc_coverage batches: needs at least 2 seeds to read their spread, got ", seeds);
+    MonteCarloPlan plan = fixed_budget_plan(a, b, samples, 1, input_std);
+    plan.control_variate = cv;
+    PooledEstimates m[3];
+    const double exact[3] = {ab, aa, bb};
+    for (int seed = 1; seed <= seeds; ++seed) {
+      plan.seed = uint64_t(seed);
+      const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
+      m[0].add(mc.inner_ab, mc.inner_ab_se, ab), m[1].add(mc.inner_aa, mc.inner_aa_se, aa), m[2].add(mc.inner_bb, mc.inner_bb_se, bb);
+    }
+    const char* names[3] = {"<A|B>", "<A|A>", "<B|B>"};
+    for (int k = 0; k < 3; ++k)
+      print_row(table, {cv ? "yes" : "no", names[k], cell("%.6g", exact[k]), cell("%.6g", exact[k] + m[k].sum / m[k].n),
+                        cell("%.2f", m[k].t()), cell("%.2f", m[k].z()), cell("%.2f", m[k].spread_ratio()), of(m[k].covered, seeds)});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -280,9 +316,15 @@ int main(int argc, char** argv) try {
            std::stod(argv[8]), std::stod(argv[9]), std::stod(argv[10]));
     return 0;
   }
+  if (mode == "batches" && argc == 11) {
+    batches(argv[2], argv[3], std::stoll(argv[4]), std::stod(argv[5]), std::stoll(argv[6]), std::stoi(argv[7]), std::stod(argv[8]),
+            std::stod(argv[9]), std::stod(argv[10]));
+    return 0;
+  }
   std::fprintf(stderr, "usage: mc_coverage coverage RUNS TOLERANCE INPUT_STD VOCAB DIM POSITIONS WEIGHT_STD PERTURBATION [PAIRS]\n"
                        "       mc_coverage drift INPUT_STD PAPER_LM.safetensors DRAWS...\n"
-                       "       mc_coverage versus A B POSITIONS INPUT_STD RUNS TOLERANCE EXACT_AB EXACT_AA EXACT_BB\n");
+                       "       mc_coverage versus A B POSITIONS INPUT_STD RUNS TOLERANCE EXACT_AB EXACT_AA EXACT_BB\n"
+                       "       mc_coverage batches A B POSITIONS INPUT_STD SAMPLES SEEDS EXACT_AB EXACT_AA EXACT_BB\n");
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "mc_coverage: %s\n", e.what());

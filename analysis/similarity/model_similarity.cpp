@@ -491,14 +491,8 @@ MonteCarloSimilarity monte_carlo_check(const Model& a, const Model& b, const Ten
   if (samples < 2) throw UsageError(cat("--check-mc needs at least 2 samples, got ", samples));
   const PolynomialView ref = reference ? reference->polynomial_view(o.positions) : PolynomialView{};
   const PolynomialView va = a.polynomial_view(o.positions), vb = b.polynomial_view(o.positions);
-  // The default estimator (monte_carlo_sized), given the network evaluations of `samples` plain
-  // draws: samples / (the radial rule's points) directions, however small the standard error.
-  const int degree = std::max(polynomial_degree(va), reference ? polynomial_degree(ref) : 0) + polynomial_degree(vb);
-  MonteCarloPlan plan;
-  plan.seed = seed, plan.input_std = o.input_std, plan.tolerance = 1e-300, plan.min_draws = 0;
-  plan.max_samples = std::max<int64_t>(samples / radial_points_for(degree), 2);
-  plan.tempering = false;  // its replicate runs would spend far beyond the budget asked for
-  return monte_carlo_sized(va, vb, plan, reference ? &ref : nullptr);
+  return monte_carlo_sized(va, vb, fixed_budget_plan(va, vb, samples, seed, o.input_std, reference ? &ref : nullptr),
+                           reference ? &ref : nullptr);
 }
 
 namespace {

@@ -478,6 +478,29 @@ TemperedEstimate tempered_estimate(const Setup& s, const MonteCarloPlan& plan, c
 
 }  // namespace
 
+void PooledEstimates::add(double estimate, double standard_error, double truth) {
+  const double error = estimate - truth;
+  ++n, sum += error, squares += error * error, claimed += standard_error, claimed_squares += standard_error * standard_error;
+  covered += std::abs(error) <= 1.96 * standard_error;
+}
+double PooledEstimates::spread() const {
+  const double mean = sum / n;
+  return std::sqrt(std::max(squares - n * mean * mean, 0.0) / (n - 1));
+}
+double PooledEstimates::z() const { return (sum / n) / (std::sqrt(claimed_squares) / n); }
+double PooledEstimates::t() const { return (sum / n) / (spread() / std::sqrt(double(n))); }
+double PooledEstimates::spread_ratio() const { return spread() / (claimed / n); }
+
+MonteCarloPlan fixed_budget_plan(const PolynomialView& a, const PolynomialView& b, int64_t evaluations, uint64_t seed, double input_std,
+                                 const PolynomialView* reference) {
+  const int degree = std::max(polynomial_degree(a), reference ? polynomial_degree(*reference) : 0) + polynomial_degree(b);
+  MonteCarloPlan plan;
+  plan.seed = seed, plan.input_std = input_std, plan.tolerance = 1e-300, plan.min_draws = 0;
+  plan.max_samples = std::max<int64_t>(evaluations / radial_points_for(degree), 2);
+  plan.tempering = false;
+  return plan;
+}
+
 bool prefer_proposal(const PilotSummary& uniform, const PilotSummary& proposal) {
   const double limit = pareto_shape_limit(std::min(uniform.draws, proposal.draws));
   const bool uniform_marked = !(uniform.pareto_shape <= limit), proposal_marked = !(proposal.pareto_shape <= limit);

@@ -146,6 +146,30 @@ struct MonteCarloPlan {
 MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a, const PolynomialView& b, const MonteCarloPlan& plan,
                                        const PolynomialView* reference = nullptr);
 
+// The plan of a check at a fixed budget (`tensorsim --check-mc N`): the default estimator given
+// the network evaluations of `evaluations` plain draws, i.e. evaluations / (the radial rule's
+// points) directions however small the standard error, and no tempering (its replicate runs
+// would spend far beyond the budget).
+MonteCarloPlan fixed_budget_plan(const PolynomialView& a, const PolynomialView& b, int64_t evaluations, uint64_t seed, double input_std,
+                                 const PolynomialView* reference = nullptr);
+
+// Independent estimates of one quantity whose value is known, each with the standard error it
+// claims: whether they centre on the value and scatter as much as they claim.
+struct PooledEstimates {
+  int n = 0, covered = 0;  // covered: estimates within 1.96 of their standard errors
+  double sum = 0, squares = 0, claimed = 0, claimed_squares = 0;  // of estimate − truth, and of the errors
+  void add(double estimate, double standard_error, double truth);
+  // (mean − truth) over the mean's standard error from the claims, sqrt(Σ se²)/n: normal where
+  // the claims are right.
+  double z() const;
+  // (mean − truth) over the estimates' own spread/√n: Student's t of n − 1 degrees of freedom,
+  // which trusts no claim but is inflated by a spread narrow by chance when n is small.
+  double t() const;
+  // The estimates' standard deviation over their mean claimed error: near 1 where the claims are right.
+  double spread_ratio() const;
+  double spread() const;
+};
+
 // The choice between uniform directions and a fitted proposal, read on a pilot run of each (equal
 // draws, both set aside afterwards: a choice read on the draws it then reports would favour
 // whichever law's draws happened to miss their tail). A law whose draws the tail diagnostic
