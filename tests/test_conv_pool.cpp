@@ -519,32 +519,40 @@ TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops
   // Every forward path: the direct kernels, Winograd (3x3 stride 1; a residual is added
   // after it), one image per GEMM in row tiles (large images), blocks of images through a
   // staging matrix (small images), 1x1 read in place, and 1x1 with so many outputs that
-  // the product runs in column pieces.
+  // the product runs in column pieces. At every vector width the CPU has: the epilogues
+  // run in the widest vectors, the separate ops too.
   std::vector<ConvCase> cases = forward_path_cases();
   cases.push_back({{1, 4, 20, 20}, {600, 4, 1, 1}, Conv2dOptions::square(1, 0)});
-  uint64_t seed = 900;
-  for (const ConvCase& c : cases)
-    for (const bool with_bias : {false, true})
-      for (const bool then_relu : {false, true})
-        for (const bool with_residual : {false, true}) {
-          INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu, " residual ",
-               with_residual, " ", std::string(to_string(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options))));
-          const int64_t O = c.w[0];
-          const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-          const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
-          const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
-                                 random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
-          NoGrad off;
-          Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
-                                       bn.running_var, false, 0.1f, bn.eps);
-          const Tensor residual = with_residual ? random_tensor(separate.shape(), seed++) : Tensor();
-          const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu, residual);
-          if (with_residual) separate = add(separate, residual);
-          if (then_relu) separate = relu(separate);
-          const std::vector<float> values = fused.to_vector();
-          CHECK(values == separate.to_vector());
-          if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
-        }
+  cases.push_back({{4, 16, 5, 5}, {24, 16, 1, 1}, Conv2dOptions::square(1, 0)});  // 1x1 in blocks, staged
+  for (const VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+    if (isa > cpu_vector_isa()) continue;
+    cap_vector_isa(isa);
+    uint64_t seed = 900;
+    for (const ConvCase& c : cases)
+      for (const bool with_bias : {false, true})
+        for (const bool then_relu : {false, true})
+          for (const bool with_residual : {false, true}) {
+            INFO("isa ", int(isa), " x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu,
+                 " residual ", with_residual, " ",
+                 std::string(to_string(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options))));
+            const int64_t O = c.w[0];
+            const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+            const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
+            const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
+                                   random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
+            NoGrad off;
+            Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
+                                         bn.running_var, false, 0.1f, bn.eps);
+            const Tensor residual = with_residual ? random_tensor(separate.shape(), seed++) : Tensor();
+            const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu, residual);
+            if (with_residual) separate = add(separate, residual);
+            if (then_relu) separate = relu(separate);
+            const std::vector<float> values = fused.to_vector();
+            CHECK(values == separate.to_vector());
+            if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
+          }
+  }
+  cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
 }
 
 TEST_CASE("conv2d_add: the residual added as the output is written is the separate ops (bits, every transport)") {
