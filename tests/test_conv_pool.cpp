@@ -807,6 +807,63 @@ TEST_CASE("pool: padded and strided max-pools (tap by tap along rows) pick the f
   }
 }
 
+TEST_CASE("pool: max-pool's values are the same in inference (no arg-maxes kept) and recorded, at every vector width") {
+  // ResNet's 3x3 stride-2 padded stem pool, the 2x2 stride-2 pool's own loop and a
+  // rectangular strided window; ties, NaNs and windows of -inf, against a brute force over
+  // each window in row-major order.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Window {
+    int64_t kh, kw, sh, sw, ph, pw;
+  };
+  const int64_t H = 13, W = 37;  // rows of more than one vector of outputs
+  Tensor x = random_tensor({2, 3, H, W}, 512);
+  x.data()[0] = x.data()[1] = x.data()[W] = x.data()[W + 1] = 0.5f;
+  x.data()[3 * W + 20] = nan;
+  x.data()[2 * H * W + 5 * W + 33] = nan;
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t w = 10; w < 16; ++w) x.data()[H * W + h * W + w] = -inf;
+  for (const Window k : {Window{3, 3, 2, 2, 1, 1}, Window{2, 2, 2, 2, 0, 0}, Window{3, 2, 1, 2, 1, 0}}) {
+    const auto pool = [k](const Tensor& in) { return max_pool2d(in, k.kh, k.kw, k.sh, k.sw, k.ph, k.pw); };
+    std::vector<float> want;
+    {
+      const Tensor y = pool(x);
+      const int64_t OH = y.size(2), OW = y.size(3);
+      for (int64_t p = 0; p < 6; ++p)
+        for (int64_t i = 0; i < OH; ++i)
+          for (int64_t j = 0; j < OW; ++j) {
+            float best = -inf;
+            for (int64_t a = 0; a < k.kh; ++a)
+              for (int64_t b = 0; b < k.kw; ++b) {
+                const int64_t h = i * k.sh - k.ph + a, w = j * k.sw - k.pw + b;
+                if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                const float v = x.data()[p * H * W + h * W + w];
+                if (v > best || std::isnan(v)) best = v;
+              }
+            want.push_back(best);
+          }
+    }
+    for (const VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+      if (isa > cpu_vector_isa()) continue;
+      cap_vector_isa(isa);
+      for (const bool record : {false, true}) {
+        INFO("kernel ", k.kh, "x", k.kw, " stride ", k.sh, "x", k.sw, " isa ", int(isa), " recorded ", record);
+        Tensor input = x.detach();
+        if (record) input.requires_grad_();
+        const std::vector<float> got = pool(input).to_vector();
+        REQUIRE(got.size() == want.size());
+        int bad = 0, nans = 0;
+        for (size_t e = 0; e < got.size(); ++e) {
+          bad += !(got[e] == want[e] || (std::isnan(got[e]) && std::isnan(want[e])));
+          nans += std::isnan(got[e]);
+        }
+        CHECK(bad == 0);
+        CHECK(nans > 0);
+      }
+    }
+    cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
+  }
+}
+
 TEST_CASE("pool: max-pool pullback routes like the gradient") {
   const Tensor x = golden("conv", "maxpool.ties.in0"), u = golden("conv", "maxpool.ties.u");
   const Fn f = [](const std::vector<Tensor>& in) { return max_pool2d(in[0], 3, 1, 1); };
