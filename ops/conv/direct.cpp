@@ -355,7 +355,7 @@ bool by_rows_suits(const DirectConvShape& s) {
 // no longer stay in the L2 cache from one image to the next and stream from memory for every
 // image, for few positions where the map is small; im2col's GEMM reads its packed weights
 // once per block of images instead.
-constexpr int64_t kByChannelsWeightBytes = 4 << 20;
+constexpr int64_t kByChannelsWeightBytes = 8 << 20;
 
 // Where the by-channels kernel is ahead of Winograd and im2col with the engine's GEMM, with
 // weights of up to kByChannelsWeightBytes: on every strided 3×3 layer (a strided layer is no
