@@ -79,7 +79,9 @@ PoolGeometry fixed_geometry(const char* op, const Tensor& x, int64_t kh, int64_t
 
 // One output row of a 2×2 stride-2 max-pool: out[j] is the maximum of rows[2j], rows[2j+1],
 // rows[W+2j], rows[W+2j+1] (input offsets from `first`), the first strict maximum in
-// row-major order, NaN winning, as the general loop and PyTorch choose.
+// row-major order, NaN winning, as the general loop and PyTorch choose. With kArgmax the
+// place of each maximum goes to argmax too (for the backward pass; inference skips it).
+template <bool kArgmax>
 void max_of_pairs(const float* __restrict rows, int64_t W, int64_t OW, int32_t first, float* __restrict out,
                   int32_t* __restrict argmax) {
   const float* below = rows + W;
@@ -95,21 +97,22 @@ void max_of_pairs(const float* __restrict rows, int64_t W, int64_t OW, int32_t f
       at = take ? first + static_cast<int32_t>(2 * j) + offsets[k] : at;
     }
     out[j] = best;
-    argmax[j] = at;
+    if constexpr (kArgmax) argmax[j] = at;
   }
 }
 
 // One output row oh of any fixed-window max-pool, kernel tap by kernel tap in the window's
 // row-major order, each tap a pass along the row (which vectorises): per output the same
 // comparisons in the same order as a window at a time (the first strict maximum, NaN
-// winning, padding never), so the same values and arg-maxes.
+// winning, padding never), so the same values and arg-maxes (kArgmax: as max_of_pairs).
+template <bool kArgmax>
 void max_of_taps(const PoolGeometry& g, const float* __restrict plane, int64_t oh, float* __restrict out,
                  int32_t* __restrict argmax) {
   const int64_t top = oh * g.sh - g.ph;
   const int64_t h0 = std::max<int64_t>(top, 0), h1 = std::min(top + g.kh, g.H);
   for (int64_t ow = 0; ow < g.OW; ++ow) {
     out[ow] = -std::numeric_limits<float>::infinity();
-    argmax[ow] = static_cast<int32_t>(h0 * g.W + std::max<int64_t>(ow * g.sw - g.pw, 0));
+    if constexpr (kArgmax) argmax[ow] = static_cast<int32_t>(h0 * g.W + std::max<int64_t>(ow * g.sw - g.pw, 0));
   }
   for (int64_t h = h0; h < h1; ++h)
     for (int64_t j = 0; j < g.kw; ++j) {
@@ -120,7 +123,7 @@ void max_of_taps(const PoolGeometry& g, const float* __restrict plane, int64_t o
         const float v = row[ow * g.sw];
         const bool take = v > out[ow] || v != v;
         out[ow] = take ? v : out[ow];
-        argmax[ow] = take ? static_cast<int32_t>(offset + ow * g.sw) : argmax[ow];
+        if constexpr (kArgmax) argmax[ow] = take ? static_cast<int32_t>(offset + ow * g.sw) : argmax[ow];
       }
     }
 }
@@ -332,27 +335,38 @@ Tensor max_pool2d(const Tensor& x_in, int64_t kh, int64_t kw, int64_t sh, int64_
   const PoolGeometry g = fixed_geometry("max_pool2d", x_in, kh, kw, sh, sw, ph, pw);
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty({g.N, g.C, g.OH, g.OW});
-  std::vector<int32_t> argmax(static_cast<size_t>(out.numel()));
+  // The arg-maxes only for a backward pass: inference neither fills nor writes them.
+  const bool record = needs_grad({x});
+  std::vector<int32_t> argmax(record ? static_cast<size_t>(out.numel()) : 0);
   const float* xs = x.data();
   float* y = out.data();
   // The common 2×2 stride-2 window without padding (VGG): the same rule over its four
   // values as selects, which vectorise, where the general loop's branches mispredict.
   const bool two_by_two = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
-  parallel_for(g.planes(), g.grain(), [&](int64_t q0, int64_t q1) {
+  const auto pool_planes = [&]<bool kArgmax>(int64_t q0, int64_t q1) {
     for (int64_t q = q0; q < q1; ++q) {
       const float* xp = xs + q * g.H * g.W;
+      int32_t* at = kArgmax ? argmax.data() + q * g.OH * g.OW : nullptr;
       if (two_by_two) {
         for (int64_t oh = 0; oh < g.OH; ++oh)
-          max_of_pairs(xp + 2 * oh * g.W, g.W, g.OW, static_cast<int32_t>(2 * oh * g.W),
-                       y + (q * g.OH + oh) * g.OW, argmax.data() + (q * g.OH + oh) * g.OW);
+          max_of_pairs<kArgmax>(xp + 2 * oh * g.W, g.W, g.OW, static_cast<int32_t>(2 * oh * g.W),
+                                y + (q * g.OH + oh) * g.OW, kArgmax ? at + oh * g.OW : nullptr);
         continue;
       }
       // As PyTorch: the first strict maximum in row-major order, NaN wins; padding never does.
       for (int64_t oh = 0; oh < g.OH; ++oh)
-        max_of_taps(g, xp, oh, y + (q * g.OH + oh) * g.OW, argmax.data() + (q * g.OH + oh) * g.OW);
+        max_of_taps<kArgmax>(g, xp, oh, y + (q * g.OH + oh) * g.OW, kArgmax ? at + oh * g.OW : nullptr);
     }
+  };
+  parallel_for(g.planes(), g.grain(), [&](int64_t q0, int64_t q1) {
+    run_widest([&] {  // strided rows: the wider vectors' permutes gather them
+      if (record)
+        pool_planes.template operator()<true>(q0, q1);
+      else
+        pool_planes.template operator()<false>(q0, q1);
+    });
   });
-  if (needs_grad({x})) attach(out, std::make_shared<MaxPoolNode>(g, x.detach(), std::move(argmax)), {x});
+  if (record) attach(out, std::make_shared<MaxPoolNode>(g, x.detach(), std::move(argmax)), {x});
   return out;
 }
 

@@ -478,6 +478,21 @@ TEST_CASE("conv2d: a deep strided layer by the direct kernels, its weights packe
   check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
 }
 
+TEST_CASE("conv2d: a strided layer with weights beyond the L2 cache runs by im2col, one just within by the direct kernels" *
+          doctest::skip(cpu_vector_isa() != VectorIsa::Avx512)) {
+  // 512 x 512 x 3 x 3 floats are 9.4 MB, above the direct kernels' 8 MiB; 480 x 480 are 8.3 MB.
+  ThreadCount restore;
+  uint64_t seed = 340;
+  for (const int64_t channels : {512, 480}) {
+    CAPTURE(channels);
+    const ConvCase c{{2, channels, 8, 8}, {channels, channels, 3, 3}, Conv2dOptions::square(2, 1)};
+    const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++), b = random_tensor({channels}, seed++);
+    CHECK(conv2d_algorithm(x, w, c.options) == (channels == 512 ? ConvAlgorithm::Im2col : ConvAlgorithm::Direct));
+    check_same_bits_at_one_and_two_threads(conv_with(c.options), {x, w, b}, seed++);
+    check_against_reference_conv(c, seed, 1e-4, 1e-3, {Transport::gradient()});
+  }
+}
+
 TEST_CASE("conv2d: backward skips the gradients nobody needs") {
   const Tensor x = golden("conv", "conv.basic.in0"), w = golden("conv", "conv.basic.in1").detach(),
                b = golden("conv", "conv.basic.in2");
@@ -519,32 +534,40 @@ TEST_CASE("conv2d_batch_norm_eval: the fused inference pass has the separate ops
   // Every forward path: the direct kernels, Winograd (3x3 stride 1; a residual is added
   // after it), one image per GEMM in row tiles (large images), blocks of images through a
   // staging matrix (small images), 1x1 read in place, and 1x1 with so many outputs that
-  // the product runs in column pieces.
+  // the product runs in column pieces. At every vector width the CPU has: the epilogues
+  // run in the widest vectors, the separate ops too.
   std::vector<ConvCase> cases = forward_path_cases();
   cases.push_back({{1, 4, 20, 20}, {600, 4, 1, 1}, Conv2dOptions::square(1, 0)});
-  uint64_t seed = 900;
-  for (const ConvCase& c : cases)
-    for (const bool with_bias : {false, true})
-      for (const bool then_relu : {false, true})
-        for (const bool with_residual : {false, true}) {
-          INFO("x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu, " residual ",
-               with_residual, " ", std::string(to_string(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options))));
-          const int64_t O = c.w[0];
-          const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
-          const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
-          const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
-                                 random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
-          NoGrad off;
-          Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
-                                       bn.running_var, false, 0.1f, bn.eps);
-          const Tensor residual = with_residual ? random_tensor(separate.shape(), seed++) : Tensor();
-          const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu, residual);
-          if (with_residual) separate = add(separate, residual);
-          if (then_relu) separate = relu(separate);
-          const std::vector<float> values = fused.to_vector();
-          CHECK(values == separate.to_vector());
-          if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
-        }
+  cases.push_back({{4, 16, 5, 5}, {24, 16, 1, 1}, Conv2dOptions::square(1, 0)});  // 1x1 in blocks, staged
+  for (const VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+    if (isa > cpu_vector_isa()) continue;
+    cap_vector_isa(isa);
+    uint64_t seed = 900;
+    for (const ConvCase& c : cases)
+      for (const bool with_bias : {false, true})
+        for (const bool then_relu : {false, true})
+          for (const bool with_residual : {false, true}) {
+            INFO("isa ", int(isa), " x ", to_string(c.x), " w ", to_string(c.w), " bias ", with_bias, " relu ", then_relu,
+                 " residual ", with_residual, " ",
+                 std::string(to_string(conv2d_algorithm(Tensor::empty(c.x), Tensor::empty(c.w), c.options))));
+            const int64_t O = c.w[0];
+            const Tensor x = random_tensor(c.x, seed++), w = random_tensor(c.w, seed++);
+            const Tensor b = with_bias ? random_tensor({O}, seed++) : Tensor();
+            const EvalBatchNorm bn{random_tensor({O}, seed++), random_tensor({O}, seed++), random_tensor({O}, seed++),
+                                   random_tensor({O}, seed++, 0.2f, 2.0f), 1e-5f};
+            NoGrad off;
+            Tensor separate = batch_norm(conv2d(x, w, b, c.options), bn.weight, bn.bias, bn.running_mean,
+                                         bn.running_var, false, 0.1f, bn.eps);
+            const Tensor residual = with_residual ? random_tensor(separate.shape(), seed++) : Tensor();
+            const Tensor fused = conv2d_batch_norm_eval(x, w, b, c.options, bn, then_relu, residual);
+            if (with_residual) separate = add(separate, residual);
+            if (then_relu) separate = relu(separate);
+            const std::vector<float> values = fused.to_vector();
+            CHECK(values == separate.to_vector());
+            if (then_relu) CHECK(std::count(values.begin(), values.end(), 0.0f) > 0);  // some ReLUs closed
+          }
+  }
+  cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
 }
 
 TEST_CASE("conv2d_add: the residual added as the output is written is the separate ops (bits, every transport)") {
@@ -796,6 +819,63 @@ TEST_CASE("pool: padded and strided max-pools (tap by tap along rows) pick the f
         }
     CHECK(bad == 0);
     CHECK(dx == want_dx);
+  }
+}
+
+TEST_CASE("pool: max-pool's values are the same in inference (no arg-maxes kept) and recorded, at every vector width") {
+  // ResNet's 3x3 stride-2 padded stem pool, the 2x2 stride-2 pool's own loop and a
+  // rectangular strided window; ties, NaNs and windows of -inf, against a brute force over
+  // each window in row-major order.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  struct Window {
+    int64_t kh, kw, sh, sw, ph, pw;
+  };
+  const int64_t H = 13, W = 37;  // rows of more than one vector of outputs
+  Tensor x = random_tensor({2, 3, H, W}, 512);
+  x.data()[0] = x.data()[1] = x.data()[W] = x.data()[W + 1] = 0.5f;
+  x.data()[3 * W + 20] = nan;
+  x.data()[2 * H * W + 5 * W + 33] = nan;
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t w = 10; w < 16; ++w) x.data()[H * W + h * W + w] = -inf;
+  for (const Window k : {Window{3, 3, 2, 2, 1, 1}, Window{2, 2, 2, 2, 0, 0}, Window{3, 2, 1, 2, 1, 0}}) {
+    const auto pool = [k](const Tensor& in) { return max_pool2d(in, k.kh, k.kw, k.sh, k.sw, k.ph, k.pw); };
+    std::vector<float> want;
+    {
+      const Tensor y = pool(x);
+      const int64_t OH = y.size(2), OW = y.size(3);
+      for (int64_t p = 0; p < 6; ++p)
+        for (int64_t i = 0; i < OH; ++i)
+          for (int64_t j = 0; j < OW; ++j) {
+            float best = -inf;
+            for (int64_t a = 0; a < k.kh; ++a)
+              for (int64_t b = 0; b < k.kw; ++b) {
+                const int64_t h = i * k.sh - k.ph + a, w = j * k.sw - k.pw + b;
+                if (h < 0 || h >= H || w < 0 || w >= W) continue;
+                const float v = x.data()[p * H * W + h * W + w];
+                if (v > best || std::isnan(v)) best = v;
+              }
+            want.push_back(best);
+          }
+    }
+    for (const VectorIsa isa : {VectorIsa::Baseline, VectorIsa::Avx2, VectorIsa::Avx512}) {
+      if (isa > cpu_vector_isa()) continue;
+      cap_vector_isa(isa);
+      for (const bool record : {false, true}) {
+        INFO("kernel ", k.kh, "x", k.kw, " stride ", k.sh, "x", k.sw, " isa ", int(isa), " recorded ", record);
+        Tensor input = x.detach();
+        if (record) input.requires_grad_();
+        const std::vector<float> got = pool(input).to_vector();
+        REQUIRE(got.size() == want.size());
+        int bad = 0, nans = 0;
+        for (size_t e = 0; e < got.size(); ++e) {
+          bad += !(got[e] == want[e] || (std::isnan(got[e]) && std::isnan(want[e])));
+          nans += std::isnan(got[e]);
+        }
+        CHECK(bad == 0);
+        CHECK(nans > 0);
+      }
+    }
+    cap_vector_isa(VectorIsa::Avx512);  // back to the CPU's widest
   }
 }
 

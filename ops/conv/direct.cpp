@@ -351,15 +351,23 @@ bool by_rows_suits(const DirectConvShape& s) {
          s.O <= 32;
 }
 
-// Where the by-channels kernel is ahead of Winograd and im2col with the engine's GEMM: on
-// every strided 3×3 layer (a strided layer is no Winograd case, and im2col copies the input
-// kh·kw times), on maps up to 8 wide with up to 128 input channels, and, ahead of the by-rows
-// kernel too, on maps up to 16 wide with up to 32 (every lane computes a position there,
-// against 14 of 16 by rows). Behind where Winograd's 2.25× fewer multiplications meet enough
-// channels to keep the GEMMs efficient, and on 1×1 layers (im2col is a plain GEMM there).
+// By channels reads all of a layer's weights once per image. Beyond this many bytes they
+// no longer stay in the L2 cache from one image to the next and stream from memory for every
+// image, for few positions where the map is small; im2col's GEMM reads its packed weights
+// once per block of images instead.
+constexpr int64_t kByChannelsWeightBytes = 8 << 20;
+
+// Where the by-channels kernel is ahead of Winograd and im2col with the engine's GEMM, with
+// weights of up to kByChannelsWeightBytes: on every strided 3×3 layer (a strided layer is no
+// Winograd case, and im2col copies the input kh·kw times), on maps up to 8 wide with up to
+// 128 input channels, and, ahead of the by-rows kernel too, on maps up to 16 wide with up to
+// 32 (every lane computes a position there, against 14 of 16 by rows). Behind where
+// Winograd's 2.25× fewer multiplications meet enough channels to keep the GEMMs efficient,
+// and on 1×1 layers (im2col is a plain GEMM there).
 bool by_channels_suits(const DirectConvShape& s) {
   if (s.sh != s.sw || s.sw > 2 || s.O % kChannelBlock != 0 || s.KH * s.KW == 1) return false;
   if (!padded_image_fits(s)) return false;
+  if (s.C * s.O * s.KH * s.KW * int64_t(sizeof(float)) > kByChannelsWeightBytes) return false;
   return s.sw == 2 || (s.OW <= 8 && s.C <= 128) || (s.OW <= 16 && s.C <= 32);
 }
 
