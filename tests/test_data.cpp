@@ -269,9 +269,17 @@ TEST_CASE("data: image folder of PNGs, sorted classes, channel conversion and re
   resize_bilinear(x.data(), 3, h, w, expected.data(), 2, 3);
   CHECK(s == expected);
 
-  // An unreadable image is named when the folder is opened.
+  // An unreadable image keeps its place in the list (the indices and labels after it do not
+  // shift) and is named when it is read, not when the folder is opened.
   write_bytes(dir.file("b_dog/broken.png"), {1, 2, 3, 4, 5});
-  CHECK_THROWS_WITH_AS(ImageFolder(dir.path().string(), 3, h, w), doctest::Contains("b_dog/broken.png"), Error);
+  ImageFolder with_broken(dir.path().string(), 3, h, w);
+  REQUIRE(with_broken.size() == 5);
+  CHECK(with_broken.file(2).ends_with("b_dog/broken.png"));
+  CHECK(with_broken.label(2) == 1);
+  CHECK(with_broken.file(3).ends_with("b_dog/img0.png"));
+  CHECK(example_input(with_broken, 1) == x);
+  CHECK_THROWS_WITH_AS(example_input(with_broken, 2),
+                       doctest::Contains("b_dog/broken.png: cannot decode image (not PNG, JPEG, BMP or GIF)"), Error);
   // A PNG whose header is intact but whose data is cut is named, as damaged, when decoded.
   fs::remove(dir.path() / "b_dog/broken.png");
   const std::vector<uint8_t> png = bytes_of(dir.file("b_dog/img1.png"));
@@ -281,6 +289,63 @@ TEST_CASE("data: image folder of PNGs, sorted classes, channel conversion and re
   CHECK_THROWS_WITH_AS(ImageFolder(dir.file("missing"), 3, h, w), doctest::Contains("no such folder"), Error);
   CHECK_THROWS_WITH_AS(ImageFolder(dir.path().string(), 2, h, w), doctest::Contains("channels must be 1, 3 or 4"),
                        Error);
+}
+
+TEST_CASE("data: opening an image folder lists it and reads no image; the first read names the first bad file") {
+  // Files with image names whose bytes are no image at all: were any opened while the folder
+  // is listed, the constructor would throw. Classes and files keep their sorted order.
+  TempDir dir;
+  for (const std::string cls : {"n02", "n01"})
+    for (const std::string name : {"b.JPEG", "a.png", "c.jpg", "d.bmp"}) {
+      fs::create_directories(dir.path() / cls);
+      write_bytes(dir.file(cls + "/" + name), {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'});
+    }
+  write_bytes(dir.file("n01/e.jpeg"), {});  // an empty file is listed as well
+  const auto folder = std::make_shared<ImageFolder>(dir.path().string(), 3, 32, 32);
+  REQUIRE(folder->size() == 9);
+  CHECK(folder->classes() == std::vector<std::string>{"n01", "n02"});
+  const std::vector<std::string> order = {"n01/a.png", "n01/b.JPEG", "n01/c.jpg", "n01/d.bmp", "n01/e.jpeg",
+                                          "n02/a.png", "n02/b.JPEG", "n02/c.jpg", "n02/d.bmp"};
+  for (int64_t i = 0; i < folder->size(); ++i) {
+    CHECK(folder->file(i).ends_with(order[size_t(i)]));
+    CHECK(folder->label(i) == (i < 5 ? 0 : 1));  // labels come from the listing, not from decoding
+  }
+  CHECK_THROWS_WITH_AS(example_input(*folder, 4), doctest::Contains("n01/e.jpeg: empty file, not an image"), Error);
+
+  // Through a shuffling, prefetching loader: every row is a bad file, decoded in parallel one
+  // row a task (32 × 32 × 3 floats make a grain of 1), and the error names the file of the
+  // batch's first row, whichever thread failed first.
+  LoaderOptions options;
+  options.batch_size = 9;
+  options.seed = 314;
+  Loader loader(folder, options);
+  const std::string first = folder->file(loader.order(0)[0]) + ": ";
+  CHECK_THROWS_WITH_AS(loader.next(), doctest::Contains(first.c_str()), Error);
+  CHECK_THROWS_WITH_AS(loader.batch(0, 0), doctest::Contains(first.c_str()), Error);
+
+  // One good image among them: the loader names the bad file, the good one decodes.
+  const std::vector<uint8_t> grey(32 * 32, 200);
+  REQUIRE(stbi_write_png(dir.file("n02/c.jpg").c_str(), 32, 32, 1, grey.data(), 32) != 0);  // stb reads by content
+  CHECK(example_input(*folder, 7)[0] == 200.0f / 255.0f);
+  options.batch_size = 1;
+  options.shuffle = false;
+  Loader one_by_one(folder, options);
+  CHECK(one_by_one.batch(0, 7).labels == std::vector<int64_t>{1});
+  CHECK_THROWS_WITH_AS(one_by_one.batch(0, 8), doctest::Contains("n02/d.bmp: cannot decode image (not PNG, JPEG, BMP or GIF)"), Error);
+
+  // On the command line: the folder opens, the read of the bad file stops the run with one
+  // line naming it and exit 1.
+  TempDir cli_dir;
+  fs::create_directories(cli_dir.path() / "test/c");
+  REQUIRE(stbi_write_png(cli_dir.file("test/c/a.png").c_str(), 32, 32, 1, grey.data(), 32) != 0);
+  write_bytes(cli_dir.file("test/c/b.png"), {'n', 'o'});
+  const adjoint::testing::CommandOutcome run = adjoint::testing::run_adjoint(
+      {"--threads", "1", "bench", "data", "--data", "images:" + cli_dir.path().string() + ":32", "--only", "resnet18",
+       "--batch", "2", "--steps", "1"});
+  CAPTURE(run.err);
+  CHECK(run.code == 1);
+  CHECK(adjoint::testing::contains(run.out, "(2 images of 3 x 32 x 32)"));
+  CHECK(run.err == "adjoint: error: " + cli_dir.file("test/c/b.png") + ": cannot decode image (not PNG, JPEG, BMP or GIF) (unknown image type)\n");
 }
 
 TEST_CASE("data: bilinear resize matches PyTorch's interpolate(align_corners=False)") {

@@ -4,8 +4,11 @@
 // files are sorted by name inside each class. Images are decoded on demand by stb_image
 // (so a loader decodes a batch in parallel), converted to the requested channel count
 // (1 grey, 3 RGB, 4 RGBA) and resized bilinearly to height × width when their size
-// differs. Every file's header is checked when the folder is opened, so an unreadable
-// image is reported up front, by name, rather than in the middle of training.
+// differs. Opening the folder lists it and opens no image: an ImageNet folder holds
+// 50 000 validation and 1.28 million training files, and a run that looks at 16 of them
+// should not read them all. So an unreadable or non-image file is found when its example
+// is first decoded, and that error names the file; it is never skipped, which would shift
+// every later index and label.
 #pragma once
 #include <cstdint>
 #include <string>

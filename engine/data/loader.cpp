@@ -1,6 +1,8 @@
 #include "engine/data/loader.h"
 
 #include <algorithm>
+#include <exception>
+#include <mutex>
 #include <numeric>
 #include <utility>
 
@@ -88,25 +90,38 @@ Batch Loader::batch(int64_t epoch, int64_t index) const {
   std::fill(labels, labels + first_row * targets, int64_t(0));
   std::fill(labels + last_row * targets, labels + count * targets, int64_t(0));
   // Small examples are grouped so a chunk is worth a task; each writes only its own slot.
+  // A chunk stops at its first example that fails to decode; of those, the error of the
+  // batch's earliest row is the one thrown, so the file an error names does not depend on
+  // how the rows were split among threads.
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(raw_numel, 1));
+  std::mutex error_mutex;
+  int64_t error_row = count;
+  std::exception_ptr error;
   parallel_for(last_row - first_row, grain, [&](int64_t b, int64_t e) {
     std::vector<float> raw;
-    for (int64_t k = first_row + b; k < first_row + e; ++k) {
-      const int64_t i = indices[static_cast<size_t>(k)];
-      float* slot = inputs + k * out_numel;
-      if (options_.transforms.empty()) {
-        dataset_->get(i, slot, labels + k * targets);
-        continue;
+    int64_t k = first_row + b;
+    try {
+      for (; k < first_row + e; ++k) {
+        const int64_t i = indices[static_cast<size_t>(k)];
+        float* slot = inputs + k * out_numel;
+        if (options_.transforms.empty()) {
+          dataset_->get(i, slot, labels + k * targets);
+          continue;
+        }
+        raw.resize(static_cast<size_t>(raw_numel));
+        dataset_->get(i, raw.data(), labels + k * targets);
+        Shape shape = raw_shape;
+        Generator gen = example_generator(options_.seed, epoch, i);
+        const std::vector<float> result = apply_transforms(options_.transforms, std::move(raw), shape, gen);
+        std::copy(result.begin(), result.end(), slot);
+        raw.clear();
       }
-      raw.resize(static_cast<size_t>(raw_numel));
-      dataset_->get(i, raw.data(), labels + k * targets);
-      Shape shape = raw_shape;
-      Generator gen = example_generator(options_.seed, epoch, i);
-      const std::vector<float> result = apply_transforms(options_.transforms, std::move(raw), shape, gen);
-      std::copy(result.begin(), result.end(), slot);
-      raw.clear();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (k < error_row) error_row = k, error = std::current_exception();
     }
   });
+  if (error) std::rethrow_exception(error);
   return out;
 }
 
