@@ -269,13 +269,15 @@ void versus(const std::string& path_a, const std::string& path_b, int64_t positi
 // over `seeds` independent batches (seeds 1 … seeds) of `samples` network evaluations each, with
 // the control variate and without: per inner product, the batches' mean − exact in units of the
 // mean's standard error (their spread over sqrt(seeds)), their spread against the mean standard
-// error they claim (near 1 where the claimed error is the error), and how many intervals covered.
+// error they claim (near 1 where the claimed error is the error), the root mean square of each
+// error over its own claim (the same where some batches kept the control variate and some fell
+// back to the raw draws), how many intervals covered, and how many batches kept the control variate.
 void batches(const std::string& path_a, const std::string& path_b, int64_t positions, double input_std, int64_t samples, int seeds,
              double ab, double aa, double bb) {
   const PolynomialView a = model_from_checkpoint(load_checkpoint(path_a))->polynomial_view(positions),
                        b = model_from_checkpoint(load_checkpoint(path_b))->polynomial_view(positions);
   Table table{{"control variate", "inner product", "exact", "batch mean", "t (mean over spread)", "z (mean over claims)",
-               "spread / claimed s.e.", "covered"}};
+               "spread / claimed s.e.", "rms error / own claim", "covered", "kept control variate"}};
   table.align = numbers_but(table.header.size(), {0, 1});
   print_head(table);
   for (const bool cv : {true, false}) {
@@ -283,16 +285,19 @@ void batches(const std::string& path_a, const std::string& path_b, int64_t posit
     MonteCarloPlan plan = fixed_budget_plan(a, b, samples, 1, input_std);
     plan.control_variate = cv;
     PooledEstimates m[3];
+    int kept[3] = {0, 0, 0};
     const double exact[3] = {ab, aa, bb};
     for (int seed = 1; seed <= seeds; ++seed) {
       plan.seed = uint64_t(seed);
       const MonteCarloSimilarity mc = monte_carlo_sized(a, b, plan);
       m[0].add(mc.inner_ab, mc.inner_ab_se, ab), m[1].add(mc.inner_aa, mc.inner_aa_se, aa), m[2].add(mc.inner_bb, mc.inner_bb_se, bb);
+      kept[0] += mc.controlled_ab, kept[1] += mc.controlled_aa, kept[2] += mc.controlled_bb;
     }
     const char* names[3] = {"<A|B>", "<A|A>", "<B|B>"};
     for (int k = 0; k < 3; ++k)
       print_row(table, {cv ? "yes" : "no", names[k], cell("%.6g", exact[k]), cell("%.6g", exact[k] + m[k].sum / m[k].n),
-                        cell("%.2f", m[k].t()), cell("%.2f", m[k].z()), cell("%.2f", m[k].spread_ratio()), of(m[k].covered, seeds)});
+                        cell("%.2f", m[k].t()), cell("%.2f", m[k].z()), cell("%.2f", m[k].spread_ratio()),
+                        cell("%.2f", m[k].standardised_spread()), of(m[k].covered, seeds), of(kept[k], seeds)});
   }
 }
 

@@ -1,6 +1,7 @@
 #include "analysis/similarity/monte_carlo.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <cmath>
 #include <optional>
@@ -269,11 +270,6 @@ double cosine_variance(const CosineSums& total, int64_t n) {
   return se * se * double(n);
 }
 
-// The largest Pareto tail shape of the three inner products' draws.
-double largest_pareto_shape(const Products& all) {
-  return std::max({pareto_shape_both_tails(all.ab), pareto_shape_both_tails(all.aa), pareto_shape_both_tails(all.bb)});
-}
-
 // The smaller of the self terms' effective numbers of draws, (Σ x)²/Σ x² over the (positive) draws
 // of |f_a|² and of |f_b|².
 double self_effective_draws(const Products& all) {
@@ -303,15 +299,48 @@ struct Setup {
 struct SizedRun {
   CosineSums total;
   std::vector<CosineSums> slice;
-  // Every draw before the control variate, for the tail diagnostic: the control variate subtracts
-  // a function of the input with light tails (a quadratic's mean along the direction), which
-  // leaves the tail's shape as it was, but shrinks the bulk beside it, and a Pareto fit to the
-  // largest draws then reads the bulk's edge as tail.
-  Products all;
+  // Every draw before the control variate, and (runs with one) after it: its residuals. Per
+  // inner product, `controlled` says which of the two the estimate averages (settle_control_variate),
+  // and `total` holds their sums.
+  Products all, residuals;
+  std::array<bool, 3> controlled{};  // ⟨A|B⟩, ⟨A|A⟩, ⟨B|B⟩
   std::vector<double> directions;  // every draw's direction (radial runs)
   std::vector<double> raw_aa, raw_bb;  // every draw's |f_a|² and |f_b|² along its direction, unweighted
   int64_t done = 0, pilot = 0;
 };
+// One of the three inner products' draws, by index: ⟨A|B⟩, ⟨A|A⟩, ⟨B|B⟩.
+const std::vector<double>& term(const Products& p, int t) { return t == 0 ? p.ab : t == 1 ? p.aa : p.bb; }
+
+// What the estimate of inner product t averages: its residuals where it keeps the control variate,
+// its raw draws where not.
+const std::vector<double>& averaged(const SizedRun& run, int t) {
+  return run.controlled[size_t(t)] ? term(run.residuals, t) : term(run.all, t);
+}
+
+// The largest Pareto tail shape of what the three estimates average: the tail diagnostic.
+double averaged_pareto_shape(const SizedRun& run) {
+  double shape = -INFINITY;
+  for (int t = 0; t < 3; ++t) shape = std::max(shape, pareto_shape_both_tails(averaged(run, t)));
+  return shape;
+}
+
+// Per inner product, keep the control variate where the tail diagnostic passes its residuals, and
+// fall back to the raw draws where it marks them. Subtracting the direct paths can leave residuals
+// whose variance sits in a few draws (a Pareto shape near 1 where the raw draws fit one near 0):
+// their sample variance then understates their spread, and the interval built on it under-covers,
+// while the raw draws, with the larger but honestly estimated variance, give an interval that holds.
+// Read on the whole run at each stop; the sums are rebuilt where the choice changes.
+void settle_control_variate(SizedRun& run, bool cv) {
+  std::array<bool, 3> keep{};
+  const double limit = pareto_shape_limit(run.done);
+  for (int t = 0; t < 3; ++t) keep[size_t(t)] = cv && pareto_shape_both_tails(term(run.residuals, t)) <= limit;
+  if (keep == run.controlled) return;
+  run.controlled = keep;
+  run.total = CosineSums();
+  const std::vector<double>&ab = averaged(run, 0), &aa = averaged(run, 1), &bb = averaged(run, 2);
+  for (size_t i = 0; i < size_t(run.done); ++i) run.total.add(ab[i], aa[i], bb[i]);
+}
+
 SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionProposal& proposal, Generator& gen,
                    const std::function<bool(const SizedRun&)>& stop_early = {}) {
   SizedRun run;
@@ -324,6 +353,7 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
   // times weights that span orders of magnitude, and a β fitted on a pilot of a few dozen of them
   // is noise that a single draw can make enormous.
   const bool cv = s.cv && proposal.components.empty();
+  run.controlled = {cv, cv, cv};
   run.pilot = cv ? std::max<int64_t>(plan.pilot / s.per_draw_rows, 16) : 0;
   if (cv) {
     const int64_t rows = run.pilot * s.per_draw_rows;
@@ -348,14 +378,20 @@ SizedRun sized_run(const Setup& s, const MonteCarloPlan& plan, const DirectionPr
       const Products g = direct(d, rows);
       for (size_t i = 0; i < size_t(n); ++i)
         q.ab[i] -= beta_ab * (g.ab[i] - s.mean_ab), q.aa[i] -= beta_aa * (g.aa[i] - s.mean_aa), q.bb[i] -= beta_bb * (g.bb[i] - s.mean_bb);
+      run.residuals.ab.insert(run.residuals.ab.end(), q.ab.begin(), q.ab.end());
+      run.residuals.aa.insert(run.residuals.aa.end(), q.aa.begin(), q.aa.end());
+      run.residuals.bb.insert(run.residuals.bb.end(), q.bb.begin(), q.bb.end());
     }
-    for (size_t i = 0; i < size_t(n); ++i) run.total.add(q.ab[i], q.aa[i], q.bb[i]);
+    const size_t first = size_t(run.done);
+    for (size_t i = 0; i < size_t(n); ++i)
+      run.total.add(averaged(run, 0)[first + i], averaged(run, 1)[first + i], averaged(run, 2)[first + i]);
     if (plan.radial) {
       run.directions.insert(run.directions.end(), d.directions.begin(), d.directions.end());
       run.raw_aa.insert(run.raw_aa.end(), raw.aa.begin(), raw.aa.end()), run.raw_bb.insert(run.raw_bb.end(), raw.bb.begin(), raw.bb.end());
     }
     add_slices(fa, fb, n, s.weights, T, classes, run.slice, d.importance);
     run.done += n;
+    if (run.done >= minimum || run.done >= plan.max_samples) settle_control_variate(run, cv);
     const double se = run.total.cosine(run.done).second;
     check(std::isfinite(se) && std::isfinite(run.total.aa) && std::isfinite(run.total.bb), "monte carlo similarity: after ", run.done,
           " draws the products of ", s.a.arch, "'s and ", s.b.arch, "'s outputs are out of range (",
@@ -482,6 +518,7 @@ void PooledEstimates::add(double estimate, double standard_error, double truth) 
   const double error = estimate - truth;
   ++n, sum += error, squares += error * error, claimed += standard_error, claimed_squares += standard_error * standard_error;
   covered += std::abs(error) <= 1.96 * standard_error;
+  standardised_squares += (error / standard_error) * (error / standard_error);
 }
 double PooledEstimates::spread() const {
   const double mean = sum / n;
@@ -490,6 +527,7 @@ double PooledEstimates::spread() const {
 double PooledEstimates::z() const { return (sum / n) / (std::sqrt(claimed_squares) / n); }
 double PooledEstimates::t() const { return (sum / n) / (spread() / std::sqrt(double(n))); }
 double PooledEstimates::spread_ratio() const { return spread() / (claimed / n); }
+double PooledEstimates::standardised_spread() const { return std::sqrt(standardised_squares / n); }
 
 MonteCarloPlan fixed_budget_plan(const PolynomialView& a, const PolynomialView& b, int64_t evaluations, uint64_t seed, double input_std,
                                  const PolynomialView* reference) {
@@ -544,7 +582,7 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   }
   Generator gen(plan.seed);
   auto heavy = [&plan](const SizedRun& r) {
-    return largest_pareto_shape(r.all) > pareto_shape_limit(r.done) || (!plan.radial && r.total.tail_share(r.done) > plan.tail_share_limit);
+    return averaged_pareto_shape(r) > pareto_shape_limit(r.done) || (!plan.radial && r.total.tail_share(r.done) > plan.tail_share_limit);
   };
   // Uniform directions first; where importance sampling may follow, they stop as soon as their
   // draws are marked heavy-tailed (sizing them further would only spend draws on a tail they do
@@ -597,8 +635,8 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
         pilot_plan.max_samples = run.done, pilot_plan.tolerance = 0;  // exactly as many draws as the uniform run
         const SizedRun pilot = sized_run(s, pilot_plan, fit.proposal, gen);
         set_aside += pilot.done + pilot.pilot;
-        const PilotSummary from_uniform = {run.done, largest_pareto_shape(run.all), cosine_variance(run.total, run.done)},
-                           from_proposal = {pilot.done, largest_pareto_shape(pilot.all), cosine_variance(pilot.total, pilot.done)};
+        const PilotSummary from_uniform = {run.done, averaged_pareto_shape(run), cosine_variance(run.total, run.done)},
+                           from_proposal = {pilot.done, averaged_pareto_shape(pilot), cosine_variance(pilot.total, pilot.done)};
         uniform_shape = from_uniform.pareto_shape, proposal_shape = from_proposal.pareto_shape;
         use_proposal = prefer_proposal(from_uniform, from_proposal);
         declined = !use_proposal;
@@ -607,7 +645,8 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
     }
   }
   MonteCarloSimilarity r = finish(run.total, run.slice, run.done);
-  r.control_variate = s.cv && !use_proposal;
+  r.controlled_ab = run.controlled[0], r.controlled_aa = run.controlled[1], r.controlled_bb = run.controlled[2];
+  r.control_variate = r.controlled_ab || r.controlled_aa || r.controlled_bb;
   r.pilot_samples = run.pilot;
   r.radial_points = plan.radial ? int(s.per_draw_rows) : 0;
   r.importance = use_proposal;
@@ -617,7 +656,7 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   r.evaluations = (run.done + run.pilot + r.proposal_draws) * s.per_draw_rows;
   r.tail_share = run.total.tail_share(run.done);
   r.effective_draws = self_effective_draws(run.all);
-  r.pareto_shape = largest_pareto_shape(run.all), r.pareto_limit = pareto_shape_limit(run.done);
+  r.pareto_shape = averaged_pareto_shape(run), r.pareto_limit = pareto_shape_limit(run.done);
   // A proposal whose search was still finding peaks (or heavy weights) when it stopped has left
   // mass unfound that a sized run may not meet: its estimate is marked whatever its draws' tail.
   r.proposal_settled = fit.settled;

@@ -21,8 +21,11 @@ struct MonteCarloSimilarity {
   double inner_ab = 0, inner_ab_se = 0, inner_aa = 0, inner_aa_se = 0, inner_bb = 0, inner_bb_se = 0;
   // Per output feature (class, token), summed over positions, like the closed forms' slices.
   std::vector<double> slices, slice_se;
-  // Sized estimates: whether the control variate was used, and the draws spent fitting it.
+  // Sized estimates: whether the control variate was used (in any of the three inner products),
+  // and the draws spent fitting it; per inner product, whether its estimate kept the control
+  // variate (the tail diagnostic read its residuals within the bar) or fell back to its raw draws.
   bool control_variate = false;
+  bool controlled_ab = false, controlled_aa = false, controlled_bb = false;
   int64_t pilot_samples = 0;
   // Sized estimates: the radial rule's points per draw (0: plain sampling, a draw is one input;
   // otherwise `samples` counts directions), the network evaluations spent in all, and the
@@ -44,9 +47,9 @@ struct MonteCarloSimilarity {
   bool proposal_declined = false;
   bool proposal_settled = false;  // ProposalFit::settled; an estimate from an unsettled proposal is marked
   double uniform_pilot_shape = NAN, proposal_pilot_shape = NAN;
-  // The tail diagnostic: the largest Pareto shape k̂ of the three inner products' draws (both
-  // tails, pareto_tail.h; the draws before the control variate), and the bar it was held to,
-  // min(1 − 1/log10 N, 0.7).
+  // The tail diagnostic: the largest Pareto shape k̂ of what the three inner products' estimates
+  // average (both tails, pareto_tail.h; the control variate's residuals where it is kept, the raw
+  // draws where not), and the bar it was held to, min(1 − 1/log10 N, 0.7).
   double pareto_shape = 0, pareto_limit = 0.7;
   // pareto_shape within pareto_limit and tail_share within the plan's limit, and, drawn from a
   // proposal, the proposal's search settled; tempered, the replicates' log-normaliser spread
@@ -88,6 +91,12 @@ MonteCarloSimilarity monte_carlo_estimate(const PolynomialView& a, const Polynom
 // unbiased; the cosine, a ratio of them, is consistent, with its interval from the delta method.
 // Networks without a direct path (a non-residual bilinear layer) are sampled plainly, and so are
 // directions drawn from a proposal (below), whose weighted draws would make β noise.
+// Subtracting the direct paths leaves the branches, whose residuals can be far heavier-tailed for
+// their variance than the raw draws: a few hundred of them then understate their own spread. So
+// the tail diagnostic reads each inner product's residuals, and an inner product whose residuals
+// it marks is estimated from its raw draws instead (sizing continues where that misses the
+// tolerance; the choice is read again at every stop, so a term rejoins the control variate once
+// its residuals pass).
 struct MonteCarloPlan {
   double tolerance = 0.005;
   int64_t max_samples = int64_t(1) << 24;
@@ -158,6 +167,7 @@ MonteCarloPlan fixed_budget_plan(const PolynomialView& a, const PolynomialView& 
 struct PooledEstimates {
   int n = 0, covered = 0;  // covered: estimates within 1.96 of their standard errors
   double sum = 0, squares = 0, claimed = 0, claimed_squares = 0;  // of estimate − truth, and of the errors
+  double standardised_squares = 0;  // of (estimate − truth)/standard error
   void add(double estimate, double standard_error, double truth);
   // (mean − truth) over the mean's standard error from the claims, sqrt(Σ se²)/n: normal where
   // the claims are right.
@@ -167,6 +177,10 @@ struct PooledEstimates {
   double t() const;
   // The estimates' standard deviation over their mean claimed error: near 1 where the claims are right.
   double spread_ratio() const;
+  // The root mean square of (estimate − truth)/standard error: near 1 where the claims are right,
+  // also where the estimates claim errors of different sizes (some with the control variate, some
+  // without), which spread_ratio, one spread over one mean claim, reads as a mismatch.
+  double standardised_spread() const;
   double spread() const;
 };
 
