@@ -189,6 +189,14 @@ void fill_from(const GemmEpilogue& e, int64_t M, int64_t N, float* C, int64_t ld
   });
 }
 
+// C = map(C) where the epilogue has a map, row by row (the kernels that cannot fold it).
+void map_after(const GemmEpilogue& e, int64_t M, int64_t N, float* C, int64_t ldc) {
+  if (!e.map) return;
+  parallel_for(M, std::max<int64_t>(1, 16384 / N), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) e.map(C + r * ldc, e.mapped + r * e.ldm, N);
+  });
+}
+
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
@@ -202,12 +210,42 @@ void gemm_with_epilogue(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
                         const float* B, int64_t ldb, const GemmEpilogue& epilogue, float* C, int64_t ldc,
                         GemmKernel kernel) {
   if (M == 0 || N == 0) return;
-  if (epilogue.empty()) return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, kernel);
   if (kernel != GemmKernel::widest || !avx512_gemm_available() || K == 0) {
-    fill_from(epilogue, M, N, C, ldc);
-    return gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc, kernel);
+    if (epilogue.empty()) {
+      gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, kernel);
+    } else {
+      fill_from(epilogue, M, N, C, ldc);
+      gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc, kernel);
+    }
+    return map_after(epilogue, M, N, C, ldc);
   }
   split_product(kernel, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, epilogue);
+}
+
+void PackedB::Free::operator()(float* p) const { std::free(p); }
+
+PackedB::PackedB(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb) : K_(K), N_(N) {
+  check(avx512_gemm_available(), "PackedB: the packed layout is read only by the AVX-512 kernels, absent here");
+  check(K > 0 && N > 0, "PackedB: empty op(B) (", K, " × ", N, ")");
+  const int64_t size = (avx512_packed_b_size(N, K) + 15) / 16 * 16;  // whole 64-byte lines
+  packed_.reset(static_cast<float*>(std::aligned_alloc(64, size_t(size) * sizeof(float))));
+  if (!packed_) throw Error(cat("out of memory: the packed weights of a product (", K, " × ", N, ")"));
+  avx512_pack_b(trans_b, N, K, B, ldb, packed_.get());
+}
+
+int64_t PackedB::bytes() const { return avx512_packed_b_size(N_, K_) * int64_t(sizeof(float)); }
+
+void gemm_with_epilogue(int64_t M, float alpha, const float* A, int64_t lda, const PackedB& b,
+                        const GemmEpilogue& epilogue, float* C, int64_t ldc) {
+  if (M == 0) return;
+  const int64_t N = b.N_, K = b.K_;
+  const auto rows = [&](int64_t i0, int64_t i1) {
+    avx512_gemm(false, false, i1 - i0, N, K, alpha, A + i0 * lda, lda, nullptr, 0, 0.0f, C + i0 * ldc, ldc, nullptr,
+                epilogue.at(i0, 0), b.packed_.get());
+  };
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  if (flops < kSplitFlops || num_threads() == 1) return rows(0, M);
+  parallel_for(M, panel_width(M, N, K), rows);
 }
 
 void gemm_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

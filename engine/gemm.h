@@ -24,22 +24,34 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 // values, one per column of C) and a residual connection (M × N, leading dimension ldr),
 // each optional. The AVX-512 kernels add them while a tile of C is in registers, where
 // OpenBLAS needs C filled with them by a pass of its own first.
+//
+// `map`, optional, runs over C's values once they are final, a row segment at a time, writing
+// map(C) at `mapped` (leading dimension ldm; it may be C itself): an activation after an
+// affine layer, applied while the rows are in cache rather than by another pass over memory.
+// It is elementwise, so where it runs does not change its bits.
 struct GemmEpilogue {
+  using RowMap = void (*)(const float* values, float* out, int64_t count);
   const float* bias = nullptr;
   const float* residual = nullptr;
   int64_t ldr = 0;
+  RowMap map = nullptr;
+  float* mapped = nullptr;
+  int64_t ldm = 0;
+  // Whether C starts from beta · C (no bias, no residual).
   bool empty() const { return bias == nullptr && residual == nullptr; }
   // The epilogue of the block of C that starts at row i, column j.
   GemmEpilogue at(int64_t i, int64_t j) const {
-    return {bias ? bias + j : nullptr, residual ? residual + i * ldr + j : nullptr, ldr};
+    return {bias ? bias + j : nullptr, residual ? residual + i * ldr + j : nullptr, ldr,
+            map,  mapped ? mapped + i * ldm + j : nullptr,  ldm};
   }
 };
 
 // C = alpha · op(A) · op(B) + residual + bias (C is not read, and must not overlap the
-// residual). With `widest` on a CPU that runs the AVX-512 kernels the epilogue folds into the
-// product; otherwise C is filled with residual + bias and the product accumulates onto it.
-// Either way residual + bias is one float sum, so both give the bits of that fill followed
-// by the product with beta = 1 on the same kernels; the same at any thread count.
+// residual), then the epilogue's map. With `widest` on a CPU that runs the AVX-512 kernels the
+// epilogue folds into the product; otherwise C is filled with residual + bias, the product
+// accumulates onto it and the map runs after. Either way residual + bias is one float sum, so
+// both give the bits of that fill followed by the product with beta = 1 on the same kernels;
+// the same at any thread count.
 void gemm_with_epilogue(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                         int64_t lda, const float* B, int64_t ldb, const GemmEpilogue& epilogue, float* C,
                         int64_t ldc, GemmKernel kernel);
@@ -79,6 +91,34 @@ void gemm_serial(const PackedA& a, bool trans_b, int64_t N, float alpha, const f
                  float* C, int64_t ldc);
 void gemm(const PackedA& a, bool trans_b, int64_t N, float alpha, const float* B, int64_t ldb, float beta, float* C,
           int64_t ldc);
+
+// op(B) (K × N) of products that share it, packed once for the AVX-512 kernels
+// (avx512_packed_b_panel): a linear layer's weights meet every batch until they change, so
+// ops/matmul.cpp keeps this with them (Tensor::prepared) and the products pack only the
+// activations. Only where avx512_gemm_available(). B may go once this is made.
+class PackedB {
+ public:
+  PackedB(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb);
+  int64_t depth() const { return K_; }
+  int64_t cols() const { return N_; }
+  int64_t bytes() const;
+
+ private:
+  friend void gemm_with_epilogue(int64_t, float, const float*, int64_t, const PackedB&, const GemmEpilogue&, float*,
+                                 int64_t);
+  struct Free {
+    void operator()(float* p) const;
+  };
+  int64_t K_, N_;
+  std::unique_ptr<float, Free> packed_;
+};
+
+// C (M × N) = alpha · A · op(B) + residual + bias, then the epilogue's map, for A (M × K,
+// leading dimension lda) and a packed op(B), on the AVX-512 kernels: split into row panels
+// across threads (each reads the one packed op(B)); the bits of gemm_with_epilogue with
+// `widest` on op(B) unpacked, at any thread count.
+void gemm_with_epilogue(int64_t M, float alpha, const float* A, int64_t lda, const PackedB& b,
+                        const GemmEpilogue& epilogue, float* C, int64_t ldc);
 
 // Where matrix b of a batch starts, in elements from the base pointer:
 //   (b / inner_count) · outer + (b % inner_count) · inner.

@@ -20,7 +20,7 @@ namespace {
 
 // The register tile: kMr rows × kNr columns of C, as kMr × 2 vectors of 16 floats.
 constexpr int64_t kMr = kAvx512PanelRows;
-constexpr int64_t kNr = 32;
+constexpr int64_t kNr = kAvx512PanelCols;
 // Blocks: op(B) kKc × kNc (about 1 MiB, in L2), op(A) kMc × kKc (240 KiB, in L2 or L1),
 // a panel of op(A) kMr × kKc (12 KiB, in L1 while the block's kNc / kNr panels of op(B)
 // pass over it).
@@ -176,17 +176,42 @@ ADJOINT_AVX512 void pack_all_of_a(bool ta, int64_t M, int64_t K, const float* A,
   });
 }
 
+// op(B) packed whole, in the layout of avx512_packed_b_panel (a depth block's column panels
+// lie as in the per-block buffer below).
+ADJOINT_AVX512 void pack_all_of_b(bool tb, int64_t N, int64_t K, const float* B, int64_t ldb, float* out) {
+  const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(K, 1));
+  parallel_for(avx512_padded_cols(N) / kNr, grain, [&](int64_t p0, int64_t p1) {
+    for (int64_t pc = 0; pc < K; pc += kKc) {
+      const int64_t kc = std::min(kKc, K - pc);
+      for (int64_t j = p0 * kNr; j < std::min(N, p1 * kNr); j += kNr)
+        pack_b(tb, B, ldb, pc, kc, j, std::min(kNr, N - j), out + avx512_packed_b_panel(N, K, j, pc));
+    }
+  });
+}
+
+// The epilogue's map over rows i .. i + count, columns j .. j + width of C (finished).
+void map_rows(const GemmEpilogue& epilogue, float* C, int64_t ldc, int64_t i, int64_t count, int64_t j,
+              int64_t width) {
+  for (int64_t r = i; r < i + count; ++r)
+    epilogue.map(C + r * ldc + j, epilogue.mapped + r * epilogue.ldm + j, width);
+}
+
 ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                            const float* packed_a, const GemmEpilogue& epilogue) {
+                            const float* packed_a, const GemmEpilogue& epilogue, const float* packed_b) {
   PackBuffers& buffers = pack_buffers();
-  float* pb = buffers.b.get();
   for (int64_t jc = 0; jc < N; jc += kNc) {
     const int64_t nc = std::min(kNc, N - jc);
     for (int64_t pc = 0; pc < K; pc += kKc) {
       const int64_t kc = std::min(kKc, K - pc);
-      for (int64_t jr = 0; jr < nc; jr += kNr)
-        pack_b(tb, B, ldb, pc, kc, jc + jr, std::min(kNr, nc - jr), pb + jr * kc);
+      const bool last = pc + kc == K;
+      const float* pb = buffers.b.get();
+      if (packed_b) {
+        pb = packed_b + avx512_packed_b_panel(N, K, jc, pc);
+      } else {
+        for (int64_t jr = 0; jr < nc; jr += kNr)
+          pack_b(tb, B, ldb, pc, kc, jc + jr, std::min(kNr, nc - jr), buffers.b.get() + jr * kc);
+      }
       for (int64_t ic = 0; ic < M; ic += kMc) {
         const int64_t mc = std::min(kMc, M - ic);
         const float* pa = buffers.a.get();
@@ -201,10 +226,14 @@ ADJOINT_AVX512 void product(bool ta, bool tb, int64_t M, int64_t N, int64_t K, f
         // down a column of tiles instead jumps 12 rows of C from tile to tile, which lost
         // to OpenBLAS where C is wide (docs/benchmarks.md, "The engine's GEMM on ViT-B/16's
         // linear layers").
-        for (int64_t ir = 0; ir < mc; ir += kMr)
+        // After the last depth block, the map runs over a row panel's finished rows while
+        // they are still in cache.
+        for (int64_t ir = 0; ir < mc; ir += kMr) {
           for (int64_t jr = 0; jr < nc; jr += kNr)
             micro_kernel(kc, pa + ir * kc, pb + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, std::min(kMr, mc - ir),
                          std::min(kNr, nc - jr), alpha, beta, pc == 0, epilogue.at(ic + ir, jc + jr));
+          if (last && epilogue.map) map_rows(epilogue, C, ldc, ic + ir, std::min(kMr, mc - ir), jc, nc);
+        }
       }
     }
   }
@@ -216,10 +245,10 @@ bool avx512_gemm_available() { return vector_isa() == VectorIsa::Avx512; }
 
 void avx512_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* packed_a,
-                 const GemmEpilogue& epilogue) {
+                 const GemmEpilogue& epilogue, const float* packed_b) {
   check(avx512_gemm_available(), "avx512_gemm: this CPU has no AVX-512 (or run_widest is capped below it)");
   if (M == 0 || N == 0 || K == 0) throw Error("avx512_gemm: empty product (gemm handles those)");
-  product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, packed_a, epilogue);
+  product(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, packed_a, epilogue, packed_b);
 }
 
 void avx512_pack_a(bool ta, int64_t M, int64_t K, const float* A, int64_t lda, float* out) {
@@ -227,12 +256,20 @@ void avx512_pack_a(bool ta, int64_t M, int64_t K, const float* A, int64_t lda, f
   pack_all_of_a(ta, M, K, A, lda, out);
 }
 
+void avx512_pack_b(bool tb, int64_t N, int64_t K, const float* B, int64_t ldb, float* out) {
+  check(avx512_gemm_available(), "avx512_pack_b: this CPU has no AVX-512 (or run_widest is capped below it)");
+  pack_all_of_b(tb, N, K, B, ldb, out);
+}
+
 #else  // not x86-64: never available
 
 bool avx512_gemm_available() { return false; }
 void avx512_gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                 float*, int64_t, const float*, const GemmEpilogue&) {
+                 float*, int64_t, const float*, const GemmEpilogue&, const float*) {
   throw Error("avx512_gemm: not an x86-64 build");
+}
+void avx512_pack_b(bool, int64_t, int64_t, const float*, int64_t, float*) {
+  throw Error("avx512_pack_b: not an x86-64 build");
 }
 void avx512_pack_a(bool, int64_t, int64_t, const float*, int64_t, float*) {
   throw Error("avx512_pack_a: not an x86-64 build");

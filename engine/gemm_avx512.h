@@ -26,10 +26,12 @@ namespace adjoint {
 bool avx512_gemm_available();
 
 // `packed_a`: op(A) as avx512_pack_a wrote it, or null to pack it here (A is then read).
-// A non-empty `epilogue` replaces beta · C: C = alpha · op(A) · op(B) + residual + bias.
+// `packed_b`: op(B) as avx512_pack_b wrote it for these N and K, or null to pack it here.
+// An epilogue's start terms replace beta · C: C = alpha · op(A) · op(B) + residual + bias;
+// its map then runs over each finished row of C (GemmEpilogue).
 void avx512_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                 const float* packed_a = nullptr, const GemmEpilogue& epilogue = {});
+                 const float* packed_a = nullptr, const GemmEpilogue& epilogue = {}, const float* packed_b = nullptr);
 
 // The layout of op(A) packed whole, for products that share it (a convolution's weights meet
 // every tile of a batch): depth block after depth block of kAvx512DepthBlock, each its panels
@@ -48,5 +50,23 @@ inline int64_t avx512_packed_a_panel(int64_t M, int64_t K, int64_t i, int64_t k0
 
 // op(A) packed whole: avx512_packed_a_size(M, K) floats at `out`.
 void avx512_pack_a(bool trans_a, int64_t M, int64_t K, const float* A, int64_t lda, float* out);
+
+// The layout of op(B) packed whole, for products that share it (a linear layer's weights meet
+// every batch): depth block after depth block of kAvx512DepthBlock, each its panels of
+// kAvx512PanelCols columns in order. The panel of columns j .. j + kAvx512PanelCols (j a
+// multiple of it) at depths k0 .. k0 + kc starts at avx512_packed_b_panel(N, K, j, k0) and
+// holds entry (k0 + k, j + c) at [k · kAvx512PanelCols + c]; columns past N are zero. `out`
+// must be 64-byte aligned (the kernel loads the panels aligned).
+constexpr int64_t kAvx512PanelCols = 32;
+inline int64_t avx512_padded_cols(int64_t N) {
+  return (N + kAvx512PanelCols - 1) / kAvx512PanelCols * kAvx512PanelCols;
+}
+inline int64_t avx512_packed_b_size(int64_t N, int64_t K) { return avx512_padded_cols(N) * K; }
+inline int64_t avx512_packed_b_panel(int64_t N, int64_t K, int64_t j, int64_t k0) {
+  return k0 * avx512_padded_cols(N) + j * std::min(kAvx512DepthBlock, K - k0);
+}
+
+// op(B) (K × N) packed whole: avx512_packed_b_size(N, K) floats at `out`.
+void avx512_pack_b(bool trans_b, int64_t N, int64_t K, const float* B, int64_t ldb, float* out);
 
 }  // namespace adjoint

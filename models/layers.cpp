@@ -38,7 +38,10 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias, Generator& gen) {
   if (has_bias) bias = register_parameter("bias", fan_in_uniform({out}, in, gen));
 }
 Tensor Linear::forward(const Tensor& x, const Tensor& residual, const Tensor& into) const {
-  return linear(x, weight, bias, residual, into);
+  return linear(x, weight, bias, residual, into, !training());
+}
+Tensor Linear::forward_activated(const Tensor& x, Activation then) const {
+  return linear_activation(x, weight, bias, then, !training());
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, int64_t kernel, Conv2dOptions opts, bool has_bias, Generator& gen)
@@ -110,8 +113,9 @@ Tensor SelfAttention::forward_first(const Tensor& x, int64_t queries, const Tens
   // Rows [0, D) of the qkv projection make the queries, rows [D, 3D) the keys and values.
   const int64_t D = x.size(2);
   auto rows = [&](const Tensor& t, int64_t from, int64_t to) { return t.defined() ? slice(t, 0, from, to) : t; };
-  Tensor q = linear(slice(x, 1, 0, queries), rows(qkv->weight, 0, D), rows(qkv->bias, 0, D));
-  Tensor kv = linear(x, rows(qkv->weight, D, 3 * D), rows(qkv->bias, D, 3 * D));
+  const bool keep_packed = !qkv->training();  // as Linear::forward
+  Tensor q = linear(slice(x, 1, 0, queries), rows(qkv->weight, 0, D), rows(qkv->bias, 0, D), {}, {}, keep_packed);
+  Tensor kv = linear(x, rows(qkv->weight, D, 3 * D), rows(qkv->bias, D, 3 * D), {}, {}, keep_packed);
   return proj->forward(packed_kv_attention(q, kv, heads), residual);
 }
 

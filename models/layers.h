@@ -8,6 +8,7 @@
 
 #include "engine/module.h"
 #include "engine/random.h"
+#include "ops/activation.h"
 #include "ops/conv.h"
 #include "ops/norm.h"
 
@@ -25,6 +26,9 @@ public:
   // With `residual`: residual + the layer's output, summed by the product (ops/matmul.h).
   // With `into`: the output written there, outside a graph (ops/matmul.h linear).
   Tensor forward(const Tensor& x, const Tensor& residual = {}, const Tensor& into = {}) const;
+  // activation(forward(x), then), the activation applied by the product where it can
+  // (ops/matmul.h linear_activation).
+  Tensor forward_activated(const Tensor& x, Activation then) const;
   Tensor weight, bias;  // (out, in), (out) or undefined
 };
 

@@ -40,10 +40,11 @@ public:
 private:
   // The MLP half of the block, h + mlp(norm2(h)): token by token, so at inference it runs
   // on chunks of 1024 tokens, fc1's output staying in cache through GELU and fc2
-  // (docs/benchmarks.md), and fc2 writing each chunk's rows of the block's output.
+  // (docs/benchmarks.md), and fc2 writing each chunk's rows of the block's output. fc1
+  // applies the GELU itself where its product can (Linear::forward_activated).
   Tensor with_mlp(const Tensor& h) const {
     return rowwise_in_chunks(h, 1024, h.size(-1), [this](const Tensor& t, const Tensor& into) {
-      return fc2->forward(gelu(fc1->forward(norm2->forward(t))), t, into);
+      return fc2->forward(fc1->forward_activated(norm2->forward(t), Activation::Gelu), t, into);
     });
   }
 

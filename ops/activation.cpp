@@ -234,13 +234,17 @@ private:
 
 }  // namespace
 
+void record_activation(const Tensor& z, const Tensor& y, Activation kind) {
+  if (!needs_grad({z})) return;
+  const bool keep_output = kind == Activation::Relu && recording_gradient_only();
+  Tensor out = y;
+  attach(out, std::make_shared<ActivationNode>((keep_output ? y : z).detach(), kind, keep_output), {z});
+}
+
 Tensor activation(const Tensor& x, Activation kind) {
   Tensor z = x.contiguous();
   Tensor out = forward(z, kind);
-  if (needs_grad({z})) {
-    const bool keep_output = kind == Activation::Relu && recording_gradient_only();
-    attach(out, std::make_shared<ActivationNode>((keep_output ? out : z).detach(), kind, keep_output), {z});
-  }
+  record_activation(z, out, kind);
   return out;
 }
 

@@ -44,6 +44,12 @@ Tensor silu(const Tensor& x);
 // The activation chosen at run time (model configurations name it).
 Tensor activation(const Tensor& x, Activation kind);
 
+// Records y, which an op computed as activation(z, kind) by activation_values (the same
+// bits), as the activation's output where z needs a gradient: the node `activation` attaches.
+// For an op that applies the activation to its output rows as it finishes them (linear's
+// product, ops/matmul.h) and keeps z for the transports.
+void record_activation(const Tensor& z, const Tensor& y, Activation kind);
+
 // y[i] = f(z[i]) for i < n, with the arithmetic of `activation` (the same bits); y may be z.
 // For an op that applies the activation to values it has just computed, while they are in
 // cache, where no graph is recorded (ops/depthwise_conv.h).

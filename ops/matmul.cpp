@@ -1,13 +1,17 @@
 #include "ops/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/flops.h"
 #include "engine/gemm.h"
+#include "engine/gemm_avx512.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
 
@@ -80,10 +84,12 @@ class MatmulNode : public Node {
 
 // linear's three products and which kernels run each (engine/gemm.h), as one table of
 // rules: the first rule whose least extents a product meets chooses, OpenBLAS otherwise.
-// On ViT-B/16's layers the engine's AVX-512 kernel (with the forward's bias and residual in
-// its epilogue) measured level with OpenBLAS, not ahead (docs/benchmarks.md "The engine's
-// GEMM on ViT-B/16's linear layers"), so every rule names OpenBLAS, the kernels the peer
-// shares; a rule switched to `widest` moves those shapes and folds the epilogue.
+// A forward routed to `widest` (where the CPU runs the AVX-512 kernels) folds the bias, the
+// residual and a following activation into the product, and in an eval-mode layer reads the
+// weights packed once per version of their values (PackedB, kept with them). On ViT-B/16's
+// layers that measured level with OpenBLAS, not ahead (docs/benchmarks.md, "ViT-B/16's
+// linears on the engine's kernel with their weights packed once"), so every rule names
+// OpenBLAS, the kernels the peer shares; a rule switched to `widest` moves those shapes.
 enum class LinearProduct { forward, input_gradient, weight_gradient };
 
 struct LinearRoute {
@@ -98,11 +104,43 @@ constexpr LinearRoute kLinearRoutes[] = {
     {LinearProduct::weight_gradient, 256, 768, 768, GemmKernel::blas},
 };
 
+// LinearForwardKernel's choice while one is alive: 1 + the kernel, 0 for none.
+std::atomic<int> forward_kernel_override{0};
+
 GemmKernel linear_kernel(LinearProduct product, int64_t rows, int64_t out, int64_t in) {
+  if (const int forced = forward_kernel_override.load(std::memory_order_relaxed);
+      product == LinearProduct::forward && forced != 0)
+    return static_cast<GemmKernel>(forced - 1);
   for (const LinearRoute& route : kLinearRoutes)
     if (route.product == product && rows >= route.min_rows && out >= route.min_out && in >= route.min_in)
       return route.kernel;
   return GemmKernel::blas;
+}
+
+// The weights' form kept for the forward: op(B) = weightᵀ packed (PackedB). The first word
+// of its key (PreparedForms), distinct from the convolutions' forms.
+constexpr uint64_t kLinearPackedWeights = 0x6c696e6561720001;  // "linear", 1
+
+std::shared_ptr<const PackedB> packed_weights(const Tensor& w) {
+  return w.prepared<PackedB>({kLinearPackedWeights}, [&] {
+    auto packed = std::make_shared<const PackedB>(true, w.size(1), w.size(0), w.data(), w.size(1));
+    return std::pair<std::shared_ptr<const PackedB>, int64_t>{packed, packed->bytes()};
+  });
+}
+
+// The row map of an activation, for a product's epilogue (GemmEpilogue::map).
+template <Activation kind>
+void activate_row(const float* z, float* y, int64_t n) {
+  activation_values(z, y, n, kind);
+}
+
+GemmEpilogue::RowMap row_map(Activation kind) {
+  switch (kind) {
+    case Activation::Relu: return activate_row<Activation::Relu>;
+    case Activation::Gelu: return activate_row<Activation::Gelu>;
+    case Activation::Silu: return activate_row<Activation::Silu>;
+  }
+  throw Error(cat("linear: unknown activation ", static_cast<int>(kind)));
 }
 
 class LinearNode : public Node {
@@ -116,12 +154,12 @@ class LinearNode : public Node {
     Tensor dx, dw, db;
     if (needs[0]) {
       dx = Tensor::empty(x_.shape());
-      gemm(false, false, rows_, in, out, 1.0f, u.data(), out, w_.data(), in, 0.0f, dx.data(), in,
+      gemm(false, false, rows_, in, out, 1.0f, u.data(), out, std::as_const(w_).data(), in, 0.0f, dx.data(), in,
            linear_kernel(LinearProduct::input_gradient, rows_, out, in));
     }
     if (needs[1]) {
       dw = Tensor::empty(w_.shape());
-      gemm(true, false, out, in, rows_, 1.0f, u.data(), out, x_.data(), in, 0.0f, dw.data(), in,
+      gemm(true, false, out, in, rows_, 1.0f, u.data(), out, std::as_const(x_).data(), in, 0.0f, dw.data(), in,
            linear_kernel(LinearProduct::weight_gradient, rows_, out, in));
     }
     if (needs.size() > 2 && needs[2]) {
@@ -169,8 +207,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out;
 }
 
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Tensor& residual_in,
-              const Tensor& into) {
+namespace {
+
+// linear, then the activation `then` where there is one (linear_activation).
+Tensor affine(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, const Tensor& residual_in,
+              const Tensor& into, const std::optional<Activation>& then, bool keep_packed) {
   check(x_in.defined() && weight_in.defined(), "linear: undefined input or weight");
   check(weight_in.dim() == 2, "linear: weight must be 2-D (out, in), got ", weight_in.shape());
   const int64_t out_features = weight_in.size(0), in_features = weight_in.size(1);
@@ -179,31 +220,60 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   if (bias_in.defined())
     check(bias_in.shape() == Shape{out_features}, "linear: bias ", bias_in.shape(), " does not match weight ",
           weight_in.shape(), " (expects [", out_features, "])");
-  Tensor x = x_in.contiguous(), w = weight_in.contiguous();
-  Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
+  // Read-only from here on: a non-const data() would count as a write and move the
+  // weights' version, dropping their packed form.
+  const Tensor x = x_in.contiguous(), w = weight_in.contiguous();
+  const Tensor bias = bias_in.defined() ? bias_in.contiguous() : Tensor();
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   const int64_t rows = numel(Shape(x.shape().begin(), x.shape().end() - 1));
   if (residual_in.defined())
     check(residual_in.shape() == out_shape, "linear: residual ", residual_in.shape(), " does not match the output ",
           out_shape, " of input ", x.shape(), " and weight ", w.shape());
-  Tensor residual = residual_in.defined() ? residual_in.contiguous() : Tensor();
+  const Tensor residual = residual_in.defined() ? residual_in.contiguous() : Tensor();
   const bool record = needs_grad({x, w, bias, residual});
   if (into.defined())
     check(!record && into.shape() == out_shape && into.is_contiguous(), "linear: output destination ", into.shape(),
           " for input ", x.shape(), " and weight ", w.shape(), " must be contiguous, of the output's shape ",
           out_shape, ", and used outside a recorded graph");
   Tensor out = into.defined() ? into : Tensor::empty(out_shape);
+  // A recorded activation keeps the linear's output for its transports, so writes its own;
+  // otherwise it overwrites the output in place.
+  Tensor activated = then && record ? Tensor::empty(out_shape) : out;
   // Each row starts from residual + bias; the product adds onto it (engine/gemm.h).
-  const GemmEpilogue epilogue{bias.defined() ? bias.data() : nullptr, residual.defined() ? residual.data() : nullptr,
-                              out_features};
+  GemmEpilogue epilogue{bias.defined() ? bias.data() : nullptr, residual.defined() ? residual.data() : nullptr,
+                        out_features};
+  if (then) epilogue.map = row_map(*then), epilogue.mapped = activated.data(), epilogue.ldm = out_features;
   count_multiply_adds(rows * out_features * in_features);
-  gemm_with_epilogue(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(), in_features,
-                     epilogue, out.data(), out_features,
-                     linear_kernel(LinearProduct::forward, rows, out_features, in_features));
-  if (record)
-    attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias, residual});
-  return out;
+  const GemmKernel kernel = linear_kernel(LinearProduct::forward, rows, out_features, in_features);
+  if (keep_packed && kernel == GemmKernel::widest && avx512_gemm_available() && rows > 0 && in_features > 0 &&
+      out_features > 0)
+    gemm_with_epilogue(rows, 1.0f, x.data(), in_features, *packed_weights(w), epilogue, out.data(), out_features);
+  else
+    gemm_with_epilogue(false, true, rows, out_features, in_features, 1.0f, x.data(), in_features, w.data(),
+                       in_features, epilogue, out.data(), out_features, kernel);
+  if (record) attach(out, std::make_shared<LinearNode>(x.detach(), w.detach(), rows), {x, w, bias, residual});
+  if (then) record_activation(out, activated, *then);
+  return then ? activated : out;
+}
+
+}  // namespace
+
+LinearForwardKernel::LinearForwardKernel(GemmKernel kernel) {
+  int none = 0;
+  check(forward_kernel_override.compare_exchange_strong(none, 1 + static_cast<int>(kernel)),
+        "LinearForwardKernel: another one is alive");
+}
+LinearForwardKernel::~LinearForwardKernel() { forward_kernel_override = 0; }
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual, const Tensor& into,
+              bool keep_packed) {
+  return affine(x, weight, bias, residual, into, std::nullopt, keep_packed);
+}
+
+Tensor linear_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation kind,
+                         bool keep_packed) {
+  return affine(x, weight, bias, {}, {}, kind, keep_packed);
 }
 
 }  // namespace adjoint
