@@ -73,9 +73,13 @@ private:
 // The budget for the bytes of kept prepared forms, the whole process's together: by default
 // kDefaultPreparedFormsMiB, or the environment's ADJOINT_PREPARED_FORMS_MIB (a count of MiB,
 // 0 keeps none, "unlimited" drops none) read at the first use; the setter overrides both, a
-// negative value meaning unlimited, and drops what no longer fits at once. Forms whose bytes are tensors (reported as 0, since
-// tensors count themselves) are bounded by their count per storage only.
-inline constexpr int64_t kDefaultPreparedFormsMiB = 256;
+// negative value meaning unlimited, and drops what no longer fits at once. Forms whose bytes
+// are tensors (reported as 0, since tensors count themselves) are bounded by their count per
+// storage only. The default holds every form of any one of the paper's models, so that a
+// model's passes reuse them all, and bounds a process that holds several: a budget below one
+// model's forms gains little, since a pass uses each layer's forms once, in layer order, and
+// the least recently used is then always the next one needed (docs/benchmarks.md).
+inline constexpr int64_t kDefaultPreparedFormsMiB = 1024;
 int64_t prepared_forms_budget();  // bytes; negative: unlimited
 void set_prepared_forms_budget(int64_t bytes);
 

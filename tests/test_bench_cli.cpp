@@ -191,6 +191,8 @@ TEST_CASE("bench models --memory: each chosen workload's peak in a fresh process
     CHECK(e.find("fresh_peak_tensor_mib")->as_number() > 0.0);
     CHECK(e.find("kept_forms_mib")->as_number() > 0.0);  // the eval convolutions keep their forms
   }
+  // Each child ran its own workload: the recorded graphs hold more than inference's activations.
+  CHECK(explained[0].find("fresh_peak_tensor_mib")->as_number() > row.find("peak_infer_mib")->as_number());
 
   // A budget of 0 keeps no form: each is dropped once made, and the count says so.
   ::setenv("ADJOINT_PREPARED_FORMS_MIB", "0", 1);
