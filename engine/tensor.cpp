@@ -8,6 +8,8 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <string>
+#include <unordered_set>
 #include <utility>
 
 #if defined(__GLIBC__)
@@ -113,46 +115,134 @@ Storage::~Storage() {
   free_floats(data_);
 }
 
-PreparedForms::~PreparedForms() {
-  for (const Form& f : forms_) count_bytes(-f.bytes);
+namespace {
+
+// What the budget sees of every storage's forms: their bytes together, the list of the
+// storages that have kept any (so that the least recently used form can be found among
+// them), and the clock that stamps each use. Lock order: this list's mutex, then a storage's.
+struct KeptForms {
+  std::mutex mutex;
+  std::unordered_set<PreparedForms*> listed;
+  std::atomic<int64_t> bytes{0}, evictions{0};
+  std::atomic<uint64_t> clock{0};
+};
+KeptForms& kept_forms() {
+  static KeptForms* kept = new KeptForms;  // never destroyed: storages may outlive static destruction
+  return *kept;
 }
 
-void PreparedForms::drop(size_t i) {
+// ADJOINT_PREPARED_FORMS_MIB as bytes (negative: unlimited), or the default where unset.
+int64_t budget_from_environment() {
+  const char* text = std::getenv("ADJOINT_PREPARED_FORMS_MIB");
+  if (text == nullptr) return kDefaultPreparedFormsMiB << 20;
+  const std::string value(text);
+  if (value == "unlimited") return -1;
+  char* end = nullptr;
+  const long long mib = std::strtoll(text, &end, 10);
+  if (value.empty() || *end != '\0' || mib < 0 || mib >= (int64_t(1) << 40))
+    throw UsageError(cat("ADJOINT_PREPARED_FORMS_MIB: expected a count of MiB (0 or more) or 'unlimited', got '", value, "'"));
+  return int64_t(mib) << 20;
+}
+
+std::atomic<int64_t>& budget_bytes() {
+  static std::atomic<int64_t> budget{budget_from_environment()};
+  return budget;
+}
+
+}  // namespace
+
+int64_t prepared_forms_budget() { return budget_bytes().load(std::memory_order_relaxed); }
+
+void set_prepared_forms_budget(int64_t bytes) {
+  budget_bytes().store(bytes < 0 ? -1 : bytes, std::memory_order_relaxed);
+  PreparedForms::fit_budget();
+}
+
+PreparedForms::~PreparedForms() {
+  if (listed_) {
+    std::lock_guard<std::mutex> lock(kept_forms().mutex);
+    kept_forms().listed.erase(this);
+  }
+  for (const Form& f : forms_) {
+    count_bytes(-f.bytes);
+    kept_forms().bytes -= f.bytes;
+  }
+}
+
+void PreparedForms::drop(size_t i, std::vector<std::shared_ptr<const void>>& released) {
   count_bytes(-forms_[i].bytes);
+  kept_forms().bytes -= forms_[i].bytes;
+  released.push_back(std::move(forms_[i].value));
   forms_.erase(forms_.begin() + std::ptrdiff_t(i));
   count_.store(forms_.size(), std::memory_order_relaxed);
 }
 
 void PreparedForms::clear() {
-  std::vector<Form> dropped;  // freed after the mutex is let go
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const Form& f : forms_) count_bytes(-f.bytes);
-    dropped.swap(forms_);
-    count_.store(0, std::memory_order_relaxed);
-  }
+  std::vector<std::shared_ptr<const void>> released;  // freed after the mutex is let go
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = forms_.size(); i-- > 0;) drop(i, released);
 }
 
 std::shared_ptr<const void> PreparedForms::find(const Key& key, uint64_t version) {
+  std::vector<std::shared_ptr<const void>> released;
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<const void> found;
   for (size_t i = forms_.size(); i-- > 0;) {
-    if (forms_[i].version != version)
-      drop(i);
-    else if (forms_[i].key == key)
+    if (forms_[i].version != version) {
+      drop(i, released);
+    } else if (forms_[i].key == key) {
       found = forms_[i].value;
+      forms_[i].last_use = ++kept_forms().clock;
+    }
   }
   return found;
 }
 
 void PreparedForms::keep(Key key, uint64_t version, std::shared_ptr<const void> form, int64_t bytes) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = forms_.size(); i-- > 0;)
-    if (forms_[i].key == key || forms_[i].version != version) drop(i);
-  if (forms_.size() >= kMaxForms) drop(0);
-  forms_.push_back({std::move(key), version, std::move(form), bytes});
-  count_.store(forms_.size(), std::memory_order_relaxed);
-  count_bytes(bytes);
+  KeptForms& kept = kept_forms();
+  {
+    std::vector<std::shared_ptr<const void>> released;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = forms_.size(); i-- > 0;)
+      if (forms_[i].key == key || forms_[i].version != version) drop(i, released);
+    if (forms_.size() >= kMaxForms) drop(0, released);
+    forms_.push_back({std::move(key), version, std::move(form), bytes, ++kept.clock});
+    count_.store(forms_.size(), std::memory_order_relaxed);
+    count_bytes(bytes);
+    kept.bytes += bytes;
+  }
+  {
+    std::lock_guard<std::mutex> lock(kept.mutex);
+    if (!listed_) kept.listed.insert(this), listed_ = true;
+  }
+  const int64_t budget = prepared_forms_budget();
+  if (budget >= 0 && kept.bytes.load() > budget) fit_budget();
+}
+
+void PreparedForms::fit_budget() {
+  KeptForms& kept = kept_forms();
+  std::vector<std::shared_ptr<const void>> released;  // freed once both mutexes are let go
+  std::lock_guard<std::mutex> lock(kept.mutex);
+  for (;;) {
+    const int64_t budget = prepared_forms_budget();
+    if (budget < 0 || kept.bytes.load() <= budget) break;
+    // The least recently used form that holds bytes of its own, over every storage.
+    PreparedForms* oldest_owner = nullptr;
+    uint64_t oldest_use = UINT64_MAX;
+    for (PreparedForms* forms : kept.listed) {
+      std::lock_guard<std::mutex> own(forms->mutex_);
+      for (const Form& f : forms->forms_)
+        if (f.bytes > 0 && f.last_use < oldest_use) oldest_use = f.last_use, oldest_owner = forms;
+    }
+    if (oldest_owner == nullptr) break;
+    std::lock_guard<std::mutex> own(oldest_owner->mutex_);
+    for (size_t i = 0; i < oldest_owner->forms_.size(); ++i)
+      if (oldest_owner->forms_[i].last_use == oldest_use) {
+        oldest_owner->drop(i, released);
+        ++kept.evictions;
+        break;
+      }
+  }
 }
 
 size_t PreparedForms::size() const {
@@ -167,7 +257,9 @@ int64_t PreparedForms::bytes() const {
   return total;
 }
 
-MemoryStats memory_stats() { return {live_bytes.load(), peak_bytes.load()}; }
+MemoryStats memory_stats() {
+  return {live_bytes.load(), peak_bytes.load(), kept_forms().bytes.load(), kept_forms().evictions.load()};
+}
 void reset_peak_memory() { peak_bytes = live_bytes.load(); }
 
 Tensor Tensor::empty(const Shape& shape) { return Tensor(fresh(shape)); }

@@ -28,7 +28,10 @@ class Tensor;
 // found by its key (which kind of form, and everything else its values depend on, other
 // storages' ids and versions among them) and is valid while the storage's version is the one
 // it was made at. At most kMaxForms are kept; stale forms go first, then the oldest. Their
-// bytes count in MemoryStats while kept.
+// bytes count in MemoryStats while kept, and against one budget for the whole process
+// (prepared_forms_budget): past it, the least recently used forms of any storage go, so that
+// a model's kept forms stay bounded whatever its size. A form that goes is made again when
+// next needed, from the same values, so results do not depend on what was dropped.
 class PreparedForms {
 public:
   using Key = std::vector<uint64_t>;
@@ -47,6 +50,8 @@ public:
   bool any() const { return count_.load(std::memory_order_relaxed) != 0; }
   // Drops every form (the values were written: none is valid any more).
   void clear();
+  // Drops the least recently used forms of the process until their bytes fit the budget.
+  static void fit_budget();
 
 private:
   struct Form {
@@ -54,12 +59,29 @@ private:
     uint64_t version;
     std::shared_ptr<const void> value;
     int64_t bytes;
+    uint64_t last_use;  // a tick of one clock shared by every storage's forms
   };
-  void drop(size_t i);  // with the mutex held
+  // Removes form i, with the mutex held; its value goes to `released`, freed by the caller
+  // once no mutex is held (a form may own a tensor whose own forms then go).
+  void drop(size_t i, std::vector<std::shared_ptr<const void>>& released);
   mutable std::mutex mutex_;
   std::vector<Form> forms_;
   std::atomic<size_t> count_{0};  // forms_.size(), readable without the mutex
+  bool listed_ = false;            // in the process's list of storages with forms (its mutex)
 };
+
+// The budget for the bytes of kept prepared forms, the whole process's together: by default
+// kDefaultPreparedFormsMiB, or the environment's ADJOINT_PREPARED_FORMS_MIB (a count of MiB,
+// 0 keeps none, "unlimited" drops none) read at the first use; the setter overrides both, a
+// negative value meaning unlimited, and drops what no longer fits at once. Forms whose bytes
+// are tensors (reported as 0, since tensors count themselves) are bounded by their count per
+// storage only. The default holds every form of any one of the paper's models, so that a
+// model's passes reuse them all, and bounds a process that holds several: a budget below one
+// model's forms gains little, since a pass uses each layer's forms once, in layer order, and
+// the least recently used is then always the next one needed (docs/benchmarks.md).
+inline constexpr int64_t kDefaultPreparedFormsMiB = 1024;
+int64_t prepared_forms_budget();  // bytes; negative: unlimited
+void set_prepared_forms_budget(int64_t bytes);
 
 // A float buffer, 64-byte aligned and left uninitialised: factories that promise values
 // (zeros, full) write them; ops overwrite every element they allocate.
@@ -103,9 +125,13 @@ private:
 
 // Bytes held by all live tensor storage, and the most held at once since the last reset:
 // what `adjoint bench models` reports as a training step's peak memory.
+// Also the bytes of prepared forms kept now (PreparedForms) and how many forms the budget
+// has dropped since the process started.
 struct MemoryStats {
   int64_t current_bytes = 0;
   int64_t peak_bytes = 0;
+  int64_t prepared_bytes = 0;
+  int64_t prepared_evictions = 0;
 };
 MemoryStats memory_stats();
 void reset_peak_memory();

@@ -3,8 +3,11 @@
 // timing is checked: that is the benchmark's job, not a test's.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "engine/error.h"
 #include "engine/io/json.h"
+#include "engine/tensor.h"
 #include "models/checkpoint.h"
 #include "models/training.h"
 #include "tests/support.h"
@@ -165,6 +168,48 @@ TEST_CASE("bench models --size: a tiny run of the ImageNet models writes the cho
     CHECK(e.find("ms_per_image")->as_number() > 0.0);
     CHECK(e.find("peak_tensor_mib")->as_number() > 0.0);  // the recorded forward pass at least
   }
+}
+
+TEST_CASE("bench models --memory: each chosen workload's peak in a fresh process; the prepared forms' budget") {
+  adjoint::testing::TempDir dir;
+  const std::string out = dir.file("ours.json");
+  const adjoint::testing::ProgramRun run = adjoint::testing::run_adjoint_program(
+      "--threads 1 bench models --size 32 --only resnet50 --batch 1 --repeats 1 --samples 2 "
+      "--workloads infer,gradient,smoothgrad --memory --out " + out, dir);
+  REQUIRE_MESSAGE(run.exit_code == 0, run.output);
+  CHECK(contains(run.output, "peak memory of each workload in a fresh process"));
+  Json doc = parse_json(read_text(out));
+  CHECK(doc.find("prepared_forms_budget_mib")->as_number() == double(kDefaultPreparedFormsMiB));
+  const Json& row = doc.find("models")->as_array().at(0);
+  CHECK(row.find("peak_rss_infer_mib")->as_number() > 0.0);
+  CHECK(row.find("peak_infer_mib")->as_number() > 0.0);  // the activations of a forward pass at least
+  const Json::Array& explained = row.find("explanations")->as_array();
+  REQUIRE(explained.size() == 2);
+  for (const Json& e : explained) {
+    CAPTURE(e.find("workload")->as_string());
+    CHECK(e.find("peak_rss_mib")->as_number() > 0.0);
+    CHECK(e.find("fresh_peak_tensor_mib")->as_number() > 0.0);
+    CHECK(e.find("kept_forms_mib")->as_number() > 0.0);  // the eval convolutions keep their forms
+  }
+  // Each child ran its own workload: the recorded graphs hold more than inference's activations.
+  CHECK(explained[0].find("fresh_peak_tensor_mib")->as_number() > row.find("peak_infer_mib")->as_number());
+
+  // A budget of 0 keeps no form: each is dropped once made, and the count says so.
+  ::setenv("ADJOINT_PREPARED_FORMS_MIB", "0", 1);
+  const adjoint::testing::ProgramRun none = adjoint::testing::run_adjoint_program(
+      "--threads 1 bench models --size 32 --only resnet50 --batch 1 --repeats 1 --workloads gradient --out " + out, dir);
+  ::setenv("ADJOINT_PREPARED_FORMS_MIB", "lots", 1);
+  const adjoint::testing::ProgramRun bad = adjoint::testing::run_adjoint_program(
+      "--threads 1 bench models --size 32 --only resnet50 --batch 1 --repeats 1 --workloads gradient", dir);
+  ::unsetenv("ADJOINT_PREPARED_FORMS_MIB");
+  REQUIRE_MESSAGE(none.exit_code == 0, none.output);
+  doc = parse_json(read_text(out));
+  CHECK(doc.find("prepared_forms_budget_mib")->as_number() == 0.0);
+  const Json& gradient = doc.find("models")->as_array().at(0).find("explanations")->as_array().at(0);
+  CHECK(gradient.find("kept_forms_mib")->as_number() == 0.0);
+  CHECK(gradient.find("forms_dropped")->as_number() > 0.0);
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.output, "ADJOINT_PREPARED_FORMS_MIB: expected a count of MiB (0 or more) or 'unlimited', got 'lots'"));
 }
 
 TEST_CASE("bench explain: --size and --samples set the models' images and the many-pass methods' count") {

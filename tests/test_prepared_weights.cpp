@@ -345,3 +345,99 @@ TEST_CASE("prepared weights: an eval-mode model whose weights change after a pas
   CHECK(after != explained);
   CHECK(after == input_gradient(*fresh));
 }
+
+namespace {
+
+// Sets the prepared forms' budget for a scope, and puts the one before back.
+struct BudgetScope {
+  int64_t before = prepared_forms_budget();
+  explicit BudgetScope(int64_t bytes) { set_prepared_forms_budget(bytes); }
+  ~BudgetScope() { set_prepared_forms_budget(before); }
+};
+
+}  // namespace
+
+TEST_CASE("prepared forms: past the byte budget the least recently used forms of any storage go") {
+  const BudgetScope budget(2500);
+  const MemoryStats at_start = memory_stats();
+  REQUIRE(at_start.prepared_bytes == 0);  // nothing kept from earlier cases
+  const Tensor a = Tensor::zeros({4}), b = Tensor::zeros({4}), c = Tensor::zeros({4});
+  std::map<std::string, int> made;
+  const auto form = [&](const Tensor& t, const std::string& name) {
+    return *t.prepared<int>({1}, [&] {
+      ++made[name];
+      return std::pair{std::make_shared<const int>(int(name[0])), int64_t(1000)};
+    });
+  };
+  CHECK(form(a, "a") == 'a');
+  CHECK(form(b, "b") == 'b');
+  CHECK(memory_stats().prepared_bytes == 2000);
+  CHECK(form(a, "a") == 'a');  // a used after b: b is now the least recently used
+  CHECK(made["a"] == 1);
+  CHECK(form(c, "c") == 'c');  // 3000 bytes past a budget of 2500: b goes
+  CHECK(forms_kept(a) == 1);
+  CHECK(forms_kept(b) == 0);
+  CHECK(forms_kept(c) == 1);
+  CHECK(memory_stats().prepared_evictions == at_start.prepared_evictions + 1);
+  CHECK(memory_stats().prepared_bytes == 2000);
+  CHECK(memory_stats().current_bytes == at_start.current_bytes + 3 * 16 + 2000);
+  CHECK(form(b, "b") == 'b');  // made again, the same value; now a is the oldest
+  CHECK(made["b"] == 2);
+  CHECK(forms_kept(a) == 0);
+  CHECK(memory_stats().prepared_evictions == at_start.prepared_evictions + 2);
+  {
+    const BudgetScope none(0);  // a form is handed out, then dropped at once
+    CHECK(form(a, "a") == 'a');
+    CHECK(forms_kept(a) + forms_kept(b) + forms_kept(c) == 0);
+    CHECK(memory_stats().prepared_bytes == 0);
+  }
+  {
+    const BudgetScope unlimited(-1);
+    for (const Tensor* t : {&a, &b, &c}) form(*t, "x");
+    CHECK(forms_kept(a) + forms_kept(b) + forms_kept(c) == 3);
+    CHECK(memory_stats().prepared_evictions == at_start.prepared_evictions + 5);
+  }
+}
+
+TEST_CASE("prepared forms: a model gives the same bits under a tiny budget as under none") {
+  // A ResNet in eval mode, inference and an explanation's input gradient: with nothing
+  // dropped, with every form dropped as soon as it is made, and with a budget that drops some
+  // of them between layers.
+  Generator gen(21);
+  ModelConfig config;
+  config.arch = "resnet18", config.small_stem = true, config.in_channels = 3, config.num_classes = 10;
+  auto model = make_model(config, gen);
+  model->train(false);
+  const Tensor x = random_tensor({2, 3, 16, 16}, 70);
+  const auto outputs = [&] {
+    std::vector<float> out;
+    for (int pass = 0; pass < 2; ++pass) {
+      {
+        NoGrad off;
+        const std::vector<float> y = model->forward(x).to_vector();
+        out.insert(out.end(), y.begin(), y.end());
+      }
+      Tensor input = x.clone();
+      input.requires_grad_();
+      const std::vector<float> g = grad(sum(model->forward(input)), {input})[0].to_vector();
+      out.insert(out.end(), g.begin(), g.end());
+    }
+    return out;
+  };
+  std::vector<float> unlimited;
+  int64_t kept_bytes = 0;
+  {
+    const BudgetScope budget(-1);
+    unlimited = outputs();
+    kept_bytes = memory_stats().prepared_bytes;
+  }
+  CHECK(kept_bytes > 0);
+  for (const int64_t bytes : {int64_t(0), int64_t(1), kept_bytes / 3}) {
+    CAPTURE(bytes);
+    const BudgetScope budget(bytes);
+    const int64_t evictions = memory_stats().prepared_evictions;
+    CHECK(outputs() == unlimited);
+    CHECK(memory_stats().prepared_evictions > evictions);
+    CHECK(memory_stats().prepared_bytes <= bytes);
+  }
+}

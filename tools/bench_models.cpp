@@ -14,7 +14,9 @@
 // PVT-v2-b1, batch 8), and beside inference and the training step it times the explanation workloads
 // per image (gradient, soft pullback, pullback ascent K=5, SmoothGrad and integrated
 // gradients) with the peak tensor memory of each; --workloads and --only choose a part of
-// that grid, which at 224 pixels is long.
+// that grid, which at 224 pixels is long. With --memory, every chosen workload's peak memory
+// is also measured as the PyTorch peer measures it (tools/bench_models_torch.py --memory): the
+// resident set's growth in a fresh process over its model and inputs (bench_cell_in_child).
 //
 // And what bounds the ratio: the CPU time a step spends in OpenBLAS's sgemm, the kernels both
 // sides share (engine/gemm.h, BlasTime). The PyTorch script divides its step time by it: the
@@ -87,6 +89,11 @@ std::vector<ModelCase> small_cases() {
 struct ExplainCell {
   std::string workload;
   double ms_per_image = 0, peak_mib = 0;
+  double peak_rss_mib = -1, fresh_peak_mib = -1;  // in a fresh process (--memory); -1: not measured
+  // The prepared forms kept after it (engine/tensor.h PreparedForms), and how many its runs
+  // dropped to stay within their budget.
+  double kept_forms_mib = 0;
+  int64_t evictions = 0;
 };
 
 // What a run times: the training step and inference (the peer's columns), and the
@@ -131,6 +138,8 @@ struct Result {
   double forward_flops = 0;  // per sample, engine/flops.h's convention
   double peak_mib = 0;      // tensor storage held at the step's peak, beyond what it started with
   double peak_rss_mib = 0;  // the process's resident-set peak over the step (as the PyTorch peer measures)
+  // Inference's peaks in a fresh process (--memory): tensor storage and resident set; -1: not measured
+  double infer_peak_mib = -1, infer_peak_rss_mib = -1;
   // CPU seconds per step inside OpenBLAS's sgemm, summed over threads (engine/gemm.h, BlasTime)
   double train_blas_seconds = 0, infer_blas_seconds = 0;
 };
@@ -218,24 +227,39 @@ StepTimes time_steps(int64_t repeats, const std::function<void()>& step, const c
   return {median, blas.seconds() / double(runs)};
 }
 
+// The explanation methods' options: the ascent's 5 steps, the many-pass methods' count.
+ExplainOptions explain_options(const Workloads& w) {
+  ExplainOptions o;
+  o.ascent_steps = 5;
+  o.smoothgrad_samples = w.samples;
+  o.ig_steps = w.samples;
+  return o;
+}
+
+// A workload's row label: the many-pass methods with their count, the ascent with its steps.
+std::string workload_label(const std::string& method, const Workloads& w) {
+  if (method == "smoothgrad" || method == "integrated_gradients") return cat(method, "(", w.samples, ")");
+  return method == "pullback_ascent" ? "pullback_ascent(K=5)" : method;
+}
+
 // Each explanation workload on the model's batch, per image: the cheap ones as the median
 // of `repeats` runs, the many-pass ones (SmoothGrad, IG) once, the model being warm by then.
 void bench_explanations(Bench& b, const Workloads& w, int64_t repeats, cli::BenchClock clock, Result& r) {
   b.model->train(false);
   const std::vector<int64_t> targets = predicted_classes(*b.model, b.x);
-  ExplainOptions o;
-  o.ascent_steps = 5;
-  o.smoothgrad_samples = w.samples;
-  o.ig_steps = w.samples;
+  const ExplainOptions o = explain_options(w);
   for (const std::string& method : w.methods) {
     const bool many_passes = method == "smoothgrad" || method == "integrated_gradients";
     reset_peak_memory();
-    const int64_t before = memory_stats().current_bytes;
+    const int64_t before = memory_stats().current_bytes, evictions = memory_stats().prepared_evictions;
     const auto run = [&] { explain(method, *b.model, b.x, targets, o); };
     const double seconds = many_passes ? cli::median_seconds(1, run, {clock, 0, 0.0}) : cli::median_seconds(repeats, run, {clock});
     const double peak = double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
-    const std::string label = many_passes ? cat(method, "(", w.samples, ")") : method == "pullback_ascent" ? "pullback_ascent(K=5)" : method;
-    r.explained.push_back({label, seconds * 1e3 / double(r.batch), peak});
+    const MemoryStats after = memory_stats();
+    ExplainCell cell{workload_label(method, w), seconds * 1e3 / double(r.batch), peak};
+    cell.kept_forms_mib = double(after.prepared_bytes) / (1024.0 * 1024.0);
+    cell.evictions = after.prepared_evictions - evictions;
+    r.explained.push_back(cell);
   }
 }
 
@@ -299,44 +323,63 @@ Rate rate(double samples_per_s, double flops_per_sample, double sgemm_flops_per_
   return {flops_per_s * 1e-9, flops_per_s / sgemm_flops_per_s};
 }
 
-// Memory of the second training step (the first allocates the optimizer state), beyond
-// what the process held before it: tensor storage, and the resident set.
-void bench_memory(const ModelCase& mc, int64_t batch, Result& r) {
+// One workload's peak memory in this process, fresh, beyond what it held with the model and
+// its inputs made: tensor storage and the resident set. The training step is its second (the
+// first allocates the optimizer's state). Every other workload is its first run, so that the
+// forms its weights keep (PreparedForms) count as the memory they are; its targets are the
+// batch's fixed labels rather than the model's predictions, whose forward pass would keep
+// them beforehand (the peer does the same).
+struct CellMemory {
+  double tensor_mib = 0, rss_mib = 0;
+};
+CellMemory measure_cell(const ModelCase& mc, int64_t batch, const std::string& workload, const Workloads& w) {
   Bench b(mc, batch);
-  b.model->train(true);
-  b.step();
+  b.model->train(workload == "train");
+  if (workload == "train") b.step();
+  const ExplainOptions o = explain_options(w);
   reset_peak_memory();
   reset_peak_rss();
   const int64_t before = memory_stats().current_bytes, rss_before = vm_kib("VmRSS");
-  b.step();
-  r.peak_mib = double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
-  r.peak_rss_mib = double(vm_kib("VmHWM") - rss_before) / 1024.0;
+  if (workload == "train") {
+    b.step();
+  } else if (workload == "infer") {
+    NoGrad off;
+    b.model->forward(b.x);
+  } else {
+    explain(workload, *b.model, b.x, b.labels, o);
+  }
+  return {double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0), double(vm_kib("VmHWM") - rss_before) / 1024.0};
 }
 
-// bench_memory in a fresh copy of this program started with MALLOC_MMAP_THRESHOLD_=131072:
+// measure_cell in a fresh copy of this program started with MALLOC_MMAP_THRESHOLD_=131072:
 // glibc then maps every large buffer when it is allocated and unmaps it when freed, so the
 // resident set follows live memory. (The default threshold adapts and keeps freed buffers
-// resident, which hides part of a step's peak from VmHWM; the timings before would too.)
-// The PyTorch peer measures the same way.
-void bench_memory_in_child(const ModelCase& mc, int64_t batch, int64_t size, Result& r) {
+// resident, which hides part of a peak from VmHWM, and so does the engine's own setting
+// (engine/tensor.cpp, keep_freed_memory), which that variable turns off; within one process,
+// the cells before would too.) The PyTorch peer measures the same way.
+CellMemory bench_cell_in_child(const ModelCase& mc, int64_t batch, int64_t size, const std::string& workload,
+                               const Workloads& w) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   check(n > 0, "bench models: cannot find this program's path in /proc/self/exe");
   self[n] = '\0';
-  const std::string command = cat("MALLOC_MMAP_THRESHOLD_=131072 '", self, "' bench models --memory-child ", mc.name,
-                                  " --batch ", batch, " --threads ", num_threads(), size ? cat(" --size ", size) : "");
+  const std::string command =
+      cat("MALLOC_MMAP_THRESHOLD_=131072 '", self, "' bench models --memory-child ", mc.name, " --workloads ", workload,
+          " --samples ", w.samples, " --batch ", batch, " --threads ", num_threads(), size ? cat(" --size ", size) : "");
   FILE* child = popen(command.c_str(), "r");
   check(child != nullptr, "bench models: cannot start ", command);
-  double peak = -1, rss = -1;
-  const int read = std::fscanf(child, "%lf %lf", &peak, &rss);
+  CellMemory m{-1, -1};
+  const int read = std::fscanf(child, "%lf %lf", &m.tensor_mib, &m.rss_mib);
   const int status = pclose(child);
-  check(read == 2 && status == 0, "bench models: the memory measurement of ", mc.name, " failed (", command, ")");
-  r.peak_mib = peak, r.peak_rss_mib = rss;
+  check(read == 2 && status == 0, "bench models: the memory measurement of ", mc.name, " ", workload, " failed (",
+        command, ")");
+  return m;
 }
 
 }  // namespace
 
 int run_bench_models(const cli::Args& args) {
+  prepared_forms_budget();  // reads ADJOINT_PREPARED_FORMS_MIB: a bad value stops the run here
   const bool quick = args.flag("quick");
   // 0: the small models at 32 pixels; otherwise the ImageNet models at this size.
   const int64_t size = args.has("size") ? args.integer("size") : args.flag("imagenet") ? 224 : 0;
@@ -352,11 +395,13 @@ int run_bench_models(const cli::Args& args) {
   std::vector<std::string> only = args.has("only") ? args.list("only") : std::vector<std::string>{};
   for (const std::string& name : only) find_case(name, size);
   if (args.has("memory-child")) {
-    Result r;
-    bench_memory(find_case(args.text("memory-child"), size), batch, r);
-    std::printf("%.3f %.3f\n", r.peak_mib, r.peak_rss_mib);
+    std::vector<std::string> cell = args.has("workloads") ? args.list("workloads") : std::vector<std::string>{"train"};
+    if (cell.size() != 1) throw UsageError("bench models: --memory-child measures one workload");
+    const CellMemory m = measure_cell(find_case(args.text("memory-child"), size), batch, cell[0], workloads);
+    std::printf("%.3f %.3f\n", m.tensor_mib, m.rss_mib);
     return 0;
   }
+  const bool every_cell_memory = args.flag("memory");
   const cli::BenchClock clock = cli::bench_clock(args.text("clock"), num_threads());
   if (size)
     std::printf("adjoint bench models: %lldx%lld images, %d threads, batch %lld, median %s time of %lld steps\n",
@@ -389,16 +434,45 @@ int run_bench_models(const cli::Args& args) {
     results.push_back(r);
   }
   if (!workloads.methods.empty()) {
-    std::printf("\n%-12s %-28s %12s %16s\n", "model", "explanation", "ms/image", "peak tensor MiB");
+    const int64_t budget = prepared_forms_budget();
+    std::printf("\nprepared forms' budget: %s (ADJOINT_PREPARED_FORMS_MIB)\n%-12s %-28s %12s %16s %16s %10s\n",
+                budget < 0 ? "unlimited" : cat(budget >> 20, " MiB").c_str(), "model", "explanation", "ms/image",
+                "peak tensor MiB", "kept forms MiB", "dropped");
     for (const Result& r : results)
       for (const ExplainCell& e : r.explained)
-        std::printf("%-12s %-28s %12.1f %16.1f\n", r.model.c_str(), e.workload.c_str(), e.ms_per_image, e.peak_mib);
+        std::printf("%-12s %-28s %12.1f %16.1f %16.1f %10lld\n", r.model.c_str(), e.workload.c_str(), e.ms_per_image,
+                    e.peak_mib, e.kept_forms_mib, (long long)e.evictions);
   }
-  if (workloads.train) std::printf("\n%-12s %15s %15s\n", "model", "step peak MiB", "step RSS MiB");
-  for (size_t i = 0; i < chosen.size() && workloads.train; ++i) {
-    bench_memory_in_child(chosen[i], batch, size, results[i]);
+  if (workloads.train && !every_cell_memory) std::printf("\n%-12s %15s %15s\n", "model", "step peak MiB", "step RSS MiB");
+  for (size_t i = 0; i < chosen.size() && workloads.train && !every_cell_memory; ++i) {
+    const CellMemory m = bench_cell_in_child(chosen[i], batch, size, "train", workloads);
+    results[i].peak_mib = m.tensor_mib, results[i].peak_rss_mib = m.rss_mib;
     std::printf("%-12s %15.1f %15.1f\n", results[i].model.c_str(), results[i].peak_mib, results[i].peak_rss_mib);
     std::fflush(stdout);
+  }
+  if (every_cell_memory)
+    std::printf("\npeak memory of each workload in a fresh process, beyond its model and inputs\n%-12s %-28s %16s %14s\n",
+                "model", "workload", "peak tensor MiB", "peak RSS MiB");
+  for (size_t i = 0; i < chosen.size() && every_cell_memory; ++i) {
+    Result& r = results[i];
+    const auto measure = [&](const std::string& workload, const std::string& label) {
+      const CellMemory m = bench_cell_in_child(chosen[i], batch, size, workload, workloads);
+      std::printf("%-12s %-28s %16.1f %14.1f\n", r.model.c_str(), label.c_str(), m.tensor_mib, m.rss_mib);
+      std::fflush(stdout);
+      return m;
+    };
+    if (workloads.train) {
+      const CellMemory m = measure("train", "train");
+      r.peak_mib = m.tensor_mib, r.peak_rss_mib = m.rss_mib;
+    }
+    if (workloads.infer) {
+      const CellMemory m = measure("infer", "infer");
+      r.infer_peak_mib = m.tensor_mib, r.infer_peak_rss_mib = m.rss_mib;
+    }
+    for (size_t k = 0; k < workloads.methods.size(); ++k) {
+      const CellMemory m = measure(workloads.methods[k], r.explained[k].workload);
+      r.explained[k].fresh_peak_mib = m.tensor_mib, r.explained[k].peak_rss_mib = m.rss_mib;
+    }
   }
   if (args.has("out")) {
     Json rows = Json::array();
@@ -418,10 +492,17 @@ int run_bench_models(const cli::Args& args) {
                                        {"infer_blas_cpu_seconds", r.infer_blas_seconds},
                                        {"peak_step_mib", r.peak_mib},
                                        {"peak_rss_step_mib", r.peak_rss_mib}});
+      if (r.infer_peak_rss_mib >= 0) row["peak_infer_mib"] = r.infer_peak_mib, row["peak_rss_infer_mib"] = r.infer_peak_rss_mib;
       Json explained = Json::array();
-      for (const ExplainCell& e : r.explained)
-        explained.push_back(Json(Json::Object{
-            {"workload", e.workload}, {"ms_per_image", e.ms_per_image}, {"peak_tensor_mib", e.peak_mib}}));
+      for (const ExplainCell& e : r.explained) {
+        Json cell(Json::Object{{"workload", e.workload},
+                               {"ms_per_image", e.ms_per_image},
+                               {"peak_tensor_mib", e.peak_mib},
+                               {"kept_forms_mib", e.kept_forms_mib},
+                               {"forms_dropped", e.evictions}});
+        if (e.peak_rss_mib >= 0) cell["fresh_peak_tensor_mib"] = e.fresh_peak_mib, cell["peak_rss_mib"] = e.peak_rss_mib;
+        explained.push_back(cell);
+      }
       row["explanations"] = explained;
       rows.push_back(row);
     }
@@ -434,6 +515,7 @@ int run_bench_models(const cli::Args& args) {
                           {"sgemm_size", kSgemmSize},
                           {"sgemm_gflops", sgemm * 1e-9},
                           {"training_passes", kTrainingPasses},
+                          {"prepared_forms_budget_mib", prepared_forms_budget() < 0 ? -1.0 : double(prepared_forms_budget()) / double(1 << 20)},
                           {"models", rows}});
     write_file_atomic(args.text("out"), to_json(doc, 2) + "\n");
     std::printf("wrote %s; compare: /usr/bin/python3 tools/bench_models_torch.py --threads %d --clock %s --ours %s "

@@ -14,8 +14,12 @@ ascent (K=5) through surrogate ops (soft_pullback_model), SmoothGrad and integra
 achieved GFLOP/s is also printed as a share of the sgemm rate that `adjoint bench models`
 measured in its run (its FLOP counts, engine/flops.h: training counts 3x forward). With
 --clock cpu (1 thread only, as adjoint's --clock cpu) steps are timed in process CPU time,
-steady on a busy machine. With --memory, the peak memory of each model's training step is
-the process's max RSS growth, measured in a child process per model. Where the JSON holds
+steady on a busy machine. With --memory, the peak memory of every chosen workload (training
+step, inference, each explanation) is the process's max RSS growth over its model and inputs,
+measured in a fresh child process per cell (peak_rss_cell), printed beside adjoint's own
+(`adjoint bench models --memory`, the same measure) with PyTorch's over ours; --memory-csv
+also writes those rows. The explanations run as they are timed: one pass of the batch per
+point (SmoothGrad's noisy copies, IG's steps), parameters left as the model makes them. Where the JSON holds
 the time adjoint's steps spent in OpenBLAS (the kernels both sides share), each ratio's bound
 is printed beside it: PyTorch's step time over that time.
 """
@@ -265,22 +269,50 @@ def vm_kib(field):
     return 0
 
 
-def peak_rss_step(name, batch, size=0):
-    """Peak RSS growth (MiB) over one training step of model `name` after a warm-up step:
-    the kernel's high-water mark is reset through /proc/self/clear_refs, then read as VmHWM.
+def peak_rss_cell(name, batch, size, workload, samples, channels_last):
+    """Peak RSS growth (MiB) of one workload of model `name` over its model and inputs: the
+    training step after a warm-up step (which makes the optimizer's state), anything else at
+    its first run (as a fresh process would run it), in the memory format it was timed in.
+    The kernel's high-water mark is reset through /proc/self/clear_refs, then read as VmHWM.
     Runs in a child started with MALLOC_MMAP_THRESHOLD_=131072, as `adjoint bench models`
     measures: every large buffer is then mapped when allocated and unmapped when freed, so
     the resident set follows live memory (glibc's adaptive threshold would keep freed
-    buffers resident and hide part of the step's peak)."""
+    buffers resident and hide part of the peak). The explanations' targets are the batch's
+    fixed labels, as adjoint's, so that no forward pass runs before."""
     model = (imagenet_models(size) if size else models())[name]()
     x, y = batch_for(name, batch, size)
-    step = training_step(model, x, y)
-    step()
+    if channels_last:
+        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    if workload == "train":
+        run = training_step(model, x, y)
+        run()
+    elif workload == "infer":
+        model.eval()
+
+        def run():
+            with torch.no_grad():
+                model(x)
+    else:
+        model.eval()
+        net = soft_pullback_model(model) if workload in ("soft_pullback", "pullback_ascent") else model
+        fn = next(f for label, f in explanation_workloads(samples).items() if label.split("(")[0] == workload)
+
+        def run():
+            fn(net, x, y)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     before = vm_kib("VmRSS")
-    step()
+    run()
     return (vm_kib("VmHWM") - before) / 1024
+
+
+def ours_peak_rss(row, workload, label):
+    """adjoint's figure for the same cell from its JSON row (bench models --memory), or None."""
+    if workload == "train":
+        return row.get("peak_rss_step_mib")
+    if workload == "infer":
+        return row.get("peak_rss_infer_mib")
+    return next((e.get("peak_rss_mib") for e in row.get("explanations", []) if e["workload"] == label), None)
 
 
 def main():
@@ -292,7 +324,10 @@ def main():
     ap.add_argument("--ours", help="JSON written by `adjoint bench models --out`")
     ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                     help="wall time, or process CPU time (--threads 1 only)")
-    ap.add_argument("--memory", action="store_true", help="also print each model's step peak RSS growth")
+    ap.add_argument("--memory", action="store_true",
+                    help="also print each chosen workload's peak RSS growth, a fresh process per cell")
+    ap.add_argument("--memory-csv", help="with --memory: also write its rows to this CSV file")
+    ap.add_argument("--channels-last", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, default=0, help="torchvision's ImageNet models at this size (batch 8)")
     ap.add_argument("--workloads", default="", help="comma-separated, as adjoint bench models --workloads")
@@ -306,7 +341,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.memory_child:
-        print(f"{peak_rss_step(args.memory_child, args.batch, args.size):.1f}")
+        print(f"{peak_rss_cell(args.memory_child, args.batch, args.size, args.workloads or 'train', args.samples, args.channels_last):.1f}")
         return
     if args.ours and not args.size:
         with open(args.ours) as f:
@@ -340,8 +375,10 @@ def main():
     print(f"{'model':<12} {'train/s torch':>14} {'ours':>10} {'ratio':>7} {'infer/s torch':>14} {'ours':>10} {'ratio':>7}"
           + (f" {'train share':>15} {'infer share':>15}" if sgemm else "")
           + (f" {'bound t/i':>13}" if bounded else ""))
+    formats = {}
     for name in names:
         r = bench(name, args.batch, args.repeats, clock, args.size, workloads, args.samples)
+        formats[name] = r.get("channels_last", False)
         o = ours.get(name, {})
         ot, oi = o.get("train_samples_per_s"), o.get("infer_samples_per_s")
         fmt = lambda v: f"{v:10.1f}" if v else f"{'-':>10}"
@@ -366,15 +403,38 @@ def main():
             print(f"  {label:<26} ms/image torch {ms:10.1f} ours " + (f"{mine:10.1f} ratio {ms / mine:6.2f}" if mine else "-"),
                   flush=True)
     if args.memory:
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-        print(f"{'model':<12} {'step peak RSS growth, MiB: torch':>33} {'ours':>8}")
-        for name in names:
-            child = subprocess.run([sys.executable, __file__, "--memory-child", name, "--threads", str(args.threads),
-                                    "--batch", str(args.batch), "--size", str(args.size)], capture_output=True, text=True, check=True, env=env)
-            mine = ours.get(name, {}).get("peak_rss_step_mib")
-            print(f"{name:<12} {float(child.stdout.strip()):33.1f} " + (f"{mine:8.1f}" if mine else f"{'-':>8}"),
-                  flush=True)
+        memory_table(args, names, workloads, formats, ours)
 
+
+def memory_table(args, names, workloads, formats, ours):
+    """Each cell's peak RSS growth, PyTorch's in a fresh child per cell, beside adjoint's."""
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    labels = {w: w for w in ("train", "infer")}
+    labels.update({label.split("(")[0]: label for label in explanation_workloads(args.samples)})
+    print(f"peak RSS growth over the model and inputs, MiB, a fresh process per cell "
+          f"(PyTorch / ours above 1: ours holds less)")
+    print(f"{'model':<12} {'workload':<28} {'torch':>10} {'ours':>10} {'torch/ours':>11}")
+    rows = []
+    for name in names:
+        for workload in [w for w in ("train", "infer", *EXPLANATIONS) if w in workloads]:
+            command = [sys.executable, os.path.abspath(__file__), "--memory-child", name, "--workloads", workload,
+                       "--threads", str(args.threads), "--batch", str(args.batch), "--size", str(args.size),
+                       "--samples", str(args.samples)] + (["--channels-last"] if formats.get(name) else [])
+            child = subprocess.run(command, capture_output=True, text=True, env=env)
+            if child.returncode != 0:
+                sys.exit(f"bench_models_torch.py: the memory measurement of {name} {workload} failed: "
+                         f"{child.stderr.strip().splitlines()[-1:] or child.returncode}")
+            peer = float(child.stdout.strip())
+            mine = ours_peak_rss(ours.get(name, {}), workload, labels[workload])
+            ratio = peer / mine if mine else None
+            print(f"{name:<12} {labels[workload]:<28} {peer:10.1f} " + (f"{mine:10.1f} {ratio:11.2f}" if mine else f"{'-':>10} {'-':>11}"),
+                  flush=True)
+            rows.append((name, args.threads, labels[workload], peer, mine, ratio))
+    if args.memory_csv:
+        with open(args.memory_csv, "w") as f:
+            f.write("model,threads,workload,torch_peak_rss_mib,ours_peak_rss_mib,torch_over_ours\n")
+            for name, threads, label, peer, mine, ratio in rows:
+                f.write(f"{name},{threads},{label},{peer:.1f}," + (f"{mine:.1f},{ratio:.3f}" if mine else ",") + "\n")
 
 if __name__ == "__main__":
     main()
