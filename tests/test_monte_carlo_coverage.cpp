@@ -4,7 +4,8 @@
 // ones cover the cosine and each of the three inner products apart, and where the uniform
 // directions' draws grow heavy-tailed the importance-sampled ones stay trusted; plain sampling,
 // whose heavy tails make the sample variance understate the error, does not cover, and the tail
-// diagnostic says so.
+// diagnostic says so. A marked uniform run is rechecked by a second before any proposal, and no
+// draw that chose the law is one of the estimate's.
 #include <doctest/doctest.h>
 
 #include <algorithm>
