@@ -4,11 +4,15 @@
 // ones cover the cosine and each of the three inner products apart, and where the uniform
 // directions' draws grow heavy-tailed the importance-sampled ones stay trusted; plain sampling,
 // whose heavy tails make the sample variance understate the error, does not cover, and the tail
-// diagnostic says so.
+// diagnostic says so. A marked uniform run is rechecked by a second before any proposal, and no
+// draw that chose the law is one of the estimate's.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "analysis/similarity/monte_carlo.h"
 #include "analysis/similarity/polynomial_moments.h"
@@ -48,6 +52,7 @@ bool covers(double estimate, double se, double exact) { return std::abs(estimate
 
 struct Coverage {
   int cosine = 0, ab = 0, aa = 0, bb = 0, unreliable = 0, importance = 0, chosen_on_pilots = 0, tempered = 0;
+  int rechecked = 0, cleared = 0;  // first uniform runs marked, then rechecked; of those, rechecks unmarked
 };
 // The default (importance-sampled directions where uniform ones are heavy-tailed, uniform ones
 // otherwise), importance-sampled directions always, a proposal fitted always and then chosen
@@ -73,6 +78,7 @@ Coverage coverage(const Pair& p, const ExactInnerProducts& exact, double input_s
     c.aa += covers(mc.inner_aa, mc.inner_aa_se, exact.aa);
     c.bb += covers(mc.inner_bb, mc.inner_bb_se, exact.bb);
     c.unreliable += !mc.reliable, c.importance += mc.importance, c.tempered += mc.tempered;
+    c.rechecked += mc.uniform_rechecked, c.cleared += mc.recheck_cleared;
     c.chosen_on_pilots += !std::isnan(mc.uniform_pilot_shape) && !std::isnan(mc.proposal_pilot_shape) &&
                           mc.importance != mc.proposal_declined;
   }
@@ -195,4 +201,64 @@ TEST_CASE("Monte Carlo coverage: tempered directions' replicate runs cover a 2-b
 TEST_CASE("Monte Carlo coverage: tempered directions cover a depth-2 residual MLP pair's exact inner products") {
   // A smooth target far from the case tempering is for: it must not bias what it does not help.
   check_tempered_covers(residual_mlp_pair(), 1.0);
+}
+
+namespace {
+
+// The rows (directions) of `a` that also occur in `b`, both of `m` entries each.
+int64_t shared_rows(const std::vector<double>& a, const std::vector<double>& b, int64_t m) {
+  int64_t shared = 0;
+  for (size_t i = 0; i < a.size(); i += size_t(m))
+    for (size_t j = 0; j < b.size(); j += size_t(m))
+      shared += std::equal(a.begin() + long(i), a.begin() + long(i) + m, b.begin() + long(j));
+  return shared;
+}
+
+}  // namespace
+
+TEST_CASE("Monte Carlo: a marked uniform run is rechecked before adapting, and the estimate draws fresh directions") {
+  // At σ = 0.41 the first 1024 uniform directions are marked in most runs, by their largest draws,
+  // and a second run of as many is not marked in about a third (at 0.40 none is marked, at 0.413
+  // every recheck is: the law's tail grows heavy between them). A
+  // second uniform run of as many draws decides: unmarked, the law stays uniform and the estimate
+  // is a third run; the draws that chose the law (both uniform pilots, a proposal's pilot) must
+  // not be the estimate's, or the choice, read on draws that missed their tail, would bias it.
+  const Pair p = attention_pair();
+  const double input_std = 0.41;
+  const ExactInnerProducts exact = exact_inner_products(p.a, p.b, input_std);
+  const int runs = 20;
+  int cleared = 0, rechecked = 0, covered = 0;
+  for (int run = 1; run <= runs; ++run) {
+    std::map<std::string, std::vector<double>> heard;
+    MonteCarloPlan plan;
+    plan.tolerance = 0.002, plan.input_std = input_std, plan.seed = uint64_t(run) * 104729 + 7;
+    plan.run_heard = [&heard](const std::string& role, const std::vector<double>& directions) {
+      CHECK(heard.count(role) == 0);  // each role once
+      heard[role] = directions;
+    };
+    const MonteCarloSimilarity mc = monte_carlo_sized(p.a, p.b, plan);
+    REQUIRE(heard.count("estimate") + mc.tempered == 1);
+    rechecked += mc.uniform_rechecked, cleared += mc.recheck_cleared;
+    covered += covers(mc.similarity, mc.similarity_se, exact.cosine());
+    if (mc.tempered) continue;
+    const int64_t m = int64_t(heard["estimate"].size()) / mc.samples;
+    REQUIRE(m * mc.samples == int64_t(heard["estimate"].size()));
+    CHECK(m == 4);  // two positions of two tokens: directions in R^4
+    for (const auto& [role, directions] : heard)
+      if (role != "estimate") CHECK_MESSAGE(shared_rows(directions, heard["estimate"], m) == 0, role, "'s draws reused by the estimate");
+    CHECK(mc.uniform_rechecked == (heard.count("uniform recheck") == 1));
+    if (mc.recheck_cleared) {
+      // Both uniform pilots set aside, as many draws each, and no proposal paid for.
+      CHECK(heard["uniform pilot"].size() == heard["uniform recheck"].size());
+      CHECK(heard.count("proposal pilot") == 0);
+      CHECK(mc.proposal_peaks == 0);
+      CHECK_FALSE(mc.importance);
+      CHECK(mc.reliable);
+    }
+  }
+  MESSAGE("σ ", input_std, ": first uniform runs marked in ", rechecked, " of ", runs, ", cleared by the recheck in ", cleared,
+          "; the cosine covered in ", covered);
+  CHECK(rechecked >= 10);
+  CHECK(cleared >= 2);
+  CHECK(covered >= 17);
 }

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -121,6 +122,14 @@ TEST_CASE("paper LM: tensorsim --run over a folder of the paper's checkpoints, e
       }
   }
   CHECK(read_text(out + "/run_similarity.md").find("left out") != std::string::npos);
+  // The page's matrix: every sampled pair as estimate ± standard error, from the CSVs' numbers.
+  const std::string page = read_text(out + "/run_similarity.md");
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t j2 = i + 1; j2 < 3; ++j2) {
+      char cell[64];
+      std::snprintf(cell, sizeof cell, "| %.4f ± %.4f |", sim[i][j2], se[i][j2]);
+      CHECK_MESSAGE(adjoint::testing::contains(page, cell), "no cell ", cell, " in\n", page);
+    }
   // The last pair is the library's sized estimate of the views read from the files: the same
   // number for the same draws (pair (1, 2) of three draws with seed 1 + 2), to rounding.
   const State& base = fixture("paper_lm").tensors;

@@ -441,14 +441,25 @@ TEST_CASE("reproduce: the language model's checkpoint matrix carries its standar
   const Claim& bars = claim_named(find_paper("tensor-similarity"), "Every entry of the language model's checkpoint matrix");
   const std::string folder = cat(parts, "/lm_similarity_s0");
   fs::create_directories(folder);
+  // No matrix at all (the part did not run, or stopped): not measured, although no error is over the bar.
+  ClaimOutcome o = judge(bars, parts, 1);
+  CHECK_FALSE(o.holds);
+  CHECK(o.ours == "not measured");
+  CHECK(contains(o.why, "lm_similarity_s0/pairwise_similarity.csv"));
+  write_file_atomic(folder + "/pairwise_similarity.csv", "step,10,20\n10,1,0.5\n20,0.5,1\n");
   // No standard errors written: every pair was exact.
   CHECK(judge(bars, parts, 1).holds);
   write_file_atomic(folder + "/pairwise_similarity_se.csv", "step,10,20\n10,0,0.003\n20,0.003,0\n");
-  ClaimOutcome o = judge(bars, parts, 1);
+  o = judge(bars, parts, 1);
   CHECK(o.holds);
   CHECK(o.mean == doctest::Approx(0.003));
   write_file_atomic(folder + "/pairwise_similarity_se.csv", "step,10,20\n10,0,0.02\n20,0.02,0\n");
   CHECK_FALSE(judge(bars, parts, 1).holds);
+  // Errors of another matrix (another run's checkpoints) are refused, naming the file.
+  write_file_atomic(folder + "/pairwise_similarity_se.csv", "step,10,30\n10,0,0.003\n30,0.003,0\n");
+  o = judge(bars, parts, 1);
+  CHECK(o.ours == "not measured");
+  CHECK(contains(o.why, "pairwise_similarity_se.csv"));
 }
 
 namespace {

@@ -552,10 +552,19 @@ int run_run(const cli::Args& a) {
   }
   Table pair_csv{{"step"}};
   pair_csv.header.insert(pair_csv.header.end(), labels.begin(), labels.end());
+  // The matrix for a reader: the upper triangle, each sampled pair with its standard error.
+  Table pair_md{{"step"}};
+  pair_md.header.insert(pair_md.header.end(), labels.begin(), labels.end());
+  pair_md.align.assign(K + 1, Align::Right);
   for (size_t i = 0; i < K; ++i) {
-    std::vector<std::string> row = {labels[i]};
-    for (size_t j = 0; j < K; ++j) row.push_back(full(pairwise[i * K + j]));
+    std::vector<std::string> row = {labels[i]}, md_row = {labels[i]};
+    for (size_t j = 0; j < K; ++j) {
+      row.push_back(full(pairwise[i * K + j]));
+      const double v = pairwise[i * K + j], se = standard_error[i * K + j];
+      md_row.push_back(j < i ? "" : i == j ? "1" : se > 0 ? cat(fixed(v, 4), " ± ", fixed(se, 4)) : fixed(v, 4));
+    }
     pair_csv.add_row(row);
+    pair_md.add_row(md_row);
   }
   write_file_atomic(out + "/run_similarity.csv", csv.csv());
   write_file_atomic(out + "/pairwise_similarity.csv", pair_csv.csv());
@@ -565,7 +574,9 @@ int run_run(const cli::Args& a) {
                         labels.back(), ") by ", method, "; accuracy on ",
                         a.integer("count") ? cat("the first ", a.integer("count")) : std::string("all"),
                         " test examples.\n\n", has_data ? "" : "No data set is named: test loss, accuracy and CKA are left out.\n\n",
-                        md.markdown()));
+                        md.markdown(), "\n## Every pair\n\n",
+                        sampled ? "Sampled pairs as estimate ± standard error (95% interval: ± 1.96 of it).\n\n" : "",
+                        pair_md.markdown()));
   write_file_atomic(out + "/run_similarity.json",
                     to_json(Json(Json::Object{{"run", dir}, {"method", method},
                                               {"checkpoints", rows}, {"pairwise", matrix},

@@ -410,6 +410,9 @@ TensorSimScore monte_carlo(RoutePair& p) {
                                                 mc.proposal_draws, " more, lost to them on a pilot, Pareto shape ",
                                                 mc.proposal_pilot_shape, " against ", mc.uniform_pilot_shape, ")")
                                           : "",
+                     mc.recheck_cleared ? cat(" (uniform directions: their first run was marked, a second of as many was not (Pareto shape ",
+                                              mc.recheck_pareto_shape, "), both set aside, ", mc.recheck_draws, " more)")
+                                        : "",
                      mc.control_variate ? cat(" with the direct paths as a control variate (fitted on ", mc.pilot_samples, " more)") : "",
                      mc.tempered ? "" : mc.reliable ? cat(", 95% interval ", mc.similarity - 1.96 * mc.similarity_se, " to ",
                                          mc.similarity + 1.96 * mc.similarity_se)

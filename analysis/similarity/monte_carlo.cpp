@@ -605,7 +605,30 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   bool use_proposal = false, declined = false;
   double uniform_shape = NAN, proposal_shape = NAN;
   const TargetScales scales = plan.radial ? target_scales(run) : TargetScales{};
-  if (may_adapt && (plan.always_adapt || heavy(run))) {
+  auto hear = [&plan](const char* role, const SizedRun& r) {
+    if (plan.run_heard) plan.run_heard(role, r.directions);
+  };
+  // A marked first run is checked against a second uniform run of as many draws before any
+  // proposal is paid for. Both runs only choose the law; where the second is unmarked the
+  // estimate is a fresh uniform run, so no draw that chose uniform directions enters it.
+  bool rechecked = false, cleared = false;
+  double recheck_shape = NAN;
+  int64_t recheck_draws = 0;
+  if (may_adapt && !plan.always_adapt && plan.recheck_uniform && heavy(run)) {
+    MonteCarloPlan recheck_plan = plan;
+    recheck_plan.max_samples = run.done, recheck_plan.tolerance = 0;  // exactly as many draws as the first run
+    const SizedRun recheck = sized_run(s, recheck_plan, DirectionProposal::uniform(s.features), gen);
+    hear("uniform recheck", recheck);
+    rechecked = true, cleared = !heavy(recheck);
+    recheck_shape = averaged_pareto_shape(recheck);
+    recheck_draws = recheck.done + recheck.pilot;
+    if (cleared) {
+      hear("uniform pilot", run);
+      recheck_draws += run.done + run.pilot;
+      run = sized_run(s, plan, DirectionProposal::uniform(s.features), gen);
+    }
+  }
+  if (may_adapt && !cleared && (plan.always_adapt || heavy(run))) {
     std::vector<double> explored(size_t(run.done));
     for (int64_t i = 0; i < run.done; ++i) explored[size_t(i)] = run.raw_aa[size_t(i)] / scales.aa + run.raw_bb[size_t(i)] / scales.bb;
     // The adaptation's progress: the directions it has spent against its budget.
@@ -629,11 +652,13 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
       if (plan.rerun_limit > 0)
         capped.max_samples = std::min(plan.max_samples, std::max(int64_t(plan.rerun_limit * double(run.done)), plan.min_draws));
       set_aside = run.done + run.pilot;
+      hear("uniform pilot", run);
       use_proposal = true;
       if (plan.choose_by_pilot) {
         MonteCarloPlan pilot_plan = plan;
         pilot_plan.max_samples = run.done, pilot_plan.tolerance = 0;  // exactly as many draws as the uniform run
         const SizedRun pilot = sized_run(s, pilot_plan, fit.proposal, gen);
+        hear("proposal pilot", pilot);
         set_aside += pilot.done + pilot.pilot;
         const PilotSummary from_uniform = {run.done, averaged_pareto_shape(run), cosine_variance(run.total, run.done)},
                            from_proposal = {pilot.done, averaged_pareto_shape(pilot), cosine_variance(pilot.total, pilot.done)};
@@ -647,13 +672,15 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   MonteCarloSimilarity r = finish(run.total, run.slice, run.done);
   r.controlled_ab = run.controlled[0], r.controlled_aa = run.controlled[1], r.controlled_bb = run.controlled[2];
   r.control_variate = r.controlled_ab || r.controlled_aa || r.controlled_bb;
+  r.uniform_rechecked = rechecked, r.recheck_cleared = cleared, r.recheck_pareto_shape = recheck_shape;
+  r.recheck_draws = recheck_draws;
   r.pilot_samples = run.pilot;
   r.radial_points = plan.radial ? int(s.per_draw_rows) : 0;
   r.importance = use_proposal;
   r.proposal_declined = declined;
   r.uniform_pilot_shape = uniform_shape, r.proposal_pilot_shape = proposal_shape;
   r.proposal_peaks = fit.peaks, r.proposal_unconverged = fit.unconverged, r.proposal_draws = fit.draws + set_aside;
-  r.evaluations = (run.done + run.pilot + r.proposal_draws) * s.per_draw_rows;
+  r.evaluations = (run.done + run.pilot + r.proposal_draws + r.recheck_draws) * s.per_draw_rows;
   r.tail_share = run.total.tail_share(run.done);
   r.effective_draws = self_effective_draws(run.all);
   r.pareto_shape = averaged_pareto_shape(run), r.pareto_limit = pareto_shape_limit(run.done);
@@ -661,7 +688,10 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   // mass unfound that a sized run may not meet: its estimate is marked whatever its draws' tail.
   r.proposal_settled = fit.settled;
   r.reliable = !heavy(run) && (!use_proposal || fit.settled);
-  if (!plan.radial || !plan.tempering || (r.reliable && !plan.always_temper)) return r;
+  if (!plan.radial || !plan.tempering || (r.reliable && !plan.always_temper)) {
+    hear("estimate", run);
+    return r;
+  }
   // Tempering in place of a marked estimate; what was spent before it is set aside.
   // It starts from the fitted proposal where there is one (its peaks, found on draws set aside).
   const TemperedEstimate t =
@@ -676,6 +706,8 @@ MonteCarloSimilarity monte_carlo_sized(const PolynomialView& a_in, const Polynom
   tempered.evaluations = r.evaluations + t.evaluations * s.per_draw_rows;
   tempered.proposal_peaks = r.proposal_peaks, tempered.proposal_unconverged = r.proposal_unconverged;
   tempered.proposal_draws = r.proposal_draws + run.done + run.pilot;
+  tempered.uniform_rechecked = rechecked, tempered.recheck_cleared = cleared, tempered.recheck_pareto_shape = recheck_shape;
+  tempered.recheck_draws = recheck_draws;
   tempered.pareto_shape = NAN, tempered.pareto_limit = NAN;
   tempered.tempered = true, tempered.replicates = t.replicates, tempered.rungs = t.rungs;
   tempered.particles = plan.tempering_plan.particles;

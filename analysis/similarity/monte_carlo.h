@@ -47,6 +47,14 @@ struct MonteCarloSimilarity {
   bool proposal_declined = false;
   bool proposal_settled = false;  // ProposalFit::settled; an estimate from an unsettled proposal is marked
   double uniform_pilot_shape = NAN, proposal_pilot_shape = NAN;
+  // Where the first uniform run was marked and MonteCarloPlan::recheck_uniform: a second uniform
+  // run of as many draws, set aside, was read (its Pareto shape; NaN where none), and whether it
+  // was unmarked, so that the estimate drew fresh uniform directions without adapting a proposal.
+  bool uniform_rechecked = false, recheck_cleared = false;
+  double recheck_pareto_shape = NAN;
+  // The directions the recheck set aside (within evaluations): the second run, and where it
+  // cleared, the first (otherwise the first counts in proposal_draws where a proposal was fitted).
+  int64_t recheck_draws = 0;
   // The tail diagnostic: the largest Pareto shape k̂ of what the three inner products' estimates
   // average (both tails, pareto_tail.h; the control variate's residuals where it is kept, the raw
   // draws where not), and the bar it was held to, min(1 − 1/log10 N, 0.7).
@@ -117,6 +125,17 @@ struct MonteCarloPlan {
   // After an adaptation the estimate draws at most rerun_limit times the uniform run's draws (at
   // least min_draws); 0: max_samples only.
   double rerun_limit = 4;
+  // Before adapting, where the first uniform run is marked: a second uniform run of as many draws
+  // (set aside) tells one rare heavy draw from a law whose draws are heavy-tailed. Unmarked, the
+  // law stays uniform and the estimate is a third, fresh uniform run (itself diagnosed, and
+  // tempered where marked): the proposal's search, whose tangent Hessians cost m²/2 directions a
+  // peak, is paid only where two independent uniform runs are both marked. false: adapt at once.
+  bool recheck_uniform = true;
+  // Hears each sized run's directions (rows of the sampled dimension) and its role: "uniform
+  // pilot" (the first uniform run, where it is set aside), "uniform recheck", "proposal pilot",
+  // "estimate" (the run reported; tempered replicates are not heard). The tests' view of which
+  // draws chose the law and which gave the estimate.
+  std::function<void(const std::string& role, const std::vector<double>& directions)> run_heard;
   // Sampling stops at the requested standard error, after at least min_draws. An estimate is
   // marked unreliable (MonteCarloSimilarity::reliable; its standard error may understate the
   // error) when, in any of the three inner products, its draws' Pareto tail shape exceeds

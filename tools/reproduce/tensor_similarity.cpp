@@ -204,11 +204,15 @@ CheckpointMatrix checkpoint_matrix(const std::string& parts_dir, int seed) {
 }
 
 // The largest standard error in the checkpoint matrix: 0 when every pair was exact (tensorsim
-// writes pairwise_similarity_se.csv only for sampled pairs).
+// writes pairwise_similarity_se.csv only for sampled pairs). The matrix itself must be there, and
+// the errors' table of its shape: a part that never ran is not measured, not exact.
 double largest_standard_error(const std::string& parts_dir, int seed) {
+  const CsvRows matrix = read_csv(cat(parts_dir, "/lm_similarity_s", seed, "/pairwise_similarity.csv"));
   const std::string path = cat(parts_dir, "/lm_similarity_s", seed, "/pairwise_similarity_se.csv");
   if (!std::filesystem::exists(path)) return 0.0;
   const CsvRows t = read_csv(path);
+  if (t.header != matrix.header || t.rows.size() != matrix.rows.size())
+    throw Error(cat(t.path, ": not the shape of ", matrix.path));
   double largest = 0;
   for (const auto& row : t.rows)
     for (size_t j = 1; j < row.size(); ++j) largest = std::max(largest, std::atof(row[j].c_str()));
