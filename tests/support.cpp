@@ -19,9 +19,14 @@
 #include "engine/data/idx.h"
 #include "engine/distributed/ranks.h"
 #include "engine/error.h"
+#include "engine/optim.h"
 #include "engine/random.h"
 #include "engine/threads.h"
+#include "models/checkpoint.h"
+#include "models/model.h"
+#include "ops/elementwise.h"
 #include "ops/layout.h"
+#include "ops/reduce.h"
 #include "tools/cli.h"
 
 namespace adjoint::testing {
@@ -30,6 +35,52 @@ double max_abs(const Tensor& t) {
   double m = 0;
   for (float v : t.to_vector()) m = std::max(m, double(std::fabs(v)));
   return m;
+}
+
+size_t forms_kept(const Tensor& t) { return t.impl()->storage->prepared().size(); }
+
+std::shared_ptr<Model> check_kept_forms_follow_writes(const ModelConfig& config, uint64_t seed, const Tensor& x,
+                                                      const std::string& rescaled, bool forms_expected) {
+  Generator gen(seed);
+  auto model = make_model(config, gen);
+  model->train(false);
+  const auto same_as_fresh = [&] {
+    Generator other(seed + 1);
+    auto fresh = make_model(config, other);
+    std::map<std::string, Tensor> state;
+    for (const auto& [name, t] : model->state_dict()) state[name] = t.clone();
+    load_state_dict(*fresh, state, "the stepped weights");
+    fresh->train(false);
+    NoGrad off;
+    const std::vector<float> ours = model->forward(x).to_vector();
+    CHECK(ours == fresh->forward(x).to_vector());
+    return ours;
+  };
+  std::vector<float> first;
+  {
+    NoGrad off;
+    first = model->forward(x).to_vector();
+  }
+  CHECK(same_as_fresh() == first);
+  size_t kept = 0;
+  for (const auto& [name, p] : model->named_parameters()) kept += forms_kept(p);
+  if (forms_expected) CHECK(kept > 0);
+  Sgd sgd(model->named_parameters(), SgdOptions{0.05, 0.0, 0.0, false});
+  backward(sum(model->forward(x)));
+  sgd.step();
+  // The step wrote every weight: nothing kept from the old values stays in memory.
+  for (const auto& [name, p] : model->named_parameters()) {
+    CAPTURE(name);
+    CHECK(forms_kept(p) == 0);
+  }
+  CHECK(same_as_fresh() != first);
+  std::map<std::string, Tensor> other;
+  for (const auto& [name, t] : model->state_dict()) other[name] = t.clone();
+  for (auto& [name, t] : other)
+    if (name.find(rescaled) != std::string::npos) t = mul_scalar(t, 0.5f);
+  load_state_dict(*model, other, "other weights");
+  same_as_fresh();
+  return model;
 }
 
 ModelConfig grey_resnet18(double width, int64_t size, int64_t classes) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,17 @@ Tensor channels_first(const Tensor& nhwc);
 
 // The tests' small BatchNorm model: a ResNet-18 of `width` on grey size×size images.
 ModelConfig grey_resnet18(double width, int64_t size, int64_t classes);
+
+// How many prepared forms (Tensor::prepared) a tensor's storage keeps.
+size_t forms_kept(const Tensor& t);
+
+// Kept forms follow every write to the weights: an eval-mode model of `config` (drawn from
+// `seed`) runs x, then an SGD step, then a load of other weights (those whose names contain
+// `rescaled` halved); after each, its outputs equal those of a fresh model given the same
+// weights, and after the step no parameter keeps a form. `forms_expected`: the first pass must
+// have kept some. Returns the model, with the loaded weights, for further checks.
+std::shared_ptr<Model> check_kept_forms_follow_writes(const ModelConfig& config, uint64_t seed, const Tensor& x,
+                                                      const std::string& rescaled, bool forms_expected);
 // n grey size×size images of N(0, 1) noise from `seed`, labelled i mod classes, indices 0…n−1.
 Batch random_grey_batch(int64_t n, int64_t size, int64_t classes, uint64_t seed);
 

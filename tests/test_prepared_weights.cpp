@@ -27,8 +27,6 @@ using namespace adjoint::testing;
 
 namespace {
 
-size_t forms_kept(const Tensor& t) { return t.impl()->storage->prepared().size(); }
-
 // One layer per forward algorithm of ops/conv.h, and with dead taps cut.
 struct Layer {
   Shape x, w;
@@ -283,47 +281,10 @@ TEST_CASE("prepared weights: an eval-mode model whose weights change after a pas
   // A ResNet in eval mode: a pass, an optimiser step, another pass, against a fresh model
   // with the stepped weights loaded; the same after loading other weights; and the same
   // for an explanation's input gradient.
-  Generator gen(11);
   ModelConfig config;
   config.arch = "resnet18", config.small_stem = true, config.in_channels = 1, config.num_classes = 10;
-  auto model = make_model(config, gen);
-  model->train(false);
   const Tensor x = random_tensor({2, 1, 16, 16}, 60);
-  const auto same_as_fresh = [&] {
-    Generator other(12);
-    auto fresh = make_model(config, other);
-    std::map<std::string, Tensor> state;
-    for (const auto& [name, t] : model->state_dict()) state[name] = t.clone();
-    load_state_dict(*fresh, state, "the stepped weights");
-    fresh->train(false);
-    NoGrad off;
-    CHECK(model->forward(x).to_vector() == fresh->forward(x).to_vector());
-    return model->forward(x).to_vector();
-  };
-  std::vector<float> first;
-  {
-    NoGrad off;
-    first = model->forward(x).to_vector();
-  }
-  CHECK(same_as_fresh() == first);
-  size_t kept = 0;
-  for (const auto& [name, p] : model->named_parameters()) kept += forms_kept(p);
-  CHECK(kept > 0);
-  Sgd sgd(model->named_parameters(), SgdOptions{0.05, 0.0, 0.0, false});
-  backward(sum(model->forward(x)));
-  sgd.step();
-  // The step wrote every weight: nothing kept from the old values stays in memory.
-  for (const auto& [name, p] : model->named_parameters()) {
-    CAPTURE(name);
-    CHECK(forms_kept(p) == 0);
-  }
-  CHECK(same_as_fresh() != first);
-  std::map<std::string, Tensor> other;
-  for (const auto& [name, t] : model->state_dict()) other[name] = t.clone();
-  for (auto& [name, t] : other)
-    if (name.find("conv") != std::string::npos) t = mul_scalar(t, 0.5f);
-  load_state_dict(*model, other, "other weights");
-  same_as_fresh();
+  auto model = check_kept_forms_follow_writes(config, 11, x, "conv", true);
 
   // The input gradient of an explanation, parameters requiring grad, before and after a write.
   const auto input_gradient = [&](Model& m) {
