@@ -19,7 +19,9 @@
 //
 // Every method batches: all N examples go through one backward with one-hot rows as the
 // cotangent; SmoothGrad and IG put several samples of every example in one batch. Only
-// the input's cotangent is computed (the engine prunes parameter gradients). The model
+// the input's cotangent is computed, and the passes that take it alone are recorded for the
+// input alone (the parameters are constants there, so no op keeps what only a parameter's
+// gradient reads). The model
 // must be in eval mode (model.train(false)); the methods check it.
 #pragma once
 #include <cstdint>
