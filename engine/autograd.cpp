@@ -1,4 +1,5 @@
 #include "engine/autograd.h"
+#include "engine/recording_scope.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -151,16 +152,28 @@ NoGrad::NoGrad() : ScopedSwitch(recording, false) {}
 bool recording_gradient_only() { return gradient_only; }
 GradientOnly::GradientOnly() : ScopedSwitch(gradient_only, true) {}
 
+namespace {
+thread_local const TensorImpl* recording_for = nullptr;  // the RecordingFor scope's leaf, if any
+}  // namespace
+
+RecordingFor::RecordingFor(const Tensor& leaf) : previous_(recording_for) { recording_for = leaf.impl(); }
+RecordingFor::~RecordingFor() { recording_for = previous_; }
+
+bool takes_part(const Tensor& t) {
+  if (!t.requires_grad()) return false;
+  return t.grad_fn() || !recording_for || t.impl() == recording_for;
+}
+
 bool needs_grad(std::initializer_list<Tensor> inputs) {
   if (!recording) return false;
   for (const Tensor& t : inputs)
-    if (t.requires_grad()) return true;
+    if (takes_part(t)) return true;
   return false;
 }
 bool needs_grad(const std::vector<Tensor>& inputs) {
   if (!recording) return false;
   for (const Tensor& t : inputs)
-    if (t.requires_grad()) return true;
+    if (takes_part(t)) return true;
   return false;
 }
 
@@ -168,7 +181,7 @@ Edge::Edge(const Tensor& input) {
   if (!input.defined()) return;
   shape = input.shape();
   if (input.grad_fn()) node = input.grad_fn();
-  else if (input.requires_grad()) leaf = input.impl_ptr();
+  else if (takes_part(input)) leaf = input.impl_ptr();
 }
 
 void attach(Tensor& out, std::shared_ptr<Node> node, std::vector<Tensor> inputs) {

@@ -19,6 +19,7 @@
 // "Convolution tuning constants".
 #include "ops/conv.h"
 
+#include <utility>
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -88,7 +89,7 @@ class Conv2dNode : public Node {
   std::string name() const override { return "conv2d"; }
 
   std::vector<Tensor> vjp(const Tensor& u, const Transport&) override {
-    const Tensor& x = x_;
+    const float* x = x_.defined() ? std::as_const(x_).data() : nullptr;  // read by dw alone
     const Tensor& w = w_;  // read only, so that its version (engine/tensor.h) stays
     const PreparedWeights kept = keep_prepared_ ? PreparedWeights(w) : PreparedWeights();
     Tensor dx, dw, db, dresidual;
@@ -106,23 +107,23 @@ class Conv2dNode : public Node {
     // gradient it writes as winograd_backward, winograd_f4_input_gradient and direct_conv
     // do: every entry.
     if (needs[0])
-      dx = winograd || direct || dx_f4 || col2im_writes_every_entry(g_) ? Tensor::empty(x_.shape())
-                                                                        : Tensor::zeros(x_.shape());
+      dx = winograd || direct || dx_f4 || col2im_writes_every_entry(g_) ? Tensor::empty(inputs[0].shape)
+                                                                        : Tensor::zeros(inputs[0].shape);
     if (needs[1]) dw = Tensor::empty(w_.shape());
     if (needs.size() > 2 && needs[2]) db = Tensor::empty({g_.O});
     if (direct) direct_conv(*direct, u.data(), w.data(), true, dx.data(), [](float*, int64_t) {}, kept);
     if (dx_f4) winograd_f4_input_gradient(g_, w.data(), u.data(), dx.data(), kept);
     const bool dw_f4 = dw.defined() && winograd_f4_weight_gradient_applies(g_);
-    if (dw_f4) winograd_f4_weight_gradient(g_, x.data(), u.data(), dw.data());
+    if (dw_f4) winograd_f4_weight_gradient(g_, x, u.data(), dw.data());
     auto pointer = [](Tensor& t) { return t.defined() ? t.data() : nullptr; };
     // What the GEMM paths still compute.
     float* dx_left = direct || dx_f4 ? nullptr : pointer(dx);
     float* dw_left = dw_f4 ? nullptr : pointer(dw);
     if (!dx_left && !dw_left && !db.defined()) return cotangents();
     if (winograd)
-      winograd_backward(g_, x.data(), w.data(), u.data(), dx_left, dw_left, pointer(db), kept);
+      winograd_backward(g_, x, w.data(), u.data(), dx_left, dw_left, pointer(db), kept);
     else
-      conv_backward(g_, x.data(), w.data(), u.data(), dx_left, dw_left, pointer(db), kept);
+      conv_backward(g_, x, w.data(), u.data(), dx_left, dw_left, pointer(db), kept);
     return cotangents();
   }
 
@@ -238,7 +239,8 @@ Tensor convolve_add(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
   const bool record = needs_grad({x, w, bias, residual});
   Tensor out = convolve(g, x, w, bias, Epilogue{}, residual, keep_prepared ? PreparedWeights(w) : PreparedWeights());
   if (record)
-    attach(out, std::make_shared<Conv2dNode>(g, x.detach(), w.detach(), keep_prepared),
+    // The input is kept for the weight's gradient alone: a convolution is linear in x.
+    attach(out, std::make_shared<Conv2dNode>(g, needs_grad({w}) ? x.detach() : Tensor(), w.detach(), keep_prepared),
            residual.defined() ? std::vector<Tensor>{x, w, bias, residual} : std::vector<Tensor>{x, w, bias});
   return out;
 }

@@ -12,6 +12,7 @@
 #include "engine/flops.h"
 #include "engine/error.h"
 #include "engine/random.h"
+#include "engine/recording_scope.h"
 #include "engine/threads.h"
 #include "engine/vectorize.h"
 #include "ops/activation.h"
@@ -984,4 +985,46 @@ TEST_CASE("pool: bad shapes") {
                        doctest::Contains("avg_pool2d: invalid kernel 2x2, stride 0x0"), Error);
   CHECK_THROWS_WITH_AS(adaptive_avg_pool2d(Tensor::zeros({1, 3, 8, 8}), 0, 2),
                        doctest::Contains("adaptive_avg_pool2d: output size must be positive, got 0x2"), Error);
+}
+
+TEST_CASE("conv2d recorded for its input alone keeps no input and gives the same input cotangent") {
+  // Only the weight's gradient reads a convolution's input: recorded for the input's
+  // cotangent alone (the weights constants), the node keeps none, and the input's
+  // cotangent is the one of the full recording, bit for bit, on each algorithm's shapes.
+  Generator gen(29);
+  Conv2dOptions o;
+  o.pad_h = o.pad_w = 1;
+  for (const int64_t side : {4, 9, 20}) {  // direct or im2col, Winograd F(2×2), F(4×4)
+    CAPTURE(side);
+    const Tensor w = normal({16, 8, 3, 3}, 0.0f, 0.2f, gen).requires_grad_();
+    const Tensor bias = normal({16}, 0.0f, 0.2f, gen).requires_grad_();
+    const Tensor x0 = normal({2, 8, side, side}, 0.0f, 1.0f, gen);
+    const Tensor u = normal({2, 16, side, side}, 0.0f, 1.0f, gen);
+    const int64_t input_bytes = x0.numel() * int64_t(sizeof(float));
+    // h = x + 1 keeps nothing for its own vjp, so only the convolution can keep h alive.
+    const auto held_by_graph = [&](const Tensor& leaf, Tensor& y) {
+      const int64_t before = memory_stats().current_bytes;
+      Tensor h = add_scalar(leaf, 1.0f);
+      y = conv2d(h, w, bias, o);
+      h = Tensor();
+      return memory_stats().current_bytes - before - y.numel() * int64_t(sizeof(float));
+    };
+    Tensor full_leaf = x0.clone().requires_grad_(), y_full;
+    const int64_t full_kept = held_by_graph(full_leaf, y_full);
+    const std::vector<Tensor> full = grad(y_full, {full_leaf, w}, u);
+    Tensor leaf = x0.clone().requires_grad_(), y;
+    int64_t kept = 0;
+    {
+      const RecordingFor input_only(leaf);
+      kept = held_by_graph(leaf, y);
+    }
+    CHECK(full_kept >= input_bytes);
+    CHECK(kept < input_bytes);
+    const std::vector<Tensor> only = grad(y, {leaf, w}, u);
+    CHECK(only[0].to_vector() == full[0].to_vector());
+    CHECK(max_abs(only[0]) > 0.0f);
+    // The weights were constants of that recording: no cotangent reaches them.
+    CHECK(max_abs(only[1]) == 0.0f);
+    CHECK(max_abs(full[1]) > 0.0f);
+  }
 }

@@ -8,6 +8,7 @@
 
 #include "analysis/common/input_search.h"
 #include "engine/autograd.h"
+#include "engine/recording_scope.h"
 #include "engine/error.h"
 #include "engine/random.h"
 #include "engine/threads.h"
@@ -65,6 +66,9 @@ Tensor input_cotangent(const char* method, const Model& model, const Tensor& x, 
                        const Transport& transport) {
   Tensor leaf = x.contiguous().detach();
   leaf.requires_grad_();
+  // Recorded for the input's cotangent alone: the parameters are constants, so each op keeps
+  // only what the input's cotangent reads.
+  const RecordingFor input_only(leaf);
   Tensor logits = model.forward(leaf);
   return grad(logits, {leaf}, one_hot_rows(method, targets, logits), transport)[0];
 }

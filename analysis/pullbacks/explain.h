@@ -19,7 +19,9 @@
 //
 // Every method batches: all N examples go through one backward with one-hot rows as the
 // cotangent; SmoothGrad and IG put several samples of every example in one batch. Only
-// the input's cotangent is computed (the engine prunes parameter gradients). The model
+// the input's cotangent is computed, and the passes that take it alone are recorded for the
+// input alone (the parameters are constants there, so no op keeps what only a parameter's
+// gradient reads). The model
 // must be in eval mode (model.train(false)); the methods check it.
 #pragma once
 #include <cstdint>
@@ -76,12 +78,13 @@ struct ExplainOptions {
   // default lets 8 images of 3×224×224 share a pass and leaves small images to max_batch.
   // The results are the same in any passes; only the memory and its page faults differ.
   int64_t max_pass_elements = 8 * 3 * 224 * 224;
-  // The same budget for the passes of SmoothGrad's noisy copies and IG's path points, which
-  // run fifty passes where the methods above run one: twice as many rows a pass (16 images
-  // of 3×224×224) cost the recorded state of 16 rows, and save a share of every pass's fixed
-  // work (a model's weight transforms and packings, its narrowest layers' products on few
-  // rows) that docs/benchmarks.md measures per model.
-  int64_t max_sample_pass_elements = 16 * 3 * 224 * 224;
+  // The same budget for the passes of SmoothGrad's noisy copies and IG's path points. By
+  // default it equals max_pass_elements, so that a pass of samples holds no more recorded
+  // state than one gradient of the batch: the explanation's peak memory is that of a single
+  // gradient whatever the count of samples. Raising it puts more samples in a pass, which
+  // shares a pass's fixed work (weight transforms and packings, the narrowest layers'
+  // products on few rows) among more rows at the cost of their recorded state.
+  int64_t max_sample_pass_elements = 8 * 3 * 224 * 224;
 
   uint64_t seed = 0;
 };
