@@ -157,8 +157,22 @@ Image render_overlay(const Tensor& x, const Tensor& map, const Normalisation& no
   });
 }
 
-int64_t text_width(const std::string& text, int64_t size) {
+namespace {
+
+// stb_easy_font indexes its glyph table by (byte − 32): every byte it has no glyph for
+// (control bytes, and each byte of a UTF-8 character such as ± or ×) is drawn as '?', one
+// glyph a byte, rather than read from outside the table.
+std::string easy_font_text(const std::string& text) {
   std::string copy = text;
+  for (char& c : copy)
+    if (c != '\n' && (static_cast<unsigned char>(c) < 32 || static_cast<unsigned char>(c) > 126)) c = '?';
+  return copy;
+}
+
+}  // namespace
+
+int64_t text_width(const std::string& text, int64_t size) {
+  std::string copy = easy_font_text(text);
   return stb_easy_font_width(copy.data()) * size;
 }
 
@@ -168,7 +182,7 @@ int64_t text_height(int64_t size) {
 }
 
 void draw_text(Image& image, const std::string& text, int64_t x, int64_t y, Rgb colour, int64_t size) {
-  std::string copy = text;
+  std::string copy = easy_font_text(text);
   // stb_easy_font emits axis-aligned quads of 4 vertices (x, y, z floats + 4 colour bytes).
   struct Vertex {
     float x, y, z;
